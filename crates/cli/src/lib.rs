@@ -1,0 +1,4 @@
+//! The `oxrdma` tool's subcommands, as a library so tests can drive them.
+
+pub mod capture;
+pub mod decode;

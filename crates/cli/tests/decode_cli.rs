@@ -1,0 +1,139 @@
+//! The `oxrdma decode` command as a user runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn oxrdma() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_oxrdma"))
+}
+
+fn vector(name: &str) -> PathBuf {
+    let dir = std::env::var_os("OXRDMA_RXE_PCAP_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/rxe-pcap")
+        });
+    dir.join(name)
+}
+
+#[test]
+fn json_lines_carry_the_fields_that_matter() {
+    let out = oxrdma()
+        .arg("decode")
+        .arg("--json")
+        .arg(vector("rc_read_bw.pcap"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 55);
+    assert!(lines.iter().all(|l| l["icrc"] == "ok"));
+    let req = lines
+        .iter()
+        .find(|l| l["opcode"] == "RC_RDMA_READ_REQUEST")
+        .unwrap();
+    assert_eq!(req["reth"]["len"], 10000);
+    assert_eq!(req["ack_req"], true);
+    let first = lines
+        .iter()
+        .find(|l| l["opcode"] == "RC_RDMA_READ_RESPONSE_FIRST")
+        .unwrap();
+    assert_eq!(first["aeth"]["kind"], "ACK");
+    assert_eq!(first["aeth"]["msn"], 1);
+    assert_eq!(first["psn"], req["psn"]);
+}
+
+#[test]
+fn text_lines_show_naks_atomics_and_datagrams() {
+    let text = |name: &str| {
+        let out = oxrdma().arg("decode").arg(vector(name)).output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let rnr = text("rc_send_rnr.pcap");
+    assert!(rnr.contains("RNR_NAK 12 (retry after 640 us)"), "{rnr}");
+    assert!(rnr.contains("NAK 0 (PSN_SEQUENCE_ERROR)"));
+    let cas = text("rc_atomic_cas.pcap");
+    assert!(cas
+        .lines()
+        .any(|l| l.contains("RC_COMPARE_SWAP") && l.contains("compare=")));
+    assert!(cas
+        .lines()
+        .any(|l| l.contains("RC_ATOMIC_ACKNOWLEDGE") && l.contains("orig=")));
+    let ud = text("ud_pingpong.pcap");
+    assert!(ud
+        .lines()
+        .all(|l| l.contains("qkey=0x11111111") && l.ends_with("icrc=ok")));
+    let v6 = text("rc_pingpong_ipv6.pcap");
+    assert!(v6.contains("[fd77::2]:50241 > [fd77::1]:4791"));
+}
+
+/// Copies a classic pcap, flipping one byte of the `nth` frame (counted from 0).
+fn corrupt_copy(src: &Path, dst: &Path, nth: usize, offset_from_end: usize) {
+    use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+    let mut r = PcapReader::new(std::fs::File::open(src).unwrap()).unwrap();
+    let mut w = PcapWriter::with_header(std::fs::File::create(dst).unwrap(), r.header()).unwrap();
+    let mut i = 0;
+    while let Some(p) = r.next_packet() {
+        let p = p.unwrap();
+        let mut data = p.data.to_vec();
+        if i == nth {
+            let at = data.len() - offset_from_end;
+            data[at] ^= 0x01;
+        }
+        w.write_packet(&PcapPacket::new(p.timestamp, p.orig_len, &data))
+            .unwrap();
+        i += 1;
+    }
+}
+
+#[test]
+fn strict_mode_fails_on_a_corrupted_packet() {
+    let dir = std::env::temp_dir().join(format!("oxrdma-decode-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.pcap");
+    // Frame 14 of rc_pingpong is the first RC_SEND_FIRST; flip a payload byte.
+    corrupt_copy(&vector("rc_pingpong.pcap"), &bad, 13, 10);
+    let out = oxrdma()
+        .args(["decode", "--strict"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let bad_lines: Vec<_> = stdout.lines().filter(|l| l.contains("icrc=bad")).collect();
+    assert_eq!(bad_lines.len(), 1, "{stdout}");
+    assert!(bad_lines[0].contains("ICRC mismatch"));
+    // Without --strict the same file decodes with status 0.
+    assert!(oxrdma().arg("decode").arg(&bad).status().unwrap().success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn missing_file_is_one_clear_error() {
+    let out = oxrdma()
+        .args(["decode", "/nonexistent/x.pcap"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("oxrdma: error: cannot open /nonexistent/x.pcap"),
+        "{err}"
+    );
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let out = oxrdma().args(["decode", manifest]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("not a pcap or pcapng file"));
+}

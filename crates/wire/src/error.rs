@@ -1,0 +1,67 @@
+//! Why a byte sequence is not a valid RoCEv2 packet, or why a packet could not be emitted.
+
+/// Every way parsing or emitting can fail. Parsing never panics; it returns one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    /// The buffer ends before a header (or the ICRC) is complete.
+    #[error("short packet: {header} needs {needed} bytes, {available} left")]
+    Truncated {
+        header: &'static str,
+        needed: usize,
+        available: usize,
+    },
+    /// The transport prefix (top 3 bits of the opcode) is one oxrdma does not speak (RD, XRC,
+    /// reserved).
+    #[error("unsupported transport in opcode {0:#04x}")]
+    UnsupportedTransport(u8),
+    /// The opcode does not exist for its transport (e.g. UD SEND_FIRST, UC READ).
+    #[error("opcode {0:#04x} is not defined for its transport")]
+    BadOpcodeForTransport(u8),
+    /// BTH transport header version other than 0.
+    #[error("unsupported BTH transport version {0}")]
+    BadTransportVersion(u8),
+    /// The pad count does not fit the payload: payload + pad not a multiple of 4, pad larger
+    /// than the data, or pad on a FIRST/MIDDLE packet or on an opcode without payload.
+    #[error("bad pad count {pad} with {data_len} bytes of payload area")]
+    BadPad { pad: u8, data_len: usize },
+    /// Bytes follow the headers of an opcode that carries no payload.
+    #[error("opcode {opcode:#04x} carries no payload, but {len} bytes follow its headers")]
+    UnexpectedPayload { opcode: u8, len: usize },
+    /// The payload length is impossible for this opcode (over 4096 bytes, or not 8 for
+    /// ATOMIC_WRITE).
+    #[error("payload of {len} bytes is not allowed for opcode {opcode:#04x}")]
+    BadPayloadLength { opcode: u8, len: usize },
+    /// AETH syndrome with the reserved type bits (0b10) or the reserved top bit set.
+    #[error("reserved AETH syndrome {0:#04x}")]
+    ReservedSyndrome(u8),
+    /// The invariant CRC does not match the packet.
+    #[error("ICRC mismatch: computed {computed:#010x}, packet carries {carried:#010x}")]
+    IcrcMismatch { computed: u32, carried: u32 },
+    /// The IP/UDP header given for the ICRC is not IPv4 or IPv6 followed by an 8-byte UDP
+    /// header.
+    #[error("not an IPv4 or IPv6 header followed by UDP: {0}")]
+    BadIpHeader(&'static str),
+    /// The packet's extension headers do not match what its opcode requires (emit only).
+    #[error("extension headers do not match opcode {0:#04x}")]
+    HeadersMismatch(u8),
+    /// The output buffer is too small (emit only).
+    #[error("buffer too small: need {needed} bytes, have {available}")]
+    BufferTooSmall { needed: usize, available: usize },
+}
+
+/// Result type of this crate.
+pub type Result<T> = core::result::Result<T, WireError>;
+
+/// Fails with [`WireError::Truncated`] unless `buf` holds at least `needed` bytes.
+pub(crate) fn need(header: &'static str, buf: &[u8], needed: usize) -> Result<()> {
+    if buf.len() < needed {
+        Err(WireError::Truncated {
+            header,
+            needed,
+            available: buf.len(),
+        })
+    } else {
+        Ok(())
+    }
+}
