@@ -168,11 +168,17 @@ impl<'a> PacketRepr<'a> {
     /// payload needs, into the front of `buf`; returns their length. The payload, pad and
     /// ICRC are left to the caller (so a payload can be sent from where it lies).
     pub fn emit_headers(&self, buf: &mut [u8]) -> Result<usize> {
+        self.emit_headers_for(self.payload.len(), buf)
+    }
+
+    /// [`Self::emit_headers`] for a payload of `payload_len` bytes that is not in
+    /// `self.payload` (the caller writes it straight after the headers).
+    pub fn emit_headers_for(&self, payload_len: usize, buf: &mut [u8]) -> Result<usize> {
         let info = self.bth.opcode.info()?;
         if self.ext.present() != info.headers.without(Headers::CNP_RESERVED) {
             return Err(WireError::HeadersMismatch(self.bth.opcode.0));
         }
-        check_emit_payload(&info, self.payload.len())?;
+        check_emit_payload(&info, payload_len)?;
         let len = headers_len(info.headers);
         if buf.len() < len {
             return Err(WireError::BufferTooSmall {
@@ -183,7 +189,7 @@ impl<'a> PacketRepr<'a> {
         let (bth, mut rest) = buf.split_at_mut(Bth::<&[u8]>::LEN);
         let mut bth = Bth::new_unchecked(bth);
         self.bth.emit(&mut bth);
-        bth.set_pad_count(pad_for(self.payload.len()));
+        bth.set_pad_count(pad_for(payload_len));
         let mut next = |n: usize| {
             let (head, tail) = core::mem::take(&mut rest).split_at_mut(n);
             rest = tail;

@@ -1,0 +1,524 @@
+//! One engine per device: owns the verbs objects and drives every QP. Sans-IO: packets and
+//! time come in through `handle_packet` / `handle_timeout`, packets go out through
+//! `poll_transmit`, and `poll_timeout` says when to call back.
+
+use crate::attr::{validate, AttrLimits, QpAttr, QpInitAttr};
+use crate::cq::Cq;
+use crate::error::{Result, VerbsError};
+use crate::gid::{rc_udp_sport, Gid};
+use crate::memory::SharedBuffer;
+use crate::mr::{MemoryRegion, MrTable};
+use crate::qp::{Ctx, Qp, SendWqe};
+use crate::requester::MAX_MESSAGE;
+use crate::verbs::{Access, AsyncEvent, Mtu, QpState, QpType, WrOpcode};
+use crate::wr::{RecvWr, SendData, SendWr, WorkCompletion};
+use crate::Nanos;
+use oxrdma_wire::{Operation, PacketRepr, Psn, Transport};
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+/// The largest packet the engine writes: headers, a 4096-byte payload, pad and ICRC.
+pub const MAX_PACKET: usize = 4096 + 64;
+
+/// Device limits (`struct ibv_device_attr`, the fields oxrdma enforces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceAttr {
+    pub max_qp: u32,
+    pub max_qp_wr: u32,
+    pub max_sge: u32,
+    pub max_cq: u32,
+    pub max_cqe: u32,
+    pub max_mr: u32,
+    pub max_mr_size: u64,
+    pub max_pd: u32,
+    pub max_qp_rd_atom: u8,
+    pub max_inline_data: u32,
+}
+
+impl Default for DeviceAttr {
+    fn default() -> Self {
+        DeviceAttr {
+            max_qp: 16_384,
+            max_qp_wr: 16_384,
+            max_sge: 32,
+            max_cq: 16_384,
+            max_cqe: 1 << 20,
+            max_mr: 1 << 16,
+            max_mr_size: 1 << 40,
+            max_pd: 1 << 16,
+            max_qp_rd_atom: 16,
+            max_inline_data: 256,
+        }
+    }
+}
+
+/// What identifies a device on the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// The device's GID (its IP address).
+    pub gid: Gid,
+    /// The largest path MTU the port supports.
+    pub max_mtu: Mtu,
+    pub attr: DeviceAttr,
+}
+
+/// A packet `poll_transmit` wrote: `len` bytes at the start of the caller's buffer, to go to
+/// `dest` from UDP source port `src_port` (destination port 4791). The last 4 bytes are
+/// the ICRC, left zero for the driver to fill in once it knows the IP header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    pub dest: Gid,
+    pub src_port: u16,
+    pub len: usize,
+}
+
+/// Counters of what the engine did with received packets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub rx_packets: u64,
+    pub rx_malformed: u64,
+    pub rx_unknown_qp: u64,
+    pub rx_wrong_peer: u64,
+    pub tx_packets: u64,
+}
+
+/// The sans-IO RDMA engine of one device.
+#[derive(Debug)]
+pub struct Engine {
+    config: EngineConfig,
+    rng: ChaCha20Rng,
+    pds: BTreeSet<u32>,
+    next_pd: u32,
+    cqs: BTreeMap<u32, Cq>,
+    next_cq: u32,
+    mrs: MrTable,
+    qps: BTreeMap<u32, Qp>,
+    /// QPs that may have something to send, in round-robin order.
+    active: VecDeque<u32>,
+    events: VecDeque<AsyncEvent>,
+    stats: Stats,
+}
+
+fn schedule(active: &mut VecDeque<u32>, qp: &mut Qp) {
+    if !qp.scheduled {
+        qp.scheduled = true;
+        active.push_back(qp.qpn);
+    }
+}
+
+impl Engine {
+    /// A new engine. `seed` feeds the CSPRNG that draws keys, QPNs and PSNs: take it from the
+    /// OS in production, from the test's seed in simulation.
+    pub fn new(config: EngineConfig, seed: [u8; 32]) -> Engine {
+        Engine {
+            config,
+            rng: ChaCha20Rng::from_seed(seed),
+            pds: BTreeSet::new(),
+            next_pd: 1,
+            cqs: BTreeMap::new(),
+            next_cq: 1,
+            mrs: MrTable::default(),
+            qps: BTreeMap::new(),
+            active: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+    pub fn gid(&self) -> Gid {
+        self.config.gid
+    }
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// A random 24-bit PSN, for a QP's initial send PSN.
+    pub fn random_psn(&mut self) -> u32 {
+        self.rng.next_u32() & 0xff_ffff
+    }
+
+    pub fn alloc_pd(&mut self) -> Result<u32> {
+        if self.pds.len() >= self.config.attr.max_pd as usize {
+            return Err(VerbsError::Exhausted("protection domains"));
+        }
+        let pd = self.next_pd;
+        self.next_pd += 1;
+        self.pds.insert(pd);
+        Ok(pd)
+    }
+
+    pub fn dealloc_pd(&mut self, pd: u32) -> Result<()> {
+        if !self.pds.contains(&pd) {
+            return Err(VerbsError::NotFound("protection domain"));
+        }
+        if self.mrs.count_in_pd(pd) > 0 || self.qps.values().any(|q| q.pd == pd) {
+            return Err(VerbsError::Busy("protection domain still has memory regions or QPs"));
+        }
+        self.pds.remove(&pd);
+        Ok(())
+    }
+
+    /// A random key not in use as an lkey or rkey.
+    fn fresh_key(&mut self) -> u32 {
+        loop {
+            let k = self.rng.next_u32();
+            if k != 0 && !self.mrs.key_taken(k) {
+                return k;
+            }
+        }
+    }
+
+    /// Registers `buffer` in `pd`. Peers address it from `iova` (default: its address).
+    pub fn reg_mr(
+        &mut self,
+        pd: u32,
+        buffer: Arc<SharedBuffer>,
+        iova: Option<u64>,
+        access: Access,
+    ) -> Result<MemoryRegion> {
+        if !self.pds.contains(&pd) {
+            return Err(VerbsError::NotFound("protection domain"));
+        }
+        if !Access::ALL.contains(access) {
+            return Err(VerbsError::InvalidArgument("unknown access flags"));
+        }
+        let remote_modify = Access::REMOTE_WRITE.union(Access::REMOTE_ATOMIC);
+        if access.0 & remote_modify.0 != 0 && !access.contains(Access::LOCAL_WRITE) {
+            return Err(VerbsError::InvalidArgument(
+                "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE",
+            ));
+        }
+        if buffer.len() as u64 > self.config.attr.max_mr_size {
+            return Err(VerbsError::InvalidArgument("memory region larger than max_mr_size"));
+        }
+        let iova = iova.unwrap_or(buffer.addr());
+        if iova.checked_add(buffer.len() as u64).is_none() {
+            return Err(VerbsError::InvalidArgument("iova + length overflows"));
+        }
+        if self.mrs.count_all() >= self.config.attr.max_mr as usize {
+            return Err(VerbsError::Exhausted("memory regions"));
+        }
+        let lkey = self.fresh_key();
+        let rkey = loop {
+            let k = self.fresh_key();
+            if k != lkey {
+                break k;
+            }
+        };
+        let mr = MemoryRegion { pd, buffer, iova, access, lkey, rkey };
+        self.mrs.insert(mr.clone());
+        Ok(mr)
+    }
+
+    pub fn dereg_mr(&mut self, lkey: u32) -> Result<()> {
+        self.mrs.remove(lkey).map(|_| ()).ok_or(VerbsError::NotFound("memory region"))
+    }
+
+    pub fn create_cq(&mut self, depth: u32) -> Result<u32> {
+        if depth == 0 || depth > self.config.attr.max_cqe {
+            return Err(VerbsError::InvalidArgument("CQ depth must be 1..=max_cqe"));
+        }
+        if self.cqs.len() >= self.config.attr.max_cq as usize {
+            return Err(VerbsError::Exhausted("completion queues"));
+        }
+        let id = self.next_cq;
+        self.next_cq += 1;
+        self.cqs.insert(id, Cq::new(depth as usize));
+        Ok(id)
+    }
+
+    pub fn destroy_cq(&mut self, cq: u32) -> Result<()> {
+        if !self.cqs.contains_key(&cq) {
+            return Err(VerbsError::NotFound("completion queue"));
+        }
+        if self.qps.values().any(|q| q.send_cq == cq || q.recv_cq == cq) {
+            return Err(VerbsError::Busy("completion queue is used by a QP"));
+        }
+        self.cqs.remove(&cq);
+        Ok(())
+    }
+
+    /// Takes up to `max` completions from `cq`, oldest first.
+    pub fn poll_cq(&mut self, cq: u32, max: usize) -> Result<Vec<WorkCompletion>> {
+        let q = self.cqs.get_mut(&cq).ok_or(VerbsError::NotFound("completion queue"))?;
+        let n = max.min(q.entries.len());
+        Ok(q.entries.drain(..n).collect())
+    }
+
+    /// Completions waiting in `cq`.
+    pub fn cq_len(&self, cq: u32) -> usize {
+        self.cqs.get(&cq).map_or(0, |q| q.entries.len())
+    }
+
+    pub fn create_qp(&mut self, pd: u32, init: &QpInitAttr) -> Result<u32> {
+        let lim = self.config.attr;
+        if !self.pds.contains(&pd) {
+            return Err(VerbsError::NotFound("protection domain"));
+        }
+        if !self.cqs.contains_key(&init.send_cq) || !self.cqs.contains_key(&init.recv_cq) {
+            return Err(VerbsError::NotFound("completion queue"));
+        }
+        let c = &init.cap;
+        if c.max_send_wr > lim.max_qp_wr || c.max_recv_wr > lim.max_qp_wr {
+            return Err(VerbsError::InvalidArgument("max_send_wr/max_recv_wr above max_qp_wr"));
+        }
+        if c.max_send_sge > lim.max_sge || c.max_recv_sge > lim.max_sge {
+            return Err(VerbsError::InvalidArgument("max_send_sge/max_recv_sge above max_sge"));
+        }
+        if c.max_inline_data > lim.max_inline_data {
+            return Err(VerbsError::InvalidArgument("max_inline_data above the device limit"));
+        }
+        if init.qp_type != QpType::Rc {
+            return Err(VerbsError::InvalidArgument("only RC QPs are implemented so far"));
+        }
+        if self.qps.len() >= lim.max_qp as usize {
+            return Err(VerbsError::Exhausted("queue pairs"));
+        }
+        let qpn = loop {
+            // 24-bit, never 0 or 1 (QP0/QP1 are the management QPs).
+            let q = self.rng.next_u32() & 0xff_ffff;
+            if q > 1 && !self.qps.contains_key(&q) {
+                break q;
+            }
+        };
+        self.qps.insert(qpn, Qp::new(qpn, pd, init));
+        Ok(qpn)
+    }
+
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+        self.qps.remove(&qpn).map(|_| ()).ok_or(VerbsError::NotFound("queue pair"))
+    }
+
+    pub fn qp_state(&self, qpn: u32) -> Result<QpState> {
+        self.qps.get(&qpn).map(|q| q.state).ok_or(VerbsError::NotFound("queue pair"))
+    }
+
+    /// `ibv_modify_qp`: validates the attributes for the transition, then applies them.
+    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<()> {
+        let lim = AttrLimits {
+            max_rd_atomic: self.config.attr.max_qp_rd_atom,
+            max_mtu: self.config.max_mtu,
+        };
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound("queue pair"))?;
+        let from = qp.state;
+        let to = validate(qp.qp_type, from, attr, lim)?;
+        if let Some(a) = attr.qp_access_flags {
+            qp.access = a;
+        }
+        if let Some(k) = attr.qkey {
+            qp.qkey = k;
+        }
+        if let Some(av) = attr.ah_attr {
+            qp.av = Some(av);
+        }
+        if let Some(m) = attr.path_mtu {
+            qp.mtu = m;
+        }
+        if let Some(t) = attr.timeout {
+            qp.timeout = t;
+        }
+        if let Some(r) = attr.retry_cnt {
+            qp.retry_cnt = r;
+        }
+        if let Some(r) = attr.rnr_retry {
+            qp.rnr_retry = r;
+        }
+        if let Some(t) = attr.min_rnr_timer {
+            qp.min_rnr_timer = t;
+        }
+        if let Some(n) = attr.max_rd_atomic {
+            qp.max_rd_atomic = n;
+        }
+        if let Some(n) = attr.max_dest_rd_atomic {
+            qp.max_dest_rd_atomic = n;
+        }
+        if let Some(d) = attr.dest_qp_num {
+            qp.dest_qpn = d;
+            qp.udp_sport = rc_udp_sport(qpn, d);
+        }
+        if let Some(p) = attr.rq_psn {
+            qp.resp.epsn = Psn::new(p);
+        }
+        if let Some(p) = attr.sq_psn {
+            let p = Psn::new(p);
+            qp.req.next_psn = p;
+            qp.req.high_psn = p;
+            qp.req.una = p;
+        }
+        match to {
+            QpState::Reset => qp.reset(),
+            QpState::Err => {
+                let mut ctx = Ctx {
+                    now: 0,
+                    mrs: &self.mrs,
+                    cqs: &mut self.cqs,
+                    events: &mut self.events,
+                };
+                qp.to_error(&mut ctx, None);
+            }
+            QpState::Rts if from == QpState::Rtr => {
+                qp.req.retries_left = qp.retry_cnt;
+                qp.req.rnr_retries_left = qp.rnr_retry;
+                qp.state = to;
+            }
+            _ => qp.state = to,
+        }
+        schedule(&mut self.active, qp);
+        Ok(())
+    }
+
+    /// `ibv_post_send` of one WR. Errors are synchronous and leave the queue unchanged.
+    pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<()> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound("queue pair"))?;
+        if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err(VerbsError::BadState { qpn, state: qp.state, what: "post_send needs RTS" });
+        }
+        if qp.sq.len() >= qp.cap.max_send_wr as usize {
+            return Err(VerbsError::Exhausted("send queue is full"));
+        }
+        let op = wr.opcode;
+        match &wr.data {
+            SendData::Sges(s) if s.len() > qp.cap.max_send_sge as usize => {
+                return Err(VerbsError::InvalidArgument("more SGEs than max_send_sge"));
+            }
+            SendData::Inline(d) if d.len() > qp.cap.max_inline_data as usize => {
+                return Err(VerbsError::InvalidArgument("inline data longer than max_inline_data"));
+            }
+            SendData::Inline(_) if op.is_read_or_atomic() => {
+                return Err(VerbsError::InvalidArgument("READ and atomics cannot be inline"));
+            }
+            _ => {}
+        }
+        let len = wr.length();
+        if op.is_atomic() && len != 8 {
+            return Err(VerbsError::InvalidArgument("atomics need 8 bytes of local memory"));
+        }
+        if op.is_read_or_atomic() && qp.max_rd_atomic == 0 {
+            return Err(VerbsError::InvalidArgument("READ/atomic on a QP with max_rd_atomic 0"));
+        }
+        if len > MAX_MESSAGE {
+            return Err(VerbsError::InvalidArgument("message longer than 2^31 bytes"));
+        }
+        if !matches!(
+            op,
+            WrOpcode::Send
+                | WrOpcode::SendWithImm
+                | WrOpcode::RdmaWrite
+                | WrOpcode::RdmaWriteWithImm
+                | WrOpcode::RdmaRead
+                | WrOpcode::AtomicCmpAndSwp
+                | WrOpcode::AtomicFetchAndAdd
+        ) {
+            return Err(VerbsError::InvalidArgument("opcode not supported on this QP type"));
+        }
+        qp.sq.push_back(SendWqe {
+            wr,
+            len,
+            segs: Vec::new(),
+            started: false,
+            first_psn: Psn::new(0),
+            npkts: 0,
+            local_error: None,
+        });
+        if qp.state == QpState::Err {
+            let mut ctx = Ctx { now: 0, mrs: &self.mrs, cqs: &mut self.cqs, events: &mut self.events };
+            qp.flush(&mut ctx);
+        }
+        schedule(&mut self.active, qp);
+        Ok(())
+    }
+
+    /// `ibv_post_recv` of one WR.
+    pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<()> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound("queue pair"))?;
+        if qp.state == QpState::Reset {
+            return Err(VerbsError::BadState { qpn, state: qp.state, what: "post_recv needs INIT or later" });
+        }
+        if qp.rq.len() >= qp.cap.max_recv_wr as usize {
+            return Err(VerbsError::Exhausted("receive queue is full"));
+        }
+        if wr.sges.len() > qp.cap.max_recv_sge as usize {
+            return Err(VerbsError::InvalidArgument("more SGEs than max_recv_sge"));
+        }
+        qp.rq.push_back(wr);
+        if qp.state == QpState::Err {
+            let mut ctx = Ctx { now: 0, mrs: &self.mrs, cqs: &mut self.cqs, events: &mut self.events };
+            qp.flush(&mut ctx);
+        }
+        Ok(())
+    }
+
+    /// A UDP payload that arrived from `src`, with its ICRC already checked by the driver.
+    pub fn handle_packet(&mut self, now: Nanos, src: Gid, data: &[u8]) {
+        self.stats.rx_packets += 1;
+        let Ok(pkt) = PacketRepr::parse(data) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qpn) else {
+            self.stats.rx_unknown_qp += 1;
+            return;
+        };
+        let Ok(info) = pkt.bth.opcode.info() else { return };
+        if info.transport != Transport::Rc || qp.av.map(|a| a.dgid) != Some(src) {
+            self.stats.rx_wrong_peer += 1;
+            return;
+        }
+        let mut ctx = Ctx { now, mrs: &self.mrs, cqs: &mut self.cqs, events: &mut self.events };
+        match info.operation {
+            Operation::Acknowledge | Operation::ReadResponse | Operation::AtomicAcknowledge => {
+                qp.handle_response(&mut ctx, &pkt)
+            }
+            _ => qp.handle_request(&mut ctx, &pkt),
+        }
+        schedule(&mut self.active, qp);
+    }
+
+    /// Fires every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        for qp in self.qps.values_mut() {
+            if qp.next_deadline().is_some_and(|t| t <= now) {
+                let mut ctx = Ctx { now, mrs: &self.mrs, cqs: &mut self.cqs, events: &mut self.events };
+                if qp.handle_timers(&mut ctx) {
+                    schedule(&mut self.active, qp);
+                }
+            }
+        }
+    }
+
+    /// The earliest time `handle_timeout` has work to do.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        self.qps.values().filter_map(|q| q.next_deadline()).min()
+    }
+
+    /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`] bytes).
+    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        assert!(buf.len() >= MAX_PACKET, "poll_transmit needs a buffer of MAX_PACKET bytes");
+        while let Some(qpn) = self.active.pop_front() {
+            let Some(qp) = self.qps.get_mut(&qpn) else { continue };
+            qp.scheduled = false;
+            let mut ctx = Ctx { now, mrs: &self.mrs, cqs: &mut self.cqs, events: &mut self.events };
+            let len = match qp.next_response(buf) {
+                Some(len) => Some(len),
+                None => qp.next_request(&mut ctx, buf),
+            };
+            if let Some(len) = len {
+                schedule(&mut self.active, qp);
+                self.stats.tx_packets += 1;
+                let dest = qp.av.map(|a| a.dgid).unwrap_or_default();
+                return Some(Transmit { dest, src_port: qp.udp_sport, len });
+            }
+        }
+        None
+    }
+
+    /// The next asynchronous event, if any.
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+}

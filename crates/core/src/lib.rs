@@ -1,0 +1,32 @@
+//! The sans-IO heart of oxrdma: verbs objects (protection domains, memory regions,
+//! completion queues, queue pairs) and the RoCEv2 reliable-connected transport as pure
+//! logic. Packets and time go in; packets, memory effects and completions come out. No
+//! sockets, threads or clocks: drivers (UDP, the simulator) provide those.
+
+mod attr;
+mod completer;
+mod cq;
+mod engine;
+mod error;
+mod gid;
+pub mod memory;
+mod mr;
+mod qp;
+mod requester;
+mod responder;
+pub mod verbs;
+mod wr;
+
+pub use attr::{mask, AddressVector, QpAttr, QpCap, QpInitAttr};
+pub use engine::{DeviceAttr, Engine, EngineConfig, Stats, Transmit, MAX_PACKET};
+pub use error::{Result, VerbsError};
+pub use gid::{rc_udp_sport, Gid};
+pub use memory::SharedBuffer;
+pub use mr::MemoryRegion;
+pub use verbs::{
+    Access, AsyncEvent, EventType, Mtu, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode,
+};
+pub use wr::{RecvWr, SendData, SendWr, Sge, WorkCompletion};
+
+/// Time in nanoseconds on the driver's clock (virtual in the simulator).
+pub type Nanos = u64;

@@ -1,0 +1,134 @@
+//! Memory regions and the key checks every access goes through.
+
+use crate::memory::SharedBuffer;
+use crate::verbs::Access;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A registered memory region.
+#[derive(Debug, Clone)]
+pub struct MemoryRegion {
+    pub pd: u32,
+    pub buffer: Arc<SharedBuffer>,
+    /// The virtual address of the first byte as peers name it (by default the buffer's
+    /// address, as `ibv_reg_mr` does).
+    pub iova: u64,
+    pub access: Access,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+impl MemoryRegion {
+    /// Offset of `[addr, addr+len)` in the buffer, if the range lies inside the region.
+    pub fn offset_of(&self, addr: u64, len: u64) -> Option<usize> {
+        let off = addr.checked_sub(self.iova)?;
+        let end = off.checked_add(len)?;
+        (end <= self.buffer.len() as u64).then_some(off as usize)
+    }
+}
+
+/// A range of registered memory the engine may touch: buffer and offset.
+#[derive(Debug, Clone)]
+pub(crate) struct Segment {
+    pub buffer: Arc<SharedBuffer>,
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// Every MR of a device, by key.
+#[derive(Debug, Default)]
+pub(crate) struct MrTable {
+    by_lkey: HashMap<u32, MemoryRegion>,
+    rkey_to_lkey: HashMap<u32, u32>,
+}
+
+impl MrTable {
+    pub fn insert(&mut self, mr: MemoryRegion) {
+        self.rkey_to_lkey.insert(mr.rkey, mr.lkey);
+        self.by_lkey.insert(mr.lkey, mr);
+    }
+    pub fn remove(&mut self, lkey: u32) -> Option<MemoryRegion> {
+        let mr = self.by_lkey.remove(&lkey)?;
+        self.rkey_to_lkey.remove(&mr.rkey);
+        Some(mr)
+    }
+    /// True when `key` is already in use as an lkey or an rkey.
+    pub fn key_taken(&self, key: u32) -> bool {
+        self.by_lkey.contains_key(&key) || self.rkey_to_lkey.contains_key(&key)
+    }
+    pub fn count_in_pd(&self, pd: u32) -> usize {
+        self.by_lkey.values().filter(|m| m.pd == pd).count()
+    }
+
+    /// Resolves a local SGE list for an access needing `need`; None on any bad key, PD,
+    /// bounds or permission (→ LOC_PROT_ERR).
+    pub fn local(&self, pd: u32, sges: &[crate::Sge], need: Access) -> Option<Vec<Segment>> {
+        sges.iter()
+            .filter(|s| s.length > 0)
+            .map(|s| {
+                let mr = self.by_lkey.get(&s.lkey).filter(|m| m.pd == pd)?;
+                if !mr.access.contains(need) {
+                    return None;
+                }
+                let offset = mr.offset_of(s.addr, u64::from(s.length))?;
+                Some(Segment { buffer: mr.buffer.clone(), offset, len: s.length as usize })
+            })
+            .collect()
+    }
+
+    /// Resolves a remote access of `len` bytes at `va` with `rkey`; None on any bad key, PD,
+    /// bounds or permission (→ NAK remote access error).
+    pub fn remote(&self, pd: u32, rkey: u32, va: u64, len: u64, need: Access) -> Option<Segment> {
+        let lkey = self.rkey_to_lkey.get(&rkey)?;
+        let mr = self.by_lkey.get(lkey).filter(|m| m.pd == pd)?;
+        if !mr.access.contains(need) {
+            return None;
+        }
+        let offset = mr.offset_of(va, len)?;
+        Some(Segment { buffer: mr.buffer.clone(), offset, len: len as usize })
+    }
+}
+
+/// Walks `len` bytes of a scatter/gather list starting `at` bytes in, calling `f` with each
+/// segment, the offset in its buffer, and the matching range of the caller's bytes.
+fn sg_walk(
+    segs: &[Segment],
+    mut at: usize,
+    len: usize,
+    mut f: impl FnMut(&Segment, usize, core::ops::Range<usize>) -> bool,
+) -> bool {
+    let mut done = 0;
+    for s in segs {
+        if done == len {
+            break;
+        }
+        if at >= s.len {
+            at -= s.len;
+            continue;
+        }
+        let n = (s.len - at).min(len - done);
+        if !f(s, s.offset + at, done..done + n) {
+            return false;
+        }
+        done += n;
+        at = 0;
+    }
+    done == len
+}
+
+/// Copies bytes of the list, from `at` on, into `out`; false if the list is too short.
+pub(crate) fn gather(segs: &[Segment], at: usize, out: &mut [u8]) -> bool {
+    sg_walk(segs, at, out.len(), |s, off, r| s.buffer.read(off, &mut out[r]))
+}
+
+/// Copies `data` into the list from `at` on; false if the list is too short.
+pub(crate) fn scatter(segs: &[Segment], at: usize, data: &[u8]) -> bool {
+    sg_walk(segs, at, data.len(), |s, off, r| s.buffer.write(off, &data[r]))
+}
+
+
+impl MrTable {
+    pub fn count_all(&self) -> usize {
+        self.by_lkey.len()
+    }
+}

@@ -1,0 +1,234 @@
+//! A queue pair: its attributes, queues and state machine. The requester, completer and
+//! responder (in their own files) operate on this struct.
+
+use crate::attr::{AddressVector, QpCap, QpInitAttr};
+use crate::cq::Cq;
+use crate::mr::{MrTable, Segment};
+use crate::responder::RespState;
+use crate::verbs::{Access, AsyncEvent, EventType, Mtu, QpState, QpType, WcOpcode, WcStatus};
+use crate::wr::{RecvWr, SendWr, WorkCompletion};
+use crate::Nanos;
+use oxrdma_wire::Psn;
+use std::collections::{BTreeMap, VecDeque};
+
+/// What a QP needs from the rest of the engine while it processes an event.
+pub(crate) struct Ctx<'a> {
+    pub now: Nanos,
+    pub mrs: &'a MrTable,
+    pub cqs: &'a mut BTreeMap<u32, Cq>,
+    pub events: &'a mut VecDeque<AsyncEvent>,
+}
+
+impl Ctx<'_> {
+    pub fn complete(&mut self, cq: u32, wc: WorkCompletion) {
+        if let Some(c) = self.cqs.get_mut(&cq) {
+            if c.push(wc) {
+                self.events.push_back(AsyncEvent::Cq { cq, event: EventType::CqErr });
+            }
+        }
+    }
+}
+
+/// A send WR as the requester tracks it.
+#[derive(Debug)]
+pub(crate) struct SendWqe {
+    pub wr: SendWr,
+    pub len: u64,
+    /// Local memory, resolved when the WQE is first sent (None for inline data).
+    pub segs: Vec<Segment>,
+    pub started: bool,
+    pub first_psn: Psn,
+    /// PSNs the WQE consumes (READ: one per response packet).
+    pub npkts: u32,
+    /// A local error found when starting it; reported when it reaches the front.
+    pub local_error: Option<WcStatus>,
+}
+
+impl SendWqe {
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts - 1)
+    }
+    /// True when `psn` is one of this WQE's PSNs.
+    pub fn holds(&self, psn: Psn) -> bool {
+        self.started && psn.in_window(self.first_psn, self.npkts)
+    }
+}
+
+/// Requester and completer state.
+#[derive(Debug, Default)]
+pub(crate) struct ReqState {
+    /// PSN of the next packet to send.
+    pub next_psn: Psn,
+    /// One past the highest PSN ever sent.
+    pub high_psn: Psn,
+    /// Oldest PSN not yet acknowledged (the completer's expected PSN).
+    pub una: Psn,
+    /// Index in the send queue of the WQE being sent, and byte offset into it.
+    pub idx: usize,
+    pub off: u64,
+    /// Packets sent since the last one with AckReq.
+    pub since_ack_req: u32,
+    pub retries_left: u8,
+    pub rnr_retries_left: u8,
+    pub retrans_deadline: Option<Nanos>,
+    /// After an RNR NAK: when to resume, and from which PSN.
+    pub rnr_wait: Option<(Nanos, Psn)>,
+    /// Set after a go-back triggered by an out-of-order response, so later out-of-order
+    /// responses of the same burst do not trigger another.
+    pub retry_psn: Option<Psn>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Qp {
+    pub qpn: u32,
+    pub qp_type: QpType,
+    pub pd: u32,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub cap: QpCap,
+    pub sq_sig_all: bool,
+    pub state: QpState,
+    pub access: Access,
+    pub qkey: u32,
+    pub av: Option<AddressVector>,
+    pub mtu: Mtu,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub dest_qpn: u32,
+    pub udp_sport: u16,
+    pub sq: VecDeque<SendWqe>,
+    pub rq: VecDeque<RecvWr>,
+    pub req: ReqState,
+    pub resp: RespState,
+    /// Waiting in the engine's transmit round-robin.
+    pub scheduled: bool,
+}
+
+impl Qp {
+    pub fn new(qpn: u32, pd: u32, init: &QpInitAttr) -> Qp {
+        Qp {
+            qpn,
+            qp_type: init.qp_type,
+            pd,
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            cap: init.cap,
+            sq_sig_all: init.sq_sig_all,
+            state: QpState::Reset,
+            access: Access::empty(),
+            qkey: 0,
+            av: None,
+            mtu: Mtu::Mtu1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            dest_qpn: 0,
+            udp_sport: 0xc000,
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            req: ReqState::default(),
+            resp: RespState::default(),
+            scheduled: false,
+        }
+    }
+
+    /// The local ACK timeout in nanoseconds, or None for "wait forever" (timeout 0).
+    pub fn ack_timeout(&self) -> Option<Nanos> {
+        (self.timeout != 0).then(|| 4096u64 << self.timeout)
+    }
+
+    /// Completes the front send WQE with `status` (if signalled or an error).
+    pub fn complete_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
+        let Some(w) = self.sq.pop_front() else { return };
+        // The requester's cursor indexes the queue: shift it, or restart it if it pointed
+        // at the WQE just removed.
+        if self.req.idx == 0 {
+            self.req.off = 0;
+        } else {
+            self.req.idx -= 1;
+        }
+        let signaled = self.sq_sig_all || w.wr.flags.contains(crate::SendFlags::SIGNALED);
+        if status != WcStatus::Success || signaled {
+            ctx.complete(
+                self.send_cq,
+                WorkCompletion {
+                    wr_id: w.wr.wr_id,
+                    status,
+                    opcode: w.wr.opcode.wc_opcode(),
+                    byte_len: w.len as u32,
+                    imm: None,
+                    qp_num: self.qpn,
+                    src_qp: 0,
+                },
+            );
+        }
+    }
+
+    /// Moves the QP to ERR: every outstanding WR completes with WR_FLUSH_ERR. Replies already
+    /// queued (a final NAK among them) are still sent.
+    pub fn to_error(&mut self, ctx: &mut Ctx<'_>, event: Option<EventType>) {
+        if self.state == QpState::Err {
+            return;
+        }
+        self.state = QpState::Err;
+        if let Some(event) = event {
+            ctx.events.push_back(AsyncEvent::Qp { qpn: self.qpn, event });
+        }
+        self.flush(ctx);
+        self.req.retrans_deadline = None;
+        self.req.rnr_wait = None;
+    }
+
+    /// Completes everything queued with WR_FLUSH_ERR (used in and on entry to ERR).
+    pub fn flush(&mut self, ctx: &mut Ctx<'_>) {
+        while !self.sq.is_empty() {
+            self.complete_front(ctx, WcStatus::WrFlushErr);
+        }
+        if let Some(r) = self.resp.recv.take() {
+            self.flush_recv(ctx, r.wr_id);
+        }
+        while let Some(r) = self.rq.pop_front() {
+            self.flush_recv(ctx, r.wr_id);
+        }
+    }
+
+    fn flush_recv(&mut self, ctx: &mut Ctx<'_>, wr_id: u64) {
+        ctx.complete(
+            self.recv_cq,
+            WorkCompletion {
+                wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm: None,
+                qp_num: self.qpn,
+                src_qp: 0,
+            },
+        );
+    }
+
+    /// Back to RESET: queues are emptied without completions, as libibverbs specifies.
+    pub fn reset(&mut self) {
+        self.state = QpState::Reset;
+        self.sq.clear();
+        self.rq.clear();
+        self.req = ReqState::default();
+        self.resp = RespState::default();
+    }
+
+    /// The earliest deadline this QP is waiting for.
+    pub fn next_deadline(&self) -> Option<Nanos> {
+        let rnr = self.req.rnr_wait.map(|(t, _)| t);
+        match (self.req.retrans_deadline, rnr) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! The requester: turns send WQEs into request packets, segmenting by path MTU, and
+//! rewinds for go-back-N retransmission.
+
+use crate::mr::gather;
+use crate::qp::{Ctx, Qp};
+use crate::verbs::{Access, QpState, WcStatus, WrOpcode};
+use crate::wr::SendData;
+use oxrdma_wire::{AtomicEthRepr, BthRepr, ExtHeaders, Opcode, PacketRepr, Psn, RethRepr};
+
+/// Most PSNs in flight (sent, not acknowledged) per QP.
+pub(crate) const WINDOW: u32 = 512;
+/// AckReq at least this often inside long messages (Linux rxe: every 64+ packets).
+pub(crate) const ACK_REQ_EVERY: u32 = 64;
+/// Largest message, as in the InfiniBand spec.
+pub(crate) const MAX_MESSAGE: u64 = 1 << 31;
+
+/// Writes ICRC placeholder and pad after a payload of `n` bytes at `hlen`; returns the
+/// packet length.
+pub(crate) fn finish_packet(buf: &mut [u8], hlen: usize, n: usize) -> usize {
+    let pad = usize::from(oxrdma_wire::packet::pad_for(n));
+    let end = hlen + n + pad + oxrdma_wire::icrc::ICRC_LEN;
+    buf[hlen + n..end].fill(0);
+    end
+}
+
+/// The BTH of a packet this QP sends.
+pub(crate) fn bth(qp: &Qp, opcode: Opcode, psn: Psn, ack_req: bool, solicited: bool) -> BthRepr {
+    BthRepr {
+        opcode,
+        solicited,
+        migreq: false,
+        pkey: oxrdma_wire::DEFAULT_PKEY,
+        fecn: false,
+        becn: false,
+        dest_qpn: qp.dest_qpn,
+        ack_req,
+        psn,
+    }
+}
+
+/// Opcode of a SEND/WRITE packet by operation and position.
+fn send_write_opcode(op: WrOpcode, first: bool, last: bool) -> Opcode {
+    let base = match (op, first, last) {
+        (WrOpcode::Send, true, true) => 0x04,
+        (WrOpcode::SendWithImm, true, true) => 0x05,
+        (WrOpcode::Send | WrOpcode::SendWithImm, true, false) => 0x00,
+        (WrOpcode::Send | WrOpcode::SendWithImm, false, false) => 0x01,
+        (WrOpcode::Send, false, true) => 0x02,
+        (WrOpcode::SendWithImm, false, true) => 0x03,
+        (WrOpcode::RdmaWrite, true, true) => 0x0a,
+        (WrOpcode::RdmaWriteWithImm, true, true) => 0x0b,
+        (_, true, false) => 0x06,
+        (_, false, false) => 0x07,
+        (WrOpcode::RdmaWrite, false, true) => 0x08,
+        (WrOpcode::RdmaWriteWithImm, false, true) => 0x09,
+        _ => unreachable!("READ and atomics are not segmented"),
+    };
+    Opcode(base)
+}
+
+impl Qp {
+    /// PSNs a WQE of `len` bytes consumes.
+    pub(crate) fn packets_for(&self, len: u64) -> u32 {
+        let mtu = self.mtu.bytes() as u64;
+        len.div_ceil(mtu).max(1) as u32
+    }
+
+    /// May the WQE at `idx` start now (fence and max_rd_atomic)?
+    fn may_start(&self, idx: usize) -> bool {
+        let w = &self.sq[idx];
+        let earlier_reads = self.sq.iter().take(idx).filter(|e| e.wr.opcode.is_read_or_atomic());
+        if w.wr.flags.contains(crate::SendFlags::FENCE) && earlier_reads.clone().next().is_some() {
+            return false;
+        }
+        !w.wr.opcode.is_read_or_atomic() || earlier_reads.count() < usize::from(self.max_rd_atomic)
+    }
+
+    /// Resolves the WQE's local memory and assigns its PSNs.
+    fn start(&mut self, ctx: &Ctx<'_>, idx: usize) -> Result<(), WcStatus> {
+        let pd = self.pd;
+        let first_psn = self.req.next_psn;
+        let w = &self.sq[idx];
+        if w.len > MAX_MESSAGE {
+            return Err(WcStatus::LocLenErr);
+        }
+        let segs = match &w.wr.data {
+            SendData::Inline(_) => Vec::new(),
+            SendData::Sges(sges) => {
+                let need = if w.wr.opcode.is_read_or_atomic() {
+                    Access::LOCAL_WRITE
+                } else {
+                    Access::empty()
+                };
+                ctx.mrs.local(pd, sges, need).ok_or(WcStatus::LocProtErr)?
+            }
+        };
+        let npkts = if w.wr.opcode.is_atomic() { 1 } else { self.packets_for(w.len) };
+        let w = &mut self.sq[idx];
+        w.segs = segs;
+        w.first_psn = first_psn;
+        w.npkts = npkts;
+        w.started = true;
+        Ok(())
+    }
+
+    /// The next request packet, written into `buf`; returns its length.
+    pub(crate) fn next_request(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        if self.state != QpState::Rts && self.state != QpState::Sqd {
+            return None;
+        }
+        if self.req.rnr_wait.is_some() || self.req.idx >= self.sq.len() {
+            return None;
+        }
+        if self.req.una.distance_to(self.req.next_psn) >= WINDOW {
+            return None;
+        }
+        let idx = self.req.idx;
+        if !self.sq[idx].started {
+            if self.state == QpState::Sqd || self.sq[idx].local_error.is_some() {
+                return None;
+            }
+            if !self.may_start(idx) {
+                return None;
+            }
+            if let Err(status) = self.start(ctx, idx) {
+                self.sq[idx].local_error = Some(status);
+                self.report_local_errors(ctx);
+                return None;
+            }
+        }
+        let len = self.build_request(idx, buf);
+        if self.req.retrans_deadline.is_none() {
+            self.req.retrans_deadline = self.ack_timeout().map(|t| ctx.now + t);
+        }
+        Some(len)
+    }
+
+    /// Builds the packet at the requester's cursor and advances the cursor.
+    fn build_request(&mut self, idx: usize, buf: &mut [u8]) -> usize {
+        let mtu = self.mtu.bytes() as u64;
+        let psn = self.req.next_psn;
+        let w = &self.sq[idx];
+        let wr = &w.wr;
+        let off = self.req.off;
+        let mut ext = ExtHeaders::default();
+        let (opcode, n, advance, done, mut ack_req) = match wr.opcode {
+            WrOpcode::RdmaRead => {
+                let remaining = w.len - off;
+                ext.reth = Some(RethRepr {
+                    virtual_address: wr.remote_addr.wrapping_add(off),
+                    rkey: wr.rkey,
+                    dma_length: remaining as u32,
+                });
+                (Opcode::RC_RDMA_READ_REQUEST, 0, self.packets_for(remaining), true, true)
+            }
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+                let cas = wr.opcode == WrOpcode::AtomicCmpAndSwp;
+                ext.atomic_eth = Some(AtomicEthRepr {
+                    virtual_address: wr.remote_addr,
+                    rkey: wr.rkey,
+                    swap_add: if cas { wr.swap } else { wr.compare_add },
+                    compare: if cas { wr.compare_add } else { 0 },
+                });
+                let op = if cas { Opcode::RC_COMPARE_SWAP } else { Opcode::RC_FETCH_ADD };
+                (op, 0, 1, true, true)
+            }
+            op => {
+                let n = mtu.min(w.len - off);
+                let (first, last) = (off == 0, off + n == w.len);
+                let is_write = matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm);
+                if first && is_write {
+                    ext.reth = Some(RethRepr {
+                        virtual_address: wr.remote_addr,
+                        rkey: wr.rkey,
+                        dma_length: w.len as u32,
+                    });
+                }
+                if last && matches!(op, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm) {
+                    ext.immdt = Some(wr.imm);
+                }
+                (send_write_opcode(op, first, last), n as usize, 1, last, last)
+            }
+        };
+        let after = psn.add(advance);
+        ack_req |= self.req.since_ack_req + 1 >= ACK_REQ_EVERY
+            || self.req.una.distance_to(after) >= WINDOW;
+        let solicited = done && wr.flags.contains(crate::SendFlags::SOLICITED);
+        let repr = PacketRepr { bth: bth(self, opcode, psn, ack_req, solicited), ext, payload: &[] };
+        let hlen = repr.emit_headers_for(n, buf).expect("requester builds valid packets");
+        let payload = &mut buf[hlen..hlen + n];
+        match &w.wr.data {
+            SendData::Inline(data) => payload.copy_from_slice(&data[off as usize..off as usize + n]),
+            SendData::Sges(_) => {
+                // Bounds were checked when the WQE started; the buffer cannot shrink.
+                let ok = gather(&w.segs, off as usize, payload);
+                debug_assert!(ok);
+            }
+        }
+        let total = crate::requester::finish_packet(buf, hlen, n);
+        let r = &mut self.req;
+        r.next_psn = after;
+        if r.high_psn.before(after) {
+            r.high_psn = after;
+        }
+        r.since_ack_req = if ack_req { 0 } else { r.since_ack_req + 1 };
+        if done {
+            r.idx += 1;
+            r.off = 0;
+        } else {
+            r.off += n as u64;
+        }
+        total
+    }
+
+    /// Go-back-N: the next packet sent will be the one with PSN `from` (or, if that PSN
+    /// belonged to a WQE already completed, the first outstanding one after it).
+    pub(crate) fn rewind(&mut self, from: Psn) {
+        let mtu = self.mtu.bytes() as u64;
+        let found = self.sq.iter().position(|w| w.started && !w.last_psn().before(from));
+        let r = &mut self.req;
+        match found {
+            Some(i) => {
+                let w = &self.sq[i];
+                let from = if w.holds(from) { from } else { w.first_psn };
+                r.idx = i;
+                r.off = u64::from(w.first_psn.distance_to(from)) * mtu;
+                r.next_psn = from;
+            }
+            None => {
+                // Nothing sent at or after `from`: continue with the first unsent WQE.
+                r.idx = self.sq.iter().position(|w| !w.started).unwrap_or(self.sq.len());
+                r.off = 0;
+                r.next_psn = r.high_psn;
+            }
+        }
+        r.since_ack_req = 0;
+    }
+
+    /// Reports a local error of the front WQE once everything before it has completed.
+    pub(crate) fn report_local_errors(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some(status) = self.sq.front().and_then(|w| w.local_error) {
+            self.complete_front(ctx, status);
+            self.to_error(ctx, None);
+        }
+    }
+}

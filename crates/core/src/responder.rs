@@ -1,0 +1,397 @@
+//! The responder: accepts requests in PSN order, executes them against registered memory,
+//! consumes receive WQEs, and queues ACKs, NAKs, READ responses and atomic ACKs.
+
+use crate::mr::{scatter, Segment};
+use crate::qp::{Ctx, Qp};
+use crate::requester::{bth, finish_packet};
+use crate::verbs::{Access, EventType, QpState, WcOpcode, WcStatus};
+use crate::wr::WorkCompletion;
+use oxrdma_wire::aeth::INVALID_CREDIT;
+use oxrdma_wire::{
+    AethRepr, AtomicAckEthRepr, ExtHeaders, NakCode, Opcode, OpcodeInfo, Operation, PacketRepr,
+    Psn, Syndrome,
+};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+
+/// Atomic results remembered for replaying duplicate atomics.
+const ATOMIC_CACHE: usize = 64;
+
+/// A receive WQE being filled by a multi-packet SEND.
+#[derive(Debug)]
+pub(crate) struct RecvProgress {
+    pub wr_id: u64,
+    segs: Vec<Segment>,
+    off: usize,
+}
+
+/// A multi-packet RDMA WRITE in progress.
+#[derive(Debug)]
+struct WriteProgress {
+    seg: Option<Segment>,
+    off: usize,
+    total: usize,
+}
+
+/// READ response data still to send.
+#[derive(Debug)]
+struct ReadReply {
+    first_psn: Psn,
+    next_psn: Psn,
+    seg: Option<Segment>,
+    sent: usize,
+    len: usize,
+    msn: u32,
+}
+
+/// A reply waiting to be sent.
+#[derive(Debug)]
+enum Reply {
+    Ack { psn: Psn, syndrome: Syndrome, msn: u32 },
+    AtomicAck { psn: Psn, original: u64, msn: u32 },
+    Read(ReadReply),
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RespState {
+    /// The only PSN accepted next.
+    pub epsn: Psn,
+    /// Messages completed (24-bit on the wire).
+    pub msn: u32,
+    /// A PSN-sequence NAK went out for the current gap.
+    nak_sent: bool,
+    pub recv: Option<RecvProgress>,
+    write: Option<WriteProgress>,
+    replies: VecDeque<Reply>,
+    atomics: VecDeque<(Psn, u64)>,
+}
+
+/// What happened to an in-order request.
+enum Outcome {
+    Accepted,
+    /// No receive WQE: RNR NAK, PSN not consumed.
+    Rnr,
+}
+
+impl RespState {
+    fn push_ack(&mut self, psn: Psn, syndrome: Syndrome, msn: u32) {
+        // Coalesce: a newer positive ACK covers an older one not yet sent.
+        if let (Syndrome::Ack { .. }, Some(Reply::Ack { syndrome: Syndrome::Ack { .. }, .. })) =
+            (syndrome, self.replies.back())
+        {
+            self.replies.pop_back();
+        }
+        self.replies.push_back(Reply::Ack { psn, syndrome, msn });
+    }
+
+    fn reads_queued(&self) -> usize {
+        self.replies.iter().filter(|r| !matches!(r, Reply::Ack { .. })).count()
+    }
+}
+
+const ACK: Syndrome = Syndrome::Ack { credits: INVALID_CREDIT };
+
+impl Qp {
+    /// A request-type packet for this QP's responder.
+    pub(crate) fn handle_request(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
+        if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        let psn = pkt.bth.psn;
+        let r = &mut self.resp;
+        match psn.diff(r.epsn) {
+            d if d > 0 => {
+                if !r.nak_sent {
+                    r.nak_sent = true;
+                    let (epsn, msn) = (r.epsn, r.msn);
+                    r.push_ack(epsn, Syndrome::Nak(NakCode::PsnSequenceError), msn);
+                }
+                return;
+            }
+            d if d < 0 => return self.duplicate(ctx, pkt),
+            _ => {}
+        }
+        let Ok(info) = pkt.bth.opcode.info() else { return };
+        let result = match info.operation {
+            Operation::Send | Operation::SendWithImm => self.recv_send(ctx, pkt, &info),
+            Operation::Write | Operation::WriteWithImm => self.recv_write(ctx, pkt, &info),
+            Operation::ReadRequest => self.recv_read(ctx, pkt),
+            Operation::CompareSwap | Operation::FetchAdd => self.recv_atomic(ctx, pkt),
+            _ => Err(NakCode::InvalidRequest),
+        };
+        let r = &mut self.resp;
+        match result {
+            Ok(Outcome::Accepted) => {
+                r.nak_sent = false;
+                let replies_itself =
+                    matches!(info.operation, Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd);
+                if pkt.bth.ack_req && !replies_itself {
+                    let msn = r.msn;
+                    r.push_ack(psn, ACK, msn);
+                }
+            }
+            Ok(Outcome::Rnr) => {
+                let msn = r.msn;
+                r.push_ack(psn, Syndrome::RnrNak { timer: self.min_rnr_timer }, msn);
+            }
+            Err(code) => {
+                let msn = r.msn;
+                r.push_ack(psn, Syndrome::Nak(code), msn);
+                let event = match code {
+                    NakCode::RemoteAccessError => EventType::QpAccessErr,
+                    NakCode::InvalidRequest => EventType::QpReqErr,
+                    _ => EventType::QpFatal,
+                };
+                self.to_error(ctx, Some(event));
+            }
+        }
+    }
+
+    fn recv_complete(&self, ctx: &mut Ctx<'_>, wr_id: u64, status: WcStatus, op: WcOpcode, len: usize, imm: Option<u32>) {
+        ctx.complete(
+            self.recv_cq,
+            WorkCompletion {
+                wr_id,
+                status,
+                opcode: op,
+                byte_len: len as u32,
+                imm,
+                qp_num: self.qpn,
+                src_qp: self.dest_qpn,
+            },
+        );
+    }
+
+    /// Checks a packet's payload length against its position in the message.
+    fn length_ok(&self, info: &OpcodeInfo, n: usize) -> bool {
+        match info.position {
+            oxrdma_wire::Position::First | oxrdma_wire::Position::Middle => n == self.mtu.bytes(),
+            _ => n <= self.mtu.bytes(),
+        }
+    }
+
+    fn recv_send(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>, info: &OpcodeInfo) -> Result<Outcome, NakCode> {
+        if info.position.starts_message() {
+            if self.resp.recv.is_some() {
+                return Err(NakCode::InvalidRequest);
+            }
+            let Some(wr) = self.rq.pop_front() else { return Ok(Outcome::Rnr) };
+            let Some(segs) = ctx.mrs.local(self.pd, &wr.sges, Access::LOCAL_WRITE) else {
+                self.recv_complete(ctx, wr.wr_id, WcStatus::LocProtErr, WcOpcode::Recv, 0, None);
+                return Err(NakCode::RemoteOperationalError);
+            };
+            self.resp.recv = Some(RecvProgress { wr_id: wr.wr_id, segs, off: 0 });
+        }
+        if !self.length_ok(info, pkt.payload.len()) {
+            return Err(NakCode::InvalidRequest);
+        }
+        let Some(rp) = self.resp.recv.as_mut() else { return Err(NakCode::InvalidRequest) };
+        if !scatter(&rp.segs, rp.off, pkt.payload) {
+            let wr_id = rp.wr_id;
+            self.resp.recv = None;
+            self.recv_complete(ctx, wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0, None);
+            return Err(NakCode::InvalidRequest);
+        }
+        rp.off += pkt.payload.len();
+        if info.position.ends_message() {
+            let rp = self.resp.recv.take().expect("checked above");
+            self.recv_complete(ctx, rp.wr_id, WcStatus::Success, WcOpcode::Recv, rp.off, pkt.ext.immdt);
+            self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+        }
+        self.resp.epsn = self.resp.epsn.next();
+        Ok(Outcome::Accepted)
+    }
+
+    /// Resolves remote access to `[va, va+len)` with `rkey`, checking the QP's access flags
+    /// too. Zero-length accesses check nothing, as the spec allows.
+    fn remote(&self, ctx: &Ctx<'_>, rkey: u32, va: u64, len: u64, need: Access) -> Result<Option<Segment>, NakCode> {
+        if len == 0 {
+            return Ok(None);
+        }
+        if !self.access.contains(need) {
+            return Err(NakCode::RemoteAccessError);
+        }
+        ctx.mrs.remote(self.pd, rkey, va, len, need).map(Some).ok_or(NakCode::RemoteAccessError)
+    }
+
+    fn recv_write(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>, info: &OpcodeInfo) -> Result<Outcome, NakCode> {
+        let n = pkt.payload.len();
+        let ends = info.position.ends_message();
+        let with_imm = info.operation == Operation::WriteWithImm;
+        if ends && with_imm && self.rq.is_empty() {
+            // Before touching anything, so the retried packet finds the same state.
+            return Ok(Outcome::Rnr);
+        }
+        if info.position.starts_message() {
+            if self.resp.write.is_some() {
+                return Err(NakCode::InvalidRequest);
+            }
+            let reth = pkt.ext.reth.ok_or(NakCode::InvalidRequest)?;
+            let total = reth.dma_length as usize;
+            if u64::from(reth.dma_length) > crate::requester::MAX_MESSAGE {
+                return Err(NakCode::InvalidRequest);
+            }
+            let seg = self.remote(ctx, reth.rkey, reth.virtual_address, total as u64, Access::REMOTE_WRITE)?;
+            self.resp.write = Some(WriteProgress { seg, off: 0, total });
+        }
+        if !self.length_ok(info, n) {
+            return Err(NakCode::InvalidRequest);
+        }
+        let Some(wp) = self.resp.write.as_ref() else { return Err(NakCode::InvalidRequest) };
+        let fits = if ends { wp.off + n == wp.total } else { wp.off + n < wp.total };
+        if !fits {
+            return Err(NakCode::InvalidRequest);
+        }
+        if let Some(seg) = &wp.seg {
+            seg.buffer.write(seg.offset + wp.off, pkt.payload);
+        }
+        let wp = self.resp.write.as_mut().expect("checked above");
+        wp.off += n;
+        if ends {
+            let total = wp.total;
+            self.resp.write = None;
+            if with_imm {
+                let wr = self.rq.pop_front().expect("checked above");
+                self.recv_complete(ctx, wr.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, total, pkt.ext.immdt);
+            }
+            self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+        }
+        self.resp.epsn = self.resp.epsn.next();
+        Ok(Outcome::Accepted)
+    }
+
+    /// Validates a READ request and builds its reply.
+    fn read_reply(&self, ctx: &Ctx<'_>, pkt: &PacketRepr<'_>, msn: u32) -> Result<ReadReply, NakCode> {
+        let reth = pkt.ext.reth.ok_or(NakCode::InvalidRequest)?;
+        let len = u64::from(reth.dma_length);
+        if len > crate::requester::MAX_MESSAGE {
+            return Err(NakCode::InvalidRequest);
+        }
+        let seg = self.remote(ctx, reth.rkey, reth.virtual_address, len, Access::REMOTE_READ)?;
+        let psn = pkt.bth.psn;
+        Ok(ReadReply { first_psn: psn, next_psn: psn, seg, sent: 0, len: len as usize, msn })
+    }
+
+    fn recv_read(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> Result<Outcome, NakCode> {
+        if self.resp.reads_queued() >= usize::from(self.max_dest_rd_atomic.max(1)) {
+            return Err(NakCode::InvalidRequest);
+        }
+        let msn = (self.resp.msn + 1) & 0xff_ffff;
+        let reply = self.read_reply(ctx, pkt, msn)?;
+        let npkts = self.packets_for(reply.len as u64);
+        self.resp.msn = msn;
+        self.resp.replies.push_back(Reply::Read(reply));
+        self.resp.epsn = self.resp.epsn.add(npkts);
+        Ok(Outcome::Accepted)
+    }
+
+    fn recv_atomic(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> Result<Outcome, NakCode> {
+        let a = pkt.ext.atomic_eth.ok_or(NakCode::InvalidRequest)?;
+        if a.virtual_address % 8 != 0 {
+            return Err(NakCode::InvalidRequest);
+        }
+        let seg = self
+            .remote(ctx, a.rkey, a.virtual_address, 8, Access::REMOTE_ATOMIC)?
+            .ok_or(NakCode::InvalidRequest)?;
+        // A region whose iova is aligned but whose memory is not cannot do CPU atomics.
+        let cell = seg.buffer.atomic_u64(seg.offset).ok_or(NakCode::InvalidRequest)?;
+        let original = if pkt.bth.opcode == Opcode::RC_COMPARE_SWAP {
+            match cell.compare_exchange(a.compare, a.swap_add, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(v) | Err(v) => v,
+            }
+        } else {
+            cell.fetch_add(a.swap_add, Ordering::SeqCst)
+        };
+        let r = &mut self.resp;
+        r.msn = (r.msn + 1) & 0xff_ffff;
+        let psn = pkt.bth.psn;
+        if r.atomics.len() == ATOMIC_CACHE {
+            r.atomics.pop_front();
+        }
+        r.atomics.push_back((psn, original));
+        let msn = r.msn;
+        r.replies.push_back(Reply::AtomicAck { psn, original, msn });
+        r.epsn = r.epsn.next();
+        Ok(Outcome::Accepted)
+    }
+
+    /// Retransmitted requests: re-ACK, re-execute READs, replay atomics.
+    fn duplicate(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
+        let Ok(info) = pkt.bth.opcode.info() else { return };
+        let msn = self.resp.msn;
+        match info.operation {
+            Operation::ReadRequest => {
+                let Ok(reply) = self.read_reply(ctx, pkt, msn) else { return };
+                let r = &mut self.resp;
+                let same = r.replies.iter_mut().find_map(|q| match q {
+                    Reply::Read(q) if q.first_psn == reply.first_psn => Some(q),
+                    _ => None,
+                });
+                match same {
+                    Some(q) => *q = reply,
+                    None => r.replies.push_back(Reply::Read(reply)),
+                }
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                let psn = pkt.bth.psn;
+                let r = &mut self.resp;
+                if let Some(&(_, original)) = r.atomics.iter().find(|(p, _)| *p == psn) {
+                    r.replies.push_back(Reply::AtomicAck { psn, original, msn });
+                }
+            }
+            _ if pkt.bth.ack_req => {
+                let psn = self.resp.epsn.sub(1);
+                self.resp.push_ack(psn, ACK, msn);
+            }
+            _ => {}
+        }
+    }
+
+    /// The next reply packet, written into `buf`; returns its length.
+    pub(crate) fn next_response(&mut self, buf: &mut [u8]) -> Option<usize> {
+        if self.state == QpState::Reset {
+            return None;
+        }
+        let mtu = self.mtu.bytes();
+        let front = self.resp.replies.front_mut()?;
+        let mut ext = ExtHeaders::default();
+        let (opcode, psn, n, done) = match front {
+            Reply::Ack { psn, syndrome, msn } => {
+                ext.aeth = Some(AethRepr { syndrome: *syndrome, msn: *msn });
+                (Opcode::RC_ACKNOWLEDGE, *psn, 0, true)
+            }
+            Reply::AtomicAck { psn, original, msn } => {
+                ext.aeth = Some(AethRepr { syndrome: ACK, msn: *msn });
+                ext.atomic_ack_eth = Some(AtomicAckEthRepr { original: *original });
+                (Opcode::RC_ATOMIC_ACKNOWLEDGE, *psn, 0, true)
+            }
+            Reply::Read(r) => {
+                let n = mtu.min(r.len - r.sent);
+                let (first, last) = (r.sent == 0, r.sent + n == r.len);
+                let opcode = match (first, last) {
+                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                };
+                if first || last {
+                    ext.aeth = Some(AethRepr { syndrome: ACK, msn: r.msn });
+                }
+                (opcode, r.next_psn, n, last)
+            }
+        };
+        let repr = PacketRepr { bth: bth(self, opcode, psn, false, false), ext, payload: &[] };
+        let hlen = repr.emit_headers_for(n, buf).expect("responder builds valid packets");
+        if let Some(Reply::Read(r)) = self.resp.replies.front_mut() {
+            if let Some(seg) = &r.seg {
+                seg.buffer.read(seg.offset + r.sent, &mut buf[hlen..hlen + n]);
+            }
+            r.sent += n;
+            r.next_psn = r.next_psn.next();
+        }
+        if done {
+            self.resp.replies.pop_front();
+        }
+        Some(finish_packet(buf, hlen, n))
+    }
+}

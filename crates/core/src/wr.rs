@@ -1,0 +1,87 @@
+//! Work requests and work completions.
+
+use crate::verbs::{SendFlags, WcOpcode, WcStatus, WrOpcode};
+
+/// A scatter/gather element: `length` bytes at virtual address `addr` of the memory region
+/// whose local key is `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// Where the data of a send WR comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendData {
+    /// Gathered from registered memory when the WR is executed.
+    Sges(Vec<Sge>),
+    /// Copied at post time (`IBV_SEND_INLINE`); no memory registration needed.
+    Inline(Vec<u8>),
+}
+
+/// `struct ibv_send_wr`, one WR at a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendWr {
+    pub wr_id: u64,
+    pub opcode: WrOpcode,
+    pub flags: SendFlags,
+    pub data: SendData,
+    /// Immediate data (SEND_WITH_IMM, RDMA_WRITE_WITH_IMM), as the big-endian reading of the
+    /// four bytes on the wire.
+    pub imm: u32,
+    /// Remote address and key (RDMA and atomic operations).
+    pub remote_addr: u64,
+    pub rkey: u32,
+    /// FETCH_ADD addend, or COMPARE_SWAP compare value.
+    pub compare_add: u64,
+    /// COMPARE_SWAP swap value.
+    pub swap: u64,
+}
+
+impl SendWr {
+    /// A WR with everything but the opcode and data zero.
+    pub fn new(wr_id: u64, opcode: WrOpcode, data: SendData) -> Self {
+        SendWr {
+            wr_id,
+            opcode,
+            flags: SendFlags::SIGNALED,
+            data,
+            imm: 0,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+        }
+    }
+    /// Total bytes of the WR's data.
+    pub fn length(&self) -> u64 {
+        match &self.data {
+            SendData::Sges(s) => s.iter().map(|s| u64::from(s.length)).sum(),
+            SendData::Inline(v) => v.len() as u64,
+        }
+    }
+}
+
+/// `struct ibv_recv_wr`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub sges: Vec<Sge>,
+}
+
+/// `struct ibv_wc`, the fields oxrdma fills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkCompletion {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    /// Bytes received (receive completions, READ) or sent.
+    pub byte_len: u32,
+    /// Immediate data, when the message carried some.
+    pub imm: Option<u32>,
+    /// The QP this completion belongs to.
+    pub qp_num: u32,
+    /// Source QP (UD receive completions).
+    pub src_qp: u32,
+}

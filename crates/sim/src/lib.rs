@@ -1,0 +1,12 @@
+//! A deterministic simulator for oxrdma: several engines on one virtual clock, joined by a
+//! network with seeded loss, reordering, duplication, corruption, delay and partitions, plus
+//! random workloads whose results are checked against invariants. A run replays exactly
+//! from its seed.
+
+pub mod net;
+pub mod scenario;
+pub mod world;
+
+pub use net::{NetConfig, NetStats};
+pub use scenario::{run, Expect, Report, ScenarioConfig};
+pub use world::World;

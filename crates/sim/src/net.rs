@@ -1,0 +1,161 @@
+//! The simulated network: per-direction links with bandwidth and delay, and seeded random
+//! loss, reordering, duplication, corruption and partitions.
+
+use oxrdma_core::Nanos;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+/// How the network misbehaves. Rates are probabilities per packet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetConfig {
+    pub loss: f64,
+    pub reorder: f64,
+    pub duplicate: f64,
+    pub corrupt: f64,
+    /// One-way propagation delay.
+    pub delay: Nanos,
+    /// Extra random delay, uniform in 0..jitter.
+    pub jitter: Nanos,
+    /// Link bandwidth in bits per second (per direction); 0 is infinite.
+    pub bandwidth_bps: u64,
+    /// Time windows during which every packet is dropped.
+    pub partitions: Vec<(Nanos, Nanos)>,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        NetConfig {
+            loss: 0.0,
+            reorder: 0.0,
+            duplicate: 0.0,
+            corrupt: 0.0,
+            delay: 5_000,
+            jitter: 0,
+            bandwidth_bps: 10_000_000_000,
+            partitions: Vec::new(),
+        }
+    }
+}
+
+/// A datagram on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Datagram {
+    pub from: usize,
+    pub to: usize,
+    pub src_port: u16,
+    pub data: Vec<u8>,
+}
+
+/// What the network did, for reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetStats {
+    pub sent: u64,
+    pub sent_bytes: u64,
+    pub lost: u64,
+    pub partitioned: u64,
+    pub duplicated: u64,
+    pub corrupted: u64,
+    pub reordered: u64,
+    pub delivered: u64,
+}
+
+#[derive(Debug)]
+pub struct Network {
+    pub config: NetConfig,
+    rng: ChaCha8Rng,
+    queue: BinaryHeap<Reverse<(Nanos, u64)>>,
+    packets: HashMap<u64, Datagram>,
+    seq: u64,
+    /// When each directed link finishes sending what it has.
+    busy_until: HashMap<(usize, usize), Nanos>,
+    pub stats: NetStats,
+}
+
+impl Network {
+    pub fn new(config: NetConfig, rng: ChaCha8Rng) -> Network {
+        Network {
+            config,
+            rng,
+            queue: BinaryHeap::new(),
+            packets: HashMap::new(),
+            seq: 0,
+            busy_until: HashMap::new(),
+            stats: NetStats::default(),
+        }
+    }
+
+    fn enqueue(&mut self, at: Nanos, d: Datagram) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq)));
+        self.packets.insert(self.seq, d);
+    }
+
+    /// Puts a datagram on the wire at `now`.
+    pub fn send(&mut self, now: Nanos, d: Datagram) {
+        let c = &self.config;
+        self.stats.sent += 1;
+        self.stats.sent_bytes += d.data.len() as u64;
+        // Serialisation: the link carries one packet at a time.
+        let link = self.busy_until.entry((d.from, d.to)).or_insert(0);
+        let wire_ns = if c.bandwidth_bps == 0 {
+            0
+        } else {
+            (d.data.len() as u64 + 66) * 8 * 1_000_000_000 / c.bandwidth_bps
+        };
+        let departs = (*link).max(now) + wire_ns;
+        *link = departs;
+        if c.partitions.iter().any(|&(a, b)| (a..b).contains(&now)) {
+            self.stats.partitioned += 1;
+            return;
+        }
+        if self.rng.random_bool(c.loss) {
+            self.stats.lost += 1;
+            return;
+        }
+        let copies = if self.rng.random_bool(c.duplicate) { 2 } else { 1 };
+        for _ in 0..copies {
+            let c = &self.config;
+            let mut at = departs + c.delay;
+            if c.jitter > 0 {
+                at += self.rng.random_range(0..c.jitter);
+            }
+            if self.rng.random_bool(c.reorder) {
+                // Held back long enough for a few later packets to overtake it.
+                at += self.rng.random_range(1..=4 * c.delay.max(1_000));
+                self.stats.reordered += 1;
+            }
+            let mut d = d.clone();
+            if self.rng.random_bool(c.corrupt) && !d.data.is_empty() {
+                let i = self.rng.random_range(0..d.data.len());
+                d.data[i] ^= 1 << self.rng.random_range(0..8);
+                self.stats.corrupted += 1;
+            }
+            self.enqueue(at, d);
+        }
+        if copies == 2 {
+            self.stats.duplicated += 1;
+        }
+    }
+
+    /// When the next datagram arrives.
+    pub fn next_arrival(&self) -> Option<Nanos> {
+        self.queue.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// The next datagram due at or before `now`.
+    pub fn pop_due(&mut self, now: Nanos) -> Option<Datagram> {
+        let Reverse((t, seq)) = *self.queue.peek()?;
+        if t > now {
+            return None;
+        }
+        self.queue.pop();
+        self.stats.delivered += 1;
+        self.packets.remove(&seq)
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty()
+    }
+}

@@ -1,0 +1,146 @@
+//! Engines joined by the simulated network, on one virtual clock.
+
+use crate::net::{Datagram, NetConfig, Network};
+use oxrdma_core::{DeviceAttr, Engine, EngineConfig, Gid, Mtu, Nanos, MAX_PACKET};
+use oxrdma_wire::{icrc, ROCE_V2_PORT};
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::net::Ipv4Addr;
+
+/// One simulated host.
+#[derive(Debug)]
+pub struct Node {
+    pub engine: Engine,
+    pub ip: Ipv4Addr,
+}
+
+/// Counters of what the world dropped before the engines saw it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorldStats {
+    pub bad_icrc: u64,
+    pub no_such_host: u64,
+}
+
+#[derive(Debug)]
+pub struct World {
+    pub nodes: Vec<Node>,
+    pub now: Nanos,
+    pub net: Network,
+    pub stats: WorldStats,
+    /// Print every delivered packet (set by `OXRDMA_SIM_TRACE`).
+    pub trace: bool,
+    buf: Vec<u8>,
+}
+
+fn trace(now: Nanos, d: &Datagram) {
+    match oxrdma_wire::PacketRepr::parse(&d.data) {
+        Ok(p) => eprintln!(
+            "{now:>12} {}->{} {:<34} qp={:#08x} psn={:>8} {}{} len={} aeth={:?}",
+            d.from,
+            d.to,
+            p.bth.opcode.name(),
+            p.bth.dest_qpn,
+            p.bth.psn.value(),
+            if p.bth.ack_req { "A" } else { "-" },
+            if p.ext.reth.is_some() { "R" } else { "-" },
+            p.payload.len(),
+            p.ext.aeth.map(|a| (a.syndrome, a.msn))
+        ),
+        Err(e) => eprintln!("{now:>12} {}->{} malformed: {e}", d.from, d.to),
+    }
+}
+
+/// The IP and UDP headers the ICRC covers, as a kernel would send them (IPv4 ID 0).
+fn ip_udp(from: Ipv4Addr, to: Ipv4Addr, sport: u16, len: usize) -> [u8; 28] {
+    icrc::ipv4_udp_header(from.octets(), to.octets(), 0, sport, ROCE_V2_PORT, len)
+}
+
+impl World {
+    /// `n` hosts at 10.0.0.1, 10.0.0.2, …; everything random derives from `seed`.
+    pub fn new(n: usize, net: NetConfig, seed: u64) -> World {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let nodes = (0..n)
+            .map(|i| {
+                let ip = Ipv4Addr::new(10, 0, 0, i as u8 + 1);
+                let mut key = [0u8; 32];
+                rng.fill_bytes(&mut key);
+                let config = EngineConfig {
+                    gid: Gid::from(ip),
+                    max_mtu: Mtu::Mtu4096,
+                    attr: DeviceAttr::default(),
+                };
+                Node { engine: Engine::new(config, key), ip }
+            })
+            .collect();
+        let net_rng = ChaCha8Rng::seed_from_u64(rng.next_u64());
+        World {
+            nodes,
+            now: 0,
+            net: Network::new(net, net_rng),
+            stats: WorldStats::default(),
+            trace: std::env::var_os("OXRDMA_SIM_TRACE").is_some(),
+            buf: vec![0; MAX_PACKET],
+        }
+    }
+
+    fn node_of(&self, gid: Gid) -> Option<usize> {
+        self.nodes.iter().position(|n| Gid::from(n.ip) == gid)
+    }
+
+    /// Moves everything the engines want to send onto the network.
+    fn transmit(&mut self) {
+        for i in 0..self.nodes.len() {
+            while let Some(t) = self.nodes[i].engine.poll_transmit(self.now, &mut self.buf) {
+                let Some(to) = self.node_of(t.dest) else {
+                    self.stats.no_such_host += 1;
+                    continue;
+                };
+                let mut data = self.buf[..t.len].to_vec();
+                let hdr = ip_udp(self.nodes[i].ip, self.nodes[to].ip, t.src_port, data.len());
+                icrc::fill(&hdr, &mut data).expect("engine packets are long enough");
+                self.net.send(self.now, Datagram { from: i, to, src_port: t.src_port, data });
+            }
+        }
+    }
+
+    /// The next time anything happens (an arrival or a timer), if anything will.
+    pub fn next_event(&self) -> Option<Nanos> {
+        let timers = self.nodes.iter().filter_map(|n| n.engine.poll_timeout()).min();
+        match (self.net.next_arrival(), timers) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Sends what is pending, then advances the clock to the next event (but not past
+    /// `limit`) and processes everything due. Returns false when nothing is left to happen
+    /// before `limit`.
+    pub fn step(&mut self, limit: Nanos) -> bool {
+        self.transmit();
+        let Some(next) = self.next_event() else { return false };
+        if next > limit {
+            self.now = self.now.max(limit);
+            return false;
+        }
+        self.now = self.now.max(next);
+        while let Some(d) = self.net.pop_due(self.now) {
+            let hdr = ip_udp(self.nodes[d.from].ip, self.nodes[d.to].ip, d.src_port, d.data.len());
+            if icrc::verify(&hdr, &d.data).is_err() {
+                self.stats.bad_icrc += 1;
+                continue;
+            }
+            if self.trace {
+                trace(self.now, &d);
+            }
+            let src = Gid::from(self.nodes[d.from].ip);
+            self.nodes[d.to].engine.handle_packet(self.now, src, &d.data);
+        }
+        for n in &mut self.nodes {
+            if n.engine.poll_timeout().is_some_and(|t| t <= self.now) {
+                n.engine.handle_timeout(self.now);
+            }
+        }
+        self.transmit();
+        true
+    }
+}
