@@ -38,6 +38,10 @@ struct WriteProgress {
 struct ReadReply {
     first_psn: Psn,
     next_psn: Psn,
+    /// Stop before this PSN: the requester went back and asked again from here.
+    cut: Option<Psn>,
+    /// Answers a new request (not a retransmitted one): holds a responder resource.
+    original: bool,
     seg: Option<Segment>,
     sent: usize,
     len: usize,
@@ -48,7 +52,7 @@ struct ReadReply {
 #[derive(Debug)]
 enum Reply {
     Ack { psn: Psn, syndrome: Syndrome, msn: u32 },
-    AtomicAck { psn: Psn, original: u64, msn: u32 },
+    AtomicAck { psn: Psn, original: u64, msn: u32, replay: bool },
     Read(ReadReply),
 }
 
@@ -84,8 +88,32 @@ impl RespState {
         self.replies.push_back(Reply::Ack { psn, syndrome, msn });
     }
 
+    fn go_back(&mut self, psn: Psn) {
+        self.replies.retain_mut(|r| match r {
+            Reply::Ack { psn: p, .. } | Reply::AtomicAck { psn: p, .. } => p.before(psn),
+            Reply::Read(q) => {
+                if !q.next_psn.before(psn) {
+                    return false;
+                }
+                if q.cut.is_none_or(|c| psn.before(c)) {
+                    q.cut = Some(psn);
+                }
+                true
+            }
+        });
+    }
+
+    /// READs and atomics of new requests still being answered (responder resources). A
+    /// READ stream cut by a retransmitted request no longer counts.
     fn reads_queued(&self) -> usize {
-        self.replies.iter().filter(|r| !matches!(r, Reply::Ack { .. })).count()
+        self.replies
+            .iter()
+            .filter(|r| match r {
+                Reply::Read(q) => q.original && q.cut.is_none(),
+                Reply::AtomicAck { replay, .. } => !replay,
+                Reply::Ack { .. } => false,
+            })
+            .count()
     }
 }
 
@@ -269,7 +297,7 @@ impl Qp {
         }
         let seg = self.remote(ctx, reth.rkey, reth.virtual_address, len, Access::REMOTE_READ)?;
         let psn = pkt.bth.psn;
-        Ok(ReadReply { first_psn: psn, next_psn: psn, seg, sent: 0, len: len as usize, msn })
+        Ok(ReadReply { first_psn: psn, next_psn: psn, cut: None, original: false, seg, sent: 0, len: len as usize, msn })
     }
 
     fn recv_read(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> Result<Outcome, NakCode> {
@@ -277,7 +305,8 @@ impl Qp {
             return Err(NakCode::InvalidRequest);
         }
         let msn = (self.resp.msn + 1) & 0xff_ffff;
-        let reply = self.read_reply(ctx, pkt, msn)?;
+        let mut reply = self.read_reply(ctx, pkt, msn)?;
+        reply.original = true;
         let npkts = self.packets_for(reply.len as u64);
         self.resp.msn = msn;
         self.resp.replies.push_back(Reply::Read(reply));
@@ -310,7 +339,7 @@ impl Qp {
         }
         r.atomics.push_back((psn, original));
         let msn = r.msn;
-        r.replies.push_back(Reply::AtomicAck { psn, original, msn });
+        r.replies.push_back(Reply::AtomicAck { psn, original, msn, replay: false });
         r.epsn = r.epsn.next();
         Ok(Outcome::Accepted)
     }
@@ -322,21 +351,16 @@ impl Qp {
         match info.operation {
             Operation::ReadRequest => {
                 let Ok(reply) = self.read_reply(ctx, pkt, msn) else { return };
-                let r = &mut self.resp;
-                let same = r.replies.iter_mut().find_map(|q| match q {
-                    Reply::Read(q) if q.first_psn == reply.first_psn => Some(q),
-                    _ => None,
-                });
-                match same {
-                    Some(q) => *q = reply,
-                    None => r.replies.push_back(Reply::Read(reply)),
-                }
+                // The requester went back to this PSN and will resend everything after it, so
+                // replies queued for it and later PSNs are stale: drop them, cut READ streams.
+                self.resp.go_back(reply.first_psn);
+                self.resp.replies.push_back(Reply::Read(reply));
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 let psn = pkt.bth.psn;
                 let r = &mut self.resp;
                 if let Some(&(_, original)) = r.atomics.iter().find(|(p, _)| *p == psn) {
-                    r.replies.push_back(Reply::AtomicAck { psn, original, msn });
+                    r.replies.push_back(Reply::AtomicAck { psn, original, msn, replay: true });
                 }
             }
             _ if pkt.bth.ack_req => {
@@ -353,6 +377,13 @@ impl Qp {
             return None;
         }
         let mtu = self.mtu.bytes();
+        // Drop READ streams that reached their cut.
+        while let Some(Reply::Read(r)) = self.resp.replies.front() {
+            if r.cut != Some(r.next_psn) {
+                break;
+            }
+            self.resp.replies.pop_front();
+        }
         let front = self.resp.replies.front_mut()?;
         let mut ext = ExtHeaders::default();
         let (opcode, psn, n, done) = match front {
@@ -360,7 +391,7 @@ impl Qp {
                 ext.aeth = Some(AethRepr { syndrome: *syndrome, msn: *msn });
                 (Opcode::RC_ACKNOWLEDGE, *psn, 0, true)
             }
-            Reply::AtomicAck { psn, original, msn } => {
+            Reply::AtomicAck { psn, original, msn, .. } => {
                 ext.aeth = Some(AethRepr { syndrome: ACK, msn: *msn });
                 ext.atomic_ack_eth = Some(AtomicAckEthRepr { original: *original });
                 (Opcode::RC_ATOMIC_ACKNOWLEDGE, *psn, 0, true)

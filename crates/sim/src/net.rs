@@ -68,8 +68,10 @@ pub struct Network {
     queue: BinaryHeap<Reverse<(Nanos, u64)>>,
     packets: HashMap<u64, Datagram>,
     seq: u64,
-    /// When each directed link finishes sending what it has.
-    busy_until: HashMap<(usize, usize), Nanos>,
+    /// When each node's egress port finishes sending what it has queued.
+    busy_until: HashMap<usize, Nanos>,
+    /// Latest arrival scheduled on each directed link: jitter alone never reorders.
+    last_arrival: HashMap<(usize, usize), Nanos>,
     pub stats: NetStats,
 }
 
@@ -82,6 +84,7 @@ impl Network {
             packets: HashMap::new(),
             seq: 0,
             busy_until: HashMap::new(),
+            last_arrival: HashMap::new(),
             stats: NetStats::default(),
         }
     }
@@ -97,8 +100,8 @@ impl Network {
         let c = &self.config;
         self.stats.sent += 1;
         self.stats.sent_bytes += d.data.len() as u64;
-        // Serialisation: the link carries one packet at a time.
-        let link = self.busy_until.entry((d.from, d.to)).or_insert(0);
+        // Serialisation: the port sends one packet at a time.
+        let link = self.busy_until.entry(d.from).or_insert(0);
         let wire_ns = if c.bandwidth_bps == 0 {
             0
         } else {
@@ -121,6 +124,9 @@ impl Network {
             if c.jitter > 0 {
                 at += self.rng.random_range(0..c.jitter);
             }
+            let last = self.last_arrival.entry((d.from, d.to)).or_insert(0);
+            at = at.max(*last);
+            *last = at;
             if self.rng.random_bool(c.reorder) {
                 // Held back long enough for a few later packets to overtake it.
                 at += self.rng.random_range(1..=4 * c.delay.max(1_000));
@@ -137,6 +143,11 @@ impl Network {
         if copies == 2 {
             self.stats.duplicated += 1;
         }
+    }
+
+    /// How long the egress port of `node` is busy after `now` with what it already holds.
+    pub fn backlog(&self, node: usize, now: Nanos) -> Nanos {
+        self.busy_until.get(&node).map_or(0, |&t| t.saturating_sub(now))
     }
 
     /// When the next datagram arrives.

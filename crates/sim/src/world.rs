@@ -12,7 +12,14 @@ use std::net::Ipv4Addr;
 pub struct Node {
     pub engine: Engine,
     pub ip: Ipv4Addr,
+    /// Set when the NIC stopped taking packets because its queue was full: when to resume.
+    tx_wakeup: Option<Nanos>,
 }
+
+/// Most a NIC queues for its port before it stops pulling packets from the engine (like a
+/// finite transmit ring). Packets not pulled stay in the engine, where go-back-N can still
+/// cancel them.
+pub const TX_QUEUE: Nanos = 20_000;
 
 /// Counters of what the world dropped before the engines saw it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,7 +76,7 @@ impl World {
                     max_mtu: Mtu::Mtu4096,
                     attr: DeviceAttr::default(),
                 };
-                Node { engine: Engine::new(config, key), ip }
+                Node { engine: Engine::new(config, key), ip, tx_wakeup: None }
             })
             .collect();
         let net_rng = ChaCha8Rng::seed_from_u64(rng.next_u64());
@@ -90,7 +97,16 @@ impl World {
     /// Moves everything the engines want to send onto the network.
     fn transmit(&mut self) {
         for i in 0..self.nodes.len() {
-            while let Some(t) = self.nodes[i].engine.poll_transmit(self.now, &mut self.buf) {
+            self.nodes[i].tx_wakeup = None;
+            loop {
+                let backlog = self.net.backlog(i, self.now);
+                if backlog > TX_QUEUE {
+                    self.nodes[i].tx_wakeup = Some(self.now + backlog - TX_QUEUE);
+                    break;
+                }
+                let Some(t) = self.nodes[i].engine.poll_transmit(self.now, &mut self.buf) else {
+                    break;
+                };
                 let Some(to) = self.node_of(t.dest) else {
                     self.stats.no_such_host += 1;
                     continue;
@@ -105,7 +121,12 @@ impl World {
 
     /// The next time anything happens (an arrival or a timer), if anything will.
     pub fn next_event(&self) -> Option<Nanos> {
-        let timers = self.nodes.iter().filter_map(|n| n.engine.poll_timeout()).min();
+        let timers = self
+            .nodes
+            .iter()
+            .flat_map(|n| [n.engine.poll_timeout(), n.tx_wakeup])
+            .flatten()
+            .min();
         match (self.net.next_arrival(), timers) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
