@@ -17,7 +17,13 @@ pub struct QpCap {
 
 impl Default for QpCap {
     fn default() -> Self {
-        QpCap { max_send_wr: 128, max_recv_wr: 128, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 64 }
+        QpCap {
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 64,
+        }
     }
 }
 
@@ -104,7 +110,12 @@ const NAMES: [(u32, &str); 17] = [
 ];
 
 fn names(bits: u32) -> String {
-    NAMES.iter().filter(|(b, _)| bits & b != 0).map(|(_, n)| *n).collect::<Vec<_>>().join(", ")
+    NAMES
+        .iter()
+        .filter(|(b, _)| bits & b != 0)
+        .map(|(_, n)| *n)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl QpAttr {
@@ -144,11 +155,28 @@ fn transition(t: QpType, from: QpState, to: QpState) -> Option<(u32, u32)> {
     use QpState::*;
     let rc = t == QpType::Rc;
     let ud = t == QpType::Ud;
-    let rtr_req = if ud { 0 } else { AV | PATH_MTU | DEST_QPN | RQ_PSN };
-    let rtr_rc = if rc { MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER } else { 0 };
-    let rts_rc = if rc { TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC } else { 0 };
+    let rtr_req = if ud {
+        0
+    } else {
+        AV | PATH_MTU | DEST_QPN | RQ_PSN
+    };
+    let rtr_rc = if rc {
+        MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER
+    } else {
+        0
+    };
+    let rts_rc = if rc {
+        TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC
+    } else {
+        0
+    };
     let key = if ud { QKEY } else { ACCESS_FLAGS };
-    let live_opt = CUR_STATE | if ud { QKEY } else { ACCESS_FLAGS | if rc { MIN_RNR_TIMER } else { 0 } };
+    let live_opt = CUR_STATE
+        | if ud {
+            QKEY
+        } else {
+            ACCESS_FLAGS | if rc { MIN_RNR_TIMER } else { 0 }
+        };
     Some(match (from, to) {
         (_, Reset) | (_, Err) => (0, 0),
         (Reset, Init) => (PKEY_INDEX | PORT | key, 0),
@@ -158,7 +186,10 @@ fn transition(t: QpType, from: QpState, to: QpState) -> Option<(u32, u32)> {
         (Rts, Rts) | (Sqd, Rts) => (0, live_opt),
         (Sqe, Rts) if !rc => (0, live_opt),
         (Rts, Sqd) => (0, 0),
-        (Sqd, Sqd) => (0, live_opt | AV | PATH_MTU | rts_rc | if rc { MAX_DEST_RD_ATOMIC } else { 0 }),
+        (Sqd, Sqd) => (
+            0,
+            live_opt | AV | PATH_MTU | rts_rc | if rc { MAX_DEST_RD_ATOMIC } else { 0 },
+        ),
         _ => return None,
     })
 }
@@ -173,7 +204,11 @@ pub struct AttrLimits {
 /// Checks `attr` for a QP of type `t` currently in `cur`; returns the target state.
 pub fn validate(t: QpType, cur: QpState, attr: &QpAttr, lim: AttrLimits) -> Result<QpState> {
     let to = attr.qp_state.unwrap_or(cur);
-    let bad = |what: String| VerbsError::InvalidTransition { from: cur, to, what };
+    let bad = |what: String| VerbsError::InvalidTransition {
+        from: cur,
+        to,
+        what,
+    };
     if let Some(c) = attr.cur_qp_state {
         if c != cur {
             return Err(bad(format!("cur_qp_state says {c:?}")));
@@ -197,8 +232,16 @@ pub fn validate(t: QpType, cur: QpState, attr: &QpAttr, lim: AttrLimits) -> Resu
     range(attr.retry_cnt, 7, "retry_cnt must be 0..=7")?;
     range(attr.rnr_retry, 7, "rnr_retry must be 0..=7")?;
     range(attr.min_rnr_timer, 31, "min_rnr_timer must be 0..=31")?;
-    range(attr.max_rd_atomic, lim.max_rd_atomic, "max_rd_atomic above the device limit")?;
-    range(attr.max_dest_rd_atomic, lim.max_rd_atomic, "max_dest_rd_atomic above the device limit")?;
+    range(
+        attr.max_rd_atomic,
+        lim.max_rd_atomic,
+        "max_rd_atomic above the device limit",
+    )?;
+    range(
+        attr.max_dest_rd_atomic,
+        lim.max_rd_atomic,
+        "max_dest_rd_atomic above the device limit",
+    )?;
     if attr.path_mtu.is_some_and(|m| m > lim.max_mtu) {
         return Err(VerbsError::InvalidArgument("path_mtu above the port's MTU"));
     }
@@ -208,7 +251,10 @@ pub fn validate(t: QpType, cur: QpState, attr: &QpAttr, lim: AttrLimits) -> Resu
     if attr.dest_qp_num.is_some_and(|q| q >= 1 << 24) {
         return Err(VerbsError::InvalidArgument("dest_qp_num is 24-bit"));
     }
-    if attr.qp_access_flags.is_some_and(|a| !Access::ALL.contains(a)) {
+    if attr
+        .qp_access_flags
+        .is_some_and(|a| !Access::ALL.contains(a))
+    {
         return Err(VerbsError::InvalidArgument("unknown access flags"));
     }
     if attr.port_num.is_some_and(|p| p != 1) {
@@ -224,7 +270,10 @@ pub fn validate(t: QpType, cur: QpState, attr: &QpAttr, lim: AttrLimits) -> Resu
 mod tests {
     use super::*;
 
-    const LIM: AttrLimits = AttrLimits { max_rd_atomic: 16, max_mtu: Mtu::Mtu4096 };
+    const LIM: AttrLimits = AttrLimits {
+        max_rd_atomic: 16,
+        max_mtu: Mtu::Mtu4096,
+    };
 
     fn init() -> QpAttr {
         QpAttr {
@@ -238,7 +287,10 @@ mod tests {
 
     #[test]
     fn reset_to_init_needs_its_attributes() {
-        assert_eq!(validate(QpType::Rc, QpState::Reset, &init(), LIM), Ok(QpState::Init));
+        assert_eq!(
+            validate(QpType::Rc, QpState::Reset, &init(), LIM),
+            Ok(QpState::Init)
+        );
         let mut a = init();
         a.port_num = None;
         let e = validate(QpType::Rc, QpState::Reset, &a, LIM).unwrap_err();
@@ -251,7 +303,10 @@ mod tests {
 
     #[test]
     fn impossible_transitions_and_ranges() {
-        let a = QpAttr { qp_state: Some(QpState::Rts), ..Default::default() };
+        let a = QpAttr {
+            qp_state: Some(QpState::Rts),
+            ..Default::default()
+        };
         assert!(validate(QpType::Rc, QpState::Reset, &a, LIM).is_err());
         assert!(validate(QpType::Rc, QpState::Init, &a, LIM).is_err());
         let rts = QpAttr {
@@ -267,13 +322,31 @@ mod tests {
             validate(QpType::Rc, QpState::Rtr, &rts, LIM),
             Err(VerbsError::InvalidArgument("retry_cnt must be 0..=7"))
         );
-        let ok = QpAttr { retry_cnt: Some(7), ..rts };
-        assert_eq!(validate(QpType::Rc, QpState::Rtr, &ok, LIM), Ok(QpState::Rts));
-        let big = QpAttr { max_rd_atomic: Some(17), ..ok };
+        let ok = QpAttr {
+            retry_cnt: Some(7),
+            ..rts
+        };
+        assert_eq!(
+            validate(QpType::Rc, QpState::Rtr, &ok, LIM),
+            Ok(QpState::Rts)
+        );
+        let big = QpAttr {
+            max_rd_atomic: Some(17),
+            ..ok
+        };
         assert!(validate(QpType::Rc, QpState::Rtr, &big, LIM).is_err());
-        let err = QpAttr { qp_state: Some(QpState::Err), ..Default::default() };
-        assert_eq!(validate(QpType::Rc, QpState::Rts, &err, LIM), Ok(QpState::Err));
-        let wrong_cur = QpAttr { cur_qp_state: Some(QpState::Init), ..err };
+        let err = QpAttr {
+            qp_state: Some(QpState::Err),
+            ..Default::default()
+        };
+        assert_eq!(
+            validate(QpType::Rc, QpState::Rts, &err, LIM),
+            Ok(QpState::Err)
+        );
+        let wrong_cur = QpAttr {
+            cur_qp_state: Some(QpState::Init),
+            ..err
+        };
         assert!(validate(QpType::Rc, QpState::Rts, &wrong_cur, LIM).is_err());
     }
 }

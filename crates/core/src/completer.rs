@@ -27,7 +27,9 @@ impl Qp {
         if !psn.in_window(self.req.una, outstanding) {
             return; // stale duplicate, or a PSN never sent
         }
-        let Ok(info) = pkt.bth.opcode.info() else { return };
+        let Ok(info) = pkt.bth.opcode.info() else {
+            return;
+        };
         match (info.operation, pkt.ext.aeth.map(|a| a.syndrome)) {
             (Operation::Acknowledge, Some(Syndrome::Ack { .. })) => self.ack_through(ctx, psn),
             (Operation::Acknowledge, Some(Syndrome::RnrNak { timer })) => {
@@ -50,7 +52,7 @@ impl Qp {
                 self.ack_before(ctx, psn);
                 if self.sq.front().is_some_and(|w| w.holds(psn)) {
                     self.complete_front(ctx, nak_status(code));
-                    self.to_error(ctx, None);
+                    self.enter_error(ctx, None);
                 }
             }
             (Operation::ReadResponse, _) => self.read_response(ctx, pkt),
@@ -96,6 +98,10 @@ impl Qp {
         }
         self.req.una = una;
         self.req.retry_psn = None;
+        if self.req.rnr_wait.is_some_and(|(_, p)| p.before(una)) {
+            // The PSN that met RNR got through after all (a late copy found a receive).
+            self.req.rnr_wait = None;
+        }
         self.req.retries_left = self.retry_cnt;
         self.req.rnr_retries_left = self.rnr_retry;
         if self.req.next_psn.before(una) {
@@ -113,7 +119,7 @@ impl Qp {
     pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, from: Psn) {
         if self.req.retries_left == 0 {
             self.complete_front(ctx, WcStatus::RetryExcErr);
-            self.to_error(ctx, None);
+            self.enter_error(ctx, None);
             return;
         }
         self.req.retries_left -= 1;
@@ -135,7 +141,7 @@ impl Qp {
         }
         if self.req.rnr_retries_left == 0 {
             self.complete_front(ctx, WcStatus::RnrRetryExcErr);
-            self.to_error(ctx, None);
+            self.enter_error(ctx, None);
             return;
         }
         if self.rnr_retry != 7 {
@@ -149,7 +155,10 @@ impl Qp {
     /// Lines up a response at `psn` with the completer's expected PSN; false to drop it.
     fn in_order_response(&mut self, ctx: &mut Ctx<'_>, psn: Psn) -> bool {
         if psn != self.req.una {
-            let front_waits = self.sq.front().is_some_and(|w| w.wr.opcode.is_read_or_atomic());
+            let front_waits = self
+                .sq
+                .front()
+                .is_some_and(|w| w.wr.opcode.is_read_or_atomic());
             if front_waits {
                 self.go_back_once(ctx);
                 return false;
@@ -173,7 +182,12 @@ impl Qp {
         let off = u64::from(w.first_psn.distance_to(psn)) * mtu;
         let n = mtu.min(w.len - off);
         let last = off + n == w.len;
-        let pos = pkt.bth.opcode.info().map(|i| i.position.ends_message()).unwrap_or(false);
+        let pos = pkt
+            .bth
+            .opcode
+            .info()
+            .map(|i| i.position.ends_message())
+            .unwrap_or(false);
         if pkt.payload.len() as u64 != n || pos != last {
             return; // does not fit: treat as lost; retransmission will sort it out
         }
@@ -191,7 +205,9 @@ impl Qp {
         if !self.in_order_response(ctx, psn) {
             return;
         }
-        let (Some(w), Some(ack)) = (self.sq.front(), pkt.ext.atomic_ack_eth) else { return };
+        let (Some(w), Some(ack)) = (self.sq.front(), pkt.ext.atomic_ack_eth) else {
+            return;
+        };
         if !w.wr.opcode.is_atomic() || w.first_psn != psn {
             return;
         }

@@ -14,7 +14,11 @@ pub(crate) struct Cq {
 
 impl Cq {
     pub fn new(depth: usize) -> Self {
-        Cq { depth, entries: VecDeque::new(), overflowed: false }
+        Cq {
+            depth,
+            entries: VecDeque::new(),
+            overflowed: false,
+        }
     }
 
     /// Adds a completion; returns true if this push overflowed the queue for the first time.

@@ -157,7 +157,9 @@ impl Engine {
             return Err(VerbsError::NotFound("protection domain"));
         }
         if self.mrs.count_in_pd(pd) > 0 || self.qps.values().any(|q| q.pd == pd) {
-            return Err(VerbsError::Busy("protection domain still has memory regions or QPs"));
+            return Err(VerbsError::Busy(
+                "protection domain still has memory regions or QPs",
+            ));
         }
         self.pds.remove(&pd);
         Ok(())
@@ -194,7 +196,9 @@ impl Engine {
             ));
         }
         if buffer.len() as u64 > self.config.attr.max_mr_size {
-            return Err(VerbsError::InvalidArgument("memory region larger than max_mr_size"));
+            return Err(VerbsError::InvalidArgument(
+                "memory region larger than max_mr_size",
+            ));
         }
         let iova = iova.unwrap_or(buffer.addr());
         if iova.checked_add(buffer.len() as u64).is_none() {
@@ -210,13 +214,23 @@ impl Engine {
                 break k;
             }
         };
-        let mr = MemoryRegion { pd, buffer, iova, access, lkey, rkey };
+        let mr = MemoryRegion {
+            pd,
+            buffer,
+            iova,
+            access,
+            lkey,
+            rkey,
+        };
         self.mrs.insert(mr.clone());
         Ok(mr)
     }
 
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<()> {
-        self.mrs.remove(lkey).map(|_| ()).ok_or(VerbsError::NotFound("memory region"))
+        self.mrs
+            .remove(lkey)
+            .map(|_| ())
+            .ok_or(VerbsError::NotFound("memory region"))
     }
 
     pub fn create_cq(&mut self, depth: u32) -> Result<u32> {
@@ -236,7 +250,11 @@ impl Engine {
         if !self.cqs.contains_key(&cq) {
             return Err(VerbsError::NotFound("completion queue"));
         }
-        if self.qps.values().any(|q| q.send_cq == cq || q.recv_cq == cq) {
+        if self
+            .qps
+            .values()
+            .any(|q| q.send_cq == cq || q.recv_cq == cq)
+        {
             return Err(VerbsError::Busy("completion queue is used by a QP"));
         }
         self.cqs.remove(&cq);
@@ -245,7 +263,10 @@ impl Engine {
 
     /// Takes up to `max` completions from `cq`, oldest first.
     pub fn poll_cq(&mut self, cq: u32, max: usize) -> Result<Vec<WorkCompletion>> {
-        let q = self.cqs.get_mut(&cq).ok_or(VerbsError::NotFound("completion queue"))?;
+        let q = self
+            .cqs
+            .get_mut(&cq)
+            .ok_or(VerbsError::NotFound("completion queue"))?;
         let n = max.min(q.entries.len());
         Ok(q.entries.drain(..n).collect())
     }
@@ -265,16 +286,24 @@ impl Engine {
         }
         let c = &init.cap;
         if c.max_send_wr > lim.max_qp_wr || c.max_recv_wr > lim.max_qp_wr {
-            return Err(VerbsError::InvalidArgument("max_send_wr/max_recv_wr above max_qp_wr"));
+            return Err(VerbsError::InvalidArgument(
+                "max_send_wr/max_recv_wr above max_qp_wr",
+            ));
         }
         if c.max_send_sge > lim.max_sge || c.max_recv_sge > lim.max_sge {
-            return Err(VerbsError::InvalidArgument("max_send_sge/max_recv_sge above max_sge"));
+            return Err(VerbsError::InvalidArgument(
+                "max_send_sge/max_recv_sge above max_sge",
+            ));
         }
         if c.max_inline_data > lim.max_inline_data {
-            return Err(VerbsError::InvalidArgument("max_inline_data above the device limit"));
+            return Err(VerbsError::InvalidArgument(
+                "max_inline_data above the device limit",
+            ));
         }
         if init.qp_type != QpType::Rc {
-            return Err(VerbsError::InvalidArgument("only RC QPs are implemented so far"));
+            return Err(VerbsError::InvalidArgument(
+                "only RC QPs are implemented so far",
+            ));
         }
         if self.qps.len() >= lim.max_qp as usize {
             return Err(VerbsError::Exhausted("queue pairs"));
@@ -291,11 +320,17 @@ impl Engine {
     }
 
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
-        self.qps.remove(&qpn).map(|_| ()).ok_or(VerbsError::NotFound("queue pair"))
+        self.qps
+            .remove(&qpn)
+            .map(|_| ())
+            .ok_or(VerbsError::NotFound("queue pair"))
     }
 
     pub fn qp_state(&self, qpn: u32) -> Result<QpState> {
-        self.qps.get(&qpn).map(|q| q.state).ok_or(VerbsError::NotFound("queue pair"))
+        self.qps
+            .get(&qpn)
+            .map(|q| q.state)
+            .ok_or(VerbsError::NotFound("queue pair"))
     }
 
     /// `ibv_modify_qp`: validates the attributes for the transition, then applies them.
@@ -304,7 +339,10 @@ impl Engine {
             max_rd_atomic: self.config.attr.max_qp_rd_atom,
             max_mtu: self.config.max_mtu,
         };
-        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound("queue pair"))?;
+        let qp = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or(VerbsError::NotFound("queue pair"))?;
         let from = qp.state;
         let to = validate(qp.qp_type, from, attr, lim)?;
         if let Some(a) = attr.qp_access_flags {
@@ -359,7 +397,7 @@ impl Engine {
                     cqs: &mut self.cqs,
                     events: &mut self.events,
                 };
-                qp.to_error(&mut ctx, None);
+                qp.enter_error(&mut ctx, None);
             }
             QpState::Rts if from == QpState::Rtr => {
                 qp.req.retries_left = qp.retry_cnt;
@@ -374,9 +412,16 @@ impl Engine {
 
     /// `ibv_post_send` of one WR. Errors are synchronous and leave the queue unchanged.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<()> {
-        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound("queue pair"))?;
+        let qp = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or(VerbsError::NotFound("queue pair"))?;
         if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Rtr) {
-            return Err(VerbsError::BadState { qpn, state: qp.state, what: "post_send needs RTS" });
+            return Err(VerbsError::BadState {
+                qpn,
+                state: qp.state,
+                what: "post_send needs RTS",
+            });
         }
         if qp.sq.len() >= qp.cap.max_send_wr as usize {
             return Err(VerbsError::Exhausted("send queue is full"));
@@ -387,22 +432,32 @@ impl Engine {
                 return Err(VerbsError::InvalidArgument("more SGEs than max_send_sge"));
             }
             SendData::Inline(d) if d.len() > qp.cap.max_inline_data as usize => {
-                return Err(VerbsError::InvalidArgument("inline data longer than max_inline_data"));
+                return Err(VerbsError::InvalidArgument(
+                    "inline data longer than max_inline_data",
+                ));
             }
             SendData::Inline(_) if op.is_read_or_atomic() => {
-                return Err(VerbsError::InvalidArgument("READ and atomics cannot be inline"));
+                return Err(VerbsError::InvalidArgument(
+                    "READ and atomics cannot be inline",
+                ));
             }
             _ => {}
         }
         let len = wr.length();
         if op.is_atomic() && len != 8 {
-            return Err(VerbsError::InvalidArgument("atomics need 8 bytes of local memory"));
+            return Err(VerbsError::InvalidArgument(
+                "atomics need 8 bytes of local memory",
+            ));
         }
         if op.is_read_or_atomic() && qp.max_rd_atomic == 0 {
-            return Err(VerbsError::InvalidArgument("READ/atomic on a QP with max_rd_atomic 0"));
+            return Err(VerbsError::InvalidArgument(
+                "READ/atomic on a QP with max_rd_atomic 0",
+            ));
         }
         if len > MAX_MESSAGE {
-            return Err(VerbsError::InvalidArgument("message longer than 2^31 bytes"));
+            return Err(VerbsError::InvalidArgument(
+                "message longer than 2^31 bytes",
+            ));
         }
         if !matches!(
             op,
@@ -414,7 +469,9 @@ impl Engine {
                 | WrOpcode::AtomicCmpAndSwp
                 | WrOpcode::AtomicFetchAndAdd
         ) {
-            return Err(VerbsError::InvalidArgument("opcode not supported on this QP type"));
+            return Err(VerbsError::InvalidArgument(
+                "opcode not supported on this QP type",
+            ));
         }
         qp.sq.push_back(SendWqe {
             wr,
@@ -426,7 +483,12 @@ impl Engine {
             local_error: None,
         });
         if qp.state == QpState::Err {
-            let mut ctx = Ctx { now: 0, mrs: &self.mrs, cqs: &mut self.cqs, events: &mut self.events };
+            let mut ctx = Ctx {
+                now: 0,
+                mrs: &self.mrs,
+                cqs: &mut self.cqs,
+                events: &mut self.events,
+            };
             qp.flush(&mut ctx);
         }
         schedule(&mut self.active, qp);
@@ -435,9 +497,16 @@ impl Engine {
 
     /// `ibv_post_recv` of one WR.
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<()> {
-        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound("queue pair"))?;
+        let qp = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or(VerbsError::NotFound("queue pair"))?;
         if qp.state == QpState::Reset {
-            return Err(VerbsError::BadState { qpn, state: qp.state, what: "post_recv needs INIT or later" });
+            return Err(VerbsError::BadState {
+                qpn,
+                state: qp.state,
+                what: "post_recv needs INIT or later",
+            });
         }
         if qp.rq.len() >= qp.cap.max_recv_wr as usize {
             return Err(VerbsError::Exhausted("receive queue is full"));
@@ -447,7 +516,12 @@ impl Engine {
         }
         qp.rq.push_back(wr);
         if qp.state == QpState::Err {
-            let mut ctx = Ctx { now: 0, mrs: &self.mrs, cqs: &mut self.cqs, events: &mut self.events };
+            let mut ctx = Ctx {
+                now: 0,
+                mrs: &self.mrs,
+                cqs: &mut self.cqs,
+                events: &mut self.events,
+            };
             qp.flush(&mut ctx);
         }
         Ok(())
@@ -464,12 +538,19 @@ impl Engine {
             self.stats.rx_unknown_qp += 1;
             return;
         };
-        let Ok(info) = pkt.bth.opcode.info() else { return };
+        let Ok(info) = pkt.bth.opcode.info() else {
+            return;
+        };
         if info.transport != Transport::Rc || qp.av.map(|a| a.dgid) != Some(src) {
             self.stats.rx_wrong_peer += 1;
             return;
         }
-        let mut ctx = Ctx { now, mrs: &self.mrs, cqs: &mut self.cqs, events: &mut self.events };
+        let mut ctx = Ctx {
+            now,
+            mrs: &self.mrs,
+            cqs: &mut self.cqs,
+            events: &mut self.events,
+        };
         match info.operation {
             Operation::Acknowledge | Operation::ReadResponse | Operation::AtomicAcknowledge => {
                 qp.handle_response(&mut ctx, &pkt)
@@ -483,7 +564,12 @@ impl Engine {
     pub fn handle_timeout(&mut self, now: Nanos) {
         for qp in self.qps.values_mut() {
             if qp.next_deadline().is_some_and(|t| t <= now) {
-                let mut ctx = Ctx { now, mrs: &self.mrs, cqs: &mut self.cqs, events: &mut self.events };
+                let mut ctx = Ctx {
+                    now,
+                    mrs: &self.mrs,
+                    cqs: &mut self.cqs,
+                    events: &mut self.events,
+                };
                 if qp.handle_timers(&mut ctx) {
                     schedule(&mut self.active, qp);
                 }
@@ -498,11 +584,21 @@ impl Engine {
 
     /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`] bytes).
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        assert!(buf.len() >= MAX_PACKET, "poll_transmit needs a buffer of MAX_PACKET bytes");
+        assert!(
+            buf.len() >= MAX_PACKET,
+            "poll_transmit needs a buffer of MAX_PACKET bytes"
+        );
         while let Some(qpn) = self.active.pop_front() {
-            let Some(qp) = self.qps.get_mut(&qpn) else { continue };
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
             qp.scheduled = false;
-            let mut ctx = Ctx { now, mrs: &self.mrs, cqs: &mut self.cqs, events: &mut self.events };
+            let mut ctx = Ctx {
+                now,
+                mrs: &self.mrs,
+                cqs: &mut self.cqs,
+                events: &mut self.events,
+            };
             let len = match qp.next_response(buf) {
                 Some(len) => Some(len),
                 None => qp.next_request(&mut ctx, buf),
@@ -511,7 +607,11 @@ impl Engine {
                 schedule(&mut self.active, qp);
                 self.stats.tx_packets += 1;
                 let dest = qp.av.map(|a| a.dgid).unwrap_or_default();
-                return Some(Transmit { dest, src_port: qp.udp_sport, len });
+                return Some(Transmit {
+                    dest,
+                    src_port: qp.udp_sport,
+                    len,
+                });
             }
         }
         None

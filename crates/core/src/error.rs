@@ -9,7 +9,11 @@ pub enum VerbsError {
     InvalidArgument(&'static str),
     /// A modify-QP attribute is missing for this transition, or not allowed in it (EINVAL).
     #[error("modify QP {from:?} -> {to:?}: {what}")]
-    InvalidTransition { from: crate::QpState, to: crate::QpState, what: String },
+    InvalidTransition {
+        from: crate::QpState,
+        to: crate::QpState,
+        what: String,
+    },
     /// No such object (ENOENT / EINVAL in libibverbs).
     #[error("no such {0}")]
     NotFound(&'static str),
@@ -21,7 +25,11 @@ pub enum VerbsError {
     Busy(&'static str),
     /// The QP is in a state that does not allow this call.
     #[error("queue pair {qpn:#x} is in state {state:?}: {what}")]
-    BadState { qpn: u32, state: crate::QpState, what: &'static str },
+    BadState {
+        qpn: u32,
+        state: crate::QpState,
+        what: &'static str,
+    },
     /// Memory could not be allocated.
     #[error("out of memory")]
     OutOfMemory,

@@ -33,14 +33,22 @@ impl SharedBuffer {
     /// A new zeroed buffer of `len` bytes (page-aligned). `len` 0 is allowed.
     pub fn new(len: usize) -> Result<SharedBuffer, crate::VerbsError> {
         if len == 0 {
-            return Ok(SharedBuffer { ptr: NonNull::dangling(), len: 0, owned: None });
+            return Ok(SharedBuffer {
+                ptr: NonNull::dangling(),
+                len: 0,
+                owned: None,
+            });
         }
         let layout = Layout::from_size_align(len, ALIGN)
             .map_err(|_| crate::VerbsError::InvalidArgument("memory region too large"))?;
         // SAFETY: layout has non-zero size.
         let ptr = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(ptr).ok_or(crate::VerbsError::OutOfMemory)?;
-        Ok(SharedBuffer { ptr, len, owned: Some(layout) })
+        Ok(SharedBuffer {
+            ptr,
+            len,
+            owned: Some(layout),
+        })
     }
 
     /// Wraps memory the caller owns (a C program's `ibv_reg_mr` buffer).
@@ -49,8 +57,16 @@ impl SharedBuffer {
     /// `ptr` must be valid for reads and writes of `len` bytes for the whole life of the
     /// returned value, and must not be freed while it exists.
     pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Option<SharedBuffer> {
-        let ptr = if len == 0 { NonNull::dangling() } else { NonNull::new(ptr)? };
-        Some(SharedBuffer { ptr, len, owned: None })
+        let ptr = if len == 0 {
+            NonNull::dangling()
+        } else {
+            NonNull::new(ptr)?
+        };
+        Some(SharedBuffer {
+            ptr,
+            len,
+            owned: None,
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -78,7 +94,11 @@ impl SharedBuffer {
             // SAFETY: the range is inside the allocation (checked above) and `src` cannot
             // overlap it, since no `&[u8]` into this buffer is ever handed out.
             unsafe {
-                std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
+                std::ptr::copy_nonoverlapping(
+                    src.as_ptr(),
+                    self.ptr.as_ptr().add(offset),
+                    src.len(),
+                )
             };
         }
         true
@@ -92,7 +112,11 @@ impl SharedBuffer {
         if !dst.is_empty() {
             // SAFETY: in bounds (checked); `dst` is a unique borrow and so cannot alias.
             unsafe {
-                std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
+                std::ptr::copy_nonoverlapping(
+                    self.ptr.as_ptr().add(offset),
+                    dst.as_mut_ptr(),
+                    dst.len(),
+                )
             };
         }
         true
@@ -100,14 +124,24 @@ impl SharedBuffer {
 
     /// Copies `len` bytes from `src` at `src_off` to `self` at `dst_off` (they may be the same
     /// buffer; overlapping ranges are handled).
-    pub fn copy_from(&self, dst_off: usize, src: &SharedBuffer, src_off: usize, len: usize) -> bool {
+    pub fn copy_from(
+        &self,
+        dst_off: usize,
+        src: &SharedBuffer,
+        src_off: usize,
+        len: usize,
+    ) -> bool {
         if !self.check(dst_off, len) || !src.check(src_off, len) {
             return false;
         }
         if len != 0 {
             // SAFETY: both ranges are in bounds (checked); `copy` allows overlap.
             unsafe {
-                std::ptr::copy(src.ptr.as_ptr().add(src_off), self.ptr.as_ptr().add(dst_off), len)
+                std::ptr::copy(
+                    src.ptr.as_ptr().add(src_off),
+                    self.ptr.as_ptr().add(dst_off),
+                    len,
+                )
             };
         }
         true

@@ -71,7 +71,11 @@ impl MrTable {
                     return None;
                 }
                 let offset = mr.offset_of(s.addr, u64::from(s.length))?;
-                Some(Segment { buffer: mr.buffer.clone(), offset, len: s.length as usize })
+                Some(Segment {
+                    buffer: mr.buffer.clone(),
+                    offset,
+                    len: s.length as usize,
+                })
             })
             .collect()
     }
@@ -85,7 +89,11 @@ impl MrTable {
             return None;
         }
         let offset = mr.offset_of(va, len)?;
-        Some(Segment { buffer: mr.buffer.clone(), offset, len: len as usize })
+        Some(Segment {
+            buffer: mr.buffer.clone(),
+            offset,
+            len: len as usize,
+        })
     }
 }
 
@@ -118,14 +126,17 @@ fn sg_walk(
 
 /// Copies bytes of the list, from `at` on, into `out`; false if the list is too short.
 pub(crate) fn gather(segs: &[Segment], at: usize, out: &mut [u8]) -> bool {
-    sg_walk(segs, at, out.len(), |s, off, r| s.buffer.read(off, &mut out[r]))
+    sg_walk(segs, at, out.len(), |s, off, r| {
+        s.buffer.read(off, &mut out[r])
+    })
 }
 
 /// Copies `data` into the list from `at` on; false if the list is too short.
 pub(crate) fn scatter(segs: &[Segment], at: usize, data: &[u8]) -> bool {
-    sg_walk(segs, at, data.len(), |s, off, r| s.buffer.write(off, &data[r]))
+    sg_walk(segs, at, data.len(), |s, off, r| {
+        s.buffer.write(off, &data[r])
+    })
 }
-
 
 impl MrTable {
     pub fn count_all(&self) -> usize {

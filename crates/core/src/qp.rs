@@ -23,7 +23,10 @@ impl Ctx<'_> {
     pub fn complete(&mut self, cq: u32, wc: WorkCompletion) {
         if let Some(c) = self.cqs.get_mut(&cq) {
             if c.push(wc) {
-                self.events.push_back(AsyncEvent::Cq { cq, event: EventType::CqErr });
+                self.events.push_back(AsyncEvent::Cq {
+                    cq,
+                    event: EventType::CqErr,
+                });
             }
         }
     }
@@ -173,13 +176,16 @@ impl Qp {
 
     /// Moves the QP to ERR: every outstanding WR completes with WR_FLUSH_ERR. Replies already
     /// queued (a final NAK among them) are still sent.
-    pub fn to_error(&mut self, ctx: &mut Ctx<'_>, event: Option<EventType>) {
+    pub fn enter_error(&mut self, ctx: &mut Ctx<'_>, event: Option<EventType>) {
         if self.state == QpState::Err {
             return;
         }
         self.state = QpState::Err;
         if let Some(event) = event {
-            ctx.events.push_back(AsyncEvent::Qp { qpn: self.qpn, event });
+            ctx.events.push_back(AsyncEvent::Qp {
+                qpn: self.qpn,
+                event,
+            });
         }
         self.flush(ctx);
         self.req.retrans_deadline = None;

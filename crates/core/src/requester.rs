@@ -68,7 +68,11 @@ impl Qp {
     /// May the WQE at `idx` start now (fence and max_rd_atomic)?
     fn may_start(&self, idx: usize) -> bool {
         let w = &self.sq[idx];
-        let earlier_reads = self.sq.iter().take(idx).filter(|e| e.wr.opcode.is_read_or_atomic());
+        let earlier_reads = self
+            .sq
+            .iter()
+            .take(idx)
+            .filter(|e| e.wr.opcode.is_read_or_atomic());
         if w.wr.flags.contains(crate::SendFlags::FENCE) && earlier_reads.clone().next().is_some() {
             return false;
         }
@@ -94,7 +98,11 @@ impl Qp {
                 ctx.mrs.local(pd, sges, need).ok_or(WcStatus::LocProtErr)?
             }
         };
-        let npkts = if w.wr.opcode.is_atomic() { 1 } else { self.packets_for(w.len) };
+        let npkts = if w.wr.opcode.is_atomic() {
+            1
+        } else {
+            self.packets_for(w.len)
+        };
         let w = &mut self.sq[idx];
         w.segs = segs;
         w.first_psn = first_psn;
@@ -151,7 +159,13 @@ impl Qp {
                     rkey: wr.rkey,
                     dma_length: remaining as u32,
                 });
-                (Opcode::RC_RDMA_READ_REQUEST, 0, self.packets_for(remaining), true, true)
+                (
+                    Opcode::RC_RDMA_READ_REQUEST,
+                    0,
+                    self.packets_for(remaining),
+                    true,
+                    true,
+                )
             }
             WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
                 let cas = wr.opcode == WrOpcode::AtomicCmpAndSwp;
@@ -161,7 +175,11 @@ impl Qp {
                     swap_add: if cas { wr.swap } else { wr.compare_add },
                     compare: if cas { wr.compare_add } else { 0 },
                 });
-                let op = if cas { Opcode::RC_COMPARE_SWAP } else { Opcode::RC_FETCH_ADD };
+                let op = if cas {
+                    Opcode::RC_COMPARE_SWAP
+                } else {
+                    Opcode::RC_FETCH_ADD
+                };
                 (op, 0, 1, true, true)
             }
             op => {
@@ -178,18 +196,32 @@ impl Qp {
                 if last && matches!(op, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm) {
                     ext.immdt = Some(wr.imm);
                 }
-                (send_write_opcode(op, first, last), n as usize, 1, last, last)
+                (
+                    send_write_opcode(op, first, last),
+                    n as usize,
+                    1,
+                    last,
+                    last,
+                )
             }
         };
         let after = psn.add(advance);
         ack_req |= self.req.since_ack_req + 1 >= ACK_REQ_EVERY
             || self.req.una.distance_to(after) >= WINDOW;
         let solicited = done && wr.flags.contains(crate::SendFlags::SOLICITED);
-        let repr = PacketRepr { bth: bth(self, opcode, psn, ack_req, solicited), ext, payload: &[] };
-        let hlen = repr.emit_headers_for(n, buf).expect("requester builds valid packets");
+        let repr = PacketRepr {
+            bth: bth(self, opcode, psn, ack_req, solicited),
+            ext,
+            payload: &[],
+        };
+        let hlen = repr
+            .emit_headers_for(n, buf)
+            .expect("requester builds valid packets");
         let payload = &mut buf[hlen..hlen + n];
         match &w.wr.data {
-            SendData::Inline(data) => payload.copy_from_slice(&data[off as usize..off as usize + n]),
+            SendData::Inline(data) => {
+                payload.copy_from_slice(&data[off as usize..off as usize + n])
+            }
             SendData::Sges(_) => {
                 // Bounds were checked when the WQE started; the buffer cannot shrink.
                 let ok = gather(&w.segs, off as usize, payload);
@@ -215,8 +247,17 @@ impl Qp {
     /// Go-back-N: the next packet sent will be the one with PSN `from` (or, if that PSN
     /// belonged to a WQE already completed, the first outstanding one after it).
     pub(crate) fn rewind(&mut self, from: Psn) {
+        // Never before what the peer already acknowledged.
+        let from = if from.before(self.req.una) {
+            self.req.una
+        } else {
+            from
+        };
         let mtu = self.mtu.bytes() as u64;
-        let found = self.sq.iter().position(|w| w.started && !w.last_psn().before(from));
+        let found = self
+            .sq
+            .iter()
+            .position(|w| w.started && !w.last_psn().before(from));
         let r = &mut self.req;
         match found {
             Some(i) => {
@@ -228,7 +269,11 @@ impl Qp {
             }
             None => {
                 // Nothing sent at or after `from`: continue with the first unsent WQE.
-                r.idx = self.sq.iter().position(|w| !w.started).unwrap_or(self.sq.len());
+                r.idx = self
+                    .sq
+                    .iter()
+                    .position(|w| !w.started)
+                    .unwrap_or(self.sq.len());
                 r.off = 0;
                 r.next_psn = r.high_psn;
             }
@@ -240,7 +285,7 @@ impl Qp {
     pub(crate) fn report_local_errors(&mut self, ctx: &mut Ctx<'_>) {
         if let Some(status) = self.sq.front().and_then(|w| w.local_error) {
             self.complete_front(ctx, status);
-            self.to_error(ctx, None);
+            self.enter_error(ctx, None);
         }
     }
 }

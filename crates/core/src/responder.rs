@@ -51,8 +51,17 @@ struct ReadReply {
 /// A reply waiting to be sent.
 #[derive(Debug)]
 enum Reply {
-    Ack { psn: Psn, syndrome: Syndrome, msn: u32 },
-    AtomicAck { psn: Psn, original: u64, msn: u32, replay: bool },
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+        msn: u32,
+    },
+    AtomicAck {
+        psn: Psn,
+        original: u64,
+        msn: u32,
+        replay: bool,
+    },
     Read(ReadReply),
 }
 
@@ -80,8 +89,13 @@ enum Outcome {
 impl RespState {
     fn push_ack(&mut self, psn: Psn, syndrome: Syndrome, msn: u32) {
         // Coalesce: a newer positive ACK covers an older one not yet sent.
-        if let (Syndrome::Ack { .. }, Some(Reply::Ack { syndrome: Syndrome::Ack { .. }, .. })) =
-            (syndrome, self.replies.back())
+        if let (
+            Syndrome::Ack { .. },
+            Some(Reply::Ack {
+                syndrome: Syndrome::Ack { .. },
+                ..
+            }),
+        ) = (syndrome, self.replies.back())
         {
             self.replies.pop_back();
         }
@@ -117,7 +131,9 @@ impl RespState {
     }
 }
 
-const ACK: Syndrome = Syndrome::Ack { credits: INVALID_CREDIT };
+const ACK: Syndrome = Syndrome::Ack {
+    credits: INVALID_CREDIT,
+};
 
 impl Qp {
     /// A request-type packet for this QP's responder.
@@ -139,7 +155,9 @@ impl Qp {
             d if d < 0 => return self.duplicate(ctx, pkt),
             _ => {}
         }
-        let Ok(info) = pkt.bth.opcode.info() else { return };
+        let Ok(info) = pkt.bth.opcode.info() else {
+            return;
+        };
         let result = match info.operation {
             Operation::Send | Operation::SendWithImm => self.recv_send(ctx, pkt, &info),
             Operation::Write | Operation::WriteWithImm => self.recv_write(ctx, pkt, &info),
@@ -151,8 +169,10 @@ impl Qp {
         match result {
             Ok(Outcome::Accepted) => {
                 r.nak_sent = false;
-                let replies_itself =
-                    matches!(info.operation, Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd);
+                let replies_itself = matches!(
+                    info.operation,
+                    Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd
+                );
                 if pkt.bth.ack_req && !replies_itself {
                     let msn = r.msn;
                     r.push_ack(psn, ACK, msn);
@@ -160,7 +180,13 @@ impl Qp {
             }
             Ok(Outcome::Rnr) => {
                 let msn = r.msn;
-                r.push_ack(psn, Syndrome::RnrNak { timer: self.min_rnr_timer }, msn);
+                r.push_ack(
+                    psn,
+                    Syndrome::RnrNak {
+                        timer: self.min_rnr_timer,
+                    },
+                    msn,
+                );
             }
             Err(code) => {
                 let msn = r.msn;
@@ -170,12 +196,20 @@ impl Qp {
                     NakCode::InvalidRequest => EventType::QpReqErr,
                     _ => EventType::QpFatal,
                 };
-                self.to_error(ctx, Some(event));
+                self.enter_error(ctx, Some(event));
             }
         }
     }
 
-    fn recv_complete(&self, ctx: &mut Ctx<'_>, wr_id: u64, status: WcStatus, op: WcOpcode, len: usize, imm: Option<u32>) {
+    fn recv_complete(
+        &self,
+        ctx: &mut Ctx<'_>,
+        wr_id: u64,
+        status: WcStatus,
+        op: WcOpcode,
+        len: usize,
+        imm: Option<u32>,
+    ) {
         ctx.complete(
             self.recv_cq,
             WorkCompletion {
@@ -198,22 +232,35 @@ impl Qp {
         }
     }
 
-    fn recv_send(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>, info: &OpcodeInfo) -> Result<Outcome, NakCode> {
+    fn recv_send(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+        info: &OpcodeInfo,
+    ) -> Result<Outcome, NakCode> {
         if info.position.starts_message() {
             if self.resp.recv.is_some() {
                 return Err(NakCode::InvalidRequest);
             }
-            let Some(wr) = self.rq.pop_front() else { return Ok(Outcome::Rnr) };
+            let Some(wr) = self.rq.pop_front() else {
+                return Ok(Outcome::Rnr);
+            };
             let Some(segs) = ctx.mrs.local(self.pd, &wr.sges, Access::LOCAL_WRITE) else {
                 self.recv_complete(ctx, wr.wr_id, WcStatus::LocProtErr, WcOpcode::Recv, 0, None);
                 return Err(NakCode::RemoteOperationalError);
             };
-            self.resp.recv = Some(RecvProgress { wr_id: wr.wr_id, segs, off: 0 });
+            self.resp.recv = Some(RecvProgress {
+                wr_id: wr.wr_id,
+                segs,
+                off: 0,
+            });
         }
         if !self.length_ok(info, pkt.payload.len()) {
             return Err(NakCode::InvalidRequest);
         }
-        let Some(rp) = self.resp.recv.as_mut() else { return Err(NakCode::InvalidRequest) };
+        let Some(rp) = self.resp.recv.as_mut() else {
+            return Err(NakCode::InvalidRequest);
+        };
         if !scatter(&rp.segs, rp.off, pkt.payload) {
             let wr_id = rp.wr_id;
             self.resp.recv = None;
@@ -223,7 +270,14 @@ impl Qp {
         rp.off += pkt.payload.len();
         if info.position.ends_message() {
             let rp = self.resp.recv.take().expect("checked above");
-            self.recv_complete(ctx, rp.wr_id, WcStatus::Success, WcOpcode::Recv, rp.off, pkt.ext.immdt);
+            self.recv_complete(
+                ctx,
+                rp.wr_id,
+                WcStatus::Success,
+                WcOpcode::Recv,
+                rp.off,
+                pkt.ext.immdt,
+            );
             self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
         }
         self.resp.epsn = self.resp.epsn.next();
@@ -232,17 +286,32 @@ impl Qp {
 
     /// Resolves remote access to `[va, va+len)` with `rkey`, checking the QP's access flags
     /// too. Zero-length accesses check nothing, as the spec allows.
-    fn remote(&self, ctx: &Ctx<'_>, rkey: u32, va: u64, len: u64, need: Access) -> Result<Option<Segment>, NakCode> {
+    fn remote(
+        &self,
+        ctx: &Ctx<'_>,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Option<Segment>, NakCode> {
         if len == 0 {
             return Ok(None);
         }
         if !self.access.contains(need) {
             return Err(NakCode::RemoteAccessError);
         }
-        ctx.mrs.remote(self.pd, rkey, va, len, need).map(Some).ok_or(NakCode::RemoteAccessError)
+        ctx.mrs
+            .remote(self.pd, rkey, va, len, need)
+            .map(Some)
+            .ok_or(NakCode::RemoteAccessError)
     }
 
-    fn recv_write(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>, info: &OpcodeInfo) -> Result<Outcome, NakCode> {
+    fn recv_write(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+        info: &OpcodeInfo,
+    ) -> Result<Outcome, NakCode> {
         let n = pkt.payload.len();
         let ends = info.position.ends_message();
         let with_imm = info.operation == Operation::WriteWithImm;
@@ -259,14 +328,26 @@ impl Qp {
             if u64::from(reth.dma_length) > crate::requester::MAX_MESSAGE {
                 return Err(NakCode::InvalidRequest);
             }
-            let seg = self.remote(ctx, reth.rkey, reth.virtual_address, total as u64, Access::REMOTE_WRITE)?;
+            let seg = self.remote(
+                ctx,
+                reth.rkey,
+                reth.virtual_address,
+                total as u64,
+                Access::REMOTE_WRITE,
+            )?;
             self.resp.write = Some(WriteProgress { seg, off: 0, total });
         }
         if !self.length_ok(info, n) {
             return Err(NakCode::InvalidRequest);
         }
-        let Some(wp) = self.resp.write.as_ref() else { return Err(NakCode::InvalidRequest) };
-        let fits = if ends { wp.off + n == wp.total } else { wp.off + n < wp.total };
+        let Some(wp) = self.resp.write.as_ref() else {
+            return Err(NakCode::InvalidRequest);
+        };
+        let fits = if ends {
+            wp.off + n == wp.total
+        } else {
+            wp.off + n < wp.total
+        };
         if !fits {
             return Err(NakCode::InvalidRequest);
         }
@@ -280,7 +361,14 @@ impl Qp {
             self.resp.write = None;
             if with_imm {
                 let wr = self.rq.pop_front().expect("checked above");
-                self.recv_complete(ctx, wr.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, total, pkt.ext.immdt);
+                self.recv_complete(
+                    ctx,
+                    wr.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                    total,
+                    pkt.ext.immdt,
+                );
             }
             self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
         }
@@ -289,15 +377,35 @@ impl Qp {
     }
 
     /// Validates a READ request and builds its reply.
-    fn read_reply(&self, ctx: &Ctx<'_>, pkt: &PacketRepr<'_>, msn: u32) -> Result<ReadReply, NakCode> {
+    fn read_reply(
+        &self,
+        ctx: &Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+        msn: u32,
+    ) -> Result<ReadReply, NakCode> {
         let reth = pkt.ext.reth.ok_or(NakCode::InvalidRequest)?;
         let len = u64::from(reth.dma_length);
         if len > crate::requester::MAX_MESSAGE {
             return Err(NakCode::InvalidRequest);
         }
-        let seg = self.remote(ctx, reth.rkey, reth.virtual_address, len, Access::REMOTE_READ)?;
+        let seg = self.remote(
+            ctx,
+            reth.rkey,
+            reth.virtual_address,
+            len,
+            Access::REMOTE_READ,
+        )?;
         let psn = pkt.bth.psn;
-        Ok(ReadReply { first_psn: psn, next_psn: psn, cut: None, original: false, seg, sent: 0, len: len as usize, msn })
+        Ok(ReadReply {
+            first_psn: psn,
+            next_psn: psn,
+            cut: None,
+            original: false,
+            seg,
+            sent: 0,
+            len: len as usize,
+            msn,
+        })
     }
 
     fn recv_read(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> Result<Outcome, NakCode> {
@@ -323,7 +431,10 @@ impl Qp {
             .remote(ctx, a.rkey, a.virtual_address, 8, Access::REMOTE_ATOMIC)?
             .ok_or(NakCode::InvalidRequest)?;
         // A region whose iova is aligned but whose memory is not cannot do CPU atomics.
-        let cell = seg.buffer.atomic_u64(seg.offset).ok_or(NakCode::InvalidRequest)?;
+        let cell = seg
+            .buffer
+            .atomic_u64(seg.offset)
+            .ok_or(NakCode::InvalidRequest)?;
         let original = if pkt.bth.opcode == Opcode::RC_COMPARE_SWAP {
             match cell.compare_exchange(a.compare, a.swap_add, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(v) | Err(v) => v,
@@ -339,18 +450,27 @@ impl Qp {
         }
         r.atomics.push_back((psn, original));
         let msn = r.msn;
-        r.replies.push_back(Reply::AtomicAck { psn, original, msn, replay: false });
+        r.replies.push_back(Reply::AtomicAck {
+            psn,
+            original,
+            msn,
+            replay: false,
+        });
         r.epsn = r.epsn.next();
         Ok(Outcome::Accepted)
     }
 
     /// Retransmitted requests: re-ACK, re-execute READs, replay atomics.
     fn duplicate(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
-        let Ok(info) = pkt.bth.opcode.info() else { return };
+        let Ok(info) = pkt.bth.opcode.info() else {
+            return;
+        };
         let msn = self.resp.msn;
         match info.operation {
             Operation::ReadRequest => {
-                let Ok(reply) = self.read_reply(ctx, pkt, msn) else { return };
+                let Ok(reply) = self.read_reply(ctx, pkt, msn) else {
+                    return;
+                };
                 // The requester went back to this PSN and will resend everything after it, so
                 // replies queued for it and later PSNs are stale: drop them, cut READ streams.
                 self.resp.go_back(reply.first_psn);
@@ -360,7 +480,12 @@ impl Qp {
                 let psn = pkt.bth.psn;
                 let r = &mut self.resp;
                 if let Some(&(_, original)) = r.atomics.iter().find(|(p, _)| *p == psn) {
-                    r.replies.push_back(Reply::AtomicAck { psn, original, msn, replay: true });
+                    r.replies.push_back(Reply::AtomicAck {
+                        psn,
+                        original,
+                        msn,
+                        replay: true,
+                    });
                 }
             }
             _ if pkt.bth.ack_req => {
@@ -388,12 +513,22 @@ impl Qp {
         let mut ext = ExtHeaders::default();
         let (opcode, psn, n, done) = match front {
             Reply::Ack { psn, syndrome, msn } => {
-                ext.aeth = Some(AethRepr { syndrome: *syndrome, msn: *msn });
+                ext.aeth = Some(AethRepr {
+                    syndrome: *syndrome,
+                    msn: *msn,
+                });
                 (Opcode::RC_ACKNOWLEDGE, *psn, 0, true)
             }
-            Reply::AtomicAck { psn, original, msn, .. } => {
-                ext.aeth = Some(AethRepr { syndrome: ACK, msn: *msn });
-                ext.atomic_ack_eth = Some(AtomicAckEthRepr { original: *original });
+            Reply::AtomicAck {
+                psn, original, msn, ..
+            } => {
+                ext.aeth = Some(AethRepr {
+                    syndrome: ACK,
+                    msn: *msn,
+                });
+                ext.atomic_ack_eth = Some(AtomicAckEthRepr {
+                    original: *original,
+                });
                 (Opcode::RC_ATOMIC_ACKNOWLEDGE, *psn, 0, true)
             }
             Reply::Read(r) => {
@@ -406,16 +541,26 @@ impl Qp {
                     (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
                 };
                 if first || last {
-                    ext.aeth = Some(AethRepr { syndrome: ACK, msn: r.msn });
+                    ext.aeth = Some(AethRepr {
+                        syndrome: ACK,
+                        msn: r.msn,
+                    });
                 }
                 (opcode, r.next_psn, n, last)
             }
         };
-        let repr = PacketRepr { bth: bth(self, opcode, psn, false, false), ext, payload: &[] };
-        let hlen = repr.emit_headers_for(n, buf).expect("responder builds valid packets");
+        let repr = PacketRepr {
+            bth: bth(self, opcode, psn, false, false),
+            ext,
+            payload: &[],
+        };
+        let hlen = repr
+            .emit_headers_for(n, buf)
+            .expect("responder builds valid packets");
         if let Some(Reply::Read(r)) = self.resp.replies.front_mut() {
             if let Some(seg) = &r.seg {
-                seg.buffer.read(seg.offset + r.sent, &mut buf[hlen..hlen + n]);
+                seg.buffer
+                    .read(seg.offset + r.sent, &mut buf[hlen..hlen + n]);
             }
             r.sent += n;
             r.next_psn = r.next_psn.next();

@@ -100,7 +100,10 @@ impl WrOpcode {
         )
     }
     pub fn is_atomic(self) -> bool {
-        matches!(self, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+        matches!(
+            self,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
     }
 }
 
@@ -187,7 +190,12 @@ impl core::ops::BitOr for Access {
 
 impl fmt::Debug for Access {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names = ["LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC"];
+        let names = [
+            "LOCAL_WRITE",
+            "REMOTE_WRITE",
+            "REMOTE_READ",
+            "REMOTE_ATOMIC",
+        ];
         let mut set = f.debug_set();
         for (i, n) in names.iter().enumerate() {
             if self.0 & (1 << i) != 0 {

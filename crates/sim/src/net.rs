@@ -102,11 +102,8 @@ impl Network {
         self.stats.sent_bytes += d.data.len() as u64;
         // Serialisation: the port sends one packet at a time.
         let link = self.busy_until.entry(d.from).or_insert(0);
-        let wire_ns = if c.bandwidth_bps == 0 {
-            0
-        } else {
-            (d.data.len() as u64 + 66) * 8 * 1_000_000_000 / c.bandwidth_bps
-        };
+        let bits = (d.data.len() as u64 + 66) * 8 * 1_000_000_000;
+        let wire_ns = bits.checked_div(c.bandwidth_bps).unwrap_or(0);
         let departs = (*link).max(now) + wire_ns;
         *link = departs;
         if c.partitions.iter().any(|&(a, b)| (a..b).contains(&now)) {
@@ -117,7 +114,11 @@ impl Network {
             self.stats.lost += 1;
             return;
         }
-        let copies = if self.rng.random_bool(c.duplicate) { 2 } else { 1 };
+        let copies = if self.rng.random_bool(c.duplicate) {
+            2
+        } else {
+            1
+        };
         for _ in 0..copies {
             let c = &self.config;
             let mut at = departs + c.delay;
@@ -147,7 +148,9 @@ impl Network {
 
     /// How long the egress port of `node` is busy after `now` with what it already holds.
     pub fn backlog(&self, node: usize, now: Nanos) -> Nanos {
-        self.busy_until.get(&node).map_or(0, |&t| t.saturating_sub(now))
+        self.busy_until
+            .get(&node)
+            .map_or(0, |&t| t.saturating_sub(now))
     }
 
     /// When the next datagram arrives.

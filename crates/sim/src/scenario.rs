@@ -7,8 +7,8 @@ use crate::net::{NetConfig, NetStats};
 use crate::world::{World, WorldStats};
 use oxrdma_core::{
     Access, AddressVector, Gid, MemoryRegion, Mtu, Nanos, QpAttr, QpCap, QpInitAttr, QpState,
-    QpType, RecvWr, SendData, SendFlags, SendWr, SharedBuffer, Sge, VerbsError, WcOpcode,
-    WcStatus, WorkCompletion, WrOpcode,
+    QpType, RecvWr, SendData, SendFlags, SendWr, Sge, SharedBuffer, VerbsError, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -197,7 +197,10 @@ fn pick_opcode(rng: &mut ChaCha8Rng) -> WrOpcode {
 }
 
 fn concat(image: &[u8], pieces: &[Piece]) -> Vec<u8> {
-    pieces.iter().flat_map(|&(o, n)| image[o..o + n].iter().copied()).collect()
+    pieces
+        .iter()
+        .flat_map(|&(o, n)| image[o..o + n].iter().copied())
+        .collect()
 }
 
 fn apply(image: &mut [u8], pieces: &[Piece], data: &[u8]) {
@@ -218,7 +221,7 @@ struct Counter {
 
 /// Runs one scenario and checks its invariants.
 pub fn run(cfg: &ScenarioConfig) -> Report {
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0f_0a_d5);
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x005e_ed0f_0ad5);
     let mut world = World::new(cfg.nodes, cfg.net.clone(), cfg.seed);
     let mut report = Report::default();
     let v = &mut report.violations;
@@ -255,7 +258,13 @@ pub fn run(cfg: &ScenarioConfig) -> Report {
                 max_recv_sge: cfg.max_sge as u32,
                 max_inline_data: 64,
             };
-            let init = QpInitAttr { qp_type: QpType::Rc, send_cq, recv_cq, cap, sq_sig_all: false };
+            let init = QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq,
+                recv_cq,
+                cap,
+                sq_sig_all: false,
+            };
             let qpn = e.create_qp(pds[node], &init).expect("qp");
             // Some QPs start just before the 2^24 PSN wrap.
             let sq_psn = if rng.random_bool(0.3) {
@@ -298,14 +307,20 @@ pub fn run(cfg: &ScenarioConfig) -> Report {
         // The CAS chain starts from the cell's initial contents, set below.
         let cas_start = cas_value;
         for i in 0..cfg.wrs_per_qp {
-            let opcode = if cfg.write_only { WrOpcode::RdmaWrite } else { pick_opcode(&mut rng) };
+            let opcode = if cfg.write_only {
+                WrOpcode::RdmaWrite
+            } else {
+                pick_opcode(&mut rng)
+            };
             let len = match opcode {
                 _ if cfg.write_only => cfg.max_len,
                 WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 8,
                 _ => pick_len(&mut rng, cfg.max_len),
             };
-            let inline = matches!(opcode, WrOpcode::Send | WrOpcode::RdmaWrite | WrOpcode::SendWithImm)
-                && len <= 64
+            let inline = matches!(
+                opcode,
+                WrOpcode::Send | WrOpcode::RdmaWrite | WrOpcode::SendWithImm
+            ) && len <= 64
                 && rng.random_bool(0.3);
             let local = if opcode.is_atomic() {
                 let at = sides[s].alloc(8, &mut rng);
@@ -327,7 +342,10 @@ pub fn run(cfg: &ScenarioConfig) -> Report {
                 WrOpcode::AtomicFetchAndAdd => compare_add = rng.random_range(1..=1000),
                 _ => {}
             }
-            if matches!(opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm) {
+            if matches!(
+                opcode,
+                WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
+            ) {
                 let cap_len = if opcode == WrOpcode::RdmaWriteWithImm {
                     0
                 } else {
@@ -427,9 +445,13 @@ pub fn run(cfg: &ScenarioConfig) -> Report {
             post_sends(&mut world, &mut sides, s, &counters, v);
         }
         let recvs_pending = sides.iter().any(|s| s.next_recv < s.recvs.len());
-        let limit = if cfg.late_recv && recvs_pending { next_recv_time } else { cfg.time_limit };
+        let limit = if cfg.late_recv && recvs_pending {
+            next_recv_time
+        } else {
+            cfg.time_limit
+        };
         let progressed = world.step(limit);
-        collect(&mut world, &mut sides);
+        collect(&mut world, &mut sides, v);
         if !progressed {
             if cfg.late_recv && recvs_pending && world.now < cfg.time_limit {
                 world.now = world.now.max(next_recv_time);
@@ -449,15 +471,24 @@ pub fn run(cfg: &ScenarioConfig) -> Report {
         }
     }
     if world.now >= cfg.time_limit {
-        v.push(format!("hang: still busy after {} ns of virtual time", cfg.time_limit));
+        v.push(format!(
+            "hang: still busy after {} ns of virtual time",
+            cfg.time_limit
+        ));
     }
     report.elapsed = sides.iter().map(|s| s.last_done).max().unwrap_or(0);
     // Teardown: ERR flushes whatever is left, so every WR must now have completed.
     for s in &sides {
-        let err = QpAttr { qp_state: Some(QpState::Err), ..Default::default() };
-        world.nodes[s.node].engine.modify_qp(s.qpn, &err).expect("to ERR");
+        let err = QpAttr {
+            qp_state: Some(QpState::Err),
+            ..Default::default()
+        };
+        world.nodes[s.node]
+            .engine
+            .modify_qp(s.qpn, &err)
+            .expect("to ERR");
     }
-    collect(&mut world, &mut sides);
+    collect(&mut world, &mut sides, v);
     check(cfg, &sides, &cas_cells, &counters, &mut report);
     report.net = world.net.stats;
     report.world = world.stats;
@@ -473,9 +504,16 @@ fn post_recvs(world: &mut World, sides: &mut [Side], s: usize, max: usize, v: &m
         let sges = side.recvs[k]
             .pieces
             .iter()
-            .map(|&(o, n)| Sge { addr: mr.iova + o as u64, length: n as u32, lkey: mr.lkey })
+            .map(|&(o, n)| Sge {
+                addr: mr.iova + o as u64,
+                length: n as u32,
+                lkey: mr.lkey,
+            })
             .collect();
-        let wr = RecvWr { wr_id: RECV_TAG | k as u64, sges };
+        let wr = RecvWr {
+            wr_id: RECV_TAG | k as u64,
+            sges,
+        };
         match world.nodes[side.node].engine.post_recv(side.qpn, wr) {
             Ok(()) => {
                 side.next_recv += 1;
@@ -489,7 +527,13 @@ fn post_recvs(world: &mut World, sides: &mut [Side], s: usize, max: usize, v: &m
     }
 }
 
-fn post_sends(world: &mut World, sides: &mut [Side], s: usize, counters: &[Counter], v: &mut Vec<String>) {
+fn post_sends(
+    world: &mut World,
+    sides: &mut [Side],
+    s: usize,
+    counters: &[Counter],
+    v: &mut Vec<String>,
+) {
     let peer = sides[s].peer;
     let (peer_iova, peer_rkey, peer_node) = {
         let p = &sides[peer];
@@ -507,7 +551,11 @@ fn post_sends(world: &mut World, sides: &mut [Side], s: usize, counters: &[Count
             SendData::Sges(
                 op.local
                     .iter()
-                    .map(|&(o, n)| Sge { addr: mr.iova + o as u64, length: n as u32, lkey: mr.lkey })
+                    .map(|&(o, n)| Sge {
+                        addr: mr.iova + o as u64,
+                        length: n as u32,
+                        lkey: mr.lkey,
+                    })
                     .collect(),
             )
         };
@@ -541,8 +589,14 @@ fn post_sends(world: &mut World, sides: &mut [Side], s: usize, counters: &[Count
     }
 }
 
-fn collect(world: &mut World, sides: &mut [Side]) {
+fn collect(world: &mut World, sides: &mut [Side], v: &mut Vec<String>) {
     let now = world.now;
+    for (i, n) in world.nodes.iter_mut().enumerate() {
+        // Nothing in a run should raise an asynchronous error.
+        while let Some(e) = n.engine.poll_event() {
+            v.push(format!("node {i}: async event {e:?} at {now} ns"));
+        }
+    }
     for s in sides {
         let e = &mut world.nodes[s.node].engine;
         for wc in e.poll_cq(s.send_cq, usize::MAX).expect("cq") {
@@ -561,7 +615,13 @@ fn expected_wc_opcode(op: WrOpcode) -> WcOpcode {
 }
 
 /// The invariants.
-fn check(cfg: &ScenarioConfig, sides: &[Side], cas_cells: &[(usize, usize, u64)], counters: &[Counter], report: &mut Report) {
+fn check(
+    cfg: &ScenarioConfig,
+    sides: &[Side],
+    cas_cells: &[(usize, usize, u64)],
+    counters: &[Counter],
+    report: &mut Report,
+) {
     let mut images: Vec<Vec<u8>> = sides.iter().map(|s| s.image.clone()).collect();
     let mut care: Vec<Vec<bool>> = sides.iter().map(|s| vec![true; s.image.len()]).collect();
     let mut faa: Vec<Vec<(u64, u64)>> = vec![Vec::new(); counters.len()];
@@ -577,7 +637,10 @@ fn check(cfg: &ScenarioConfig, sides: &[Side], cas_cells: &[(usize, usize, u64)]
         let q = s.qpn;
         // Completion order follows posting order.
         if s.send_order.windows(2).any(|w| w[0] >= w[1]) {
-            v.push(format!("qp {q:#x}: send completions out of order: {:?}", s.send_order));
+            v.push(format!(
+                "qp {q:#x}: send completions out of order: {:?}",
+                s.send_order
+            ));
         }
         let mut first_error: Option<(usize, WcStatus)> = None;
         for (i, op) in s.ops.iter().enumerate() {
@@ -589,18 +652,27 @@ fn check(cfg: &ScenarioConfig, sides: &[Side], cas_cells: &[(usize, usize, u64)]
             let status = match wcs.first() {
                 Some(wc) => {
                     if wc.status == WcStatus::Success && !op.signaled {
-                        v.push(format!("qp {q:#x}: unsignaled WR {i} produced a completion"));
+                        v.push(format!(
+                            "qp {q:#x}: unsignaled WR {i} produced a completion"
+                        ));
                     }
-                    if wc.status == WcStatus::Success && wc.opcode != expected_wc_opcode(op.opcode) {
+                    if wc.status == WcStatus::Success && wc.opcode != expected_wc_opcode(op.opcode)
+                    {
                         v.push(format!("qp {q:#x}: WR {i} completed as {:?}", wc.opcode));
                     }
                     if wc.qp_num != q {
-                        v.push(format!("qp {q:#x}: WR {i} completion names QP {:#x}", wc.qp_num));
+                        v.push(format!(
+                            "qp {q:#x}: WR {i} completion names QP {:#x}",
+                            wc.qp_num
+                        ));
                     }
                     wc.status
                 }
                 None if op.signaled => {
-                    v.push(format!("qp {q:#x}: WR {i} ({:?}) never completed", op.opcode));
+                    v.push(format!(
+                        "qp {q:#x}: WR {i} ({:?}) never completed",
+                        op.opcode
+                    ));
                     continue;
                 }
                 None => WcStatus::Success,
@@ -612,22 +684,30 @@ fn check(cfg: &ScenarioConfig, sides: &[Side], cas_cells: &[(usize, usize, u64)]
                 match first_error {
                     None => {
                         first_error = Some((i, status));
-                        let allowed = cfg.expect != Expect::Clean && status == WcStatus::RetryExcErr;
+                        let allowed =
+                            cfg.expect != Expect::Clean && status == WcStatus::RetryExcErr;
                         if !allowed {
-                            v.push(format!("qp {q:#x}: WR {i} ({:?}) failed: {status:?}", op.opcode));
+                            v.push(format!(
+                                "qp {q:#x}: WR {i} ({:?}) failed: {status:?}",
+                                op.opcode
+                            ));
                         }
                         if status == WcStatus::RetryExcErr {
                             retry_errors += 1;
                         }
                     }
                     Some(_) if status != WcStatus::WrFlushErr => {
-                        v.push(format!("qp {q:#x}: WR {i} failed with {status:?} after an earlier error"));
+                        v.push(format!(
+                            "qp {q:#x}: WR {i} failed with {status:?} after an earlier error"
+                        ));
                     }
                     Some(_) => {}
                 }
                 // Whatever it was doing may have partly happened.
                 match op.opcode {
-                    WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => dont_care(&mut care[peer], &remote_piece),
+                    WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => {
+                        dont_care(&mut care[peer], &remote_piece)
+                    }
                     WrOpcode::RdmaRead => dont_care(&mut care[si], &op.local),
                     WrOpcode::AtomicFetchAndAdd => faa_clean[sides[peer].node] = false,
                     _ => {}
@@ -635,13 +715,18 @@ fn check(cfg: &ScenarioConfig, sides: &[Side], cas_cells: &[(usize, usize, u64)]
                 continue;
             }
             if let Some((e, st)) = first_error {
-                v.push(format!("qp {q:#x}: WR {i} succeeded after WR {e} failed with {st:?}"));
+                v.push(format!(
+                    "qp {q:#x}: WR {i} succeeded after WR {e} failed with {st:?}"
+                ));
             }
             report.succeeded += 1;
             report.bytes += op.len as u64;
             if let Some(wc) = wcs.first() {
                 if matches!(op.opcode, WrOpcode::RdmaRead) && wc.byte_len as usize != op.len {
-                    v.push(format!("qp {q:#x}: READ {i} byte_len {} != {}", wc.byte_len, op.len));
+                    v.push(format!(
+                        "qp {q:#x}: READ {i} byte_len {} != {}",
+                        wc.byte_len, op.len
+                    ));
                 }
             }
             match op.opcode {
@@ -658,7 +743,10 @@ fn check(cfg: &ScenarioConfig, sides: &[Side], cas_cells: &[(usize, usize, u64)]
                     s.buf.as_ref().expect("buf").read(op.local[0].0, &mut got);
                     let orig = u64::from_ne_bytes(got);
                     if op.opcode == WrOpcode::AtomicCmpAndSwp && orig != op.compare_add {
-                        v.push(format!("qp {q:#x}: CAS {i} returned {orig:#x}, expected {:#x}", op.compare_add));
+                        v.push(format!(
+                            "qp {q:#x}: CAS {i} returned {orig:#x}, expected {:#x}",
+                            op.compare_add
+                        ));
                     }
                     if op.opcode == WrOpcode::AtomicFetchAndAdd {
                         faa[sides[peer].node].push((orig, op.compare_add));
@@ -681,15 +769,26 @@ fn check(cfg: &ScenarioConfig, sides: &[Side], cas_cells: &[(usize, usize, u64)]
         let q = s.qpn;
         let peer = &sides[s.peer];
         let consumers: Vec<&Op> = {
-            let mut c: Vec<(usize, &Op)> = peer.ops.iter().filter_map(|o| o.recv.map(|k| (k, o))).collect();
+            let mut c: Vec<(usize, &Op)> = peer
+                .ops
+                .iter()
+                .filter_map(|o| o.recv.map(|k| (k, o)))
+                .collect();
             c.sort_by_key(|(k, _)| *k);
             c.into_iter().map(|(_, o)| o).collect()
         };
         let mut seen_failure = false;
         for (k, plan) in s.recvs.iter().enumerate() {
-            let wcs = s.recv_wcs.get(&(RECV_TAG | k as u64)).map(Vec::as_slice).unwrap_or(&[]);
+            let wcs = s
+                .recv_wcs
+                .get(&(RECV_TAG | k as u64))
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
             if wcs.len() != 1 {
-                v.push(format!("qp {q:#x}: receive {k} completed {} times", wcs.len()));
+                v.push(format!(
+                    "qp {q:#x}: receive {k} completed {} times",
+                    wcs.len()
+                ));
                 continue;
             }
             let wc = wcs[0];
@@ -703,11 +802,23 @@ fn check(cfg: &ScenarioConfig, sides: &[Side], cas_cells: &[(usize, usize, u64)]
                 continue;
             }
             if seen_failure {
-                v.push(format!("qp {q:#x}: receive {k} succeeded after an earlier one failed"));
+                v.push(format!(
+                    "qp {q:#x}: receive {k} succeeded after an earlier one failed"
+                ));
             }
-            let with_imm = matches!(op.opcode, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm);
-            let want_op = if op.opcode == WrOpcode::RdmaWriteWithImm { WcOpcode::RecvRdmaWithImm } else { WcOpcode::Recv };
-            if wc.byte_len as usize != op.len || wc.opcode != want_op || wc.imm != with_imm.then_some(op.imm) {
+            let with_imm = matches!(
+                op.opcode,
+                WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
+            );
+            let want_op = if op.opcode == WrOpcode::RdmaWriteWithImm {
+                WcOpcode::RecvRdmaWithImm
+            } else {
+                WcOpcode::Recv
+            };
+            if wc.byte_len as usize != op.len
+                || wc.opcode != want_op
+                || wc.imm != with_imm.then_some(op.imm)
+            {
                 v.push(format!(
                     "qp {q:#x}: receive {k}: got {:?} len {} imm {:?}, expected {want_op:?} len {} imm {:?}",
                     wc.opcode, wc.byte_len, wc.imm, op.len, with_imm.then_some(op.imm)
@@ -725,7 +836,12 @@ fn check(cfg: &ScenarioConfig, sides: &[Side], cas_cells: &[(usize, usize, u64)]
     // CAS cells of clean chains end at the last swap value.
     for &(cs, cell, start) in cas_cells {
         let s = &sides[cs];
-        let last = s.ops.iter().rev().find(|o| o.opcode == WrOpcode::AtomicCmpAndSwp).map_or(start, |o| o.swap);
+        let last = s
+            .ops
+            .iter()
+            .rev()
+            .find(|o| o.opcode == WrOpcode::AtomicCmpAndSwp)
+            .map_or(start, |o| o.swap);
         if care[s.peer][cell] {
             images[s.peer][cell..cell + 8].copy_from_slice(&last.to_ne_bytes());
         }
@@ -755,7 +871,9 @@ fn check(cfg: &ScenarioConfig, sides: &[Side], cas_cells: &[(usize, usize, u64)]
             let mut expect = c.initial;
             for &(orig, add) in &ops {
                 if orig != expect {
-                    v.push(format!("node {n}: FETCH_ADD returned {orig}, expected {expect}"));
+                    v.push(format!(
+                        "node {n}: FETCH_ADD returned {orig}, expected {expect}"
+                    ));
                     break;
                 }
                 expect += add;
@@ -768,6 +886,8 @@ fn check(cfg: &ScenarioConfig, sides: &[Side], cas_cells: &[(usize, usize, u64)]
         }
     }
     if cfg.expect == Expect::RetryErrorsRequired && retry_errors == 0 {
-        v.push("the partition outlasted the retry budget but no WR failed with RETRY_EXC_ERR".into());
+        v.push(
+            "the partition outlasted the retry budget but no WR failed with RETRY_EXC_ERR".into(),
+        );
     }
 }

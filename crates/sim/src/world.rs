@@ -76,7 +76,11 @@ impl World {
                     max_mtu: Mtu::Mtu4096,
                     attr: DeviceAttr::default(),
                 };
-                Node { engine: Engine::new(config, key), ip, tx_wakeup: None }
+                Node {
+                    engine: Engine::new(config, key),
+                    ip,
+                    tx_wakeup: None,
+                }
             })
             .collect();
         let net_rng = ChaCha8Rng::seed_from_u64(rng.next_u64());
@@ -114,7 +118,15 @@ impl World {
                 let mut data = self.buf[..t.len].to_vec();
                 let hdr = ip_udp(self.nodes[i].ip, self.nodes[to].ip, t.src_port, data.len());
                 icrc::fill(&hdr, &mut data).expect("engine packets are long enough");
-                self.net.send(self.now, Datagram { from: i, to, src_port: t.src_port, data });
+                self.net.send(
+                    self.now,
+                    Datagram {
+                        from: i,
+                        to,
+                        src_port: t.src_port,
+                        data,
+                    },
+                );
             }
         }
     }
@@ -138,14 +150,21 @@ impl World {
     /// before `limit`.
     pub fn step(&mut self, limit: Nanos) -> bool {
         self.transmit();
-        let Some(next) = self.next_event() else { return false };
+        let Some(next) = self.next_event() else {
+            return false;
+        };
         if next > limit {
             self.now = self.now.max(limit);
             return false;
         }
         self.now = self.now.max(next);
         while let Some(d) = self.net.pop_due(self.now) {
-            let hdr = ip_udp(self.nodes[d.from].ip, self.nodes[d.to].ip, d.src_port, d.data.len());
+            let hdr = ip_udp(
+                self.nodes[d.from].ip,
+                self.nodes[d.to].ip,
+                d.src_port,
+                d.data.len(),
+            );
             if icrc::verify(&hdr, &d.data).is_err() {
                 self.stats.bad_icrc += 1;
                 continue;
@@ -154,7 +173,9 @@ impl World {
                 trace(self.now, &d);
             }
             let src = Gid::from(self.nodes[d.from].ip);
-            self.nodes[d.to].engine.handle_packet(self.now, src, &d.data);
+            self.nodes[d.to]
+                .engine
+                .handle_packet(self.now, src, &d.data);
         }
         for n in &mut self.nodes {
             if n.engine.poll_timeout().is_some_and(|t| t <= self.now) {

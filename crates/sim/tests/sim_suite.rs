@@ -13,7 +13,10 @@ fn seeds(base: u64, count: u64) -> Vec<u64> {
     if let Ok(s) = std::env::var("OXRDMA_SIM_SEED") {
         return vec![s.parse().expect("OXRDMA_SIM_SEED must be a number")];
     }
-    let scale: u64 = std::env::var("OXRDMA_SIM_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let scale: u64 = std::env::var("OXRDMA_SIM_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
     (base..base + count * scale).collect()
 }
 
@@ -31,7 +34,12 @@ fn sweep(test: &str, base: u64, count: u64, make: impl Fn(u64) -> ScenarioConfig
             ));
         }
     }
-    assert!(failures.is_empty(), "{} seed(s) failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} seed(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// Random network misbehaviour with every rate in `0..=max`.
@@ -55,20 +63,27 @@ fn clean_network() {
 #[test]
 fn light_loss_reorder_duplicate_corrupt() {
     // Up to 5 % of each: the retry budget is never exhausted, so every WR must succeed.
-    sweep("light_loss_reorder_duplicate_corrupt", 10_000, 350, |seed| ScenarioConfig {
-        net: lossy(seed, 0.05),
-        ..ScenarioConfig::new(seed)
-    });
+    sweep(
+        "light_loss_reorder_duplicate_corrupt",
+        10_000,
+        350,
+        |seed| ScenarioConfig {
+            net: lossy(seed, 0.05),
+            ..ScenarioConfig::new(seed)
+        },
+    );
 }
 
 #[test]
 fn heavy_loss_up_to_30_percent() {
     // Up to 30 %: a QP may exhaust retry_cnt; then it must fail cleanly (RETRY_EXC_ERR, then
     // flushes) and everything that succeeded must still be exact.
-    sweep("heavy_loss_up_to_30_percent", 20_000, 250, |seed| ScenarioConfig {
-        net: lossy(seed, 0.30),
-        expect: Expect::RetryErrorsAllowed,
-        ..ScenarioConfig::new(seed)
+    sweep("heavy_loss_up_to_30_percent", 20_000, 250, |seed| {
+        ScenarioConfig {
+            net: lossy(seed, 0.30),
+            expect: Expect::RetryErrorsAllowed,
+            ..ScenarioConfig::new(seed)
+        }
     });
 }
 
@@ -95,35 +110,47 @@ fn many_qps_three_nodes() {
 
 #[test]
 fn multi_mib_messages_many_sges() {
-    sweep("multi_mib_messages_many_sges", 50_000, 12, |seed| ScenarioConfig {
-        qp_pairs: 2,
-        wrs_per_qp: 8,
-        max_len: 4 << 20,
-        max_sge: 16,
-        net: lossy(seed, 0.01),
-        ..ScenarioConfig::new(seed)
+    sweep("multi_mib_messages_many_sges", 50_000, 12, |seed| {
+        ScenarioConfig {
+            qp_pairs: 2,
+            wrs_per_qp: 8,
+            max_len: 4 << 20,
+            max_sge: 16,
+            net: lossy(seed, 0.01),
+            ..ScenarioConfig::new(seed)
+        }
     });
 }
 
 #[test]
 fn partition_longer_than_retry_budget() {
     // timeout 10 = 4.2 ms, retry_cnt 3: the budget is ~17 ms; the partition lasts 1 s.
-    sweep("partition_longer_than_retry_budget", 60_000, 20, |seed| ScenarioConfig {
-        timeout: 10,
-        retry_cnt: 3,
-        net: NetConfig { partitions: vec![(100_000, 1_000_000_000)], ..NetConfig::default() },
-        expect: Expect::RetryErrorsRequired,
-        ..ScenarioConfig::new(seed)
+    sweep("partition_longer_than_retry_budget", 60_000, 20, |seed| {
+        ScenarioConfig {
+            timeout: 10,
+            retry_cnt: 3,
+            net: NetConfig {
+                partitions: vec![(100_000, 1_000_000_000)],
+                ..NetConfig::default()
+            },
+            expect: Expect::RetryErrorsRequired,
+            ..ScenarioConfig::new(seed)
+        }
     });
 }
 
 #[test]
 fn partition_shorter_than_retry_budget() {
     // A 5 ms outage against a ~34 ms budget: everything recovers.
-    sweep("partition_shorter_than_retry_budget", 70_000, 20, |seed| ScenarioConfig {
-        timeout: 12,
-        retry_cnt: 1,
-        net: NetConfig { partitions: vec![(100_000, 5_100_000)], ..NetConfig::default() },
-        ..ScenarioConfig::new(seed)
+    sweep("partition_shorter_than_retry_budget", 70_000, 20, |seed| {
+        ScenarioConfig {
+            timeout: 12,
+            retry_cnt: 1,
+            net: NetConfig {
+                partitions: vec![(100_000, 5_100_000)],
+                ..NetConfig::default()
+            },
+            ..ScenarioConfig::new(seed)
+        }
     });
 }
