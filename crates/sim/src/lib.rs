@@ -4,9 +4,11 @@
 //! from its seed.
 
 pub mod net;
+pub mod pair;
 pub mod scenario;
 pub mod world;
 
 pub use net::{NetConfig, NetStats};
+pub use pair::{Pair, PairOptions};
 pub use scenario::{run, Expect, Report, ScenarioConfig};
-pub use world::World;
+pub use world::{Tap, TapAction, World};

@@ -28,6 +28,24 @@ pub struct WorldStats {
     pub no_such_host: u64,
 }
 
+/// What a tap does with a packet about to enter the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TapAction {
+    Pass,
+    Drop,
+    /// Send it twice.
+    Duplicate,
+}
+
+/// A test's hook on every packet an engine sends (after the ICRC is filled in).
+pub struct Tap(pub Box<dyn FnMut(&Datagram) -> TapAction>);
+
+impl std::fmt::Debug for Tap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tap")
+    }
+}
+
 #[derive(Debug)]
 pub struct World {
     pub nodes: Vec<Node>,
@@ -36,6 +54,8 @@ pub struct World {
     pub stats: WorldStats,
     /// Print every delivered packet (set by `OXRDMA_SIM_TRACE`).
     pub trace: bool,
+    /// Sees, and may drop or duplicate, every packet sent.
+    pub tap: Option<Tap>,
     buf: Vec<u8>,
 }
 
@@ -90,6 +110,7 @@ impl World {
             net: Network::new(net, net_rng),
             stats: WorldStats::default(),
             trace: std::env::var_os("OXRDMA_SIM_TRACE").is_some(),
+            tap: None,
             buf: vec![0; MAX_PACKET],
         }
     }
@@ -118,15 +139,21 @@ impl World {
                 let mut data = self.buf[..t.len].to_vec();
                 let hdr = ip_udp(self.nodes[i].ip, self.nodes[to].ip, t.src_port, data.len());
                 icrc::fill(&hdr, &mut data).expect("engine packets are long enough");
-                self.net.send(
-                    self.now,
-                    Datagram {
-                        from: i,
-                        to,
-                        src_port: t.src_port,
-                        data,
-                    },
-                );
+                let d = Datagram {
+                    from: i,
+                    to,
+                    src_port: t.src_port,
+                    data,
+                };
+                let action = self.tap.as_mut().map_or(TapAction::Pass, |t| (t.0)(&d));
+                match action {
+                    TapAction::Pass => self.net.send(self.now, d),
+                    TapAction::Drop => {}
+                    TapAction::Duplicate => {
+                        self.net.send(self.now, d.clone());
+                        self.net.send(self.now, d);
+                    }
+                }
             }
         }
     }
@@ -143,6 +170,11 @@ impl World {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// Steps until nothing is left to happen or `limit` is reached.
+    pub fn run_until_idle(&mut self, limit: Nanos) {
+        while self.step(limit) {}
     }
 
     /// Sends what is pending, then advances the clock to the next event (but not past

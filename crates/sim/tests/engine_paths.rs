@@ -1,0 +1,854 @@
+//! The engine's state machines and error paths, each provoked on purpose through two
+//! simulated hosts.
+
+use oxrdma_core::{
+    Access, AsyncEvent, EventType, QpAttr, QpState, RecvWr, SendData, SendFlags, SendWr,
+    VerbsError, WcOpcode, WcStatus, WrOpcode,
+};
+use oxrdma_sim::{Pair, PairOptions, Tap, TapAction};
+use oxrdma_wire::{NakCode, Opcode, PacketRepr, Syndrome};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+fn write(wr_id: u64, sge: oxrdma_core::Sge, remote: u64, rkey: u32) -> SendWr {
+    let mut wr = SendWr::new(wr_id, WrOpcode::RdmaWrite, SendData::Sges(vec![sge]));
+    wr.remote_addr = remote;
+    wr.rkey = rkey;
+    wr
+}
+
+fn read(wr_id: u64, sge: oxrdma_core::Sge, remote: u64, rkey: u32) -> SendWr {
+    SendWr {
+        opcode: WrOpcode::RdmaRead,
+        ..write(wr_id, sge, remote, rkey)
+    }
+}
+
+fn send(wr_id: u64, sge: oxrdma_core::Sge) -> SendWr {
+    SendWr::new(wr_id, WrOpcode::Send, SendData::Sges(vec![sge]))
+}
+
+/// Records (opcode, psn, ack_req, syndrome) of every packet sent, and applies `decide`.
+fn tap(
+    p: &mut Pair,
+    mut decide: impl FnMut(&PacketRepr<'_>) -> TapAction + 'static,
+) -> Rc<RefCell<Vec<(Opcode, u32, bool, Option<Syndrome>)>>> {
+    let log = Rc::new(RefCell::new(Vec::new()));
+    let l = log.clone();
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        let pkt = PacketRepr::parse(&d.data).expect("engine sends valid packets");
+        l.borrow_mut().push((
+            pkt.bth.opcode,
+            pkt.bth.psn.value(),
+            pkt.bth.ack_req,
+            pkt.ext.aeth.map(|a| a.syndrome),
+        ));
+        decide(&pkt)
+    })));
+    log
+}
+
+fn events(p: &mut Pair, n: usize) -> Vec<AsyncEvent> {
+    std::iter::from_fn(|| p.world.nodes[n].engine.poll_event()).collect()
+}
+
+#[test]
+fn write_then_read_back() {
+    let mut p = Pair::new(&PairOptions::default());
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+    p.a.buf.write(0, &data);
+    let wr = write(1, p.a.sge(0, data.len()), p.b.addr(4096), p.b.mr.rkey);
+    p.world.nodes[0]
+        .engine
+        .post_send(
+            p.a.qpn,
+            SendWr {
+                flags: SendFlags::SIGNALED,
+                ..wr
+            },
+        )
+        .unwrap();
+    let rd = read(2, p.a.sge(65536, data.len()), p.b.addr(4096), p.b.mr.rkey);
+    p.world.nodes[0].engine.post_send(p.a.qpn, rd).unwrap();
+    p.run();
+    let wcs = p.wcs(0);
+    assert_eq!(
+        wcs.iter()
+            .map(|w| (w.wr_id, w.status, w.opcode))
+            .collect::<Vec<_>>(),
+        vec![
+            (1, WcStatus::Success, WcOpcode::RdmaWrite),
+            (2, WcStatus::Success, WcOpcode::RdmaRead),
+        ]
+    );
+    assert_eq!(wcs[1].byte_len, 10_000);
+    assert_eq!(p.b.read(4096, data.len()), data);
+    assert_eq!(p.a.read(65536, data.len()), data);
+}
+
+#[test]
+fn bad_rkey_is_a_remote_access_error_and_both_qps_fail() {
+    let mut p = Pair::new(&PairOptions::default());
+    p.world.nodes[1]
+        .engine
+        .post_recv(
+            p.b.qpn,
+            RecvWr {
+                wr_id: 77,
+                sges: vec![p.b.sge(0, 64)],
+            },
+        )
+        .unwrap();
+    let log = tap(&mut p, |_| TapAction::Pass);
+    let bad = write(1, p.a.sge(0, 100), p.b.addr(0), p.b.mr.rkey ^ 1);
+    p.world.nodes[0].engine.post_send(p.a.qpn, bad).unwrap();
+    p.world.nodes[0]
+        .engine
+        .post_send(p.a.qpn, send(2, p.a.sge(0, 8)))
+        .unwrap();
+    p.run();
+    let wcs = p.wcs(0);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::RemAccessErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(
+        p.world.nodes[0].engine.qp_state(p.a.qpn).unwrap(),
+        QpState::Err
+    );
+    // The responder NAKed once, went to ERR, said why, and flushed its receive.
+    let naks = log
+        .borrow()
+        .iter()
+        .filter(|e| e.3 == Some(Syndrome::Nak(NakCode::RemoteAccessError)))
+        .count();
+    assert_eq!(naks, 1);
+    assert_eq!(
+        p.world.nodes[1].engine.qp_state(p.b.qpn).unwrap(),
+        QpState::Err
+    );
+    assert_eq!(
+        events(&mut p, 1),
+        vec![AsyncEvent::Qp {
+            qpn: p.b.qpn,
+            event: EventType::QpAccessErr
+        }]
+    );
+    let r = p.wcs(1);
+    assert_eq!((r[0].wr_id, r[0].status), (77, WcStatus::WrFlushErr));
+}
+
+#[test]
+fn read_past_the_region_and_write_without_permission_are_refused() {
+    let mut p = Pair::new(&PairOptions {
+        buf_len: 4096,
+        ..Default::default()
+    });
+    let past = read(1, p.a.sge(0, 100), p.b.addr(4000), p.b.mr.rkey);
+    p.world.nodes[0].engine.post_send(p.a.qpn, past).unwrap();
+    p.run();
+    assert_eq!(p.wcs(0)[0].status, WcStatus::RemAccessErr);
+
+    let o = PairOptions {
+        qp_access: Access::REMOTE_READ,
+        ..Default::default()
+    };
+    let mut p = Pair::new(&o);
+    let w = write(1, p.a.sge(0, 16), p.b.addr(0), p.b.mr.rkey);
+    p.world.nodes[0].engine.post_send(p.a.qpn, w).unwrap();
+    p.run();
+    assert_eq!(p.wcs(0)[0].status, WcStatus::RemAccessErr);
+}
+
+#[test]
+fn misaligned_atomic_is_an_invalid_request() {
+    let mut p = Pair::new(&PairOptions::default());
+    let mut wr = SendWr::new(
+        1,
+        WrOpcode::AtomicFetchAndAdd,
+        SendData::Sges(vec![p.a.sge(0, 8)]),
+    );
+    wr.remote_addr = p.b.addr(4);
+    wr.rkey = p.b.mr.rkey;
+    p.world.nodes[0].engine.post_send(p.a.qpn, wr).unwrap();
+    p.run();
+    assert_eq!(p.wcs(0)[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(
+        events(&mut p, 1),
+        vec![AsyncEvent::Qp {
+            qpn: p.b.qpn,
+            event: EventType::QpReqErr
+        }]
+    );
+}
+
+#[test]
+fn send_longer_than_the_receive_buffer() {
+    let mut p = Pair::new(&PairOptions::default());
+    p.world.nodes[1]
+        .engine
+        .post_recv(
+            p.b.qpn,
+            RecvWr {
+                wr_id: 9,
+                sges: vec![p.b.sge(0, 100)],
+            },
+        )
+        .unwrap();
+    p.world.nodes[0]
+        .engine
+        .post_send(p.a.qpn, send(1, p.a.sge(0, 3000)))
+        .unwrap();
+    p.run();
+    assert_eq!(p.wcs(0)[0].status, WcStatus::RemInvReqErr);
+    let r = p.wcs(1);
+    assert_eq!((r[0].wr_id, r[0].status), (9, WcStatus::LocLenErr));
+}
+
+#[test]
+fn receive_with_a_bad_lkey_is_a_remote_operational_error() {
+    let mut p = Pair::new(&PairOptions::default());
+    let mut sge = p.b.sge(0, 100);
+    sge.lkey ^= 1;
+    p.world.nodes[1]
+        .engine
+        .post_recv(
+            p.b.qpn,
+            RecvWr {
+                wr_id: 9,
+                sges: vec![sge],
+            },
+        )
+        .unwrap();
+    p.world.nodes[0]
+        .engine
+        .post_send(p.a.qpn, send(1, p.a.sge(0, 10)))
+        .unwrap();
+    p.run();
+    assert_eq!(p.wcs(0)[0].status, WcStatus::RemOpErr);
+    assert_eq!(p.wcs(1)[0].status, WcStatus::LocProtErr);
+}
+
+#[test]
+fn local_protection_error_completes_in_order_then_flushes() {
+    let mut p = Pair::new(&PairOptions::default());
+    let e = &mut p.world.nodes[0].engine;
+    e.post_send(
+        p.a.qpn,
+        SendWr {
+            flags: SendFlags::SIGNALED,
+            ..write(1, p.a.sge(0, 8), p.b.addr(0), p.b.mr.rkey)
+        },
+    )
+    .unwrap();
+    let mut bad = p.a.sge(0, 8);
+    bad.addr = p.a.addr(p.a.buf.len()); // just past the region
+    e.post_send(p.a.qpn, write(2, bad, p.b.addr(0), p.b.mr.rkey))
+        .unwrap();
+    e.post_send(p.a.qpn, write(3, p.a.sge(0, 8), p.b.addr(0), p.b.mr.rkey))
+        .unwrap();
+    p.run();
+    let wcs = p.wcs(0);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![
+            (1, WcStatus::Success),
+            (2, WcStatus::LocProtErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+}
+
+#[test]
+fn rnr_retry_exhausted() {
+    let mut p = Pair::new(&PairOptions {
+        rnr_retry: 2,
+        ..Default::default()
+    });
+    let log = tap(&mut p, |_| TapAction::Pass);
+    p.world.nodes[0]
+        .engine
+        .post_send(p.a.qpn, send(1, p.a.sge(0, 10)))
+        .unwrap();
+    p.run();
+    assert_eq!(p.wcs(0)[0].status, WcStatus::RnrRetryExcErr);
+    // One first try plus rnr_retry retries, each answered by an RNR NAK with min_rnr_timer.
+    let rnrs = log
+        .borrow()
+        .iter()
+        .filter(|e| matches!(e.3, Some(Syndrome::RnrNak { timer: 1 })))
+        .count();
+    assert_eq!(rnrs, 3);
+}
+
+#[test]
+fn rnr_then_receive_posted_succeeds() {
+    let mut p = Pair::new(&PairOptions {
+        min_rnr_timer: 14,
+        ..Default::default()
+    });
+    p.world.nodes[0]
+        .engine
+        .post_send(p.a.qpn, send(1, p.a.sge(0, 10)))
+        .unwrap();
+    p.world.run_until_idle(p.world.now + 500_000); // the RNR NAK arrives; 1.28 ms wait
+    p.world.nodes[1]
+        .engine
+        .post_recv(
+            p.b.qpn,
+            RecvWr {
+                wr_id: 5,
+                sges: vec![p.b.sge(0, 64)],
+            },
+        )
+        .unwrap();
+    p.run();
+    assert_eq!(p.wcs(0)[0].status, WcStatus::Success);
+    let r = p.wcs(1);
+    assert_eq!(
+        (r[0].wr_id, r[0].status, r[0].byte_len),
+        (5, WcStatus::Success, 10)
+    );
+}
+
+#[test]
+fn retry_exhausted_when_the_peer_is_gone() {
+    let mut p = Pair::new(&PairOptions {
+        retry_cnt: 3,
+        ..Default::default()
+    });
+    // Every request vanishes (so no NAK either): only timeouts drive retransmission.
+    let log = tap(&mut p, |pkt| match pkt.bth.opcode {
+        Opcode::RC_RDMA_WRITE_ONLY | Opcode::RC_SEND_ONLY => TapAction::Drop,
+        _ => TapAction::Pass,
+    });
+    let w = write(1, p.a.sge(0, 8), p.b.addr(0), p.b.mr.rkey);
+    p.world.nodes[0].engine.post_send(p.a.qpn, w).unwrap();
+    p.world.nodes[0]
+        .engine
+        .post_send(p.a.qpn, send(2, p.a.sge(0, 8)))
+        .unwrap();
+    p.run();
+    let wcs = p.wcs(0);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+    // The first transmission and retry_cnt retransmissions, then nothing.
+    let writes = log
+        .borrow()
+        .iter()
+        .filter(|e| e.0 == Opcode::RC_RDMA_WRITE_ONLY)
+        .count();
+    assert_eq!(writes, 4);
+    // Timed out after 4.096 us × 2^10 × (retry_cnt + 1).
+    assert!(
+        p.world.now >= 4 * 4_194_304,
+        "gave up after {} ns",
+        p.world.now
+    );
+}
+
+#[test]
+fn a_gap_is_naked_once_and_resent_from_the_missing_psn() {
+    let mut p = Pair::new(&PairOptions {
+        mtu: oxrdma_core::Mtu::Mtu256,
+        ..Default::default()
+    });
+    let mut dropped = false;
+    let log = tap(&mut p, move |pkt| {
+        if pkt.bth.opcode == Opcode::RC_RDMA_WRITE_MIDDLE && !dropped {
+            dropped = true;
+            return TapAction::Drop;
+        }
+        TapAction::Pass
+    });
+    let data: Vec<u8> = (0..2560u32).map(|i| i as u8).collect();
+    p.a.buf.write(0, &data);
+    let w = write(1, p.a.sge(0, 2560), p.b.addr(0), p.b.mr.rkey);
+    p.world.nodes[0]
+        .engine
+        .post_send(
+            p.a.qpn,
+            SendWr {
+                flags: SendFlags::SIGNALED,
+                ..w
+            },
+        )
+        .unwrap();
+    p.run();
+    assert_eq!(p.wcs(0)[0].status, WcStatus::Success);
+    assert_eq!(p.b.read(0, 2560), data);
+    let log = log.borrow();
+    let naks: Vec<_> = log
+        .iter()
+        .filter(|e| e.3 == Some(Syndrome::Nak(NakCode::PsnSequenceError)))
+        .collect();
+    assert_eq!(naks.len(), 1, "one NAK per gap");
+    // The NAK names the first missing PSN, and the resend starts there with a MIDDLE packet.
+    let first = p.a.sq_psn;
+    assert_eq!(naks[0].1, (first + 1) & 0xff_ffff);
+    let writes: Vec<_> = log
+        .iter()
+        .filter(|e| e.0 .0 >= 0x06 && e.0 .0 <= 0x0a)
+        .map(|e| (e.0, e.1))
+        .collect();
+    assert_eq!(
+        writes.len(),
+        10 + 9,
+        "10 packets, then 9 resent from the gap: {writes:?}"
+    );
+    assert_eq!(
+        writes[10],
+        (Opcode::RC_RDMA_WRITE_MIDDLE, (first + 1) & 0xff_ffff)
+    );
+}
+
+#[test]
+fn duplicate_atomic_is_answered_from_the_cache_not_executed_again() {
+    let mut p = Pair::new(&PairOptions::default());
+    let mut acks_dropped = 0;
+    tap(&mut p, move |pkt| match pkt.bth.opcode {
+        Opcode::RC_FETCH_ADD => TapAction::Duplicate,
+        Opcode::RC_ATOMIC_ACKNOWLEDGE if acks_dropped < 2 => {
+            acks_dropped += 1;
+            TapAction::Drop
+        }
+        _ => TapAction::Pass,
+    });
+    p.b.buf.write(64, &1000u64.to_ne_bytes());
+    let mut wr = SendWr::new(
+        1,
+        WrOpcode::AtomicFetchAndAdd,
+        SendData::Sges(vec![p.a.sge(0, 8)]),
+    );
+    wr.remote_addr = p.b.addr(64);
+    wr.rkey = p.b.mr.rkey;
+    wr.compare_add = 5;
+    p.world.nodes[0].engine.post_send(p.a.qpn, wr).unwrap();
+    p.run();
+    assert_eq!(p.wcs(0)[0].status, WcStatus::Success);
+    assert_eq!(
+        u64::from_ne_bytes(p.b.read(64, 8).try_into().unwrap()),
+        1005,
+        "executed once"
+    );
+    assert_eq!(
+        u64::from_ne_bytes(p.a.read(0, 8).try_into().unwrap()),
+        1000,
+        "original value"
+    );
+}
+
+#[test]
+fn compare_and_swap_swaps_only_on_match() {
+    let mut p = Pair::new(&PairOptions::default());
+    p.b.buf.write(0, &7u64.to_ne_bytes());
+    for (id, compare, swap) in [(1, 8, 100), (2, 7, 200)] {
+        let mut wr = SendWr::new(
+            id,
+            WrOpcode::AtomicCmpAndSwp,
+            SendData::Sges(vec![p.a.sge(8 * id as usize, 8)]),
+        );
+        wr.remote_addr = p.b.addr(0);
+        wr.rkey = p.b.mr.rkey;
+        wr.compare_add = compare;
+        wr.swap = swap;
+        p.world.nodes[0].engine.post_send(p.a.qpn, wr).unwrap();
+    }
+    p.run();
+    assert!(p.wcs(0).iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(u64::from_ne_bytes(p.a.read(8, 8).try_into().unwrap()), 7);
+    assert_eq!(u64::from_ne_bytes(p.a.read(16, 8).try_into().unwrap()), 7);
+    assert_eq!(u64::from_ne_bytes(p.b.read(0, 8).try_into().unwrap()), 200);
+}
+
+#[test]
+fn lost_read_response_is_fetched_again() {
+    let mut p = Pair::new(&PairOptions {
+        mtu: oxrdma_core::Mtu::Mtu512,
+        ..Default::default()
+    });
+    let mut n = 0;
+    tap(&mut p, move |pkt| {
+        if pkt.bth.opcode == Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
+            n += 1;
+            if n == 3 {
+                return TapAction::Drop;
+            }
+        }
+        TapAction::Pass
+    });
+    let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+    p.b.buf.write(1000, &data);
+    p.world.nodes[0]
+        .engine
+        .post_send(
+            p.a.qpn,
+            read(1, p.a.sge(0, 5000), p.b.addr(1000), p.b.mr.rkey),
+        )
+        .unwrap();
+    p.run();
+    assert_eq!(p.wcs(0)[0].status, WcStatus::Success);
+    assert_eq!(p.a.read(0, 5000), data);
+}
+
+#[test]
+fn immediate_data_and_inline_sends() {
+    let mut p = Pair::new(&PairOptions::default());
+    let e1 = &mut p.world.nodes[1].engine;
+    e1.post_recv(
+        p.b.qpn,
+        RecvWr {
+            wr_id: 10,
+            sges: vec![p.b.sge(0, 64)],
+        },
+    )
+    .unwrap();
+    e1.post_recv(
+        p.b.qpn,
+        RecvWr {
+            wr_id: 11,
+            sges: vec![],
+        },
+    )
+    .unwrap();
+    let e0 = &mut p.world.nodes[0].engine;
+    let mut s = SendWr::new(
+        1,
+        WrOpcode::SendWithImm,
+        SendData::Inline(b"hello".to_vec()),
+    );
+    s.imm = 0x1122_3344;
+    e0.post_send(p.a.qpn, s).unwrap();
+    let mut w = SendWr::new(
+        2,
+        WrOpcode::RdmaWriteWithImm,
+        SendData::Inline(b"world".to_vec()),
+    );
+    w.imm = 0xdead_beef;
+    w.remote_addr = p.b.addr(100);
+    w.rkey = p.b.mr.rkey;
+    e0.post_send(p.a.qpn, w).unwrap();
+    p.run();
+    let r = p.wcs(1);
+    assert_eq!(
+        (r[0].wr_id, r[0].opcode, r[0].byte_len, r[0].imm),
+        (10, WcOpcode::Recv, 5, Some(0x1122_3344))
+    );
+    assert_eq!(
+        (r[1].wr_id, r[1].opcode, r[1].byte_len, r[1].imm),
+        (11, WcOpcode::RecvRdmaWithImm, 5, Some(0xdead_beef))
+    );
+    assert_eq!(p.b.read(0, 5), b"hello");
+    assert_eq!(p.b.read(100, 5), b"world");
+    assert_eq!(r[0].src_qp, p.a.qpn);
+}
+
+#[test]
+fn unsignaled_wrs_complete_silently_unless_sq_sig_all() {
+    for sig_all in [false, true] {
+        let mut p = Pair::new(&PairOptions {
+            sq_sig_all: sig_all,
+            ..Default::default()
+        });
+        let e = &mut p.world.nodes[0].engine;
+        let mut w = write(1, p.a.sge(0, 8), p.b.addr(0), p.b.mr.rkey);
+        w.flags = SendFlags::empty();
+        e.post_send(p.a.qpn, w.clone()).unwrap();
+        e.post_send(
+            p.a.qpn,
+            SendWr {
+                wr_id: 2,
+                flags: SendFlags::SIGNALED,
+                ..w
+            },
+        )
+        .unwrap();
+        p.run();
+        let ids: Vec<u64> = p.wcs(0).iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, if sig_all { vec![1, 2] } else { vec![2] });
+    }
+}
+
+#[test]
+fn ack_req_cadence_and_one_ack_per_ack_req() {
+    let mut p = Pair::new(&PairOptions {
+        mtu: oxrdma_core::Mtu::Mtu256,
+        ..Default::default()
+    });
+    let log = tap(&mut p, |_| TapAction::Pass);
+    let w = write(1, p.a.sge(0, 100 * 256), p.b.addr(0), p.b.mr.rkey);
+    p.world.nodes[0].engine.post_send(p.a.qpn, w).unwrap();
+    p.run();
+    let log = log.borrow();
+    let reqs: Vec<_> = log
+        .iter()
+        .filter(|e| e.0 != Opcode::RC_ACKNOWLEDGE)
+        .collect();
+    assert_eq!(reqs.len(), 100);
+    let with_ack_req: Vec<usize> = reqs
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.2)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(with_ack_req, vec![63, 99], "every 64th packet and the last");
+    let acks: Vec<_> = log
+        .iter()
+        .filter(|e| e.0 == Opcode::RC_ACKNOWLEDGE)
+        .collect();
+    assert_eq!(acks.len(), 2);
+    // AETH like rxe: ACK with the "no credit count" value 31; MSN counts completed messages.
+    assert!(acks
+        .iter()
+        .all(|a| a.3 == Some(Syndrome::Ack { credits: 31 })));
+}
+
+#[test]
+fn fence_waits_for_an_earlier_read() {
+    let mut p = Pair::new(&PairOptions::default());
+    let log = tap(&mut p, |_| TapAction::Pass);
+    p.world.nodes[1]
+        .engine
+        .post_recv(
+            p.b.qpn,
+            RecvWr {
+                wr_id: 1,
+                sges: vec![p.b.sge(0, 64)],
+            },
+        )
+        .unwrap();
+    let e = &mut p.world.nodes[0].engine;
+    e.post_send(p.a.qpn, read(1, p.a.sge(0, 4000), p.b.addr(0), p.b.mr.rkey))
+        .unwrap();
+    let mut s = send(2, p.a.sge(8000, 8));
+    s.flags = SendFlags::SIGNALED | SendFlags::FENCE;
+    e.post_send(p.a.qpn, s).unwrap();
+    p.run();
+    let log = log.borrow();
+    let last_resp = log
+        .iter()
+        .rposition(|e| e.0 == Opcode::RC_RDMA_READ_RESPONSE_LAST)
+        .unwrap();
+    let send_at = log
+        .iter()
+        .position(|e| e.0 == Opcode::RC_SEND_ONLY)
+        .unwrap();
+    assert!(
+        send_at > last_resp,
+        "fenced SEND went out before the READ finished"
+    );
+}
+
+#[test]
+fn max_rd_atomic_limits_outstanding_reads() {
+    let mut p = Pair::new(&PairOptions {
+        max_rd_atomic: 1,
+        ..Default::default()
+    });
+    let log = tap(&mut p, |_| TapAction::Pass);
+    let e = &mut p.world.nodes[0].engine;
+    for i in 0..3 {
+        e.post_send(
+            p.a.qpn,
+            read(
+                i,
+                p.a.sge(i as usize * 4096, 2000),
+                p.b.addr(0),
+                p.b.mr.rkey,
+            ),
+        )
+        .unwrap();
+    }
+    p.run();
+    assert!(p.wcs(0).iter().all(|w| w.status == WcStatus::Success));
+    // Each READ request goes out only after the previous one's last response.
+    let log = log.borrow();
+    let kinds: Vec<Opcode> = log
+        .iter()
+        .map(|e| e.0)
+        .filter(|o| *o == Opcode::RC_RDMA_READ_REQUEST || *o == Opcode::RC_RDMA_READ_RESPONSE_LAST)
+        .collect();
+    use Opcode as O;
+    assert_eq!(
+        kinds,
+        vec![
+            O::RC_RDMA_READ_REQUEST,
+            O::RC_RDMA_READ_RESPONSE_LAST,
+            O::RC_RDMA_READ_REQUEST,
+            O::RC_RDMA_READ_RESPONSE_LAST,
+            O::RC_RDMA_READ_REQUEST,
+            O::RC_RDMA_READ_RESPONSE_LAST
+        ]
+    );
+}
+
+#[test]
+fn qp_state_machine_rules() {
+    let mut p = Pair::new(&PairOptions::default());
+    let e = &mut p.world.nodes[0].engine;
+    // Posting needs RTS for sends, INIT for receives.
+    let pd = p.a.pd;
+    let init = oxrdma_core::QpInitAttr {
+        qp_type: oxrdma_core::QpType::Rc,
+        send_cq: p.a.cq,
+        recv_cq: p.a.cq,
+        cap: Default::default(),
+        sq_sig_all: false,
+    };
+    let q = e.create_qp(pd, &init).unwrap();
+    assert!(matches!(
+        e.post_send(q, send(1, p.a.sge(0, 8))),
+        Err(VerbsError::BadState { .. })
+    ));
+    assert!(matches!(
+        e.post_recv(
+            q,
+            RecvWr {
+                wr_id: 1,
+                sges: vec![]
+            }
+        ),
+        Err(VerbsError::BadState { .. })
+    ));
+    let rts = QpAttr {
+        qp_state: Some(QpState::Rts),
+        ..Default::default()
+    };
+    assert!(matches!(
+        e.modify_qp(q, &rts),
+        Err(VerbsError::InvalidTransition { .. })
+    ));
+    assert_eq!(e.qp_state(q).unwrap(), QpState::Reset);
+    // ERR flushes at once, including WRs posted afterwards.
+    let err = QpAttr {
+        qp_state: Some(QpState::Err),
+        ..Default::default()
+    };
+    e.modify_qp(p.a.qpn, &err).unwrap();
+    e.post_send(p.a.qpn, send(5, p.a.sge(0, 8))).unwrap();
+    e.post_recv(
+        p.a.qpn,
+        RecvWr {
+            wr_id: 6,
+            sges: vec![],
+        },
+    )
+    .unwrap();
+    let wcs = p.wcs(0);
+    assert_eq!(
+        wcs.iter()
+            .map(|w| (w.wr_id, w.status, w.opcode))
+            .collect::<Vec<_>>(),
+        vec![
+            (5, WcStatus::WrFlushErr, WcOpcode::Send),
+            (6, WcStatus::WrFlushErr, WcOpcode::Recv)
+        ]
+    );
+    // RESET empties the queues without completions, and the QP can be connected again.
+    let e = &mut p.world.nodes[0].engine;
+    e.modify_qp(
+        p.a.qpn,
+        &QpAttr {
+            qp_state: Some(QpState::Reset),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(e.qp_state(p.a.qpn).unwrap(), QpState::Reset);
+    // Bad posts are refused synchronously.
+    assert!(matches!(
+        e.post_send(p.b.qpn, send(1, p.a.sge(0, 8))),
+        Err(VerbsError::NotFound(_))
+    ));
+}
+
+#[test]
+fn post_send_arguments_are_checked() {
+    let mut p = Pair::new(&PairOptions::default());
+    let e = &mut p.world.nodes[0].engine;
+    let many = SendWr::new(1, WrOpcode::Send, SendData::Sges(vec![p.a.sge(0, 1); 5]));
+    assert!(matches!(
+        e.post_send(p.a.qpn, many),
+        Err(VerbsError::InvalidArgument(_))
+    ));
+    let long_inline = SendWr::new(1, WrOpcode::Send, SendData::Inline(vec![0; 65]));
+    assert!(matches!(
+        e.post_send(p.a.qpn, long_inline),
+        Err(VerbsError::InvalidArgument(_))
+    ));
+    let short_atomic = SendWr::new(
+        1,
+        WrOpcode::AtomicFetchAndAdd,
+        SendData::Sges(vec![p.a.sge(0, 4)]),
+    );
+    assert!(matches!(
+        e.post_send(p.a.qpn, short_atomic),
+        Err(VerbsError::InvalidArgument(_))
+    ));
+    for i in 0..128 {
+        e.post_send(p.a.qpn, send(i, p.a.sge(0, 1))).unwrap();
+    }
+    assert!(matches!(
+        e.post_send(p.a.qpn, send(999, p.a.sge(0, 1))),
+        Err(VerbsError::Exhausted(_))
+    ));
+}
+
+#[test]
+fn cq_overflow_is_reported_and_nothing_is_lost() {
+    let mut p = Pair::new(&PairOptions {
+        cq_depth: 2,
+        sq_sig_all: true,
+        ..Default::default()
+    });
+    for i in 0..5 {
+        p.world.nodes[0]
+            .engine
+            .post_send(p.a.qpn, write(i, p.a.sge(0, 8), p.b.addr(0), p.b.mr.rkey))
+            .unwrap();
+    }
+    p.run();
+    assert_eq!(
+        events(&mut p, 0),
+        vec![AsyncEvent::Cq {
+            cq: p.a.cq,
+            event: EventType::CqErr
+        }]
+    );
+    assert_eq!(p.wcs(0).len(), 5);
+}
+
+#[test]
+fn wire_details_match_linux_rxe() {
+    let mut p = Pair::new(&PairOptions::default());
+    let sports = Rc::new(RefCell::new(Vec::new()));
+    let s2 = sports.clone();
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        s2.borrow_mut()
+            .push((d.src_port, PacketRepr::parse(&d.data).unwrap().bth.pkey));
+        TapAction::Pass
+    })));
+    p.world.nodes[1]
+        .engine
+        .post_recv(
+            p.b.qpn,
+            RecvWr {
+                wr_id: 1,
+                sges: vec![p.b.sge(0, 64)],
+            },
+        )
+        .unwrap();
+    p.world.nodes[0]
+        .engine
+        .post_send(p.a.qpn, send(1, p.a.sge(0, 8)))
+        .unwrap();
+    p.run();
+    let want = oxrdma_core::rc_udp_sport(p.a.qpn, p.b.qpn);
+    assert!(sports
+        .borrow()
+        .iter()
+        .all(|&(sp, pkey)| sp == want && pkey == 0xffff));
+    assert!(want >= 0xc000);
+}
