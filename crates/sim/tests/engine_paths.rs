@@ -28,11 +28,11 @@ fn send(wr_id: u64, sge: oxrdma_core::Sge) -> SendWr {
     SendWr::new(wr_id, WrOpcode::Send, SendData::Sges(vec![sge]))
 }
 
-/// Records (opcode, psn, ack_req, syndrome) of every packet sent, and applies `decide`.
-fn tap(
-    p: &mut Pair,
-    mut decide: impl FnMut(&PacketRepr<'_>) -> TapAction + 'static,
-) -> Rc<RefCell<Vec<(Opcode, u32, bool, Option<Syndrome>)>>> {
+/// (opcode, PSN, AckReq, AETH syndrome) of every packet sent.
+type PacketLog = Rc<RefCell<Vec<(Opcode, u32, bool, Option<Syndrome>)>>>;
+
+/// Records every packet sent, and applies `decide` to it.
+fn tap(p: &mut Pair, mut decide: impl FnMut(&PacketRepr<'_>) -> TapAction + 'static) -> PacketLog {
     let log = Rc::new(RefCell::new(Vec::new()));
     let l = log.clone();
     p.world.tap = Some(Tap(Box::new(move |d| {
