@@ -2,7 +2,8 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use oxrdma_cli::{capture, decode};
+use oxrdma_cli::sim::{BenchArgs, SimArgs};
+use oxrdma_cli::{capture, decode, sim};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -29,6 +30,60 @@ enum Command {
         /// Exit with status 1 if any packet is malformed or fails its ICRC.
         #[arg(long)]
         strict: bool,
+    },
+    /// Run random RDMA workloads between simulated hosts over a lossy network, on virtual
+    /// time, and check every invariant (exactly-once completion, exact bytes, atomics).
+    Sim {
+        /// First seed; every run replays exactly from its seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Number of seeds to run.
+        #[arg(long, default_value_t = 1)]
+        seeds: u64,
+        #[arg(long, default_value_t = 2)]
+        nodes: usize,
+        /// QP pairs (each QP of a pair posts work).
+        #[arg(long, default_value_t = 8)]
+        qps: usize,
+        /// Work requests posted by each QP.
+        #[arg(long, default_value_t = 32)]
+        wrs: usize,
+        /// Largest message in bytes.
+        #[arg(long, default_value_t = 1 << 20)]
+        max_len: usize,
+        /// Probability that a packet is lost.
+        #[arg(long, default_value_t = 0.0)]
+        loss: f64,
+        #[arg(long, default_value_t = 0.0)]
+        reorder: f64,
+        #[arg(long, default_value_t = 0.0)]
+        duplicate: f64,
+        #[arg(long, default_value_t = 0.0)]
+        corrupt: f64,
+        /// Post receives slowly, so senders meet RNR NAKs.
+        #[arg(long)]
+        late_recv: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Benchmark RDMA WRITE goodput in the simulator under packet loss, as a ratio to a
+    /// lossless run with the same seed.
+    SimBench {
+        #[arg(long, default_value_t = 0.01)]
+        loss: f64,
+        /// Message size in bytes.
+        #[arg(long, default_value_t = 65536)]
+        size: usize,
+        #[arg(long, default_value_t = 5)]
+        runs: u64,
+        #[arg(long, default_value_t = 4)]
+        qps: usize,
+        /// WRITEs per QP.
+        #[arg(long, default_value_t = 64)]
+        wrs: usize,
+        /// Local ACK timeout exponent (4.096 us x 2^timeout), as in ibv_modify_qp.
+        #[arg(long, default_value_t = 14)]
+        timeout: u8,
     },
 }
 
@@ -69,6 +124,67 @@ fn main() -> ExitCode {
             port,
             strict,
         } => run_decode(file, *json, *port, *strict),
+        Command::Sim {
+            seed,
+            seeds,
+            nodes,
+            qps,
+            wrs,
+            max_len,
+            loss,
+            reorder,
+            duplicate,
+            corrupt,
+            late_recv,
+            json,
+        } => {
+            let a = SimArgs {
+                seed: *seed,
+                seeds: *seeds,
+                nodes: *nodes,
+                qps: *qps,
+                wrs: *wrs,
+                max_len: *max_len,
+                loss: *loss,
+                reorder: *reorder,
+                duplicate: *duplicate,
+                corrupt: *corrupt,
+                late_recv: *late_recv,
+            };
+            sim::validate(&a)
+                .map(|()| sim::sim(&a, *json))
+                .map_err(anyhow::Error::msg)
+        }
+        Command::SimBench {
+            loss,
+            size,
+            runs,
+            qps,
+            wrs,
+            timeout,
+        } => {
+            let sane = (0.0..1.0).contains(loss)
+                && (1..=16 << 20).contains(size)
+                && *runs > 0
+                && (1..=1024).contains(qps)
+                && *wrs > 0
+                && (1..=31).contains(timeout);
+            if sane {
+                let b = BenchArgs {
+                    loss: *loss,
+                    size: *size,
+                    runs: *runs,
+                    qps: *qps,
+                    wrs: *wrs,
+                    timeout: *timeout,
+                };
+                Ok(sim::bench(&b))
+            } else {
+                Err(anyhow::anyhow!(
+                    "sim-bench needs 0 <= --loss < 1, --size 1..=16 MiB, --qps 1..=1024, --timeout 1..=31, non-zero --runs and --wrs"
+                ))
+            }
+        }
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -96,7 +96,15 @@ impl Qp {
         if !self.req.una.before(una) {
             return;
         }
+        if let Some((p, sent)) = self.req.rtt_sample {
+            if p.before(una) {
+                let sample = ctx.now.saturating_sub(sent);
+                self.req.srtt = Some(self.req.srtt.map_or(sample, |s| (7 * s + sample) / 8));
+                self.req.rtt_sample = None;
+            }
+        }
         self.req.una = una;
+        self.req.probes = 0;
         self.req.retry_psn = None;
         if self.req.rnr_wait.is_some_and(|(_, p)| p.before(una)) {
             // The PSN that met RNR got through after all (a late copy found a receive).
@@ -113,6 +121,7 @@ impl Qp {
         } else {
             self.ack_timeout().map(|t| ctx.now + t)
         };
+        self.arm_probe(ctx.now);
     }
 
     /// Resends from `from`, if the retry budget allows; otherwise fails the front WQE.
@@ -228,6 +237,17 @@ impl Qp {
                 self.rewind(psn);
                 self.req.retrans_deadline = self.ack_timeout().map(|t| ctx.now + t);
                 fired = true;
+            }
+        }
+        if let Some(t) = self.req.probe_deadline.filter(|&t| t <= ctx.now) {
+            let _ = t;
+            fired = true;
+            self.req.probe_deadline = None;
+            if self.req.una != self.req.high_psn && self.req.rnr_wait.is_none() {
+                self.req.probes += 1;
+                let una = self.req.una;
+                self.rewind(una);
+                self.arm_probe(ctx.now);
             }
         }
         if let Some(t) = self.req.retrans_deadline {

@@ -11,6 +11,9 @@ use crate::Nanos;
 use oxrdma_wire::Psn;
 use std::collections::{BTreeMap, VecDeque};
 
+/// Tail-loss probes per stall before only the ACK timeout is left.
+const MAX_PROBES: u8 = 2;
+
 /// What a QP needs from the rest of the engine while it processes an event.
 pub(crate) struct Ctx<'a> {
     pub now: Nanos,
@@ -79,6 +82,14 @@ pub(crate) struct ReqState {
     /// Set after a go-back triggered by an out-of-order response, so later out-of-order
     /// responses of the same burst do not trigger another.
     pub retry_psn: Option<Psn>,
+    /// Smoothed round-trip time, from AckReq packets sent once (Karn's rule).
+    pub srtt: Option<Nanos>,
+    /// The packet being timed for the next RTT sample: its PSN and when it left.
+    pub rtt_sample: Option<(Psn, Nanos)>,
+    /// Tail-loss probe: when to resend from `una` if nothing has moved, without spending
+    /// retry_cnt (a lost last packet or ACK would otherwise wait a whole ACK timeout).
+    pub probe_deadline: Option<Nanos>,
+    pub probes: u8,
 }
 
 #[derive(Debug)]
@@ -190,6 +201,7 @@ impl Qp {
         self.flush(ctx);
         self.req.retrans_deadline = None;
         self.req.rnr_wait = None;
+        self.req.probe_deadline = None;
     }
 
     /// Completes everything queued with WR_FLUSH_ERR (used in and on entry to ERR).
@@ -231,10 +243,28 @@ impl Qp {
 
     /// The earliest deadline this QP is waiting for.
     pub fn next_deadline(&self) -> Option<Nanos> {
-        let rnr = self.req.rnr_wait.map(|(t, _)| t);
-        match (self.req.retrans_deadline, rnr) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let r = &self.req;
+        [
+            r.retrans_deadline,
+            r.rnr_wait.map(|(t, _)| t),
+            r.probe_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// How long to wait for progress before a tail-loss probe: three smoothed RTTs (at least
+    /// 20 us; 1 ms before the first sample), and never more than half the ACK timeout.
+    pub fn probe_timeout(&self) -> Nanos {
+        let pto = self.req.srtt.map_or(1_000_000, |s| (3 * s).max(20_000));
+        self.ack_timeout().map_or(pto, |t| pto.min(t / 2))
+    }
+
+    /// (Re)arms the tail-loss probe while packets are outstanding.
+    pub fn arm_probe(&mut self, now: Nanos) {
+        self.req.probe_deadline = (self.req.una != self.req.high_psn
+            && self.req.probes < MAX_PROBES)
+            .then(|| now + self.probe_timeout());
     }
 }

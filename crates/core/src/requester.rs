@@ -136,15 +136,21 @@ impl Qp {
                 return None;
             }
         }
-        let len = self.build_request(idx, buf);
+        let (psn, fresh) = (self.req.next_psn, self.req.next_psn == self.req.high_psn);
+        let (len, ack_req) = self.build_request(idx, buf);
+        if fresh && ack_req && self.req.rtt_sample.is_none() {
+            self.req.rtt_sample = Some((psn, ctx.now));
+        }
         if self.req.retrans_deadline.is_none() {
             self.req.retrans_deadline = self.ack_timeout().map(|t| ctx.now + t);
         }
+        self.arm_probe(ctx.now);
         Some(len)
     }
 
-    /// Builds the packet at the requester's cursor and advances the cursor.
-    fn build_request(&mut self, idx: usize, buf: &mut [u8]) -> usize {
+    /// Builds the packet at the requester's cursor and advances the cursor; returns its
+    /// length and whether it asks for an ACK.
+    fn build_request(&mut self, idx: usize, buf: &mut [u8]) -> (usize, bool) {
         let mtu = self.mtu.bytes() as u64;
         let psn = self.req.next_psn;
         let w = &self.sq[idx];
@@ -241,7 +247,7 @@ impl Qp {
         } else {
             r.off += n as u64;
         }
-        total
+        (total, ack_req)
     }
 
     /// Go-back-N: the next packet sent will be the one with PSN `from` (or, if that PSN
@@ -279,6 +285,8 @@ impl Qp {
             }
         }
         r.since_ack_req = 0;
+        // Retransmitted packets give ambiguous RTT samples (Karn).
+        r.rtt_sample = None;
     }
 
     /// Reports a local error of the front WQE once everything before it has completed.
