@@ -183,6 +183,25 @@ impl Pair {
         self.world.run_until_idle(limit);
     }
 
+    /// Posts a send WR on node `n`'s QP (0 = a, 1 = b); panics if the engine refuses it.
+    pub fn post_send(&mut self, n: usize, wr: oxrdma_core::SendWr) {
+        let qpn = if n == 0 { self.a.qpn } else { self.b.qpn };
+        self.world.nodes[n]
+            .engine
+            .post_send(qpn, wr)
+            .expect("post_send");
+    }
+
+    /// Posts a receive of `sges` with `wr_id` on node `n`'s QP.
+    pub fn post_recv(&mut self, n: usize, wr_id: u64, sges: Vec<Sge>) {
+        let qpn = if n == 0 { self.a.qpn } else { self.b.qpn };
+        let wr = oxrdma_core::RecvWr { wr_id, sges };
+        self.world.nodes[n]
+            .engine
+            .post_recv(qpn, wr)
+            .expect("post_recv");
+    }
+
     /// Takes every completion of node `n`'s CQ.
     pub fn wcs(&mut self, n: usize) -> Vec<WorkCompletion> {
         let cq = if n == 0 { self.a.cq } else { self.b.cq };

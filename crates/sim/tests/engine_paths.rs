@@ -58,18 +58,15 @@ fn write_then_read_back() {
     let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
     p.a.buf.write(0, &data);
     let wr = write(1, p.a.sge(0, data.len()), p.b.addr(4096), p.b.mr.rkey);
-    p.world.nodes[0]
-        .engine
-        .post_send(
-            p.a.qpn,
-            SendWr {
-                flags: SendFlags::SIGNALED,
-                ..wr
-            },
-        )
-        .unwrap();
+    p.post_send(
+        0,
+        SendWr {
+            flags: SendFlags::SIGNALED,
+            ..wr
+        },
+    );
     let rd = read(2, p.a.sge(65536, data.len()), p.b.addr(4096), p.b.mr.rkey);
-    p.world.nodes[0].engine.post_send(p.a.qpn, rd).unwrap();
+    p.post_send(0, rd);
     p.run();
     let wcs = p.wcs(0);
     assert_eq!(
@@ -89,23 +86,11 @@ fn write_then_read_back() {
 #[test]
 fn bad_rkey_is_a_remote_access_error_and_both_qps_fail() {
     let mut p = Pair::new(&PairOptions::default());
-    p.world.nodes[1]
-        .engine
-        .post_recv(
-            p.b.qpn,
-            RecvWr {
-                wr_id: 77,
-                sges: vec![p.b.sge(0, 64)],
-            },
-        )
-        .unwrap();
+    p.post_recv(1, 77, vec![p.b.sge(0, 64)]);
     let log = tap(&mut p, |_| TapAction::Pass);
     let bad = write(1, p.a.sge(0, 100), p.b.addr(0), p.b.mr.rkey ^ 1);
-    p.world.nodes[0].engine.post_send(p.a.qpn, bad).unwrap();
-    p.world.nodes[0]
-        .engine
-        .post_send(p.a.qpn, send(2, p.a.sge(0, 8)))
-        .unwrap();
+    p.post_send(0, bad);
+    p.post_send(0, send(2, p.a.sge(0, 8)));
     p.run();
     let wcs = p.wcs(0);
     assert_eq!(
@@ -145,7 +130,7 @@ fn read_past_the_region_and_write_without_permission_are_refused() {
         ..Default::default()
     });
     let past = read(1, p.a.sge(0, 100), p.b.addr(4000), p.b.mr.rkey);
-    p.world.nodes[0].engine.post_send(p.a.qpn, past).unwrap();
+    p.post_send(0, past);
     p.run();
     assert_eq!(p.wcs(0)[0].status, WcStatus::RemAccessErr);
 
@@ -155,7 +140,7 @@ fn read_past_the_region_and_write_without_permission_are_refused() {
     };
     let mut p = Pair::new(&o);
     let w = write(1, p.a.sge(0, 16), p.b.addr(0), p.b.mr.rkey);
-    p.world.nodes[0].engine.post_send(p.a.qpn, w).unwrap();
+    p.post_send(0, w);
     p.run();
     assert_eq!(p.wcs(0)[0].status, WcStatus::RemAccessErr);
 }
@@ -170,7 +155,7 @@ fn misaligned_atomic_is_an_invalid_request() {
     );
     wr.remote_addr = p.b.addr(4);
     wr.rkey = p.b.mr.rkey;
-    p.world.nodes[0].engine.post_send(p.a.qpn, wr).unwrap();
+    p.post_send(0, wr);
     p.run();
     assert_eq!(p.wcs(0)[0].status, WcStatus::RemInvReqErr);
     assert_eq!(
@@ -185,20 +170,8 @@ fn misaligned_atomic_is_an_invalid_request() {
 #[test]
 fn send_longer_than_the_receive_buffer() {
     let mut p = Pair::new(&PairOptions::default());
-    p.world.nodes[1]
-        .engine
-        .post_recv(
-            p.b.qpn,
-            RecvWr {
-                wr_id: 9,
-                sges: vec![p.b.sge(0, 100)],
-            },
-        )
-        .unwrap();
-    p.world.nodes[0]
-        .engine
-        .post_send(p.a.qpn, send(1, p.a.sge(0, 3000)))
-        .unwrap();
+    p.post_recv(1, 9, vec![p.b.sge(0, 100)]);
+    p.post_send(0, send(1, p.a.sge(0, 3000)));
     p.run();
     assert_eq!(p.wcs(0)[0].status, WcStatus::RemInvReqErr);
     let r = p.wcs(1);
@@ -210,20 +183,8 @@ fn receive_with_a_bad_lkey_is_a_remote_operational_error() {
     let mut p = Pair::new(&PairOptions::default());
     let mut sge = p.b.sge(0, 100);
     sge.lkey ^= 1;
-    p.world.nodes[1]
-        .engine
-        .post_recv(
-            p.b.qpn,
-            RecvWr {
-                wr_id: 9,
-                sges: vec![sge],
-            },
-        )
-        .unwrap();
-    p.world.nodes[0]
-        .engine
-        .post_send(p.a.qpn, send(1, p.a.sge(0, 10)))
-        .unwrap();
+    p.post_recv(1, 9, vec![sge]);
+    p.post_send(0, send(1, p.a.sge(0, 10)));
     p.run();
     assert_eq!(p.wcs(0)[0].status, WcStatus::RemOpErr);
     assert_eq!(p.wcs(1)[0].status, WcStatus::LocProtErr);
@@ -266,10 +227,7 @@ fn rnr_retry_exhausted() {
         ..Default::default()
     });
     let log = tap(&mut p, |_| TapAction::Pass);
-    p.world.nodes[0]
-        .engine
-        .post_send(p.a.qpn, send(1, p.a.sge(0, 10)))
-        .unwrap();
+    p.post_send(0, send(1, p.a.sge(0, 10)));
     p.run();
     assert_eq!(p.wcs(0)[0].status, WcStatus::RnrRetryExcErr);
     // One first try plus rnr_retry retries, each answered by an RNR NAK with min_rnr_timer.
@@ -287,21 +245,9 @@ fn rnr_then_receive_posted_succeeds() {
         min_rnr_timer: 14,
         ..Default::default()
     });
-    p.world.nodes[0]
-        .engine
-        .post_send(p.a.qpn, send(1, p.a.sge(0, 10)))
-        .unwrap();
+    p.post_send(0, send(1, p.a.sge(0, 10)));
     p.world.run_until_idle(p.world.now + 500_000); // the RNR NAK arrives; 1.28 ms wait
-    p.world.nodes[1]
-        .engine
-        .post_recv(
-            p.b.qpn,
-            RecvWr {
-                wr_id: 5,
-                sges: vec![p.b.sge(0, 64)],
-            },
-        )
-        .unwrap();
+    p.post_recv(1, 5, vec![p.b.sge(0, 64)]);
     p.run();
     assert_eq!(p.wcs(0)[0].status, WcStatus::Success);
     let r = p.wcs(1);
@@ -323,11 +269,8 @@ fn retry_exhausted_when_the_peer_is_gone() {
         _ => TapAction::Pass,
     });
     let w = write(1, p.a.sge(0, 8), p.b.addr(0), p.b.mr.rkey);
-    p.world.nodes[0].engine.post_send(p.a.qpn, w).unwrap();
-    p.world.nodes[0]
-        .engine
-        .post_send(p.a.qpn, send(2, p.a.sge(0, 8)))
-        .unwrap();
+    p.post_send(0, w);
+    p.post_send(0, send(2, p.a.sge(0, 8)));
     p.run();
     let wcs = p.wcs(0);
     assert_eq!(
@@ -367,16 +310,13 @@ fn a_gap_is_naked_once_and_resent_from_the_missing_psn() {
     let data: Vec<u8> = (0..2560u32).map(|i| i as u8).collect();
     p.a.buf.write(0, &data);
     let w = write(1, p.a.sge(0, 2560), p.b.addr(0), p.b.mr.rkey);
-    p.world.nodes[0]
-        .engine
-        .post_send(
-            p.a.qpn,
-            SendWr {
-                flags: SendFlags::SIGNALED,
-                ..w
-            },
-        )
-        .unwrap();
+    p.post_send(
+        0,
+        SendWr {
+            flags: SendFlags::SIGNALED,
+            ..w
+        },
+    );
     p.run();
     assert_eq!(p.wcs(0)[0].status, WcStatus::Success);
     assert_eq!(p.b.read(0, 2560), data);
@@ -426,7 +366,7 @@ fn duplicate_atomic_is_answered_from_the_cache_not_executed_again() {
     wr.remote_addr = p.b.addr(64);
     wr.rkey = p.b.mr.rkey;
     wr.compare_add = 5;
-    p.world.nodes[0].engine.post_send(p.a.qpn, wr).unwrap();
+    p.post_send(0, wr);
     p.run();
     assert_eq!(p.wcs(0)[0].status, WcStatus::Success);
     assert_eq!(
@@ -455,7 +395,7 @@ fn compare_and_swap_swaps_only_on_match() {
         wr.rkey = p.b.mr.rkey;
         wr.compare_add = compare;
         wr.swap = swap;
-        p.world.nodes[0].engine.post_send(p.a.qpn, wr).unwrap();
+        p.post_send(0, wr);
     }
     p.run();
     assert!(p.wcs(0).iter().all(|w| w.status == WcStatus::Success));
@@ -482,13 +422,7 @@ fn lost_read_response_is_fetched_again() {
     });
     let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
     p.b.buf.write(1000, &data);
-    p.world.nodes[0]
-        .engine
-        .post_send(
-            p.a.qpn,
-            read(1, p.a.sge(0, 5000), p.b.addr(1000), p.b.mr.rkey),
-        )
-        .unwrap();
+    p.post_send(0, read(1, p.a.sge(0, 5000), p.b.addr(1000), p.b.mr.rkey));
     p.run();
     assert_eq!(p.wcs(0)[0].status, WcStatus::Success);
     assert_eq!(p.a.read(0, 5000), data);
@@ -580,7 +514,7 @@ fn ack_req_cadence_and_one_ack_per_ack_req() {
     });
     let log = tap(&mut p, |_| TapAction::Pass);
     let w = write(1, p.a.sge(0, 100 * 256), p.b.addr(0), p.b.mr.rkey);
-    p.world.nodes[0].engine.post_send(p.a.qpn, w).unwrap();
+    p.post_send(0, w);
     p.run();
     let log = log.borrow();
     let reqs: Vec<_> = log
@@ -610,16 +544,7 @@ fn ack_req_cadence_and_one_ack_per_ack_req() {
 fn fence_waits_for_an_earlier_read() {
     let mut p = Pair::new(&PairOptions::default());
     let log = tap(&mut p, |_| TapAction::Pass);
-    p.world.nodes[1]
-        .engine
-        .post_recv(
-            p.b.qpn,
-            RecvWr {
-                wr_id: 1,
-                sges: vec![p.b.sge(0, 64)],
-            },
-        )
-        .unwrap();
+    p.post_recv(1, 1, vec![p.b.sge(0, 64)]);
     let e = &mut p.world.nodes[0].engine;
     e.post_send(p.a.qpn, read(1, p.a.sge(0, 4000), p.b.addr(0), p.b.mr.rkey))
         .unwrap();
@@ -805,10 +730,7 @@ fn cq_overflow_is_reported_and_nothing_is_lost() {
         ..Default::default()
     });
     for i in 0..5 {
-        p.world.nodes[0]
-            .engine
-            .post_send(p.a.qpn, write(i, p.a.sge(0, 8), p.b.addr(0), p.b.mr.rkey))
-            .unwrap();
+        p.post_send(0, write(i, p.a.sge(0, 8), p.b.addr(0), p.b.mr.rkey));
     }
     p.run();
     assert_eq!(
@@ -831,20 +753,8 @@ fn wire_details_match_linux_rxe() {
             .push((d.src_port, PacketRepr::parse(&d.data).unwrap().bth.pkey));
         TapAction::Pass
     })));
-    p.world.nodes[1]
-        .engine
-        .post_recv(
-            p.b.qpn,
-            RecvWr {
-                wr_id: 1,
-                sges: vec![p.b.sge(0, 64)],
-            },
-        )
-        .unwrap();
-    p.world.nodes[0]
-        .engine
-        .post_send(p.a.qpn, send(1, p.a.sge(0, 8)))
-        .unwrap();
+    p.post_recv(1, 1, vec![p.b.sge(0, 64)]);
+    p.post_send(0, send(1, p.a.sge(0, 8)));
     p.run();
     let want = oxrdma_core::rc_udp_sport(p.a.qpn, p.b.qpn);
     assert!(sports
