@@ -15,6 +15,7 @@ pub mod error;
 pub mod feth;
 mod field;
 pub mod icrc;
+pub mod icrc_id;
 pub mod ieth;
 pub mod immdt;
 pub mod opcode;

@@ -1,0 +1,157 @@
+//! Verifying the ICRC of an IPv4 packet whose Identification field is unknown.
+//!
+//! A receiver on a plain UDP socket never sees the IPv4 header, and the ICRC covers its
+//! Identification field (Linux rxe sends non-zero, incrementing IDs). CRC-32 is affine over
+//! GF(2): flipping bit k of the ID changes the CRC by a fixed vector D_k that depends only on
+//! the packet length. So the ICRC computed with ID 0, XORed with the ICRC carried, must be a
+//! combination of the 16 D_k, and the combination *is* the ID. A packet passes when such an
+//! ID exists: a weaker check than knowing the ID (a random corruption passes with
+//! probability 2^-16 instead of 2^-32), but a real one, and it recovers the sender's ID.
+
+use crate::error::{Result, WireError};
+use crate::icrc::{carried, compute, ICRC_LEN};
+
+/// The reflected CRC-32 polynomial.
+const POLY: u32 = 0xedb8_8320;
+
+/// One step of the CRC register over a zero byte: r -> table[r & 0xff] ^ (r >> 8).
+fn zero_byte(mut r: u32) -> u32 {
+    for _ in 0..8 {
+        r = if r & 1 != 0 { (r >> 1) ^ POLY } else { r >> 1 };
+    }
+    r
+}
+
+/// The register after feeding byte `b` into a zero register.
+fn byte_into_zero(b: u8) -> u32 {
+    zero_byte(u32::from(b))
+}
+
+/// A 32x32 matrix over GF(2), as the images of the 32 unit vectors.
+type Matrix = [u32; 32];
+
+fn apply(m: &Matrix, v: u32) -> u32 {
+    (0..32)
+        .filter(|i| v >> i & 1 != 0)
+        .fold(0, |acc, i| acc ^ m[i])
+}
+
+fn compose(a: &Matrix, b: &Matrix) -> Matrix {
+    // (a ∘ b)(e_i) = a(b(e_i))
+    std::array::from_fn(|i| apply(a, b[i]))
+}
+
+/// The linear map "feed n zero bytes".
+fn zeros(mut n: usize) -> Matrix {
+    let mut result: Matrix = std::array::from_fn(|i| 1 << i);
+    let mut step: Matrix = std::array::from_fn(|i| zero_byte(1 << i));
+    while n > 0 {
+        if n & 1 != 0 {
+            result = compose(&step, &result);
+        }
+        step = compose(&step, &step);
+        n >>= 1;
+    }
+    result
+}
+
+/// Offset of the IPv4 Identification's first byte in the ICRC input (after 8 bytes of ones).
+const ID_AT: usize = 8 + 4;
+
+/// The change in ICRC caused by each of the 16 ID bits (index k = bit k of the ID), for a
+/// packet whose ICRC input is `len` bytes long.
+fn id_deltas(len: usize) -> [u32; 16] {
+    let tail = zeros(len - ID_AT - 2);
+    std::array::from_fn(|k| {
+        let (byte, bit) = if k < 8 { (1, k) } else { (0, k - 8) };
+        let r = byte_into_zero(1 << bit);
+        // The high byte (offset 12) is followed by the low byte before the tail.
+        let r = if byte == 0 { zero_byte(r) } else { r };
+        apply(&tail, r)
+    })
+}
+
+/// Solves XOR of deltas[k] for the bits k of `id` = `syndrome`, if possible.
+fn solve(deltas: [u32; 16], syndrome: u32) -> Option<u16> {
+    // Gaussian elimination, tracking which ID bits make up each reduced row.
+    let mut rows: Vec<(u32, u16)> = Vec::with_capacity(16);
+    for (k, &d) in deltas.iter().enumerate() {
+        let mut v = (d, 1u16 << k);
+        for &(r, m) in &rows {
+            if v.0 ^ r < v.0 {
+                v = (v.0 ^ r, v.1 ^ m);
+            }
+        }
+        if v.0 != 0 {
+            rows.push(v);
+        }
+    }
+    let mut s = (syndrome, 0u16);
+    for &(r, m) in &rows {
+        if s.0 ^ r < s.0 {
+            s = (s.0 ^ r, s.1 ^ m);
+        }
+    }
+    (s.0 == 0).then_some(s.1)
+}
+
+/// Verifies the ICRC of `udp_payload` (BTH through ICRC) against an IPv4+UDP header whose
+/// Identification field is unknown (its value in `ip_udp` is ignored). Returns the only ID
+/// that makes the ICRC right.
+pub fn verify_ipv4_any_id(ip_udp: &[u8], udp_payload: &[u8]) -> Result<u16> {
+    if ip_udp.first().is_none_or(|b| b >> 4 != 4) {
+        return Err(WireError::BadIpHeader("not IPv4"));
+    }
+    let carried = carried(udp_payload)?;
+    let mut hdr = [0u8; 68];
+    let n = ip_udp.len().min(hdr.len());
+    hdr[..n].copy_from_slice(&ip_udp[..n]);
+    if ip_udp.len() >= 6 {
+        hdr[4..6].fill(0);
+    }
+    let computed = compute(&hdr[..n], &udp_payload[..udp_payload.len() - ICRC_LEN])?;
+    let len = 8 + n + udp_payload.len() - ICRC_LEN;
+    solve(id_deltas(len), computed ^ carried).ok_or(WireError::IcrcMismatch { computed, carried })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::icrc::{fill, ipv4_udp_header};
+
+    #[test]
+    fn recovers_the_id_the_sender_used() {
+        for (id, len) in [
+            (0u16, 16usize),
+            (1, 16),
+            (0xbeef, 1040),
+            (53532, 4108),
+            (0xffff, 28),
+        ] {
+            let mut pkt = vec![0u8; len];
+            pkt[0] = 0x04;
+            pkt[2..4].fill(0xff);
+            for (i, b) in pkt[12..len - 4].iter_mut().enumerate() {
+                *b = i as u8;
+            }
+            let hdr = ipv4_udp_header([10, 0, 0, 1], [10, 0, 0, 2], id, 49152, 4791, len);
+            fill(&hdr, &mut pkt).unwrap();
+            let other = ipv4_udp_header([10, 0, 0, 1], [10, 0, 0, 2], 1234, 49152, 4791, len);
+            assert_eq!(verify_ipv4_any_id(&other, &pkt), Ok(id));
+            // A flipped payload bit is caught (a single-bit error never looks like an ID).
+            pkt[len - 5] ^= 0x10;
+            assert!(verify_ipv4_any_id(&other, &pkt).is_err());
+        }
+    }
+
+    #[test]
+    fn zeros_matrix_matches_stepping() {
+        let m = zeros(37);
+        let mut r = 0x1234_5678;
+        let fast = apply(&m, r);
+        for _ in 0..37 {
+            r = zero_byte(r);
+        }
+        assert_eq!(fast, r);
+    }
+}
