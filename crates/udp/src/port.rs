@@ -1,0 +1,161 @@
+//! One RoCEv2 port: a UDP socket bound to one IP address and port 4791.
+//!
+//! ICRCs: on send, the kernel builds the IP header, so the ICRC is computed over the header
+//! it will send: IPv4 with DF set and Identification 0 (an unconnected socket with
+//! `IP_PMTUDISC_DO` sends ID 0 on Linux), the socket's own UDP source port. On receive the
+//! socket shows neither the IP header nor the IPv4 ID: IPv6 packets are checked exactly;
+//! IPv4 packets are checked with the ID solved from the ICRC (see
+//! `oxrdma_wire::icrc_id`): a packet passes only if some ID makes its ICRC right.
+
+use oxrdma_core::Gid;
+use oxrdma_wire::{icrc, icrc_id, ROCE_V2_PORT};
+use rustix::net::sockopt;
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+
+/// Why a port could not be opened, in words a user can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("{addr} is already in use by another process (one RoCEv2 device per address: give each process its own address, e.g. 127.0.0.2, 127.0.0.3, ...)")]
+    InUse { addr: SocketAddr },
+    #[error("{addr} is not an address of this host")]
+    NotLocal { addr: SocketAddr },
+    #[error("cannot open a UDP socket on {addr}: {source}")]
+    Io { addr: SocketAddr, source: io::Error },
+}
+
+/// Counters of what the port dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortStats {
+    pub rx: u64,
+    pub tx: u64,
+    pub rx_bad_icrc: u64,
+}
+
+#[derive(Debug)]
+pub struct UdpPort {
+    socket: UdpSocket,
+    local: SocketAddr,
+    pub stats: PortStats,
+}
+
+impl UdpPort {
+    /// Binds `ip`:4791.
+    pub fn bind(ip: IpAddr) -> Result<UdpPort, BindError> {
+        Self::bind_addr(SocketAddr::new(ip, ROCE_V2_PORT))
+    }
+
+    /// Binds any address and port (tests use other ports; peers always send to 4791).
+    pub fn bind_addr(addr: SocketAddr) -> Result<UdpPort, BindError> {
+        let socket = UdpSocket::bind(addr).map_err(|e| match e.kind() {
+            io::ErrorKind::AddrInUse => BindError::InUse { addr },
+            io::ErrorKind::AddrNotAvailable => BindError::NotLocal { addr },
+            _ => BindError::Io { addr, source: e },
+        })?;
+        let io_err = |source| BindError::Io { addr, source };
+        let local = socket.local_addr().map_err(io_err)?;
+        if local.is_ipv4() {
+            // DF set and (on Linux) IP ID 0, so our ICRC matches what the kernel sends.
+            sockopt::set_ip_mtu_discover(&socket, sockopt::Ipv4PathMtuDiscovery::DO)
+                .map_err(|e| io_err(e.into()))?;
+        }
+        // Bursts of MTU packets: give the kernel room (it caps these at rmem_max/wmem_max).
+        let _ = sockopt::set_socket_recv_buffer_size(&socket, 4 << 20);
+        let _ = sockopt::set_socket_send_buffer_size(&socket, 4 << 20);
+        socket.set_nonblocking(true).map_err(io_err)?;
+        Ok(UdpPort {
+            socket,
+            local,
+            stats: PortStats::default(),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The GID of this port: its IP address.
+    pub fn gid(&self) -> Gid {
+        Gid::from(self.local.ip())
+    }
+
+    /// The IP and UDP headers the kernel puts in front of `len` bytes from us to `dst`.
+    fn headers(&self, src: SocketAddr, dst: SocketAddr, len: usize) -> Option<([u8; 48], usize)> {
+        let mut h = [0u8; 48];
+        match (src.ip(), dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                h[..28].copy_from_slice(&icrc::ipv4_udp_header(
+                    s.octets(),
+                    d.octets(),
+                    0,
+                    src.port(),
+                    dst.port(),
+                    len,
+                ));
+                Some((h, 28))
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                h.copy_from_slice(&icrc::ipv6_udp_header(
+                    s.octets(),
+                    d.octets(),
+                    src.port(),
+                    dst.port(),
+                    len,
+                ));
+                Some((h, 48))
+            }
+            _ => None,
+        }
+    }
+
+    /// Fills in the ICRC of `packet` (BTH through ICRC) and sends it to `dest`:4791.
+    pub fn send(&mut self, dest: Gid, packet: &mut [u8]) -> io::Result<()> {
+        self.send_to(SocketAddr::new(dest.ip(), ROCE_V2_PORT), packet)
+    }
+
+    /// [`Self::send`] to an explicit socket address.
+    pub fn send_to(&mut self, dst: SocketAddr, packet: &mut [u8]) -> io::Result<()> {
+        let (h, n) = self
+            .headers(self.local, dst, packet.len())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "IPv4/IPv6 mismatch"))?;
+        icrc::fill(&h[..n], packet).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        self.socket.send_to(packet, dst)?;
+        self.stats.tx += 1;
+        Ok(())
+    }
+
+    /// Receives one datagram whose ICRC verifies, if one is waiting. Datagrams that fail
+    /// are counted and skipped.
+    pub fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<(Gid, usize)>> {
+        loop {
+            let (len, from) = match self.socket.recv_from(buf) {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            self.stats.rx += 1;
+            let data = &buf[..len];
+            let ok = match self.headers(from, self.local, len) {
+                Some((h, 28)) => icrc_id::verify_ipv4_any_id(&h[..28], data).is_ok(),
+                Some((h, n)) => icrc::verify(&h[..n], data).is_ok(),
+                None => false,
+            };
+            if ok {
+                return Ok(Some((Gid::from(from.ip()), len)));
+            }
+            self.stats.rx_bad_icrc += 1;
+        }
+    }
+
+    /// Waits until a datagram may be readable or `timeout` passes.
+    pub fn wait_readable(&self, timeout: std::time::Duration) -> io::Result<()> {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let mut fds = [PollFd::new(&self.socket, PollFlags::IN)];
+        let ts = Timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        poll(&mut fds, Some(&ts)).map_err(io::Error::from)?;
+        Ok(())
+    }
+}
