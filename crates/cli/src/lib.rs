@@ -2,4 +2,5 @@
 
 pub mod capture;
 pub mod decode;
+pub mod perf;
 pub mod sim;

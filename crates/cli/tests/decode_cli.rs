@@ -137,3 +137,43 @@ fn missing_file_is_one_clear_error() {
         .unwrap()
         .contains("not a pcap or pcapng file"));
 }
+
+#[test]
+fn perf_loopback_runs_over_udp() {
+    let out = oxrdma()
+        .args([
+            "perf",
+            "write-bw",
+            "--loopback",
+            "-n",
+            "300",
+            "-s",
+            "10000",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["iterations"], 300);
+    assert!(r["bw_avg_gbps"].as_f64().unwrap() > 0.0);
+    let out = oxrdma()
+        .args(["perf", "write-lat", "--loopback", "-n", "300", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["min_us"].as_f64().unwrap() <= r["median_us"].as_f64().unwrap());
+    // Without --loopback there is no server side yet: one clear error line.
+    let out = oxrdma().args(["perf", "write-bw"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8(out.stderr).unwrap().lines().count(), 1);
+}
