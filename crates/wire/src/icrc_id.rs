@@ -110,6 +110,10 @@ pub fn verify_ipv4_any_id(ip_udp: &[u8], udp_payload: &[u8]) -> Result<u16> {
         hdr[4..6].fill(0);
     }
     let computed = compute(&hdr[..n], &udp_payload[..udp_payload.len() - ICRC_LEN])?;
+    if computed == carried {
+        // ID 0, as an unconnected Linux socket with IP_PMTUDISC_DO sends (every oxrdma peer).
+        return Ok(0);
+    }
     let len = 8 + n + udp_payload.len() - ICRC_LEN;
     solve(id_deltas(len), computed ^ carried).ok_or(WireError::IcrcMismatch { computed, carried })
 }

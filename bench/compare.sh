@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# oxrdma RDMA WRITE over UDP on loopback next to the baselines a user would pick instead,
+# measured in the same run, rounds interleaved, medians and ratios printed:
+#   - 64 KiB WRITE bandwidth   vs  iperf3 single-stream TCP (127.0.0.1)
+#   - 8 B WRITE half round trip vs  sockperf UDP ping-pong (p50 one-way), spinning both ends
+# Installs iperf3 and sockperf from Debian if missing (needs root). Servers are started on
+# random ports on 127.0.0.1 and stopped by PID.
+#   bash bench/compare.sh            # REPS=5 rounds by default
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPS=${REPS:-5}
+need=()
+command -v iperf3 >/dev/null || need+=(iperf3)
+command -v sockperf >/dev/null || need+=(sockperf)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+cargo build --release -q -p oxrdma-cli
+ox=./target/release/oxrdma
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+tcp=(); udp=(); bw=(); lat=()
+for r in $(seq "$REPS"); do
+  p=$(( 20000 + RANDOM % 9000 ))
+  iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null 2>&1 & pids+=($!)
+  sleep 0.3
+  tcp+=("$(iperf3 -c 127.0.0.1 -p "$p" -t 2 -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9)')")
+  q=$(( 20000 + RANDOM % 9000 ))
+  sockperf server -i 127.0.0.1 -p "$q" --nonblocked >/dev/null 2>&1 & spid=$!; pids+=($spid)
+  sleep 0.3
+  udp+=("$(sockperf ping-pong -i 127.0.0.1 -p "$q" -m 64 -t 1 --nonblocked 2>/dev/null | awk '/percentile 50.000/ {print $NF}')")
+  kill "$spid" 2>/dev/null || true
+  bw+=("$($ox perf write-bw --loopback -s 65536 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
+  lat+=("$($ox perf write-lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
+  echo "round $r: tcp ${tcp[-1]} Gb/s, oxrdma write-bw ${bw[-1]} Gb/s, udp p50 ${udp[-1]} us, oxrdma write-lat ${lat[-1]} us" >&2
+done
+T=$(printf '%s\n' "${tcp[@]}" | median); B=$(printf '%s\n' "${bw[@]}" | median)
+U=$(printf '%s\n' "${udp[@]}" | median); L=$(printf '%s\n' "${lat[@]}" | median)
+printf 'median of %d rounds\n' "$REPS"
+printf '%-44s %10.3f Gb/s\n' "iperf3 TCP single stream (127.0.0.1)" "$T"
+printf '%-44s %10.3f Gb/s   ratio %.3f (target >= 1.0)\n' "oxrdma 64 KiB RDMA WRITE bandwidth" "$B" "$(echo "$B / $T" | bc -l)"
+printf '%-44s %10.3f us\n' "sockperf UDP ping-pong p50 one-way, spinning" "$U"
+printf '%-44s %10.3f us     ratio %.3f (target <= 1.2)\n' "oxrdma 8 B RDMA WRITE half round trip p50" "$L" "$(echo "$L / $U" | bc -l)"
