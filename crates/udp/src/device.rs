@@ -54,17 +54,21 @@ impl Device {
                 moved += 1;
                 progressed = true;
             }
+            let mut received = false;
             while let Some((src, len)) = self.port.recv(&mut self.rx)? {
                 self.engine.handle_packet(self.now(), src, &self.rx[..len]);
                 moved += 1;
                 progressed = true;
+                received = true;
             }
             let now = self.now();
             if self.engine.poll_timeout().is_some_and(|t| t <= now) {
                 self.engine.handle_timeout(now);
                 progressed = true;
             }
-            if !progressed {
+            // Back to the caller once something arrived: it may be waiting for exactly this
+            // (a completion, a byte in memory), and the ACKs can go out on the next call.
+            if !progressed || received {
                 return Ok(moved);
             }
         }
