@@ -74,6 +74,14 @@ impl Device {
         }
     }
 
+    /// How long until the engine's next timer is due (None: no timer armed).
+    pub fn next_timer_in(&self) -> Option<Duration> {
+        let now = self.now();
+        self.engine
+            .poll_timeout()
+            .map(|t| Duration::from_nanos(t.saturating_sub(now)))
+    }
+
     /// Blocks until a packet may have arrived or the next timer is due (at most `max`).
     pub fn wait(&self, max: Duration) -> io::Result<()> {
         let now = self.now();

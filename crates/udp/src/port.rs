@@ -30,6 +30,18 @@ pub struct PortStats {
     pub rx: u64,
     pub tx: u64,
     pub rx_bad_icrc: u64,
+    /// ICMP errors reported for earlier sends (port or host unreachable).
+    pub icmp_errors: u64,
+}
+
+fn is_icmp_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::HostUnreachable
+            | io::ErrorKind::NetworkUnreachable
+            | io::ErrorKind::ConnectionReset
+    )
 }
 
 #[derive(Debug)]
@@ -68,6 +80,12 @@ impl UdpPort {
             local,
             stats: PortStats::default(),
         })
+    }
+
+    /// The socket, for waiting on it alongside other file descriptors.
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.socket.as_fd()
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -119,7 +137,11 @@ impl UdpPort {
             .headers(self.local, dst, packet.len())
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "IPv4/IPv6 mismatch"))?;
         icrc::fill(&h[..n], packet).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        self.socket.send_to(packet, dst)?;
+        match self.socket.send_to(packet, dst) {
+            Ok(_) => {}
+            Err(e) if is_icmp_error(&e) => self.stats.icmp_errors += 1,
+            Err(e) => return Err(e),
+        }
         self.stats.tx += 1;
         Ok(())
     }
@@ -131,6 +153,12 @@ impl UdpPort {
             let (len, from) = match self.socket.recv_from(buf) {
                 Ok(x) => x,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                // ICMP errors about an earlier send (a peer that went away): that packet is
+                // lost, and the transport's retries decide what it means.
+                Err(e) if is_icmp_error(&e) => {
+                    self.stats.icmp_errors += 1;
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             self.stats.rx += 1;

@@ -1,0 +1,87 @@
+//! Exchanging endpoints and memory keys over TCP, so two programs connect in a few lines.
+//!
+//! Each side writes one line, `oxrdma1 <gid> <qpn> <psn> <addr> <rkey> <len>` (numbers in
+//! hex), and reads the other's.
+
+use crate::error::{Error, Result};
+use crate::qp::Endpoint;
+use oxrdma_core::Gid;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Ipv6Addr, TcpStream};
+
+/// An endpoint plus the one memory region the peer may access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerInfo {
+    pub endpoint: Endpoint,
+    pub addr: u64,
+    pub rkey: u32,
+    pub len: u64,
+}
+
+fn line(p: &PeerInfo) -> String {
+    let e = p.endpoint;
+    format!(
+        "oxrdma1 {} {:x} {:x} {:x} {:x} {:x}\n",
+        Ipv6Addr::from(e.gid.0),
+        e.qpn,
+        e.psn,
+        p.addr,
+        p.rkey,
+        p.len
+    )
+}
+
+fn parse(l: &str) -> Result<PeerInfo> {
+    let bad = || Error::BadPeer(l.trim().to_string());
+    let f: Vec<&str> = l.split_whitespace().collect();
+    if f.len() != 7 || f[0] != "oxrdma1" {
+        return Err(bad());
+    }
+    let gid: Ipv6Addr = f[1].parse().map_err(|_| bad())?;
+    let h = |s: &str| u64::from_str_radix(s, 16).map_err(|_| bad());
+    let (qpn, psn) = (h(f[2])?, h(f[3])?);
+    if qpn >= 1 << 24 || psn >= 1 << 24 {
+        return Err(bad());
+    }
+    Ok(PeerInfo {
+        endpoint: Endpoint {
+            gid: Gid(gid.octets()),
+            qpn: qpn as u32,
+            psn: psn as u32,
+        },
+        addr: h(f[4])?,
+        rkey: u32::try_from(h(f[5])?).map_err(|_| bad())?,
+        len: h(f[6])?,
+    })
+}
+
+/// Sends `local` and returns what the peer sent.
+pub fn exchange(stream: &mut TcpStream, local: &PeerInfo) -> Result<PeerInfo> {
+    stream.write_all(line(local).as_bytes())?;
+    let mut l = String::new();
+    BufReader::new(stream.try_clone()?).read_line(&mut l)?;
+    parse(&l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_round_trip_and_bad_input() {
+        let p = PeerInfo {
+            endpoint: Endpoint {
+                gid: Gid::from(std::net::Ipv4Addr::new(127, 0, 0, 2)),
+                qpn: 0xabcdef,
+                psn: 0x123,
+            },
+            addr: 0x7f00_1234_0000,
+            rkey: 0xdead_beef,
+            len: 4096,
+        };
+        assert_eq!(parse(&line(&p)).unwrap(), p);
+        assert!(parse("oxrdma1 ::1 1000000 0 0 0 0").is_err());
+        assert!(parse("hello").is_err());
+        assert!(parse("oxrdma1 ::1 1 2 3 100000000 5").is_err());
+    }
+}

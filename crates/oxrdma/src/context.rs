@@ -1,0 +1,208 @@
+//! A device context and its engine thread (the software NIC).
+//!
+//! The engine and its socket live behind one mutex. The engine thread spins while there is
+//! traffic and otherwise sleeps in `poll(2)` on the socket and a doorbell eventfd, woken by
+//! packets, by its next timer, or by an application thread that posted work.
+
+use crate::error::Result;
+use oxrdma_udp::Device;
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
+use std::net::IpAddr;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Polls without traffic before the engine thread goes to sleep.
+const IDLE_SPINS: u32 = 2000;
+/// Longest sleep (so a stop request is seen even if the doorbell is missed).
+const MAX_SLEEP: Duration = Duration::from_millis(50);
+
+/// State shared by the engine thread and the API objects.
+pub(crate) struct Shared {
+    pub dev: Mutex<Device>,
+    doorbell: OwnedFd,
+    stop: AtomicBool,
+    /// CQs armed with `req_notify`, and the channel to signal when they get an entry.
+    pub armed: Mutex<Vec<(u32, Arc<OwnedFd>)>>,
+}
+
+impl Shared {
+    pub fn lock(&self) -> MutexGuard<'_, Device> {
+        // A panic while holding the lock would be a bug in the engine; keep going with the
+        // state as it is rather than poisoning every later call.
+        self.dev.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes the engine thread (after posting work).
+    pub fn ring(&self) {
+        let _ = rustix::io::write(&self.doorbell, &1u64.to_ne_bytes());
+    }
+}
+
+/// Owns the engine thread: stops and joins it when the last handle goes away.
+pub(crate) struct Inner {
+    pub shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.ring();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// An open RDMA device: one IP address, UDP port 4791, one engine thread.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Context({})", self.gid())
+    }
+}
+
+fn engine_thread(shared: Arc<Shared>) {
+    let mut idle = 0u32;
+    while !shared.stop.load(Ordering::Acquire) {
+        let (moved, sleep) = {
+            let mut dev = shared.lock();
+            let moved = dev.poll().unwrap_or(0);
+            let mut armed = shared.armed.lock().unwrap_or_else(|p| p.into_inner());
+            armed.retain(|(cq, fd)| {
+                if dev.engine.cq_len(*cq) > 0 {
+                    let _ = rustix::io::write(&**fd, &1u64.to_ne_bytes());
+                    false
+                } else {
+                    true
+                }
+            });
+            (
+                moved,
+                dev.next_timer_in().map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP)),
+            )
+        };
+        if moved > 0 {
+            idle = 0;
+            continue;
+        }
+        idle += 1;
+        if idle < IDLE_SPINS {
+            std::hint::spin_loop();
+            continue;
+        }
+        idle = 0;
+        let dev = shared.lock();
+        let sock = dev.port.as_fd().try_clone_to_owned();
+        drop(dev);
+        let Ok(sock) = sock else { continue };
+        let mut fds = [
+            PollFd::new(&sock, PollFlags::IN),
+            PollFd::new(&shared.doorbell, PollFlags::IN),
+        ];
+        let ts = Timespec {
+            tv_sec: sleep.as_secs() as i64,
+            tv_nsec: i64::from(sleep.subsec_nanos()),
+        };
+        let _ = poll(&mut fds, Some(&ts));
+        let mut b = [0u8; 8];
+        let _ = rustix::io::read(&shared.doorbell, &mut b);
+    }
+}
+
+impl Context {
+    /// Opens the device whose GID is `ip` (it must be an address of this host; each process
+    /// needs its own, e.g. 127.0.0.2, 127.0.0.3, … on loopback).
+    pub fn open(ip: IpAddr) -> Result<Context> {
+        let mut seed = [0u8; 32];
+        getrandom_seed(&mut seed);
+        let dev = Device::open(ip, seed)?;
+        let doorbell = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
+            .map_err(std::io::Error::from)?;
+        let shared = Arc::new(Shared {
+            dev: Mutex::new(dev),
+            doorbell,
+            stop: AtomicBool::new(false),
+            armed: Mutex::new(Vec::new()),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("oxrdma-nic-{ip}"))
+            .spawn(move || engine_thread(s))?;
+        Ok(Context {
+            inner: Arc::new(Inner {
+                shared,
+                thread: Some(thread),
+            }),
+        })
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
+    /// This device's GID (its IP address, IPv4 as `::ffff:a.b.c.d`).
+    pub fn gid(&self) -> oxrdma_core::Gid {
+        self.shared().lock().port.gid()
+    }
+
+    /// Device limits.
+    pub fn attr(&self) -> oxrdma_core::DeviceAttr {
+        self.shared().lock().engine.config().attr
+    }
+
+    /// A protection domain.
+    pub fn alloc_pd(&self) -> Result<crate::ProtectionDomain> {
+        let pd = self.shared().lock().engine.alloc_pd()?;
+        Ok(crate::ProtectionDomain {
+            ctx: self.clone(),
+            pd,
+        })
+    }
+
+    /// A completion queue of `depth` entries.
+    pub fn create_cq(&self, depth: u32) -> Result<crate::CompletionQueue> {
+        let cq = self.shared().lock().engine.create_cq(depth)?;
+        Ok(crate::CompletionQueue {
+            ctx: self.clone(),
+            cq,
+        })
+    }
+
+    /// A completion channel: a file descriptor that becomes readable when an armed CQ gets
+    /// a completion (use it with epoll, poll or an async runtime).
+    pub fn create_comp_channel(&self) -> Result<crate::CompletionChannel> {
+        let fd = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
+            .map_err(std::io::Error::from)?;
+        Ok(crate::CompletionChannel { fd: Arc::new(fd) })
+    }
+
+    /// A random 24-bit PSN from the device's CSPRNG.
+    pub fn random_psn(&self) -> u32 {
+        self.shared().lock().engine.random_psn()
+    }
+}
+
+/// Fills `seed` from the OS (the engine's CSPRNG draws keys, QPNs and PSNs from it).
+fn getrandom_seed(seed: &mut [u8; 32]) {
+    use std::io::Read;
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(seed))
+        .is_err()
+    {
+        // No /dev/urandom: fall back to time and address entropy (still never sequential).
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        seed[..16].copy_from_slice(&t.as_nanos().to_le_bytes());
+        let here = seed.as_ptr() as u64;
+        seed[16..24].copy_from_slice(&here.to_le_bytes());
+    }
+}

@@ -1,0 +1,70 @@
+//! Completion queues and completion channels.
+
+use crate::context::Context;
+use crate::error::Result;
+use oxrdma_core::WorkCompletion;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug)]
+pub struct CompletionQueue {
+    pub(crate) ctx: Context,
+    pub(crate) cq: u32,
+}
+
+impl CompletionQueue {
+    /// Appends up to `max` completions to `out`, oldest first; returns how many.
+    pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
+        let wcs = self.ctx.shared().lock().engine.poll_cq(self.cq, max)?;
+        let n = wcs.len();
+        out.extend(wcs);
+        Ok(n)
+    }
+
+    /// Asks for `channel` to become readable at the next completion (`ibv_req_notify_cq`).
+    pub fn req_notify(&self, channel: &CompletionChannel) {
+        let shared = self.ctx.shared();
+        let mut armed = shared.armed.lock().unwrap_or_else(|p| p.into_inner());
+        armed.push((self.cq, channel.fd.clone()));
+        drop(armed);
+        shared.ring();
+    }
+}
+
+impl Drop for CompletionQueue {
+    fn drop(&mut self) {
+        let _ = self.ctx.shared().lock().engine.destroy_cq(self.cq);
+    }
+}
+
+/// A file descriptor that becomes readable when an armed CQ has a completion.
+#[derive(Debug)]
+pub struct CompletionChannel {
+    pub(crate) fd: Arc<OwnedFd>,
+}
+
+impl CompletionChannel {
+    /// Waits up to `timeout` for an event; true if one came. Consumes it.
+    pub fn wait(&self, timeout: Duration) -> Result<bool> {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let mut fds = [PollFd::new(&*self.fd, PollFlags::IN)];
+        let ts = Timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        let n = poll(&mut fds, Some(&ts)).map_err(std::io::Error::from)?;
+        if n == 0 {
+            return Ok(false);
+        }
+        let mut b = [0u8; 8];
+        let _ = rustix::io::read(&*self.fd, &mut b);
+        Ok(true)
+    }
+}
+
+impl AsFd for CompletionChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}

@@ -1,0 +1,17 @@
+//! Errors of the public API.
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(transparent)]
+    Verbs(#[from] oxrdma_core::VerbsError),
+    #[error(transparent)]
+    Bind(#[from] oxrdma_udp::BindError),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("bad connection data from the peer: {0}")]
+    BadPeer(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,27 @@
+//! oxrdma: RDMA verbs over RoCEv2 in user space.
+//!
+//! Open a device by IP address, allocate a protection domain, register memory, create
+//! completion queues and queue pairs, connect, post work requests and poll completions.
+//! An engine thread per device plays the NIC. See `examples/rc_write_read_send.rs`.
+//!
+//! Everything here is safe to call: memory regions own their bytes and are read and written
+//! by copying, and the engine checks every key, bound and permission.
+
+mod connect;
+mod context;
+mod cq;
+mod error;
+mod pd;
+mod qp;
+
+pub use connect::{exchange, PeerInfo};
+pub use context::Context;
+pub use cq::{CompletionChannel, CompletionQueue};
+pub use error::{Error, Result};
+pub use pd::{MemoryRegion, ProtectionDomain};
+pub use qp::{ConnectOptions, Endpoint, QueuePair};
+
+pub use oxrdma_core::{
+    Access, DeviceAttr, Gid, Mtu, QpCap, QpState, QpType, RecvWr, SendData, SendFlags, SendWr, Sge,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};

@@ -1,0 +1,113 @@
+//! Protection domains and the memory regions registered in them.
+
+use crate::context::Context;
+use crate::error::Result;
+use oxrdma_core::{Access, Sge, SharedBuffer};
+use std::sync::Arc;
+
+/// A protection domain: memory regions and QPs in it may be used together.
+#[derive(Debug)]
+pub struct ProtectionDomain {
+    pub(crate) ctx: Context,
+    pub(crate) pd: u32,
+}
+
+impl ProtectionDomain {
+    /// Allocates `len` zeroed bytes and registers them with `access`. The region owns its
+    /// memory; read and write it through the region.
+    pub fn register(&self, len: usize, access: Access) -> Result<MemoryRegion> {
+        let buf = Arc::new(SharedBuffer::new(len)?);
+        let mr = self
+            .ctx
+            .shared()
+            .lock()
+            .engine
+            .reg_mr(self.pd, buf.clone(), None, access)?;
+        Ok(MemoryRegion {
+            ctx: self.ctx.clone(),
+            buf,
+            lkey: mr.lkey,
+            rkey: mr.rkey,
+            addr: mr.iova,
+        })
+    }
+
+    /// Creates a queue pair in this PD (in RESET; see [`crate::QueuePair::connect`]).
+    pub fn create_qp(
+        &self,
+        send_cq: &crate::CompletionQueue,
+        recv_cq: &crate::CompletionQueue,
+        qp_type: oxrdma_core::QpType,
+        cap: oxrdma_core::QpCap,
+    ) -> Result<crate::QueuePair> {
+        let init = oxrdma_core::QpInitAttr {
+            qp_type,
+            send_cq: send_cq.cq,
+            recv_cq: recv_cq.cq,
+            cap,
+            sq_sig_all: false,
+        };
+        let qpn = self.ctx.shared().lock().engine.create_qp(self.pd, &init)?;
+        Ok(crate::QueuePair {
+            ctx: self.ctx.clone(),
+            qpn,
+        })
+    }
+}
+
+impl Drop for ProtectionDomain {
+    fn drop(&mut self) {
+        // Busy while MRs or QPs remain: like ibv_dealloc_pd, that is the caller's ordering.
+        let _ = self.ctx.shared().lock().engine.dealloc_pd(self.pd);
+    }
+}
+
+/// Registered memory. Remote peers reach it through `addr` and `rkey`; local work
+/// requests through SGEs made by [`MemoryRegion::sge`].
+///
+/// The bytes are shared with the NIC: an RDMA operation may change them at any time while
+/// one targeting them is in flight, exactly as with hardware. Reads and writes here copy.
+#[derive(Debug)]
+pub struct MemoryRegion {
+    ctx: Context,
+    buf: Arc<SharedBuffer>,
+    pub lkey: u32,
+    pub rkey: u32,
+    /// The address of the first byte as peers name it.
+    pub addr: u64,
+}
+
+impl MemoryRegion {
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+    /// An SGE for `len` bytes at offset `off`.
+    pub fn sge(&self, off: usize, len: usize) -> Sge {
+        Sge {
+            addr: self.addr + off as u64,
+            length: len as u32,
+            lkey: self.lkey,
+        }
+    }
+    /// Copies `data` in at `off`; false if it does not fit.
+    pub fn write(&self, off: usize, data: &[u8]) -> bool {
+        self.buf.write(off, data)
+    }
+    /// Copies bytes out from `off`; false if the range does not fit.
+    pub fn read(&self, off: usize, out: &mut [u8]) -> bool {
+        self.buf.read(off, out)
+    }
+    /// The 8 bytes at `off` as an atomic (for memory that peers target with atomics).
+    pub fn atomic_u64(&self, off: usize) -> Option<&std::sync::atomic::AtomicU64> {
+        self.buf.atomic_u64(off)
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        let _ = self.ctx.shared().lock().engine.dereg_mr(self.lkey);
+    }
+}

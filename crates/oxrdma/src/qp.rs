@@ -1,0 +1,120 @@
+//! Queue pairs.
+
+use crate::context::Context;
+use crate::error::Result;
+use oxrdma_core::{AddressVector, Gid, Mtu, QpAttr, QpState, RecvWr, SendWr};
+
+/// What the other side needs to connect to a QP (exchanged out of band).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    pub gid: Gid,
+    pub qpn: u32,
+    pub psn: u32,
+}
+
+/// Connection parameters; `Default` suits most programs.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectOptions {
+    pub mtu: Mtu,
+    pub access: oxrdma_core::Access,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            mtu: Mtu::Mtu4096,
+            access: oxrdma_core::Access::ALL,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct QueuePair {
+    pub(crate) ctx: Context,
+    pub(crate) qpn: u32,
+}
+
+impl QueuePair {
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// This QP's endpoint, with `psn` as its initial send PSN.
+    pub fn endpoint(&self, psn: u32) -> Endpoint {
+        Endpoint {
+            gid: self.ctx.gid(),
+            qpn: self.qpn,
+            psn,
+        }
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify(&self, attr: &QpAttr) -> Result<()> {
+        self.ctx.shared().lock().engine.modify_qp(self.qpn, attr)?;
+        self.ctx.shared().ring();
+        Ok(())
+    }
+
+    pub fn state(&self) -> Result<QpState> {
+        Ok(self.ctx.shared().lock().engine.qp_state(self.qpn)?)
+    }
+
+    /// RESET → INIT → RTR → RTS towards `remote`, sending from PSN `my_psn`.
+    pub fn connect(&self, my_psn: u32, remote: &Endpoint, o: &ConnectOptions) -> Result<()> {
+        self.modify(&QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            qp_access_flags: Some(o.access),
+            ..Default::default()
+        })?;
+        self.modify(&QpAttr {
+            qp_state: Some(QpState::Rtr),
+            ah_attr: Some(AddressVector { dgid: remote.gid }),
+            path_mtu: Some(o.mtu),
+            dest_qp_num: Some(remote.qpn),
+            rq_psn: Some(remote.psn),
+            max_dest_rd_atomic: Some(o.max_rd_atomic),
+            min_rnr_timer: Some(o.min_rnr_timer),
+            ..Default::default()
+        })?;
+        self.modify(&QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(my_psn),
+            timeout: Some(o.timeout),
+            retry_cnt: Some(o.retry_cnt),
+            rnr_retry: Some(o.rnr_retry),
+            max_rd_atomic: Some(o.max_rd_atomic),
+            ..Default::default()
+        })
+    }
+
+    /// `ibv_post_send` of one WR; rings the doorbell.
+    pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        self.ctx.shared().lock().engine.post_send(self.qpn, wr)?;
+        self.ctx.shared().ring();
+        Ok(())
+    }
+
+    /// `ibv_post_recv` of one WR.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        self.ctx.shared().lock().engine.post_recv(self.qpn, wr)?;
+        Ok(())
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        let _ = self.ctx.shared().lock().engine.destroy_qp(self.qpn);
+    }
+}
