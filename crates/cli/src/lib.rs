@@ -2,5 +2,6 @@
 
 pub mod capture;
 pub mod decode;
+pub mod devinfo;
 pub mod perf;
 pub mod sim;

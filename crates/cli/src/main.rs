@@ -98,6 +98,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Describe the RDMA device on an address, like ibv_devinfo -v.
+    Devinfo {
+        /// The device's IP address (its GID).
+        #[arg(short = 'd', long, default_value = "127.0.0.2")]
+        addr: std::net::IpAddr,
+    },
     /// RDMA benchmarks over UDP in the spirit of perftest.
     Perf {
         #[command(subcommand)]
@@ -246,6 +252,7 @@ fn main() -> ExitCode {
                 .map_err(anyhow::Error::msg)
         }
         Command::Perf { test } => run_perf(test),
+        Command::Devinfo { addr } => oxrdma_cli::devinfo::devinfo(*addr).map(|()| true),
         Command::SimBench {
             loss,
             size,

@@ -177,3 +177,30 @@ fn perf_loopback_runs_over_udp() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(String::from_utf8(out.stderr).unwrap().lines().count(), 1);
 }
+
+#[test]
+fn devinfo_describes_the_device_and_refuses_foreign_addresses() {
+    let out = oxrdma()
+        .args(["devinfo", "-d", "127.0.0.31"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("GID[  0]:\t\t::ffff:127.0.0.31, RoCE v2"),
+        "{text}"
+    );
+    assert!(text.contains("atomic_cap:\t\t\tATOMIC_GLOB"));
+    let out = oxrdma()
+        .args(["devinfo", "-d", "192.0.2.1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("not an address of this host"));
+}
