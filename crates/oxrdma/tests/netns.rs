@@ -1,0 +1,119 @@
+//! RC between two network namespaces joined by a veth pair (the test creates both and
+//! deletes them afterwards; all traffic stays inside them). Needs root and iproute2; where
+//! namespaces cannot be created it says so and skips.
+
+use oxrdma::{
+    Access, ConnectOptions, Context, Mtu, QpCap, QpType, SendData, SendWr, WcStatus, WrOpcode,
+};
+use std::os::fd::AsFd;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Deletes the namespaces it names when dropped.
+struct Namespaces(Vec<String>);
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            ip(&["netns", "del", n]);
+        }
+    }
+}
+
+/// Opens a device from inside namespace `ns` (its socket stays there).
+fn open_in(ns: &str, addr: &str) -> Context {
+    let f = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns file");
+    let addr = addr.parse().unwrap();
+    std::thread::spawn(move || {
+        rustix::thread::move_into_link_name_space(
+            f.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .expect("setns");
+        Context::open(addr).expect("open device in namespace")
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn rc_between_two_network_namespaces() {
+    let tag = format!("oxr{}", std::process::id());
+    let (na, nb) = (format!("{tag}a"), format!("{tag}b"));
+    if !ip(&["netns", "add", &na]) {
+        eprintln!("SKIPPED rc_between_two_network_namespaces: cannot create a network namespace here (needs root and iproute2)");
+        return;
+    }
+    let _guard = Namespaces(vec![na.clone(), nb.clone()]);
+    assert!(ip(&["netns", "add", &nb]));
+    assert!(ip(&[
+        "link", "add", "oxva", "netns", &na, "type", "veth", "peer", "name", "oxvb", "netns", &nb
+    ]));
+    for (ns, dev, addr) in [
+        (&na, "oxva", "10.199.0.1/24"),
+        (&nb, "oxvb", "10.199.0.2/24"),
+    ] {
+        assert!(ip(&["-n", ns, "addr", "add", addr, "dev", dev]));
+        assert!(ip(&["-n", ns, "link", "set", dev, "up"]));
+        assert!(ip(&["-n", ns, "link", "set", "lo", "up"]));
+    }
+    let a = open_in(&na, "10.199.0.1");
+    let b = open_in(&nb, "10.199.0.2");
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ma, mb) = (
+        pa.register(2 << 20, Access::ALL).unwrap(),
+        pb.register(1 << 20, Access::ALL).unwrap(),
+    );
+    let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let qa = pa
+        .create_qp(&ca, &ca, QpType::Rc, QpCap::default())
+        .unwrap();
+    let qb = pb
+        .create_qp(&cb, &cb, QpType::Rc, QpCap::default())
+        .unwrap();
+    // veth MTU 1500: path MTU 1024, as rxe picks for a 1500-byte netdev.
+    let o = ConnectOptions {
+        mtu: Mtu::Mtu1024,
+        ..Default::default()
+    };
+    let (sa, sb) = (a.random_psn(), b.random_psn());
+    qa.connect(sa, &qb.endpoint(sb), &o).unwrap();
+    qb.connect(sb, &qa.endpoint(sa), &o).unwrap();
+    let data: Vec<u8> = (0..(1 << 20)).map(|i: usize| (i % 241) as u8).collect();
+    ma.write(0, &data);
+    let mut w = SendWr::new(
+        1,
+        WrOpcode::RdmaWrite,
+        SendData::Sges(vec![ma.sge(0, data.len())]),
+    );
+    (w.remote_addr, w.rkey) = (mb.addr, mb.rkey);
+    qa.post_send(w).unwrap();
+    let mut r = SendWr::new(
+        2,
+        WrOpcode::RdmaRead,
+        SendData::Sges(vec![ma.sge(1 << 20, data.len())]),
+    );
+    (r.remote_addr, r.rkey) = (mb.addr, mb.rkey);
+    qa.post_send(r).unwrap();
+    let mut wcs = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while wcs.len() < 2 {
+        assert!(Instant::now() < deadline, "timed out: {wcs:?}");
+        ca.poll(&mut wcs, 2).unwrap();
+    }
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    let mut back = vec![0u8; data.len()];
+    ma.read(1 << 20, &mut back);
+    assert!(back == data);
+    let mut got = vec![0u8; data.len()];
+    mb.read(0, &mut got);
+    assert!(got == data);
+}
