@@ -98,6 +98,29 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// RC SEND/RECV ping-pong, compatible with ibv_rc_pingpong (server without a peer name).
+    Pingpong {
+        /// The server to connect to; without it, wait for a client.
+        server: Option<String>,
+        /// TCP port of the out-of-band exchange.
+        #[arg(short = 'p', long, default_value_t = 18515)]
+        port: u16,
+        /// This side's RDMA device (its IP address).
+        #[arg(short = 'd', long, default_value = "127.0.0.2")]
+        device: std::net::IpAddr,
+        /// Message size.
+        #[arg(short = 's', long, default_value_t = 4096)]
+        size: usize,
+        /// Number of exchanges.
+        #[arg(short = 'n', long, default_value_t = 1000)]
+        iters: u64,
+        /// Path MTU: 256, 512, 1024, 2048 or 4096.
+        #[arg(short = 'm', long, default_value_t = 1024)]
+        mtu: usize,
+        /// Receives kept posted.
+        #[arg(short = 'r', long, default_value_t = 500)]
+        rx_depth: u32,
+    },
     /// Describe the RDMA device on an address, like ibv_devinfo -v.
     Devinfo {
         /// The device's IP address (its GID).
@@ -252,6 +275,49 @@ fn main() -> ExitCode {
                 .map_err(anyhow::Error::msg)
         }
         Command::Perf { test } => run_perf(test),
+        Command::Pingpong {
+            server,
+            port,
+            device,
+            size,
+            iters,
+            mtu,
+            rx_depth,
+        } => {
+            let mtu = match mtu {
+                256 => Some(oxrdma::Mtu::Mtu256),
+                512 => Some(oxrdma::Mtu::Mtu512),
+                1024 => Some(oxrdma::Mtu::Mtu1024),
+                2048 => Some(oxrdma::Mtu::Mtu2048),
+                4096 => Some(oxrdma::Mtu::Mtu4096),
+                _ => None,
+            };
+            match mtu {
+                None => Err(anyhow::anyhow!("-m must be 256, 512, 1024, 2048 or 4096")),
+                Some(_)
+                    if *size == 0
+                        || *size > 1 << 30
+                        || *iters == 0
+                        || !(2..=16_384).contains(rx_depth) =>
+                {
+                    Err(anyhow::anyhow!(
+                        "pingpong needs -s 1..=1 GiB, -n > 0 and -r 2..=16384"
+                    ))
+                }
+                Some(mtu) => {
+                    let a = oxrdma_cli::pingpong::PingpongArgs {
+                        server: server.clone(),
+                        port: *port,
+                        device: *device,
+                        size: *size,
+                        iters: *iters,
+                        mtu,
+                        rx_depth: *rx_depth,
+                    };
+                    oxrdma_cli::pingpong::pingpong(&a).map(|()| true)
+                }
+            }
+        }
         Command::Devinfo { addr } => oxrdma_cli::devinfo::devinfo(*addr).map(|()| true),
         Command::SimBench {
             loss,

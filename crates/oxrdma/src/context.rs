@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Polls without traffic before the engine thread goes to sleep.
-const IDLE_SPINS: u32 = 2000;
+const IDLE_SPINS: u32 = 200;
 /// Longest sleep (so a stop request is seen even if the doorbell is missed).
 const MAX_SLEEP: Duration = Duration::from_millis(50);
 

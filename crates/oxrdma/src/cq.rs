@@ -15,8 +15,19 @@ pub struct CompletionQueue {
 
 impl CompletionQueue {
     /// Appends up to `max` completions to `out`, oldest first; returns how many.
+    ///
+    /// When the queue is empty the calling thread moves packets itself before looking again,
+    /// so a thread that busy-polls drives the device directly instead of competing with the
+    /// engine thread for the CPU.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
-        let wcs = self.ctx.shared().lock().engine.poll_cq(self.cq, max)?;
+        let mut dev = self.ctx.shared().lock();
+        let mut wcs = dev.engine.poll_cq(self.cq, max)?;
+        if wcs.is_empty() {
+            // A socket error here is the engine thread's to report; the packet is lost.
+            let _ = dev.poll();
+            wcs = dev.engine.poll_cq(self.cq, max)?;
+        }
+        drop(dev);
         let n = wcs.len();
         out.extend(wcs);
         Ok(n)

@@ -115,6 +115,15 @@ impl QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
-        let _ = self.ctx.shared().lock().engine.destroy_qp(self.qpn);
+        let mut dev = self.ctx.shared().lock();
+        // Send what is queued first (the ACK for the peer's last message, above all), so a
+        // program that exits right after its last completion does not leave the peer
+        // retrying into the void.
+        for _ in 0..4 {
+            if dev.poll().unwrap_or(0) == 0 {
+                break;
+            }
+        }
+        let _ = dev.engine.destroy_qp(self.qpn);
     }
 }

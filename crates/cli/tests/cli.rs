@@ -1,4 +1,4 @@
-//! The `oxrdma decode` command as a user runs it.
+//! The `oxrdma` commands as a user runs them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -203,4 +203,68 @@ fn devinfo_describes_the_device_and_refuses_foreign_addresses() {
     assert!(String::from_utf8(out.stderr)
         .unwrap()
         .contains("not an address of this host"));
+}
+
+#[test]
+fn pingpong_server_and_client_in_two_processes() {
+    // A free TCP port for the exchange.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let server = oxrdma()
+        .args([
+            "pingpong",
+            "-d",
+            "127.0.0.53",
+            "-p",
+            &port,
+            "-n",
+            "300",
+            "-s",
+            "8192",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut client = None;
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let out = oxrdma()
+            .args([
+                "pingpong",
+                "127.0.0.1",
+                "-d",
+                "127.0.0.54",
+                "-p",
+                &port,
+                "-n",
+                "300",
+                "-s",
+                "8192",
+            ])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            client = Some(out);
+            break;
+        }
+    }
+    let client = client.expect("client never completed");
+    let text = String::from_utf8(client.stdout).unwrap();
+    assert!(text.contains("4915200 bytes in"), "{text}");
+    assert!(text.contains("300 iters in"), "{text}");
+    let out = server.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .contains("300 iters in"));
+    // A bad MTU is one clear error.
+    let out = oxrdma().args(["pingpong", "-m", "1000"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("-m must be"));
 }

@@ -1,0 +1,229 @@
+//! `oxrdma pingpong`: RC SEND/RECV ping-pong speaking `ibv_rc_pingpong`'s out-of-band
+//! format, so either side can be the real `ibv_rc_pingpong`.
+//!
+//! The TCP exchange (port 18515): the client writes `LLLL:QQQQQQ:PPPPPP:GGGG…` (LID, QPN,
+//! PSN in hex, the GID as 32 hex digits in byte order) plus a NUL, 52 bytes; the server
+//! answers with its own; the client then writes `done\0`. Then both post receives, the
+//! client sends first, and each side sends again once its previous send completed and a
+//! message arrived.
+
+use anyhow::{bail, Context as _};
+use oxrdma::{
+    Access, ConnectOptions, Context, Endpoint, Gid, Mtu, QpCap, QpType, RecvWr, SendData,
+    SendFlags, SendWr, WcStatus,
+};
+use std::io::{Read, Write};
+use std::net::{IpAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+const MSG_LEN: usize = 52;
+const SEND_WRID: u64 = 1;
+const RECV_WRID: u64 = 2;
+
+/// What the user asked for.
+#[derive(Debug, Clone)]
+pub struct PingpongArgs {
+    /// Connect to this server; None = be the server.
+    pub server: Option<String>,
+    pub port: u16,
+    /// This side's device address.
+    pub device: IpAddr,
+    pub size: usize,
+    pub iters: u64,
+    pub mtu: Mtu,
+    pub rx_depth: u32,
+}
+
+fn wire(e: &Endpoint) -> [u8; MSG_LEN] {
+    let gid: String = e.gid.0.iter().map(|b| format!("{b:02x}")).collect();
+    let s = format!("{:04x}:{:06x}:{:06x}:{gid}", 0, e.qpn, e.psn);
+    let mut m = [0u8; MSG_LEN];
+    m[..s.len()].copy_from_slice(s.as_bytes());
+    m
+}
+
+fn parse(m: &[u8]) -> anyhow::Result<Endpoint> {
+    let s = std::str::from_utf8(m)
+        .context("peer sent non-text connection data")?
+        .trim_end_matches('\0');
+    let f: Vec<&str> = s.split(':').collect();
+    let bad = || anyhow::anyhow!("peer sent malformed connection data {s:?}");
+    if f.len() != 4 || f[3].len() != 32 {
+        return Err(bad());
+    }
+    let qpn = u32::from_str_radix(f[1], 16).map_err(|_| bad())?;
+    let psn = u32::from_str_radix(f[2], 16).map_err(|_| bad())?;
+    let mut gid = [0u8; 16];
+    for (i, g) in gid.iter_mut().enumerate() {
+        *g = u8::from_str_radix(&f[3][2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    if gid == [0; 16] {
+        bail!("peer sent no GID: RoCE needs one (run ibv_rc_pingpong with -g <gid index>)");
+    }
+    Ok(Endpoint {
+        gid: Gid(gid),
+        qpn: qpn & 0xff_ffff,
+        psn: psn & 0xff_ffff,
+    })
+}
+
+/// Runs the ping-pong; prints ibv_rc_pingpong's two result lines.
+pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
+    let ctx = Context::open(a.device)?;
+    let pd = ctx.alloc_pd()?;
+    let mr = pd.register(a.size.max(1), Access::LOCAL_WRITE)?;
+    let cq = ctx.create_cq(a.rx_depth + 1)?;
+    let cap = QpCap {
+        max_send_wr: 1,
+        max_recv_wr: a.rx_depth,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let qp = pd.create_qp(&cq, &cq, QpType::Rc, cap)?;
+    let psn = ctx.random_psn();
+    let me = qp.endpoint(psn);
+    let peer = match &a.server {
+        Some(host) => {
+            let mut s = TcpStream::connect((host.as_str(), a.port))
+                .with_context(|| format!("cannot reach {host}:{}", a.port))?;
+            s.write_all(&wire(&me))?;
+            let mut m = [0u8; MSG_LEN];
+            s.read_exact(&mut m)
+                .context("server closed the connection")?;
+            s.write_all(b"done\0")?;
+            parse(&m)?
+        }
+        None => {
+            let l = TcpListener::bind(("0.0.0.0", a.port))
+                .with_context(|| format!("cannot listen on TCP port {}", a.port))?;
+            let (mut s, _) = l.accept()?;
+            let mut m = [0u8; MSG_LEN];
+            s.read_exact(&mut m)
+                .context("client closed the connection")?;
+            let peer = parse(&m)?;
+            s.write_all(&wire(&me))?;
+            let mut done = [0u8; 5];
+            let _ = s.read(&mut done);
+            peer
+        }
+    };
+    let o = ConnectOptions {
+        mtu: a.mtu,
+        rnr_retry: 7,
+        min_rnr_timer: 12,
+        timeout: 14,
+        retry_cnt: 7,
+        max_rd_atomic: 1,
+        ..Default::default()
+    };
+    qp.connect(psn, &peer, &o)?;
+    let post_recv = || {
+        qp.post_recv(RecvWr {
+            wr_id: RECV_WRID,
+            sges: vec![mr.sge(0, a.size)],
+        })
+    };
+    let mut routs = a.rx_depth;
+    for _ in 0..routs {
+        post_recv()?;
+    }
+    let post_send = || {
+        let data = if a.size <= 64 {
+            let mut v = vec![0u8; a.size];
+            mr.read(0, &mut v);
+            SendData::Inline(v)
+        } else {
+            SendData::Sges(vec![mr.sge(0, a.size)])
+        };
+        let mut wr = SendWr::new(SEND_WRID, oxrdma::WrOpcode::Send, data);
+        wr.flags = SendFlags::SIGNALED;
+        qp.post_send(wr)
+    };
+    let start = Instant::now();
+    let mut pending = RECV_WRID;
+    if a.server.is_some() {
+        post_send()?;
+        pending |= SEND_WRID;
+    }
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
+    let mut wcs = Vec::new();
+    let mut last_progress = Instant::now();
+    while rcnt < a.iters || scnt < a.iters {
+        wcs.clear();
+        cq.poll(&mut wcs, 2)?;
+        if wcs.is_empty() {
+            if last_progress.elapsed() > Duration::from_secs(30) {
+                bail!("no progress for 30 s (sent {scnt}, received {rcnt})");
+            }
+            continue;
+        }
+        last_progress = Instant::now();
+        for wc in &wcs {
+            if wc.status != WcStatus::Success {
+                bail!(
+                    "work completion for wr_id {} failed: {}",
+                    wc.wr_id,
+                    wc.status
+                );
+            }
+            match wc.wr_id {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    routs -= 1;
+                    if routs <= 1 {
+                        while routs < a.rx_depth {
+                            post_recv()?;
+                            routs += 1;
+                        }
+                    }
+                    rcnt += 1;
+                }
+                other => bail!("completion for unknown wr_id {other}"),
+            }
+            pending &= !wc.wr_id;
+            if scnt < a.iters && pending == 0 {
+                post_send()?;
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let bytes = a.size as u64 * a.iters * 2;
+    println!(
+        "{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec",
+        bytes as f64 * 8.0 / secs / 1e6
+    );
+    println!(
+        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
+        a.iters,
+        secs * 1e6 / a.iters as f64
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_format_matches_ibv_rc_pingpong() {
+        let e = Endpoint {
+            gid: Gid::from(std::net::Ipv4Addr::new(10, 77, 0, 1)),
+            qpn: 0x11,
+            psn: 0x8f5a82,
+        };
+        let m = wire(&e);
+        let text = std::str::from_utf8(&m[..51]).unwrap();
+        assert_eq!(text, "0000:000011:8f5a82:00000000000000000000ffff0a4d0001");
+        assert_eq!(m[51], 0);
+        assert_eq!(parse(&m).unwrap(), e);
+        assert!(
+            parse(b"0000:000011:8f5a82:00000000000000000000000000000000\0")
+                .unwrap_err()
+                .to_string()
+                .contains("no GID")
+        );
+        assert!(parse(b"garbage").is_err());
+    }
+}
