@@ -33,6 +33,9 @@ enum PerfTest {
         loopback: bool,
         #[arg(long)]
         json: bool,
+        /// Capture the client's packets to this pcap file.
+        #[arg(long)]
+        pcap: Option<PathBuf>,
     },
     /// RDMA WRITE ping-pong latency (like ib_write_lat).
     WriteLat {
@@ -44,6 +47,9 @@ enum PerfTest {
         loopback: bool,
         #[arg(long)]
         json: bool,
+        /// Capture the client's packets to this pcap file.
+        #[arg(long)]
+        pcap: Option<PathBuf>,
     },
 }
 
@@ -120,6 +126,9 @@ enum Command {
         /// Receives kept posted.
         #[arg(short = 'r', long, default_value_t = 500)]
         rx_depth: u32,
+        /// Capture this side's packets to a pcap file.
+        #[arg(long)]
+        pcap: Option<PathBuf>,
     },
     /// Describe the RDMA device on an address, like ibv_devinfo -v.
     Devinfo {
@@ -189,6 +198,7 @@ fn run_perf(test: &PerfTest) -> anyhow::Result<bool> {
             tx_depth,
             loopback,
             json,
+            ref pcap,
         } => {
             if !loopback {
                 anyhow::bail!("only --loopback is implemented so far (both sides in this process)");
@@ -196,7 +206,7 @@ fn run_perf(test: &PerfTest) -> anyhow::Result<bool> {
             if size == 0 || size > 1 << 30 || iters == 0 || !(1..=16_384).contains(&tx_depth) {
                 anyhow::bail!("write-bw needs -s 1..=1 GiB, -n > 0, -t 1..=16384");
             }
-            let r = perf::write_bw(size, iters, tx_depth)?;
+            let r = perf::write_bw(size, iters, tx_depth, pcap.as_deref())?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
@@ -212,6 +222,7 @@ fn run_perf(test: &PerfTest) -> anyhow::Result<bool> {
             iters,
             loopback,
             json,
+            ref pcap,
         } => {
             if !loopback {
                 anyhow::bail!("only --loopback is implemented so far (both sides in this process)");
@@ -219,7 +230,7 @@ fn run_perf(test: &PerfTest) -> anyhow::Result<bool> {
             if size == 0 || size > 1 << 20 || iters == 0 {
                 anyhow::bail!("write-lat needs -s 1..=1 MiB and -n > 0");
             }
-            let r = perf::write_lat(size, iters)?;
+            let r = perf::write_lat(size, iters, pcap.as_deref())?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
@@ -283,6 +294,7 @@ fn main() -> ExitCode {
             iters,
             mtu,
             rx_depth,
+            pcap,
         } => {
             let mtu = match mtu {
                 256 => Some(oxrdma::Mtu::Mtu256),
@@ -313,6 +325,7 @@ fn main() -> ExitCode {
                         iters: *iters,
                         mtu,
                         rx_depth: *rx_depth,
+                        pcap: pcap.clone(),
                     };
                     oxrdma_cli::pingpong::pingpong(&a).map(|()| true)
                 }

@@ -167,10 +167,22 @@ pub fn addrs() -> (IpAddr, IpAddr) {
 }
 
 /// RDMA WRITE bandwidth: `iters` WRITEs of `size` bytes, `depth` in flight.
-pub fn write_bw(size: usize, iters: u64, depth: u32) -> anyhow::Result<BwResult> {
+pub fn write_bw(
+    size: usize,
+    iters: u64,
+    depth: u32,
+    pcap: Option<&std::path::Path>,
+) -> anyhow::Result<BwResult> {
     let (ca, sa) = addrs();
     let mut client = open(ca, size, depth).context("client device")?;
     let mut server = open(sa, size, depth).context("server device")?;
+    if let Some(p) = pcap {
+        client
+            .dev
+            .port
+            .capture_to(p)
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
     connect(&mut client, &mut server)?;
     let srv_iova = server.iova;
     let srv_rkey = server.rkey;
@@ -275,12 +287,23 @@ fn ping(
 
 /// RDMA WRITE ping-pong latency: each side writes `size` bytes into the other's memory when
 /// it sees the other's write land in its own (like ib_write_lat). Both sides spin.
-pub fn write_lat(size: usize, iters: u64) -> anyhow::Result<LatResult> {
+pub fn write_lat(
+    size: usize,
+    iters: u64,
+    pcap: Option<&std::path::Path>,
+) -> anyhow::Result<LatResult> {
     let size = size.max(1);
     let (ca, sa) = addrs();
     // Each buffer: `size` bytes to send from, then `size` bytes the peer writes into.
     let mut client = open(ca, 2 * size, 64).context("client device")?;
     let mut server = open(sa, 2 * size, 64).context("server device")?;
+    if let Some(p) = pcap {
+        client
+            .dev
+            .port
+            .capture_to(p)
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
     connect(&mut client, &mut server)?;
     let (c_iova, c_rkey) = (client.iova, client.rkey);
     let (s_iova, s_rkey) = (server.iova, server.rkey);

@@ -32,6 +32,8 @@ pub struct PingpongArgs {
     pub iters: u64,
     pub mtu: Mtu,
     pub rx_depth: u32,
+    /// Capture this side's packets here.
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 fn wire(e: &Endpoint) -> [u8; MSG_LEN] {
@@ -70,6 +72,10 @@ fn parse(m: &[u8]) -> anyhow::Result<Endpoint> {
 /// Runs the ping-pong; prints ibv_rc_pingpong's two result lines.
 pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
     let ctx = Context::open(a.device)?;
+    if let Some(p) = &a.pcap {
+        ctx.capture_to(p)
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
     let pd = ctx.alloc_pd()?;
     let mr = pd.register(a.size.max(1), Access::LOCAL_WRITE)?;
     let cq = ctx.create_cq(a.rx_depth + 1)?;

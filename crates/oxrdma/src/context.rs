@@ -153,6 +153,13 @@ impl Context {
         self.shared().lock().port.gid()
     }
 
+    /// Writes every RoCEv2 packet this device sends or receives to a pcap file (raw IP
+    /// frames with the headers they had on the wire), until the device closes.
+    pub fn capture_to(&self, path: &std::path::Path) -> Result<()> {
+        self.shared().lock().port.capture_to(path)?;
+        Ok(())
+    }
+
     /// Device limits.
     pub fn attr(&self) -> oxrdma_core::DeviceAttr {
         self.shared().lock().engine.config().attr

@@ -44,11 +44,18 @@ fn is_icmp_error(e: &io::Error) -> bool {
     )
 }
 
-#[derive(Debug)]
 pub struct UdpPort {
     socket: UdpSocket,
     local: SocketAddr,
     pub stats: PortStats,
+    /// Writes every packet sent and received (as raw IP) to a pcap file.
+    capture: Option<crate::capture::Capture>,
+}
+
+impl std::fmt::Debug for UdpPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UdpPort({})", self.local)
+    }
 }
 
 impl UdpPort {
@@ -79,6 +86,7 @@ impl UdpPort {
             socket,
             local,
             stats: PortStats::default(),
+            capture: None,
         })
     }
 
@@ -86,6 +94,13 @@ impl UdpPort {
     pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
         self.socket.as_fd()
+    }
+
+    /// Starts writing every packet this port sends and receives to the pcap file at `path`
+    /// (raw IP frames with the IP and UDP headers the packets had on the wire).
+    pub fn capture_to(&mut self, path: &std::path::Path) -> io::Result<()> {
+        self.capture = Some(crate::capture::Capture::create(path)?);
+        Ok(())
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -137,6 +152,9 @@ impl UdpPort {
             .headers(self.local, dst, packet.len())
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "IPv4/IPv6 mismatch"))?;
         icrc::fill(&h[..n], packet).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        if let Some(c) = &mut self.capture {
+            c.write(&h[..n], packet);
+        }
         match self.socket.send_to(packet, dst) {
             Ok(_) => {}
             Err(e) if is_icmp_error(&e) => self.stats.icmp_errors += 1,
@@ -163,12 +181,18 @@ impl UdpPort {
             };
             self.stats.rx += 1;
             let data = &buf[..len];
-            let ok = match self.headers(from, self.local, len) {
-                Some((h, 28)) => icrc_id::verify_ipv4_any_id(&h[..28], data).is_ok(),
-                Some((h, n)) => icrc::verify(&h[..n], data).is_ok(),
-                None => false,
+            let verified = match self.headers(from, self.local, len) {
+                Some((mut h, 28)) => icrc_id::verify_ipv4_any_id(&h[..28], data).ok().map(|id| {
+                    h[4..6].copy_from_slice(&id.to_be_bytes());
+                    (h, 28)
+                }),
+                Some((h, n)) => icrc::verify(&h[..n], data).is_ok().then_some((h, n)),
+                None => None,
             };
-            if ok {
+            if let Some((h, n)) = verified {
+                if let Some(c) = &mut self.capture {
+                    c.write(&h[..n], data);
+                }
                 return Ok(Some((Gid::from(from.ip()), len)));
             }
             self.stats.rx_bad_icrc += 1;
