@@ -4,5 +4,6 @@ pub mod capture;
 pub mod decode;
 pub mod devinfo;
 pub mod perf;
+pub mod perf_net;
 pub mod pingpong;
 pub mod sim;

@@ -31,6 +31,15 @@ enum PerfTest {
         /// Run both sides in this process, on 127.0.0.2 and 127.0.0.3.
         #[arg(long)]
         loopback: bool,
+        /// The server to connect to (client side); without it (and without --loopback),
+        /// wait for a client.
+        server: Option<String>,
+        /// This side's RDMA device (its IP address).
+        #[arg(short = 'd', long, default_value = "127.0.0.2")]
+        device: std::net::IpAddr,
+        /// TCP port of the out-of-band exchange.
+        #[arg(short = 'p', long, default_value_t = 18515)]
+        port: u16,
         #[arg(long)]
         json: bool,
         /// Capture the client's packets to this pcap file.
@@ -43,8 +52,18 @@ enum PerfTest {
         size: usize,
         #[arg(short = 'n', long, default_value_t = 10000)]
         iters: u64,
+        /// Run both sides in this process, on 127.0.0.2 and 127.0.0.3.
         #[arg(long)]
         loopback: bool,
+        /// The server to connect to (client side); without it (and without --loopback),
+        /// wait for a client.
+        server: Option<String>,
+        /// This side's RDMA device (its IP address).
+        #[arg(short = 'd', long, default_value = "127.0.0.2")]
+        device: std::net::IpAddr,
+        /// TCP port of the out-of-band exchange.
+        #[arg(short = 'p', long, default_value_t = 18515)]
+        port: u16,
         #[arg(long)]
         json: bool,
         /// Capture the client's packets to this pcap file.
@@ -199,14 +218,28 @@ fn run_perf(test: &PerfTest) -> anyhow::Result<bool> {
             loopback,
             json,
             ref pcap,
+            ref server,
+            device,
+            port,
         } => {
-            if !loopback {
-                anyhow::bail!("only --loopback is implemented so far (both sides in this process)");
-            }
             if size == 0 || size > 1 << 30 || iters == 0 || !(1..=16_384).contains(&tx_depth) {
                 anyhow::bail!("write-bw needs -s 1..=1 GiB, -n > 0, -t 1..=16384");
             }
-            let r = perf::write_bw(size, iters, tx_depth, pcap.as_deref())?;
+            let r = if loopback {
+                perf::write_bw(size, iters, tx_depth, pcap.as_deref())?
+            } else {
+                match oxrdma_cli::perf_net::write_bw(
+                    device,
+                    server.as_deref(),
+                    port,
+                    size,
+                    iters,
+                    tx_depth,
+                )? {
+                    Some(r) => r,
+                    None => return Ok(true),
+                }
+            };
             if json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
@@ -223,14 +256,22 @@ fn run_perf(test: &PerfTest) -> anyhow::Result<bool> {
             loopback,
             json,
             ref pcap,
+            ref server,
+            device,
+            port,
         } => {
-            if !loopback {
-                anyhow::bail!("only --loopback is implemented so far (both sides in this process)");
-            }
             if size == 0 || size > 1 << 20 || iters == 0 {
                 anyhow::bail!("write-lat needs -s 1..=1 MiB and -n > 0");
             }
-            let r = perf::write_lat(size, iters, pcap.as_deref())?;
+            let r = if loopback {
+                perf::write_lat(size, iters, pcap.as_deref())?
+            } else {
+                match oxrdma_cli::perf_net::write_lat(device, server.as_deref(), port, size, iters)?
+                {
+                    Some(r) => r,
+                    None => return Ok(true),
+                }
+            };
             if json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {

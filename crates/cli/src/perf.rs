@@ -329,15 +329,22 @@ pub fn write_lat(
     }
     echo.join()
         .map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
-    samples.sort_by(f64::total_cmp);
-    let pct = |p: f64| samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)];
-    Ok(LatResult {
-        bytes: size,
-        iterations: iters,
-        min_us: samples[0],
-        median_us: pct(0.5),
-        avg_us: samples.iter().sum::<f64>() / samples.len() as f64,
-        p99_us: pct(0.99),
-        p99_9_us: pct(0.999),
-    })
+    Ok(LatResult::from_samples(size, iters, samples))
+}
+
+impl LatResult {
+    /// Summarises one-way latency samples (microseconds).
+    pub fn from_samples(bytes: usize, iterations: u64, mut samples: Vec<f64>) -> LatResult {
+        samples.sort_by(f64::total_cmp);
+        let pct = |p: f64| samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)];
+        LatResult {
+            bytes,
+            iterations,
+            min_us: samples[0],
+            median_us: pct(0.5),
+            avg_us: samples.iter().sum::<f64>() / samples.len() as f64,
+            p99_us: pct(0.99),
+            p99_9_us: pct(0.999),
+        }
+    }
 }

@@ -176,10 +176,29 @@ fn perf_loopback_runs_over_udp() {
     );
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(r["min_us"].as_f64().unwrap() <= r["median_us"].as_f64().unwrap());
-    // Without --loopback there is no server side yet: one clear error line.
-    let out = oxrdma().args(["perf", "write-bw"]).output().unwrap();
+    // A client whose server is not there: one clear error line.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let out = oxrdma()
+        .args([
+            "perf",
+            "write-bw",
+            "127.0.0.1",
+            "-d",
+            "127.0.0.57",
+            "-p",
+            &closed,
+        ])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(String::from_utf8(out.stderr).unwrap().lines().count(), 1);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot reach 127.0.0.1"), "{err}");
 }
 
 #[test]
@@ -344,4 +363,63 @@ fn pcap_captures_decode_cleanly_with_valid_icrcs() {
         eprintln!("note: tshark not installed; checked with oxrdma decode only");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn perf_between_two_processes() {
+    for test in ["write-bw", "write-lat"] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+            .to_string();
+        let server = oxrdma()
+            .args([
+                "perf",
+                test,
+                "-d",
+                "127.0.0.55",
+                "-p",
+                &port,
+                "-n",
+                "500",
+                "-s",
+                "4096",
+            ])
+            .spawn()
+            .unwrap();
+        let mut result = None;
+        for _ in 0..50 {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let out = oxrdma()
+                .args([
+                    "perf",
+                    test,
+                    "127.0.0.1",
+                    "-d",
+                    "127.0.0.56",
+                    "-p",
+                    &port,
+                    "-n",
+                    "500",
+                    "-s",
+                    "4096",
+                    "--json",
+                ])
+                .output()
+                .unwrap();
+            if out.status.success() {
+                result = Some(out);
+                break;
+            }
+        }
+        let out = result.unwrap_or_else(|| panic!("{test} client never completed"));
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["iterations"], 500, "{test}");
+        assert!(
+            server.wait_with_output().unwrap().status.success(),
+            "{test} server"
+        );
+    }
 }

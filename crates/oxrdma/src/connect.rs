@@ -6,7 +6,7 @@
 use crate::error::{Error, Result};
 use crate::qp::Endpoint;
 use oxrdma_core::Gid;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::net::{Ipv6Addr, TcpStream};
 
 /// An endpoint plus the one memory region the peer may access.
@@ -58,9 +58,17 @@ fn parse(l: &str) -> Result<PeerInfo> {
 /// Sends `local` and returns what the peer sent.
 pub fn exchange(stream: &mut TcpStream, local: &PeerInfo) -> Result<PeerInfo> {
     stream.write_all(line(local).as_bytes())?;
-    let mut l = String::new();
-    BufReader::new(stream.try_clone()?).read_line(&mut l)?;
-    parse(&l)
+    // Byte by byte: whatever the peer sends after its line is not ours to consume.
+    let mut l = Vec::new();
+    let mut b = [0u8; 1];
+    while b[0] != b'\n' {
+        stream.read_exact(&mut b)?;
+        l.push(b[0]);
+        if l.len() > 256 {
+            return Err(Error::BadPeer("line too long".into()));
+        }
+    }
+    parse(&String::from_utf8_lossy(&l))
 }
 
 #[cfg(test)]
