@@ -15,6 +15,28 @@ struct Cli {
     command: Command,
 }
 
+/// Options every perf test shares.
+#[derive(clap::Args, Debug)]
+struct PerfCommon {
+    /// Run both sides in this process, on 127.0.0.2 and 127.0.0.3.
+    #[arg(long)]
+    loopback: bool,
+    /// The server to connect to (client side); without it (and without --loopback),
+    /// wait for a client.
+    server: Option<String>,
+    /// This side's RDMA device (its IP address).
+    #[arg(short = 'd', long, default_value = "127.0.0.2")]
+    device: std::net::IpAddr,
+    /// TCP port of the out-of-band exchange.
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    port: u16,
+    #[arg(long)]
+    json: bool,
+    /// Capture the client's packets to this pcap file.
+    #[arg(long)]
+    pcap: Option<PathBuf>,
+}
+
 #[derive(Subcommand, Debug)]
 enum PerfTest {
     /// RDMA WRITE bandwidth (like ib_write_bw).
@@ -28,23 +50,8 @@ enum PerfTest {
         /// WRITEs in flight.
         #[arg(short = 't', long, default_value_t = 128)]
         tx_depth: u32,
-        /// Run both sides in this process, on 127.0.0.2 and 127.0.0.3.
-        #[arg(long)]
-        loopback: bool,
-        /// The server to connect to (client side); without it (and without --loopback),
-        /// wait for a client.
-        server: Option<String>,
-        /// This side's RDMA device (its IP address).
-        #[arg(short = 'd', long, default_value = "127.0.0.2")]
-        device: std::net::IpAddr,
-        /// TCP port of the out-of-band exchange.
-        #[arg(short = 'p', long, default_value_t = 18515)]
-        port: u16,
-        #[arg(long)]
-        json: bool,
-        /// Capture the client's packets to this pcap file.
-        #[arg(long)]
-        pcap: Option<PathBuf>,
+        #[command(flatten)]
+        common: PerfCommon,
     },
     /// RDMA WRITE ping-pong latency (like ib_write_lat).
     WriteLat {
@@ -52,23 +59,8 @@ enum PerfTest {
         size: usize,
         #[arg(short = 'n', long, default_value_t = 10000)]
         iters: u64,
-        /// Run both sides in this process, on 127.0.0.2 and 127.0.0.3.
-        #[arg(long)]
-        loopback: bool,
-        /// The server to connect to (client side); without it (and without --loopback),
-        /// wait for a client.
-        server: Option<String>,
-        /// This side's RDMA device (its IP address).
-        #[arg(short = 'd', long, default_value = "127.0.0.2")]
-        device: std::net::IpAddr,
-        /// TCP port of the out-of-band exchange.
-        #[arg(short = 'p', long, default_value_t = 18515)]
-        port: u16,
-        #[arg(long)]
-        json: bool,
-        /// Capture the client's packets to this pcap file.
-        #[arg(long)]
-        pcap: Option<PathBuf>,
+        #[command(flatten)]
+        common: PerfCommon,
     },
 }
 
@@ -210,17 +202,17 @@ fn run_decode(file: &Path, json: bool, port: u16, strict: bool) -> anyhow::Resul
 }
 
 fn run_perf(test: &PerfTest) -> anyhow::Result<bool> {
+    let c = match test {
+        PerfTest::WriteBw { common, .. } | PerfTest::WriteLat { common, .. } => common,
+    };
+    let (loopback, json, device, port) = (c.loopback, c.json, c.device, c.port);
+    let (server, pcap) = (&c.server, &c.pcap);
     match *test {
         PerfTest::WriteBw {
             size,
             iters,
             tx_depth,
-            loopback,
-            json,
-            ref pcap,
-            ref server,
-            device,
-            port,
+            ..
         } => {
             if size == 0 || size > 1 << 30 || iters == 0 || !(1..=16_384).contains(&tx_depth) {
                 anyhow::bail!("write-bw needs -s 1..=1 GiB, -n > 0, -t 1..=16384");
@@ -250,16 +242,7 @@ fn run_perf(test: &PerfTest) -> anyhow::Result<bool> {
                 );
             }
         }
-        PerfTest::WriteLat {
-            size,
-            iters,
-            loopback,
-            json,
-            ref pcap,
-            ref server,
-            device,
-            port,
-        } => {
+        PerfTest::WriteLat { size, iters, .. } => {
             if size == 0 || size > 1 << 20 || iters == 0 {
                 anyhow::bail!("write-lat needs -s 1..=1 MiB and -n > 0");
             }
