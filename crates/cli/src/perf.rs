@@ -158,6 +158,27 @@ pub struct BwResult {
     pub seconds: f64,
 }
 
+/// Client and server devices on the loopback pair, connected, the client capturing to
+/// `pcap` if asked.
+fn loopback_pair(
+    len: usize,
+    depth: u32,
+    pcap: Option<&std::path::Path>,
+) -> anyhow::Result<(End, End)> {
+    let (ca, sa) = addrs();
+    let mut client = open(ca, len, depth).context("client device")?;
+    let mut server = open(sa, len, depth).context("server device")?;
+    if let Some(p) = pcap {
+        client
+            .dev
+            .port
+            .capture_to(p)
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    connect(&mut client, &mut server)?;
+    Ok((client, server))
+}
+
 /// The two loopback addresses the test uses.
 pub fn addrs() -> (IpAddr, IpAddr) {
     (
@@ -173,17 +194,7 @@ pub fn write_bw(
     depth: u32,
     pcap: Option<&std::path::Path>,
 ) -> anyhow::Result<BwResult> {
-    let (ca, sa) = addrs();
-    let mut client = open(ca, size, depth).context("client device")?;
-    let mut server = open(sa, size, depth).context("server device")?;
-    if let Some(p) = pcap {
-        client
-            .dev
-            .port
-            .capture_to(p)
-            .with_context(|| format!("cannot write {}", p.display()))?;
-    }
-    connect(&mut client, &mut server)?;
+    let (mut client, server) = loopback_pair(size, depth, pcap)?;
     let srv_iova = server.iova;
     let srv_rkey = server.rkey;
     let server = Server::start(server);
@@ -293,18 +304,8 @@ pub fn write_lat(
     pcap: Option<&std::path::Path>,
 ) -> anyhow::Result<LatResult> {
     let size = size.max(1);
-    let (ca, sa) = addrs();
     // Each buffer: `size` bytes to send from, then `size` bytes the peer writes into.
-    let mut client = open(ca, 2 * size, 64).context("client device")?;
-    let mut server = open(sa, 2 * size, 64).context("server device")?;
-    if let Some(p) = pcap {
-        client
-            .dev
-            .port
-            .capture_to(p)
-            .with_context(|| format!("cannot write {}", p.display()))?;
-    }
-    connect(&mut client, &mut server)?;
+    let (mut client, mut server) = loopback_pair(2 * size, 64, pcap)?;
     let (c_iova, c_rkey) = (client.iova, client.rkey);
     let (s_iova, s_rkey) = (server.iova, server.rkey);
     let deadline = Instant::now() + Duration::from_secs(120);

@@ -10,6 +10,20 @@ fn oxrdma() -> Command {
     Command::new(env!("CARGO_BIN_EXE_oxrdma"))
 }
 
+/// The JSON lines a successful command printed.
+fn json_lines(out: std::process::Output) -> Vec<serde_json::Value> {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 fn vector(name: &str) -> PathBuf {
     let dir = std::env::var_os("OXRDMA_RXE_PCAP_DIR")
         .map(PathBuf::from)
@@ -27,16 +41,7 @@ fn json_lines_carry_the_fields_that_matter() {
         .arg(vector("rc_read_bw.pcap"))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(out);
     assert_eq!(lines.len(), 55);
     assert!(lines.iter().all(|l| l["icrc"] == "ok"));
     let req = lines
@@ -323,16 +328,7 @@ fn pcap_captures_decode_cleanly_with_valid_icrcs() {
         .arg(&pcap)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(out);
     // 100 messages (retransmissions may repeat a PSN, so count distinct ones).
     let firsts: std::collections::BTreeSet<u64> = lines
         .iter()
