@@ -4,6 +4,5 @@ pub mod capture;
 pub mod decode;
 pub mod devinfo;
 pub mod perf;
-pub mod perf_net;
 pub mod pingpong;
 pub mod sim;

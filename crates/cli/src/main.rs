@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use oxrdma_cli::sim::{BenchArgs, SimArgs};
-use oxrdma_cli::{capture, decode, perf, sim};
+use oxrdma_cli::{capture, decode, sim};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,55 +13,6 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-/// Options every perf test shares.
-#[derive(clap::Args, Debug)]
-struct PerfCommon {
-    /// Run both sides in this process, on 127.0.0.2 and 127.0.0.3.
-    #[arg(long)]
-    loopback: bool,
-    /// The server to connect to (client side); without it (and without --loopback),
-    /// wait for a client.
-    server: Option<String>,
-    /// This side's RDMA device (its IP address).
-    #[arg(short = 'd', long, default_value = "127.0.0.2")]
-    device: std::net::IpAddr,
-    /// TCP port of the out-of-band exchange.
-    #[arg(short = 'p', long, default_value_t = 18515)]
-    port: u16,
-    #[arg(long)]
-    json: bool,
-    /// Capture the client's packets to this pcap file.
-    #[arg(long)]
-    pcap: Option<PathBuf>,
-}
-
-#[derive(Subcommand, Debug)]
-enum PerfTest {
-    /// RDMA WRITE bandwidth (like ib_write_bw).
-    WriteBw {
-        /// Message size in bytes.
-        #[arg(short = 's', long, default_value_t = 65536)]
-        size: usize,
-        /// Number of WRITEs.
-        #[arg(short = 'n', long, default_value_t = 5000)]
-        iters: u64,
-        /// WRITEs in flight.
-        #[arg(short = 't', long, default_value_t = 128)]
-        tx_depth: u32,
-        #[command(flatten)]
-        common: PerfCommon,
-    },
-    /// RDMA WRITE ping-pong latency (like ib_write_lat).
-    WriteLat {
-        #[arg(short = 's', long, default_value_t = 8)]
-        size: usize,
-        #[arg(short = 'n', long, default_value_t = 10000)]
-        iters: u64,
-        #[command(flatten)]
-        common: PerfCommon,
-    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -148,10 +99,7 @@ enum Command {
         addr: std::net::IpAddr,
     },
     /// RDMA benchmarks over UDP in the spirit of perftest.
-    Perf {
-        #[command(subcommand)]
-        test: PerfTest,
-    },
+    Perf(Box<oxrdma_cli::perf::PerfCli>),
     /// Benchmark RDMA WRITE goodput in the simulator under packet loss, as a ratio to a
     /// lossless run with the same seed.
     SimBench {
@@ -201,74 +149,6 @@ fn run_decode(file: &Path, json: bool, port: u16, strict: bool) -> anyhow::Resul
     Ok(!(strict && bad > 0))
 }
 
-fn run_perf(test: &PerfTest) -> anyhow::Result<bool> {
-    let c = match test {
-        PerfTest::WriteBw { common, .. } | PerfTest::WriteLat { common, .. } => common,
-    };
-    let (loopback, json, device, port) = (c.loopback, c.json, c.device, c.port);
-    let (server, pcap) = (&c.server, &c.pcap);
-    match *test {
-        PerfTest::WriteBw {
-            size,
-            iters,
-            tx_depth,
-            ..
-        } => {
-            if size == 0 || size > 1 << 30 || iters == 0 || !(1..=16_384).contains(&tx_depth) {
-                anyhow::bail!("write-bw needs -s 1..=1 GiB, -n > 0, -t 1..=16384");
-            }
-            let r = if loopback {
-                perf::write_bw(size, iters, tx_depth, pcap.as_deref())?
-            } else {
-                match oxrdma_cli::perf_net::write_bw(
-                    device,
-                    server.as_deref(),
-                    port,
-                    size,
-                    iters,
-                    tx_depth,
-                )? {
-                    Some(r) => r,
-                    None => return Ok(true),
-                }
-            };
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                println!(" #bytes     #iterations    BW average[Gb/sec]   BW average[MB/sec]   MsgRate[Mpps]");
-                println!(
-                    " {:<10} {:<14} {:<20.2} {:<20.2} {:.6}",
-                    r.bytes, r.iterations, r.bw_avg_gbps, r.bw_avg_mbps, r.msg_rate_mpps
-                );
-            }
-        }
-        PerfTest::WriteLat { size, iters, .. } => {
-            if size == 0 || size > 1 << 20 || iters == 0 {
-                anyhow::bail!("write-lat needs -s 1..=1 MiB and -n > 0");
-            }
-            let r = if loopback {
-                perf::write_lat(size, iters, pcap.as_deref())?
-            } else {
-                match oxrdma_cli::perf_net::write_lat(device, server.as_deref(), port, size, iters)?
-                {
-                    Some(r) => r,
-                    None => return Ok(true),
-                }
-            };
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                println!(" #bytes #iterations    t_min[usec]    t_median[usec]  t_avg[usec]    99% percentile[usec]   99.9% percentile[usec]");
-                println!(
-                    " {:<6} {:<14} {:<14.2} {:<15.2} {:<14.2} {:<22.2} {:.2}",
-                    r.bytes, r.iterations, r.min_us, r.median_us, r.avg_us, r.p99_us, r.p99_9_us
-                );
-            }
-        }
-    }
-    Ok(true)
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
@@ -309,7 +189,7 @@ fn main() -> ExitCode {
                 .map(|()| sim::sim(&a, *json))
                 .map_err(anyhow::Error::msg)
         }
-        Command::Perf { test } => run_perf(test),
+        Command::Perf(p) => p.run().map(|()| true),
         Command::Pingpong {
             server,
             port,

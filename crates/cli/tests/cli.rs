@@ -147,40 +147,52 @@ fn missing_file_is_one_clear_error() {
 }
 
 #[test]
-fn perf_loopback_runs_over_udp() {
+fn perf_loopback_runs_every_test_over_udp() {
     let _turn = LOOPBACK_PAIR.lock().unwrap_or_else(|p| p.into_inner());
-    let out = oxrdma()
-        .args([
-            "perf",
-            "write-bw",
-            "--loopback",
-            "-n",
-            "300",
-            "-s",
-            "10000",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(r["iterations"], 300);
-    assert!(r["bw_avg_gbps"].as_f64().unwrap() > 0.0);
-    let out = oxrdma()
-        .args(["perf", "write-lat", "--loopback", "-n", "300", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(r["min_us"].as_f64().unwrap() <= r["median_us"].as_f64().unwrap());
+    let run = |args: &[&str]| {
+        let out = oxrdma()
+            .args(["perf"])
+            .args(args)
+            .args(["--loopback", "--json"])
+            .output()
+            .unwrap();
+        json_lines(out)
+    };
+    for test in ["write-bw", "read-bw", "send-bw", "atomic-bw"] {
+        let size = if test == "atomic-bw" { "8" } else { "10000" };
+        let r = run(&[test, "-n", "300", "-s", size, "-q", "2"]);
+        assert_eq!(r.len(), 1, "{test}");
+        assert_eq!(r[0]["iterations"], 600, "{test}: 300 per QP");
+        assert_eq!(
+            r[0]["bytes"].as_u64().unwrap(),
+            size.parse::<u64>().unwrap()
+        );
+        let (avg, peak) = (
+            r[0]["bw_avg_gbps"].as_f64().unwrap(),
+            r[0]["bw_peak_gbps"].as_f64().unwrap(),
+        );
+        assert!(avg > 0.0 && peak >= avg, "{test}: {avg} {peak}");
+    }
+    for test in ["write-lat", "read-lat", "send-lat", "atomic-lat"] {
+        let r = run(&[test, "-n", "300"]);
+        assert_eq!(r[0]["iterations"], 300, "{test}");
+        let f = |k: &str| r[0][k].as_f64().unwrap();
+        assert!(
+            f("min_us") <= f("median_us")
+                && f("median_us") <= f("p99_us")
+                && f("p99_us") <= f("max_us"),
+            "{test}"
+        );
+    }
+    // -a: one line per size, 2 B .. 8 MiB.
+    let r = run(&["write-bw", "-a", "-n", "8", "-t", "4"]);
+    let sizes: Vec<u64> = r.iter().map(|l| l["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, (1..=23).map(|p| 1u64 << p).collect::<Vec<_>>());
+    // -D: runs for the time given, whatever -n says.
+    let t = std::time::Instant::now();
+    let r = run(&["send-bw", "-D", "1", "-n", "1", "-s", "1024"]);
+    assert!(t.elapsed() >= std::time::Duration::from_secs(1));
+    assert!(r[0]["iterations"].as_u64().unwrap() > 1);
     // A client whose server is not there: one clear error line.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -203,7 +215,10 @@ fn perf_loopback_runs_over_udp() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("cannot reach 127.0.0.1"), "{err}");
+    assert!(
+        err.contains("cannot reach the perf server at 127.0.0.1"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -344,6 +359,9 @@ fn pcap_captures_decode_cleanly_with_valid_icrcs() {
         .args([
             "-d",
             "udp.port==4791,infiniband",
+            // Its RPC-over-RDMA heuristic takes short SENDs for broken RPC messages.
+            "--disable-protocol",
+            "rpcordma",
             "-Y",
             "_ws.malformed || _ws.expert.severity >= error",
         ])
@@ -363,7 +381,7 @@ fn pcap_captures_decode_cleanly_with_valid_icrcs() {
 
 #[test]
 fn perf_between_two_processes() {
-    for test in ["write-bw", "write-lat"] {
+    for test in ["write-bw", "send-bw", "write-lat", "read-lat"] {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -413,9 +431,55 @@ fn perf_between_two_processes() {
         let out = result.unwrap_or_else(|| panic!("{test} client never completed"));
         let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(r["iterations"], 500, "{test}");
+        assert_eq!(r["bytes"], 4096, "{test}");
         assert!(
             server.wait_with_output().unwrap().status.success(),
             "{test} server"
         );
     }
+}
+
+#[test]
+fn perf_sides_that_disagree_fail_clearly() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let server = oxrdma()
+        .args(["perf", "write-bw", "-d", "127.0.0.58", "-p", &port])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut client_err = String::new();
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let out = oxrdma()
+            .args([
+                "perf",
+                "send-bw",
+                "127.0.0.1",
+                "-d",
+                "127.0.0.59",
+                "-p",
+                &port,
+            ])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        client_err = String::from_utf8(out.stderr).unwrap();
+        if !client_err.contains("cannot reach") {
+            break;
+        }
+    }
+    assert!(
+        client_err.contains("the peer reports: server runs write_bw with -q 1"),
+        "{client_err}"
+    );
+    let out = server.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("hello send_bw 1"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
 }

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::qp::Endpoint;
 use oxrdma_core::Gid;
 use std::io::{Read, Write};
-use std::net::{Ipv6Addr, TcpStream};
+use std::net::Ipv6Addr;
 
 /// An endpoint plus the one memory region the peer may access.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,8 +55,8 @@ fn parse(l: &str) -> Result<PeerInfo> {
     })
 }
 
-/// Sends `local` and returns what the peer sent.
-pub fn exchange(stream: &mut TcpStream, local: &PeerInfo) -> Result<PeerInfo> {
+/// Sends `local` and returns what the peer sent (over a `TcpStream`, usually).
+pub fn exchange<S: Read + Write>(stream: &mut S, local: &PeerInfo) -> Result<PeerInfo> {
     stream.write_all(line(local).as_bytes())?;
     // Byte by byte: whatever the peer sends after its line is not ours to consume.
     let mut l = Vec::new();

@@ -1,0 +1,210 @@
+//! Bandwidth tests: the client keeps `-t` WRs in flight on every QP; the server is passive
+//! for write, read and atomic, and keeps receives posted for send.
+
+use super::report::{bar, BwResult, Progress};
+use super::side::Side;
+use super::{AtomicOp, PerfArgs, Verb};
+use anyhow::bail;
+use oxrdma::{RecvWr, SendData, SendFlags, SendWr, WcOpcode, WrOpcode};
+use std::time::{Duration, Instant};
+
+/// How long without a single completion before a side gives up.
+pub const STALL: Duration = Duration::from_secs(30);
+
+/// The WR the client posts on QP `i`.
+fn work_request(side: &Side, args: &PerfArgs, i: usize, size: usize, inline: &[u8]) -> SendWr {
+    let sge = SendData::Sges(vec![side.mr.sge(i * side.slot, size)]);
+    let data = if !inline.is_empty() {
+        SendData::Inline(inline.to_vec())
+    } else {
+        sge
+    };
+    let opcode = match (args.verb, args.atomic) {
+        (Verb::Write, _) => WrOpcode::RdmaWrite,
+        (Verb::Read, _) => WrOpcode::RdmaRead,
+        (Verb::Send, _) => WrOpcode::Send,
+        (Verb::Atomic, AtomicOp::FetchAndAdd) => WrOpcode::AtomicFetchAndAdd,
+        (Verb::Atomic, AtomicOp::CmpAndSwap) => WrOpcode::AtomicCmpAndSwp,
+    };
+    let mut wr = SendWr::new(0, opcode, data);
+    (wr.remote_addr, wr.rkey) = (side.peers[i].addr, side.peers[i].rkey);
+    // FETCH_ADD adds 1 (the server checks the sum); CMP_SWAP swaps 0 for 0, so every one
+    // succeeds and the memory stays as it is.
+    wr.compare_add = u64::from(opcode == WrOpcode::AtomicFetchAndAdd);
+    wr
+}
+
+/// Whether WRs of this size go inline.
+fn inline_bytes(side: &Side, args: &PerfArgs, size: usize) -> Vec<u8> {
+    if matches!(args.verb, Verb::Write | Verb::Send) && size <= args.inline_size as usize {
+        let mut v = vec![0u8; size];
+        side.mr.read(0, &mut v);
+        v
+    } else {
+        Vec::new()
+    }
+}
+
+pub fn client(side: &mut Side, args: &PerfArgs, size: usize) -> anyhow::Result<BwResult> {
+    let q = side.qps.len();
+    let depth = u64::from(args.tx_depth);
+    let signal_every = (depth / 2).max(1);
+    let timed = args.duration;
+    let mut target = vec![
+        if timed.is_some() {
+            u64::MAX
+        } else {
+            args.iters
+        };
+        q
+    ];
+    let (mut posted, mut done) = (vec![0u64; q], vec![0u64; q]);
+    let inline = inline_bytes(side, args, size);
+    let templates: Vec<SendWr> = (0..q)
+        .map(|i| work_request(side, args, i, size, &inline))
+        .collect();
+    let pb = match timed {
+        Some(d) => bar(args.progress, d.as_secs(), "seconds"),
+        None => bar(args.progress, args.iters * q as u64, &format!("{size} B")),
+    };
+    let mut prog = Progress::default();
+    let mut wcs = Vec::new();
+    let start = Instant::now();
+    let mut last = start;
+    let mut stopping = false;
+    loop {
+        if let (Some(d), false) = (timed, stopping) {
+            if start.elapsed() >= d {
+                // One last (signaled) WR per QP, so every QP's tail is seen to complete.
+                stopping = true;
+                for i in 0..q {
+                    target[i] = posted[i] + 1;
+                }
+            }
+        }
+        for i in 0..q {
+            while posted[i] < target[i] && posted[i] - done[i] < depth {
+                let mut wr = templates[i].clone();
+                wr.wr_id = posted[i];
+                let signaled = (posted[i] + 1) % signal_every == 0 || posted[i] + 1 == target[i];
+                wr.flags = if signaled {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::empty()
+                };
+                side.qps[i].post_send(wr)?;
+                posted[i] += 1;
+            }
+        }
+        side.poll(&mut wcs)?;
+        for w in &wcs {
+            let i = side.qp_index(w)?;
+            done[i] = w.wr_id + 1;
+        }
+        let now = Instant::now();
+        if !wcs.is_empty() {
+            last = now;
+            let sum: u64 = done.iter().sum();
+            prog.sample(now - start, sum);
+            pb.set_position(match timed {
+                Some(_) => (now - start).as_secs(),
+                None => sum,
+            });
+        } else if now - last > STALL {
+            let sum: u64 = done.iter().sum();
+            bail!("no completion for {} s ({sum} WRs done)", STALL.as_secs());
+        }
+        if done.iter().zip(&target).all(|(d, t)| d == t) {
+            break;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    let total: u64 = done.iter().sum();
+    side.ctl.send(&format!("done {total}"))?;
+    let seen = side.ctl.expect("ok")?;
+    let expect = match (args.verb, args.atomic) {
+        (Verb::Send, _) | (Verb::Atomic, AtomicOp::FetchAndAdd) => total,
+        _ => 0,
+    };
+    if seen != expect {
+        bail!("the server saw {seen} messages of the {total} this side completed");
+    }
+    Ok(prog.bw(args.name(), size, total, secs))
+}
+
+/// The sum of the 8-byte counters at the start of every QP's slot (FETCH_ADD targets).
+fn counters(side: &Side) -> u64 {
+    (0..side.qps.len())
+        .filter_map(|i| side.mr.atomic_u64(i * side.slot))
+        .map(|a| a.load(std::sync::atomic::Ordering::Acquire))
+        .fold(0, u64::wrapping_add)
+}
+
+/// The server's part of one size: returns once the client says it is done.
+pub fn server(side: &mut Side, args: &PerfArgs, _size: usize) -> anyhow::Result<()> {
+    match args.verb {
+        Verb::Send => serve_receives(side, args),
+        Verb::Atomic => {
+            let before = counters(side);
+            side.ctl.send("go 0")?;
+            side.ctl.expect("done")?;
+            let added = match args.atomic {
+                AtomicOp::FetchAndAdd => counters(side).wrapping_sub(before),
+                AtomicOp::CmpAndSwap => 0,
+            };
+            side.ctl.send(&format!("ok {added}"))
+        }
+        // WRITE and READ need nothing from the server's CPU: the engine thread answers.
+        Verb::Write | Verb::Read => {
+            side.ctl.send("go 0")?;
+            side.ctl.expect("done")?;
+            side.ctl.send("ok 0")
+        }
+    }
+}
+
+/// Keeps `-r` receives (each a whole slot, so any size fits) posted on every QP and counts
+/// the messages that land until the client's count is reached.
+fn serve_receives(side: &mut Side, args: &PerfArgs) -> anyhow::Result<()> {
+    let post = |side: &Side, i: usize| {
+        side.qps[i].post_recv(RecvWr {
+            wr_id: i as u64,
+            sges: vec![side.mr.sge(i * side.slot, side.slot)],
+        })
+    };
+    if !side.recvs_posted {
+        for i in 0..side.qps.len() {
+            for _ in 0..args.rx_depth {
+                post(side, i)?;
+            }
+        }
+        side.recvs_posted = true;
+    }
+    side.ctl.send("go 0")?;
+    let (mut got, mut want) = (0u64, None);
+    let mut wcs = Vec::new();
+    let mut last = Instant::now();
+    let mut spins = 0u32;
+    while want.is_none_or(|w| got < w) {
+        side.poll(&mut wcs)?;
+        for w in &wcs {
+            if w.opcode == WcOpcode::Recv {
+                got += 1;
+                post(side, w.wr_id as usize)?;
+            }
+        }
+        if !wcs.is_empty() {
+            last = Instant::now();
+        } else if last.elapsed() > STALL {
+            bail!("no message for {} s ({got} received)", STALL.as_secs());
+        }
+        spins += 1;
+        if want.is_none() && spins % 256 == 0 {
+            if let Some(l) = side.ctl.try_recv()? {
+                want = Some(super::ctl::parse_word(&l, "done")?);
+            }
+        }
+    }
+    side.ctl.send(&format!("ok {got}"))
+}

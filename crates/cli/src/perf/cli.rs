@@ -1,0 +1,176 @@
+//! The `oxrdma perf` command line (perftest's flags where they make sense).
+
+use super::{all_sizes, header, row, AtomicOp, Kind, PerfArgs, Report, Verb};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The eight tests, named as `ib_<name>` is in perftest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TestName {
+    WriteBw,
+    ReadBw,
+    SendBw,
+    AtomicBw,
+    WriteLat,
+    ReadLat,
+    SendLat,
+    AtomicLat,
+}
+
+impl TestName {
+    fn parts(self) -> (Verb, Kind) {
+        match self {
+            TestName::WriteBw => (Verb::Write, Kind::Bw),
+            TestName::ReadBw => (Verb::Read, Kind::Bw),
+            TestName::SendBw => (Verb::Send, Kind::Bw),
+            TestName::AtomicBw => (Verb::Atomic, Kind::Bw),
+            TestName::WriteLat => (Verb::Write, Kind::Lat),
+            TestName::ReadLat => (Verb::Read, Kind::Lat),
+            TestName::SendLat => (Verb::Send, Kind::Lat),
+            TestName::AtomicLat => (Verb::Atomic, Kind::Lat),
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PerfCli {
+    /// The test to run.
+    #[arg(value_enum)]
+    test: TestName,
+    /// The server to connect to (client side); without it (and without --loopback), wait
+    /// for a client.
+    server: Option<String>,
+    /// Run both sides in this process, on 127.0.0.2 (client) and 127.0.0.3 (server).
+    #[arg(long)]
+    loopback: bool,
+    /// Message size in bytes [default: 65536 for bandwidth, 8 for latency and atomics].
+    #[arg(short = 's', long)]
+    size: Option<usize>,
+    /// Run every size from 2 B to 8 MiB (powers of two).
+    #[arg(short = 'a', long)]
+    all: bool,
+    /// Iterations per size [default: 5000 for bandwidth, 10000 for latency].
+    #[arg(short = 'n', long)]
+    iters: Option<u64>,
+    /// Run each size for this many seconds instead of -n iterations.
+    #[arg(short = 'D', long)]
+    duration: Option<u64>,
+    /// Queue pairs (bandwidth tests).
+    #[arg(short = 'q', long, default_value_t = 1)]
+    qps: u32,
+    /// WRs in flight per QP (bandwidth tests).
+    #[arg(short = 't', long, default_value_t = 128)]
+    tx_depth: u32,
+    /// Receives kept posted per QP (send tests).
+    #[arg(short = 'r', long, default_value_t = 512)]
+    rx_depth: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long, default_value_t = 4096)]
+    mtu: usize,
+    /// Largest message sent inline (write and send).
+    #[arg(short = 'I', long, default_value_t = 64)]
+    inline_size: u32,
+    /// The atomic the atomic tests post.
+    #[arg(short = 'A', long, value_enum, default_value_t = AtomicOp::FetchAndAdd)]
+    atomic_type: AtomicOp,
+    /// This side's RDMA device (its IP address).
+    #[arg(short = 'd', long, default_value = "127.0.0.2")]
+    device: IpAddr,
+    /// TCP port of the out-of-band exchange.
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    port: u16,
+    /// Print one JSON object per size instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Capture this side's packets (the client's with --loopback) to a pcap file.
+    #[arg(long)]
+    pcap: Option<PathBuf>,
+    /// No progress bar even on a terminal.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+/// Parses `-m`.
+pub fn mtu(bytes: usize) -> anyhow::Result<oxrdma::Mtu> {
+    use oxrdma::Mtu::*;
+    Ok(match bytes {
+        256 => Mtu256,
+        512 => Mtu512,
+        1024 => Mtu1024,
+        2048 => Mtu2048,
+        4096 => Mtu4096,
+        _ => anyhow::bail!("-m must be 256, 512, 1024, 2048 or 4096"),
+    })
+}
+
+impl PerfCli {
+    pub fn args(&self) -> anyhow::Result<PerfArgs> {
+        let (verb, kind) = self.test.parts();
+        let default_size = match (verb, kind) {
+            (Verb::Atomic, _) | (_, Kind::Lat) => 8,
+            _ => 65536,
+        };
+        if self.all && self.size.is_some() {
+            anyhow::bail!("-a and -s exclude each other");
+        }
+        if self.loopback && self.server.is_some() {
+            anyhow::bail!("--loopback runs both sides; give no server address with it");
+        }
+        let sizes = if self.all {
+            all_sizes(verb)
+        } else {
+            vec![self.size.unwrap_or(default_size)]
+        };
+        let a = PerfArgs {
+            verb,
+            kind,
+            sizes,
+            iters: self.iters.unwrap_or(match kind {
+                Kind::Bw => 5000,
+                Kind::Lat => 10000,
+            }),
+            duration: self.duration.map(Duration::from_secs),
+            qps: self.qps,
+            tx_depth: self.tx_depth,
+            rx_depth: self.rx_depth,
+            mtu: mtu(self.mtu)?,
+            atomic: self.atomic_type,
+            inline_size: self.inline_size,
+            device: self.device,
+            server: self.server.clone(),
+            port: self.port,
+            pcap: self.pcap.clone(),
+            progress: !self.no_progress && !self.json,
+        };
+        a.validate()?;
+        Ok(a)
+    }
+
+    /// Runs the test, printing each size's result as it comes.
+    pub fn run(&self) -> anyhow::Result<()> {
+        let args = self.args()?;
+        let json = self.json;
+        let mut first = true;
+        let mut print = |r: &Report| {
+            if json {
+                let v = match r {
+                    Report::Bw(b) => serde_json::to_string(b),
+                    Report::Lat(l) => serde_json::to_string(l),
+                };
+                println!("{}", v.unwrap_or_default());
+            } else {
+                if first {
+                    println!("{}", header(r));
+                    first = false;
+                }
+                println!("{}", row(r));
+            }
+        };
+        if self.loopback {
+            super::run_loopback(&args, &mut print)
+        } else {
+            super::run(&args, &mut print)
+        }
+    }
+}

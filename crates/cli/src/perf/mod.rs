@@ -1,0 +1,173 @@
+//! `oxrdma perf`: perftest-style benchmarks (write, read, send, atomic; bandwidth and
+//! latency) over the public API, between two processes or two loopback devices in one.
+//!
+//! The server is the side without a peer address. Both sides open a device, register one
+//! region per QP, exchange endpoints with [`oxrdma::exchange`] and then follow the client
+//! over a line-based control channel on the same TCP connection (see `side.rs`).
+
+mod bw;
+mod cli;
+mod ctl;
+mod lat;
+mod report;
+mod side;
+
+pub use cli::{PerfCli, TestName};
+pub use report::{header, row, BwResult, LatResult, Report};
+
+use anyhow::{bail, Context as _};
+use std::net::{IpAddr, TcpListener};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The operation a test measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Verb {
+    Write,
+    Read,
+    Send,
+    Atomic,
+}
+
+/// Bandwidth (a stream of WRs in flight) or latency (one at a time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Bw,
+    Lat,
+}
+
+/// Which atomic the atomic tests post.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AtomicOp {
+    FetchAndAdd,
+    CmpAndSwap,
+}
+
+/// Everything one run needs.
+#[derive(Debug, Clone)]
+pub struct PerfArgs {
+    pub verb: Verb,
+    pub kind: Kind,
+    /// Message sizes to run, in order (one unless `-a`).
+    pub sizes: Vec<usize>,
+    pub iters: u64,
+    /// Run each size for this long instead of `iters` WRs.
+    pub duration: Option<Duration>,
+    pub qps: u32,
+    pub tx_depth: u32,
+    pub rx_depth: u32,
+    pub mtu: oxrdma::Mtu,
+    pub atomic: AtomicOp,
+    pub inline_size: u32,
+    /// This side's device address.
+    pub device: IpAddr,
+    /// The server (client side only).
+    pub server: Option<String>,
+    pub port: u16,
+    pub pcap: Option<PathBuf>,
+    /// Show a progress bar on a terminal.
+    pub progress: bool,
+}
+
+impl PerfArgs {
+    /// The test's name, as perftest would call it (`write_bw`, `atomic_lat`, …).
+    pub fn name(&self) -> String {
+        let v = format!("{:?}", self.verb).to_lowercase();
+        let k = match self.kind {
+            Kind::Bw => "bw",
+            Kind::Lat => "lat",
+        };
+        format!("{v}_{k}")
+    }
+
+    /// Bytes each QP's region needs.
+    fn slot(&self) -> usize {
+        let max = self.sizes.iter().copied().max().unwrap_or(8).max(8);
+        match (self.verb, self.kind) {
+            // Send from the first half; the peer's messages land in the second.
+            (Verb::Write | Verb::Send, Kind::Lat) => 2 * max,
+            _ => max,
+        }
+    }
+
+    /// Rejects combinations that cannot run, with one clear message.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let max = 1usize << 30;
+        if self.sizes.iter().any(|&s| s == 0 || s > max) {
+            bail!("message sizes must be 1 B ..= 1 GiB");
+        }
+        if self.verb == Verb::Atomic && self.sizes.iter().any(|&s| s != 8) {
+            bail!("atomic tests move 8 bytes (-s 8)");
+        }
+        if self.iters == 0 {
+            bail!("-n must be at least 1");
+        }
+        if self.kind == Kind::Lat && self.qps != 1 {
+            bail!("latency tests use one QP (-q 1)");
+        }
+        if !(1..=1024).contains(&self.qps) {
+            bail!("-q must be 1..=1024");
+        }
+        if !(1..=16_384).contains(&self.tx_depth) || !(1..=16_384).contains(&self.rx_depth) {
+            bail!("-t and -r must be 1..=16384");
+        }
+        if self
+            .duration
+            .is_some_and(|d| d.is_zero() || d > Duration::from_secs(3600))
+        {
+            bail!("-D must be 1..=3600 seconds");
+        }
+        if (self.slot() as u64) * u64::from(self.qps) > 16 << 30 {
+            bail!("-q x message size needs more than 16 GiB of registered memory");
+        }
+        Ok(())
+    }
+}
+
+/// The sizes `-a` runs: 2 B to 8 MiB in powers of two (8 B only for atomics).
+pub fn all_sizes(verb: Verb) -> Vec<usize> {
+    if verb == Verb::Atomic {
+        return vec![8];
+    }
+    (1..=23).map(|p| 1usize << p).collect()
+}
+
+/// Runs one side; the client calls `each` with the result of every size. The server
+/// returns when the client says goodbye.
+pub fn run(args: &PerfArgs, each: &mut dyn FnMut(&Report)) -> anyhow::Result<()> {
+    args.validate()?;
+    match &args.server {
+        None => {
+            let l = TcpListener::bind(("0.0.0.0", args.port))
+                .with_context(|| format!("cannot listen on TCP port {}", args.port))?;
+            side::serve(args, l)
+        }
+        Some(host) => side::client(args, host, args.port, each),
+    }
+}
+
+/// Runs both sides in this process on two loopback devices (the server on 127.0.0.3 in a
+/// thread, the client on 127.0.0.2), the out-of-band exchange on a free TCP port.
+pub fn run_loopback(args: &PerfArgs, each: &mut dyn FnMut(&Report)) -> anyhow::Result<()> {
+    args.validate()?;
+    let (client_ip, server_ip) = loopback_addrs();
+    let l = TcpListener::bind((server_ip, 0)).context("cannot listen on a loopback TCP port")?;
+    let port = l.local_addr()?.port();
+    let mut srv = args.clone();
+    (srv.device, srv.server, srv.pcap, srv.progress) = (server_ip, None, None, false);
+    let server = std::thread::Builder::new()
+        .name("perf-server".into())
+        .spawn(move || side::serve(&srv, l))?;
+    let mut cli = args.clone();
+    (cli.device, cli.server) = (client_ip, Some(server_ip.to_string()));
+    let r = side::client(&cli, &server_ip.to_string(), port, each);
+    let s = server
+        .join()
+        .map_err(|_| anyhow::anyhow!("the server thread panicked"))?;
+    r.and(s.context("server side"))
+}
+
+/// The two loopback addresses `--loopback` uses (client, server).
+pub fn loopback_addrs() -> (IpAddr, IpAddr) {
+    (IpAddr::from([127, 0, 0, 2]), IpAddr::from([127, 0, 0, 3]))
+}

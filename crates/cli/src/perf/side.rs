@@ -1,0 +1,222 @@
+//! One side of a perf run: the device, one region slot and one RC QP per `-q`, the
+//! endpoint exchange, and the client/server conversation around each message size.
+//!
+//! Control lines (client → server unless noted): `hello <test> <qps> <slot>`, answered
+//! `ok 0` or `err <why>`; after the exchange, per size `run <size> <iters>` (server:
+//! `go 0` once it is ready), then `done <wrs>` (server: `ok <wrs it saw>`); at last `bye`.
+
+use super::ctl::{parse_word, Ctl};
+use super::report::Report;
+use super::{bw, lat, Kind, PerfArgs};
+use anyhow::{bail, Context as _};
+use oxrdma::{
+    exchange, Access, CompletionQueue, ConnectOptions, Context, MemoryRegion, PeerInfo,
+    ProtectionDomain, QpCap, QpType, QueuePair, WcStatus, WorkCompletion,
+};
+use std::collections::HashMap;
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// A connected side. Fields drop in order: QPs before the region and CQ, those before the PD.
+pub struct Side {
+    pub qps: Vec<QueuePair>,
+    pub peers: Vec<PeerInfo>,
+    pub mr: MemoryRegion,
+    pub cq: CompletionQueue,
+    _pd: ProtectionDomain,
+    _ctx: Context,
+    /// Bytes of the region that belong to each QP.
+    pub slot: usize,
+    index: HashMap<u32, usize>,
+    pub ctl: Ctl,
+    /// Whether the standing receives (send tests) have been posted.
+    pub recvs_posted: bool,
+}
+
+impl Side {
+    fn open(args: &PerfArgs, slot: usize, mut ctl: Ctl) -> anyhow::Result<Side> {
+        let ctx = Context::open(args.device)
+            .with_context(|| format!("cannot open the RDMA device {}", args.device))?;
+        if let Some(p) = &args.pcap {
+            ctx.capture_to(p)
+                .with_context(|| format!("cannot write {}", p.display()))?;
+        }
+        let pd = ctx.alloc_pd()?;
+        let len = slot * args.qps as usize;
+        let mr = pd
+            .register(len, Access::ALL)
+            .with_context(|| format!("cannot register {len} bytes"))?;
+        let depth = args.qps * (args.tx_depth + args.rx_depth) + 16;
+        let cq = ctx.create_cq(depth)?;
+        let cap = QpCap {
+            max_send_wr: args.tx_depth.max(64),
+            max_recv_wr: args.rx_depth,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: args.inline_size,
+        };
+        let opts = ConnectOptions {
+            mtu: args.mtu,
+            ..Default::default()
+        };
+        let (mut qps, mut peers, mut index) = (Vec::new(), Vec::new(), HashMap::new());
+        for i in 0..args.qps as usize {
+            let qp = pd.create_qp(&cq, &cq, QpType::Rc, cap)?;
+            let psn = ctx.random_psn();
+            let me = PeerInfo {
+                endpoint: qp.endpoint(psn),
+                addr: mr.addr + (i * slot) as u64,
+                rkey: mr.rkey,
+                len: slot as u64,
+            };
+            let peer = exchange(&mut ctl, &me).context("endpoint exchange")?;
+            if peer.len < slot as u64 {
+                bail!("the peer's region ({} B) is smaller than ours", peer.len);
+            }
+            qp.connect(psn, &peer.endpoint, &opts)?;
+            index.insert(qp.qpn(), i);
+            qps.push(qp);
+            peers.push(peer);
+        }
+        Ok(Side {
+            qps,
+            peers,
+            mr,
+            cq,
+            _pd: pd,
+            _ctx: ctx,
+            slot,
+            index,
+            ctl,
+            recvs_posted: false,
+        })
+    }
+
+    /// Which of our QPs a completion belongs to.
+    pub fn qp_index(&self, w: &WorkCompletion) -> anyhow::Result<usize> {
+        self.index
+            .get(&w.qp_num)
+            .copied()
+            .with_context(|| format!("completion for unknown QP {:#x}", w.qp_num))
+    }
+
+    /// Polls up to 64 completions into `wcs` (cleared first); any error status is fatal.
+    pub fn poll(&self, wcs: &mut Vec<WorkCompletion>) -> anyhow::Result<()> {
+        wcs.clear();
+        self.cq.poll(wcs, 64)?;
+        if let Some(w) = wcs.iter().find(|w| w.status != WcStatus::Success) {
+            bail!(
+                "work request {} on QP {:#x} failed: {}",
+                w.wr_id,
+                w.qp_num,
+                w.status
+            );
+        }
+        Ok(())
+    }
+}
+
+fn hello(args: &PerfArgs) -> String {
+    format!("hello {} {} {}", args.name(), args.qps, args.slot())
+}
+
+/// Serves one client, then returns.
+pub fn serve(args: &PerfArgs, l: TcpListener) -> anyhow::Result<()> {
+    let (tcp, _) = l.accept().context("waiting for the client")?;
+    tcp.set_nodelay(true)?;
+    let mut ctl = Ctl::new(tcp);
+    let h = ctl.recv()?;
+    let f: Vec<&str> = h.split_whitespace().collect();
+    let slot = match f[..] {
+        ["hello", test, qps, slot] if test == args.name() && qps == args.qps.to_string() => {
+            slot.parse::<usize>().ok().filter(|&s| s > 0)
+        }
+        _ => None,
+    };
+    let Some(slot) = slot else {
+        let why = format!("server runs {} with -q {}", args.name(), args.qps);
+        let _ = ctl.send(&format!("err {why}"));
+        bail!("the client asked for {h:?}, but this {why}");
+    };
+    let mut a = args.clone();
+    a.sizes = vec![slot];
+    a.validate()?;
+    ctl.send("ok 0")?;
+    let mut side = Side::open(args, slot, ctl)?;
+    loop {
+        let l = side.ctl.recv()?;
+        if l == "bye" {
+            return Ok(());
+        }
+        let f: Vec<u64> = l
+            .strip_prefix("run ")
+            .map(|r| {
+                r.split_whitespace()
+                    .filter_map(|n| n.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let [size, iters] = f[..] else {
+            bail!("unexpected control line from the client: {l:?}");
+        };
+        let size = size as usize;
+        if size == 0 || size > slot {
+            bail!("the client asked for {size} B messages in {slot} B slots");
+        }
+        match args.kind {
+            Kind::Bw => bw::server(&mut side, args, size)?,
+            Kind::Lat => lat::server(&mut side, args, size, iters)?,
+        }
+    }
+}
+
+/// Connects to the server and runs every size, handing each result to `each`.
+pub fn client(
+    args: &PerfArgs,
+    host: &str,
+    port: u16,
+    each: &mut dyn FnMut(&Report),
+) -> anyhow::Result<()> {
+    let addrs: Vec<_> = (host, port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve {host}"))?
+        .collect();
+    let mut tcp = None;
+    let mut last = None;
+    for a in &addrs {
+        match TcpStream::connect_timeout(a, Duration::from_secs(10)) {
+            Ok(t) => {
+                tcp = Some(t);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let Some(tcp) = tcp else {
+        let e = last.map_or("no address".to_string(), |e| e.to_string());
+        bail!("cannot reach the perf server at {host}:{port}: {e}");
+    };
+    tcp.set_nodelay(true)?;
+    let mut ctl = Ctl::new(tcp);
+    ctl.send(&hello(args))?;
+    parse_word(&ctl.recv()?, "ok")?;
+    let mut side = Side::open(args, args.slot(), ctl)?;
+    for &size in &args.sizes {
+        if args.kind == Kind::Lat {
+            lat::prepare_client(&mut side, args)?;
+        }
+        let iters = if args.duration.is_some() {
+            0
+        } else {
+            args.iters
+        };
+        side.ctl.send(&format!("run {size} {iters}"))?;
+        side.ctl.expect("go")?;
+        let r = match args.kind {
+            Kind::Bw => Report::Bw(bw::client(&mut side, args, size)?),
+            Kind::Lat => Report::Lat(lat::client(&mut side, args, size)?),
+        };
+        each(&r);
+    }
+    side.ctl.send("bye")
+}
