@@ -1,0 +1,75 @@
+# The test-case table (sourced by run.sh). One tcase line per case:
+#
+#   tcase NAME STATE FIRST TIMEOUT CHECK NETEM GUEST_CMD HOST_CMD
+#
+#   STATE   on | pending:REASON   (pending cases are listed as SKIP, never run)
+#   FIRST   guest | host          which side listens (is started first)
+#   TIMEOUT seconds for each side's command
+#   CHECK   bytes: both exit 0 and print the same "N bytes in S seconds" total
+#                  (and it equals the expected 2*size*iters when EXPECT is set)
+#           rc:    both exit 0
+#   NETEM   "" or netem arguments applied to the guest's eth0 egress for this
+#           case (and, if OXR_NETEM_HOST=1, to tap0 in the namespace too)
+#   GUEST_CMD  run by sh in the guest; has $IDX4 (RoCE v2 IPv4 GID index) and $HOST_IP
+#   HOST_CMD   run by bash in the namespace; has $OXR, $HOST_IP, $GUEST_IP and
+#              $PCAP (where oxrdma should write its own capture)
+# Keep single quotes around the commands so the variables expand on the right side.
+
+MTU_ARG=1024                       # path MTU on both sides (guest link MTU 1500)
+LOSS=${OXR_LOSS:-"loss 1% reorder 25% 50% delay 1ms"}
+
+# --- RC SEND/RECV ping-pong: oxrdma pingpong <-> ibv_rc_pingpong ---------------
+pp_iters() { case $1 in 1|4096) echo 200 ;; 16384) echo 100 ;; *) echo 50 ;; esac; }
+for s in ${OXR_PP_SIZES:-1 4096 16384 65536}; do
+    n=${OXR_PP_ITERS:-$(pp_iters "$s")}
+    g="ibv_rc_pingpong -d rxe0 -g \$IDX4 -m $MTU_ARG -s $s -n $n"
+    h="\"\$OXR\" pingpong -d \"\$HOST_IP\" -m $MTU_ARG -s $s -n $n --pcap \"\$PCAP\""
+    EXPECT=$((2 * s * n))
+    tcase "rc_pingpong/oxr-client/s$s" on guest 120 bytes "" "$g"               "$h \"\$GUEST_IP\""
+    tcase "rc_pingpong/oxr-server/s$s" on host  120 bytes "" "$g \"\$HOST_IP\"" "$h"
+done
+# --- the same under loss/reordering/delay (netem in the guest) ------------------
+for s in ${OXR_LOSS_SIZES:-4096 65536}; do
+    n=${OXR_PP_ITERS:-$(pp_iters "$s")}
+    g="ibv_rc_pingpong -d rxe0 -g \$IDX4 -m $MTU_ARG -s $s -n $n"
+    h="\"\$OXR\" pingpong -d \"\$HOST_IP\" -m $MTU_ARG -s $s -n $n --pcap \"\$PCAP\""
+    EXPECT=$((2 * s * n))
+    tcase "rc_pingpong_loss/oxr-client/s$s" on guest 240 bytes "$LOSS" "$g"               "$h \"\$GUEST_IP\""
+    tcase "rc_pingpong_loss/oxr-server/s$s" on host  240 bytes "$LOSS" "$g \"\$HOST_IP\"" "$h"
+done
+EXPECT=""
+
+# --- pending: UD ping-pong ------------------------------------------------------
+P_UD="pending: needs oxrdma support (UD QPs, ud-pingpong command)"
+g='ibv_ud_pingpong -d rxe0 -g $IDX4 -s 512 -n 100'
+h='"$OXR" ud-pingpong -d "$HOST_IP" -s 512 -n 100 --pcap "$PCAP"'
+tcase "ud_pingpong/oxr-client" "$P_UD" guest 120 bytes "" "$g"               "$h \"\$GUEST_IP\""
+tcase "ud_pingpong/oxr-server" "$P_UD" host  120 bytes "" "$g \"\$HOST_IP\"" "$h"
+
+# --- pending: perftest <-> oxrdma perf -------------------------------------------
+# Guest side: perftest 4.5+0.17 with the RoCE v2 GID (-x), -F (no CPU-frequency
+# warning/abort under a VM), the path MTU and a fixed iteration count.
+# Enable a family by changing its STATE to "on" once oxrdma perf speaks
+# perftest's TCP 18515 exchange (see PERFTEST-OOB.md).
+P_PERF="pending: needs oxrdma support (perftest TCP 18515 exchange, see PERFTEST-OOB.md)"
+perf_iters() { if [ "$1" -le 65536 ]; then echo 200; else echo 20; fi; }
+pf_case() {  # pf_case TOOL OXR_SUBCMD SIZE ITERS NETEM STATE TAG
+    local tool=$1 sub=$2 s=$3 n=$4 netem=$5 state=$6 tag=$7 g h sz=""
+    [ "$tool" = ib_atomic_bw ] || sz="-s $s"
+    g="$tool -d rxe0 -x \$IDX4 -F -m $MTU_ARG $sz -n $n"
+    case $tool in *_bw) g="$g --report_gbits" ;; esac
+    [ "$tool" = ib_atomic_bw ] && g="$g -A FETCH_AND_ADD"
+    h="\"\$OXR\" perf $sub -d \"\$HOST_IP\" $sz -n $n --pcap \"\$PCAP\""
+    tcase "$tool$tag/oxr-client/s$s" "$state" guest 180 rc "$netem" "$g"               "$h \"\$GUEST_IP\""
+    tcase "$tool$tag/oxr-server/s$s" "$state" host  180 rc "$netem" "$g \"\$HOST_IP\"" "$h"
+}
+for tool_sub in ib_write_bw:write-bw ib_read_bw:read-bw ib_send_bw:send-bw ib_write_lat:write-lat; do
+    for s in ${OXR_PERF_SIZES:-2 4096 1048576}; do
+        pf_case "${tool_sub%%:*}" "${tool_sub#*:}" "$s" "$(perf_iters "$s")" "" "${OXR_PERF_STATE:-$P_PERF}" ""
+    done
+done
+pf_case ib_atomic_bw atomic-bw 8 200 "" "${OXR_PERF_STATE:-$P_PERF}" ""
+for tool_sub in ib_write_bw:write-bw ib_read_bw:read-bw ib_send_bw:send-bw ib_atomic_bw:atomic-bw ib_write_lat:write-lat; do
+    s=65536; [ "${tool_sub%%:*}" = ib_atomic_bw ] && s=8
+    pf_case "${tool_sub%%:*}" "${tool_sub#*:}" "$s" 100 "loss 1%" "${OXR_PERF_STATE:-$P_PERF}" "_loss"
+done

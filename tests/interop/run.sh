@@ -1,0 +1,221 @@
+#!/bin/bash
+# One command: oxrdma against Linux Soft-RoCE (rdma_rxe) in a QEMU guest.
+#   sudo bash tests/interop/run.sh
+# Builds/reuses the cached guest, creates a private network namespace with a
+# bridge and the guest's tap, runs the case table (cases.sh) with tcpdump on
+# br0 and oxrdma's own --pcap, checks every capture with tshark and
+# `oxrdma decode --strict`, prints a PASS/FAIL/SKIP table and exits 1 if any
+# row FAILed (0 otherwise; also 0 with "skipped: no /dev/kvm").
+# Knobs: see README.md (OXRDMA_BIN, OXR_INTEROP_DIR, OXR_ONLY, OXR_ACCEL, ...).
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+. "$HERE/guest.sh"
+
+[ "$(id -u)" = 0 ] || die "run as root (sudo bash $0)"
+if [ ! -c /dev/kvm ]; then echo "skipped: no /dev/kvm"; exit 0; fi
+T_START=$SECONDS
+
+# ---- results table -----------------------------------------------------------
+R_NAME=(); R_RES=(); R_SEC=(); R_DET=()
+row() { R_NAME+=("$1"); R_RES+=("$2"); R_SEC+=("$3"); R_DET+=("$4"); log "$2 $1 (${3}s) $4"; }
+print_table() {
+    local i fails=0 pass=0 skip=0 w=10
+    for i in "${!R_NAME[@]}"; do [ ${#R_NAME[$i]} -gt $w ] && w=${#R_NAME[$i]}; done
+    printf '\n%-*s  %-6s %7s  %s\n' "$w" case result seconds detail
+    printf '%s\n' "$(printf '%*s' $((w + 30)) '' | tr ' ' -)"
+    for i in "${!R_NAME[@]}"; do
+        printf '%-*s  %-6s %7s  %s\n' "$w" "${R_NAME[$i]}" "${R_RES[$i]}" "${R_SEC[$i]}" "${R_DET[$i]}"
+        case ${R_RES[$i]} in PASS) pass=$((pass+1)) ;; FAIL) fails=$((fails+1)) ;; SKIP) skip=$((skip+1)) ;; esac
+    done
+    printf '\n%d passed, %d failed, %d skipped; total %ds; logs in %s\n' "$pass" "$fails" "$skip" $((SECONDS - T_START)) "$RUN"
+    return $fails
+}
+
+# ---- case table ----------------------------------------------------------------
+C_NAME=(); C_STATE=(); C_FIRST=(); C_T=(); C_CHECK=(); C_NETEM=(); C_G=(); C_H=(); C_EXP=()
+tcase() {
+    C_NAME+=("$1"); C_STATE+=("$2"); C_FIRST+=("$3"); C_T+=("$4"); C_CHECK+=("$5")
+    C_NETEM+=("$6"); C_G+=("$7"); C_H+=("$8"); C_EXP+=("${EXPECT:-}")
+}
+. "$HERE/cases.sh"
+selected() {  # OXR_ONLY: space-separated shell globs matched against case names
+    [ -z "${OXR_ONLY:-}" ] && return 0
+    local p; for p in $OXR_ONLY; do [[ $1 == $p ]] && return 0; done; return 1
+}
+
+# ---- prerequisites -------------------------------------------------------------
+need_host_pkgs || die "cannot install host packages ($HOST_PKGS)"
+if [ -n "${OXRDMA_BIN:-}" ]; then
+    OXR=$OXRDMA_BIN
+else
+    log "building oxrdma: cargo build --release -p oxrdma-cli"
+    cargo=$(command -v cargo || true)
+    [ -z "$cargo" ] && [ -n "${SUDO_USER:-}" ] && cargo=$(eval echo "~$SUDO_USER")/.cargo/bin/cargo
+    [ -x "$cargo" ] || die "cargo not found; set OXRDMA_BIN=/path/to/oxrdma"
+    if [ -n "${SUDO_USER:-}" ]; then
+        (cd "$REPO_DIR" && sudo -u "$SUDO_USER" "$cargo" build --release -p oxrdma-cli) || die "cargo build failed"
+    else
+        (cd "$REPO_DIR" && "$cargo" build --release -p oxrdma-cli) || die "cargo build failed"
+    fi
+    OXR=$REPO_DIR/target/release/oxrdma
+fi
+[ -x "$OXR" ] || die "oxrdma binary $OXR not executable"
+OXR=$(readlink -f "$OXR")
+bash "$HERE/build-guest.sh" || die "guest build failed"
+
+RUN=$W/runs/$(date +%Y%m%d-%H%M%S)
+mkdir -p "$RUN"; ln -sfn "$RUN" "$W/runs/latest"
+SHARE=$RUN/share; mkdir -p "$SHARE"
+HOST_IP=${OXR_HOST_CIDR:-10.78.0.254/24}; HOST_IP=${HOST_IP%/*}
+GUEST_IP=10.78.0.1
+NS=${OXR_NETNS:-oxr-it-$$}
+exec > >(tee "$RUN/run.log") 2>&1
+log "run dir $RUN; namespace $NS; oxrdma $OXR; accel $(oxr_accel)"
+
+# ---- cleanup: everything we started, by PID; the namespace by name -------------
+BG_PIDS=""
+cleanup() {
+    local p
+    trap - EXIT INT TERM
+    for p in $BG_PIDS; do kill "$p" 2>/dev/null; done
+    guest_stop "$SHARE" "${INTERRUPTED:+now}" 2>/dev/null
+    bash "$HERE/netns.sh" down "$NS"
+    ip netns list 2>/dev/null | grep -qw "$NS" && log "WARNING: namespace $NS still exists"
+}
+trap cleanup EXIT
+trap 'INTERRUPTED=1; log "interrupted"; exit 130' INT TERM
+
+# ---- topology + guest ------------------------------------------------------------
+ip netns list | grep -qw "$NS" && die "namespace $NS exists already"
+bash "$HERE/netns.sh" up "$NS" || die "cannot create namespace $NS"
+cp "$HERE/guest/runner.sh" "$SHARE/runner.sh"
+printf 'NAME=oxr-guest\nIP4=%s/24\nMTU=%s\nHOST_IP=%s\n' "$GUEST_IP" "${OXR_MTU:-1500}" "$HOST_IP" > "$SHARE/guest.conf"
+t0=$SECONDS
+guest_boot "$NS" "$SHARE" "$RUN/console.log"
+log "qemu pid $QEMU_PID"
+if ! guest_ready "$SHARE" "${OXR_BOOT_TIMEOUT:-300}"; then
+    row "setup/guest-boot" FAIL $((SECONDS - t0)) "guest not ready; see $RUN/console.log, share/runner.log"
+    tail -20 "$RUN/console.log"; print_table; exit 1
+fi
+. "$SHARE/guest.env"
+[ -n "${IDX4:-}" ] || { row "setup/guest-boot" FAIL $((SECONDS - t0)) "no RoCE v2 IPv4 GID in the guest"; print_table; exit 1; }
+row "setup/guest-boot" PASS $((SECONDS - t0)) "$(oxr_accel), kernel $KERNEL, IPv4 RoCE v2 GID index $IDX4"
+export OXR HOST_IP GUEST_IP
+t0=$SECONDS
+if ip netns exec "$NS" ping -c 2 -W 3 "$GUEST_IP" > "$RUN/ping.log" 2>&1; then
+    row "setup/ping" PASS $((SECONDS - t0)) "$HOST_IP -> $GUEST_IP"
+else
+    row "setup/ping" FAIL $((SECONDS - t0)) "no ping reply; see $RUN/ping.log"
+fi
+guest_run "$SHARE" 30 'rdma link; ibv_devinfo -v -d rxe0; tc qdisc show dev eth0; dpkg-query -W perftest rdma-core ibverbs-utils' > "$RUN/guest-info.txt" 2>&1
+HOST_NETEM_OK=0
+if [ "${OXR_NETEM_HOST:-0}" = 1 ] && ip netns exec "$NS" tc qdisc add dev tap0 root netem delay 0ms 2>/dev/null; then
+    ip netns exec "$NS" tc qdisc del dev tap0 root; HOST_NETEM_OK=1
+elif [ "${OXR_NETEM_HOST:-0}" = 1 ]; then
+    log "OXR_NETEM_HOST=1 but the host kernel has no sch_netem: loss is applied in the guest only"
+fi
+
+# ---- one case ------------------------------------------------------------------
+listening() {  # listening NS: is someone listening on TCP 18515 in the namespace?
+    [ -n "$(ip netns exec "$1" ss -ltnH 'sport = :18515' 2>/dev/null)" ]
+}
+bytes_of() { sed -n 's/^ *\([0-9][0-9]*\) bytes in .* seconds.*/\1/p' "$1" | tail -1; }
+
+run_case() {
+    local i=$1 name=${C_NAME[$1]} first=${C_FIRST[$1]} t=${C_T[$1]} chk=${C_CHECK[$1]}
+    local netem=${C_NETEM[$1]} gcmd=${C_G[$1]} hcmd=${C_H[$1]} exp=${C_EXP[$1]}
+    local d=$RUN/cases/${name//\//_} t0=$SECONDS hpid tdpid hrc grc gn k det res script
+    mkdir -p "$d"
+    export PCAP=$d/oxrdma.pcap
+    printf 'guest (%s first): %s\nhost: %s\nnetem: %s\n' "$first" "$gcmd" "$hcmd" "$netem" > "$d/commands.txt"
+    # capture on the bridge in the namespace
+    ip netns exec "$NS" tcpdump -i br0 -n -U -B 8192 -w "$d/br0.pcap" udp port 4791 > "$d/tcpdump.log" 2>&1 &
+    tdpid=$!; BG_PIDS="$BG_PIDS $tdpid"
+    for k in $(seq 1 50); do grep -q 'listening on' "$d/tcpdump.log" && break; sleep 0.1; done
+    [ -n "$netem" ] && [ $HOST_NETEM_OK = 1 ] && ip netns exec "$NS" tc qdisc add dev tap0 root netem $netem
+    # the guest's script: optional netem, the command, a "listening" mark
+    script=""
+    [ -n "$netem" ] && script="tc qdisc add dev eth0 root netem $netem || exit 90
+"
+    script="$script$gcmd &
+p=\$!"
+    [ "$first" = guest ] && script="$script
+i=0; while [ \$i -lt 300 ] && kill -0 \$p 2>/dev/null && ! ss -ltnH | grep -q ':18515 '; do i=\$((i+1)); sleep 0.1; done
+touch /mnt/share/listen.\$OXR_N"
+    script="$script
+wait \$p; r=\$?"
+    [ -n "$netem" ] && script="$script
+tc -s qdisc show dev eth0 | sed 's/^/netem: /'"
+    script="$script
+exit \$r"
+    hrc=""; grc=""
+    if [ "$first" = guest ]; then
+        guest_send "$SHARE" "$t" "$script"; gn=$GCMD
+        for k in $(seq 1 600); do
+            [ -f "$SHARE/listen.$gn" ] || [ -f "$SHARE/rc.$gn" ] || ! guest_alive && break; sleep 0.1
+        done
+        ip netns exec "$NS" timeout -k 5 "$t" bash -c "$hcmd" > "$d/host.out" 2>&1 &
+        hpid=$!; BG_PIDS="$BG_PIDS $hpid"
+    else
+        ip netns exec "$NS" timeout -k 5 "$t" bash -c "$hcmd" > "$d/host.out" 2>&1 &
+        hpid=$!; BG_PIDS="$BG_PIDS $hpid"
+        for k in $(seq 1 300); do listening "$NS" || ! kill -0 "$hpid" 2>/dev/null && break; sleep 0.1; done
+        guest_send "$SHARE" "$t" "$script"; gn=$GCMD
+    fi
+    wait "$hpid"; hrc=$?
+    guest_wait "$SHARE" "$gn" $((t + 20)); grc=$?
+    cp "$SHARE/out.$gn" "$d/guest.out" 2>/dev/null
+    [ -n "$netem" ] && [ $HOST_NETEM_OK = 1 ] && ip netns exec "$NS" tc qdisc del dev tap0 root 2>/dev/null
+    # tcpdump can lag behind on a busy host (TCG): let it drain its buffer
+    # (file size stable for 1 s, at most 20 s) before stopping it.
+    local sz=-1 nsz
+    for k in $(seq 1 40); do
+        nsz=$(stat -c %s "$d/br0.pcap" 2>/dev/null || echo 0)
+        [ "$nsz" = "$sz" ] && [ $k -gt 2 ] && break
+        sz=$nsz; sleep 0.5
+    done
+    kill -INT "$tdpid" 2>/dev/null; wait "$tdpid" 2>/dev/null
+    BG_PIDS=$(echo " $BG_PIDS " | sed "s/ $hpid / /; s/ $tdpid / /")
+    # verdict
+    res=PASS; det="host rc $hrc, guest rc $grc"
+    [ "$hrc" = 0 ] && [ "$grc" = 0 ] || res=FAIL
+    if [ "$chk" = bytes ]; then
+        local hb gb; hb=$(bytes_of "$d/host.out"); gb=$(bytes_of "$d/guest.out")
+        det="$det; bytes oxrdma ${hb:-?} rxe ${gb:-?}"
+        [ -n "$hb" ] && [ "$hb" = "$gb" ] || res=FAIL
+        [ -n "$exp" ] && [ "${hb:-}" != "$exp" ] && { res=FAIL; det="$det (expected $exp)"; }
+    fi
+    [ "$res" = FAIL ] && det="$det; $(grep -ihE 'error|fail|couldn|timeout|timed out|panic' "$d/host.out" "$d/guest.out" 2>/dev/null | head -2 | tr '\n' ' ' | cut -c1-160)"
+    [ -n "$netem" ] && det="$det; netem dropped $(sed -n 's/.*dropped \([0-9]*\),.*/\1/p' "$d/guest.out" | head -1) guest frames"
+    local drops; drops=$(sed -n 's/^\([0-9]*\) packets dropped by kernel/\1/p' "$d/tcpdump.log")
+    [ -n "$drops" ] && [ "$drops" != 0 ] && det="$det; tcpdump dropped $drops"
+    local cap rcv; cap=$(sed -n 's/^\([0-9]*\) packets captured/\1/p' "$d/tcpdump.log"); rcv=$(sed -n 's/^\([0-9]*\) packets received by filter/\1/p' "$d/tcpdump.log")
+    [ -n "$cap" ] && [ "$cap" != "$rcv" ] && det="$det; tcpdump wrote only $cap of $rcv frames"
+    row "$name" "$res" $((SECONDS - t0)) "$det"
+    # the captures
+    local f out
+    for f in br0 oxrdma; do
+        [ "$f" = oxrdma ] && [ ! -e "$d/oxrdma.pcap" ] && ! grep -q PCAP <<< "$hcmd" && continue
+        t0=$SECONDS
+        if out=$(bash "$HERE/check-pcap.sh" "$OXR" "$d/$f.pcap" 2>&1); then
+            row "$name [pcap $f]" PASS $((SECONDS - t0)) "$out"
+        else
+            row "$name [pcap $f]" FAIL $((SECONDS - t0)) "$out"
+        fi
+    done
+}
+
+for i in "${!C_NAME[@]}"; do
+    selected "${C_NAME[$i]}" || continue
+    case ${C_STATE[$i]} in
+        on) guest_alive || { row "${C_NAME[$i]}" FAIL 0 "guest is gone"; continue; }
+            run_case "$i" ;;
+        *)  row "${C_NAME[$i]}" SKIP 0 "${C_STATE[$i]}" ;;
+    esac
+done
+
+guest_run "$SHARE" 30 'for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo "$(basename $f) $(cat $f)"; done' > "$RUN/guest-rxe-counters.txt" 2>&1
+guest_stop "$SHARE"
+print_table; fails=$?
+[ $fails -eq 0 ] && exit 0 || exit 1
