@@ -96,12 +96,8 @@ impl Qp {
         if !self.req.una.before(una) {
             return;
         }
-        if let Some((p, sent)) = self.req.rtt_sample {
-            if p.before(una) {
-                let sample = ctx.now.saturating_sub(sent);
-                self.req.srtt = Some(self.req.srtt.map_or(sample, |s| (7 * s + sample) / 8));
-                self.req.rtt_sample = None;
-            }
+        if let Some(sample) = self.rtt_sample_for(ctx.now, una) {
+            self.req.srtt = Some(self.req.srtt.map_or(sample, |s| (7 * s + sample) / 8));
         }
         self.req.una = una;
         self.req.probes = 0;
@@ -122,6 +118,23 @@ impl Qp {
             self.ack_timeout().map(|t| ctx.now + t)
         };
         self.arm_probe(ctx.now);
+    }
+
+    /// The RTT sample an ACK up to `una` gives, if any. Karn's rule: only packets sent once
+    /// are timed. One exception breaks a trap: if the first probe timeout is shorter than
+    /// the peer's RTT (a slow VM, a long path), every timed packet is probed before its ACK
+    /// and no estimate would ever form. So, while there is none, an ACK for a probed packet
+    /// is timed from the probe: exact if it answers the probe, short by at most the probe
+    /// timeout if it answers the original.
+    fn rtt_sample_for(&mut self, now: crate::Nanos, una: Psn) -> Option<crate::Nanos> {
+        let r = &mut self.req;
+        if let Some((_, sent)) = r.rtt_sample.filter(|&(p, _)| p.before(una)) {
+            r.rtt_sample = None;
+            return Some(now.saturating_sub(sent));
+        }
+        let (_, probe) = r.probed_sample.filter(|&(p, _)| p.before(una))?;
+        r.probed_sample = None;
+        r.srtt.is_none().then(|| now.saturating_sub(probe))
     }
 
     /// Resends from `from`, if the retry budget allows; otherwise fails the front WQE.
@@ -245,6 +258,11 @@ impl Qp {
             self.req.probe_deadline = None;
             if self.req.una != self.req.high_psn && self.req.rnr_wait.is_none() {
                 self.req.probes += 1;
+                if self.req.srtt.is_none() {
+                    if let Some((p, _)) = self.req.rtt_sample {
+                        self.req.probed_sample = Some((p, ctx.now));
+                    }
+                }
                 let una = self.req.una;
                 self.rewind(una);
                 self.arm_probe(ctx.now);

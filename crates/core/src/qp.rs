@@ -90,6 +90,9 @@ pub(crate) struct ReqState {
     /// retry_cnt (a lost last packet or ACK would otherwise wait a whole ACK timeout).
     pub probe_deadline: Option<Nanos>,
     pub probes: u8,
+    /// While there is no RTT estimate: the timed packet a probe made ambiguous, and when
+    /// the probe left (see `Qp::rtt_sample_for`).
+    pub probed_sample: Option<(Psn, Nanos)>,
 }
 
 #[derive(Debug)]

@@ -284,7 +284,7 @@ fn retry_exhausted_when_the_peer_is_gone() {
         .iter()
         .filter(|e| e.0 == Opcode::RC_RDMA_WRITE_ONLY)
         .count();
-    assert_eq!(writes, 1 + 2 + 3);
+    assert_eq!(writes, 1 + 2 + 3, "{writes} WRITEs");
     // Timed out after 4.096 us × 2^10 × (retry_cnt + 1).
     assert!(
         p.world.now >= 4 * 4_194_304,
@@ -762,4 +762,32 @@ fn wire_details_match_linux_rxe() {
         .iter()
         .all(|&(sp, pkey)| sp == want && pkey == 0xffff));
     assert!(want >= 0xc000);
+}
+
+#[test]
+fn a_peer_slower_than_the_first_probe_timeout_is_learnt_not_probed_forever() {
+    // 3 ms each way: the first tail-loss probe (1 ms, before any RTT sample) is spurious.
+    // Karn's rule alone would discard every sample after it and probe every message again.
+    let mut p = Pair::new(&PairOptions {
+        net: oxrdma_sim::NetConfig {
+            delay: 3_000_000,
+            ..Default::default()
+        },
+        timeout: 16,
+        ..Default::default()
+    });
+    let log = tap(&mut p, |_| TapAction::Pass);
+    for i in 0..20u64 {
+        p.post_recv(1, i, vec![p.b.sge(0, 64)]);
+        p.post_send(0, send(i, p.a.sge(0, 8)));
+        p.run();
+        assert_eq!(p.wcs(0).len(), 1, "message {i}");
+    }
+    let sends = log
+        .borrow()
+        .iter()
+        .filter(|e| e.0 == Opcode::RC_SEND_ONLY)
+        .count();
+    // The first message may be probed (twice at most); the other 19 go out once.
+    assert!(sends <= 20 + 2, "{sends} SENDs for 20 messages");
 }
