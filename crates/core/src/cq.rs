@@ -1,33 +1,131 @@
 //! Completion queues: fixed depth; overflow puts the CQ in error and raises an async event,
 //! but the completion is kept, never dropped.
+//!
+//! The entries live in a lock-free ring ([`CqRing`]) that application threads may pop
+//! without the engine: polling a CQ with completions in it never waits for the NIC.
 
 use crate::wr::WorkCompletion;
+use crossbeam_queue::ArrayQueue;
 use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// The entries of one CQ, shared by the engine (which pushes) and pollers (which pop).
+#[derive(Debug)]
+pub struct CqRing {
+    queue: ArrayQueue<WorkCompletion>,
+}
+
+impl CqRing {
+    /// The oldest completion, if any.
+    pub fn pop(&self) -> Option<WorkCompletion> {
+        self.queue.pop()
+    }
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+}
 
 #[derive(Debug)]
 pub(crate) struct Cq {
-    pub depth: usize,
-    pub entries: VecDeque<WorkCompletion>,
-    /// Set once the CQ held more than `depth` entries.
-    pub overflowed: bool,
+    ring: Arc<CqRing>,
+    /// Completions beyond the depth, waiting for room in the ring (in order).
+    spill: VecDeque<WorkCompletion>,
+    /// Set once the CQ held more than its depth.
+    overflowed: bool,
 }
 
 impl Cq {
     pub fn new(depth: usize) -> Self {
         Cq {
-            depth,
-            entries: VecDeque::new(),
+            ring: Arc::new(CqRing {
+                queue: ArrayQueue::new(depth),
+            }),
+            spill: VecDeque::new(),
             overflowed: false,
+        }
+    }
+
+    pub fn ring(&self) -> Arc<CqRing> {
+        self.ring.clone()
+    }
+
+    /// Moves spilled completions into the ring as far as it has room.
+    fn refill(&mut self) {
+        while let Some(&wc) = self.spill.front() {
+            if self.ring.queue.push(wc).is_err() {
+                break;
+            }
+            self.spill.pop_front();
         }
     }
 
     /// Adds a completion; returns true if this push overflowed the queue for the first time.
     pub fn push(&mut self, wc: WorkCompletion) -> bool {
-        self.entries.push_back(wc);
-        if self.entries.len() > self.depth && !self.overflowed {
-            self.overflowed = true;
-            return true;
+        self.refill();
+        if self.spill.is_empty() {
+            match self.ring.queue.push(wc) {
+                Ok(()) => return false,
+                Err(wc) => self.spill.push_back(wc),
+            }
+        } else {
+            self.spill.push_back(wc);
         }
-        false
+        !std::mem::replace(&mut self.overflowed, true)
+    }
+
+    /// Takes up to `max` completions, oldest first.
+    pub fn take(&mut self, max: usize) -> Vec<WorkCompletion> {
+        let mut out = Vec::new();
+        while out.len() < max {
+            self.refill();
+            match self.ring.pop() {
+                Some(wc) => out.push(wc),
+                None => break,
+            }
+        }
+        self.refill();
+        out
+    }
+
+    pub fn len(&self) -> usize {
+        self.ring.len() + self.spill.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::{WcOpcode, WcStatus};
+
+    fn wc(id: u64) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            imm: None,
+            qp_num: 1,
+            src_qp: 0,
+        }
+    }
+
+    #[test]
+    fn overflow_is_reported_once_and_loses_nothing_out_of_order() {
+        let mut cq = Cq::new(4);
+        let ring = cq.ring();
+        let overflows: Vec<bool> = (0..10).map(|i| cq.push(wc(i))).collect();
+        assert_eq!(overflows.iter().filter(|&&o| o).count(), 1);
+        assert!(overflows[4], "the fifth entry overflows a CQ of four");
+        assert_eq!(cq.len(), 10);
+        // A lock-free poller sees the first four; the rest follow as room appears.
+        let first: Vec<u64> = std::iter::from_fn(|| ring.pop()).map(|w| w.wr_id).collect();
+        assert_eq!(first, vec![0, 1, 2, 3]);
+        cq.push(wc(10));
+        let rest: Vec<u64> = cq.take(100).iter().map(|w| w.wr_id).collect();
+        assert_eq!(rest, (4..=10).collect::<Vec<_>>());
+        assert!(!cq.push(wc(11)), "overflow is reported once");
     }
 }

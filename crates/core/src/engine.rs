@@ -3,7 +3,7 @@
 //! `poll_transmit`, and `poll_timeout` says when to call back.
 
 use crate::attr::{validate, AttrLimits, QpAttr, QpInitAttr};
-use crate::cq::Cq;
+use crate::cq::{Cq, CqRing};
 use crate::error::{Result, VerbsError};
 use crate::gid::{rc_udp_sport, Gid};
 use crate::memory::SharedBuffer;
@@ -267,13 +267,18 @@ impl Engine {
             .cqs
             .get_mut(&cq)
             .ok_or(VerbsError::NotFound("completion queue"))?;
-        let n = max.min(q.entries.len());
-        Ok(q.entries.drain(..n).collect())
+        Ok(q.take(max))
     }
 
     /// Completions waiting in `cq`.
     pub fn cq_len(&self, cq: u32) -> usize {
-        self.cqs.get(&cq).map_or(0, |q| q.entries.len())
+        self.cqs.get(&cq).map_or(0, Cq::len)
+    }
+
+    /// The lock-free ring of `cq`, for pollers on other threads. Completions beyond the
+    /// depth reach it as pollers make room and the engine runs (`poll_cq` or any event).
+    pub fn cq_ring(&self, cq: u32) -> Option<std::sync::Arc<CqRing>> {
+        self.cqs.get(&cq).map(Cq::ring)
     }
 
     pub fn create_qp(&mut self, pd: u32, init: &QpInitAttr) -> Result<u32> {

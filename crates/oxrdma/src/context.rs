@@ -3,21 +3,29 @@
 //! The engine and its socket live behind one mutex. The engine thread spins while there is
 //! traffic and otherwise sleeps in `poll(2)` on the socket and a doorbell eventfd, woken by
 //! packets, by its next timer, or by an application thread that posted work.
+//!
+//! Application threads do NIC work too: posting transmits at once, and polling an empty CQ
+//! moves packets. While an application polls like that, the engine thread keeps out of its
+//! way (on two cores, a third spinning thread only steals time from the two that matter).
 
 use crate::error::Result;
 use oxrdma_udp::Device;
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 use std::net::IpAddr;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Polls without traffic before the engine thread goes to sleep.
 const IDLE_SPINS: u32 = 200;
 /// Longest sleep (so a stop request is seen even if the doorbell is missed).
 const MAX_SLEEP: Duration = Duration::from_millis(50);
+/// An application that drove the device this recently is busy-polling.
+const APP_ACTIVE_NS: u64 = 200_000;
+/// How often the engine thread looks again while an application drives the device.
+const APP_CHECK: Duration = Duration::from_millis(1);
 
 /// State shared by the engine thread and the API objects.
 pub(crate) struct Shared {
@@ -26,6 +34,11 @@ pub(crate) struct Shared {
     stop: AtomicBool,
     /// CQs armed with `req_notify`, and the channel to signal when they get an entry.
     pub armed: Mutex<Vec<(u32, Arc<OwnedFd>)>>,
+    /// When an application thread last drove the device (ns since `epoch`).
+    app_drove_at: AtomicU64,
+    /// Whether the engine thread is asleep waiting for packets or the doorbell.
+    asleep: AtomicBool,
+    epoch: Instant,
 }
 
 impl Shared {
@@ -38,6 +51,29 @@ impl Shared {
     /// Wakes the engine thread (after posting work).
     pub fn ring(&self) {
         let _ = rustix::io::write(&self.doorbell, &1u64.to_ne_bytes());
+    }
+
+    /// Wakes the engine thread if it sleeps (it may need to re-arm its timer).
+    pub fn ring_if_asleep(&self) {
+        if self.asleep.load(Ordering::SeqCst) {
+            self.ring();
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Moves packets from the calling (application) thread, and notes that it does.
+    pub fn drive(&self, dev: &mut Device) {
+        self.app_drove_at.store(self.now_ns(), Ordering::Relaxed);
+        // A socket error here is the engine thread's to report; the packet is lost.
+        let _ = dev.poll();
+    }
+
+    fn app_active(&self) -> bool {
+        let at = self.app_drove_at.load(Ordering::Relaxed);
+        at != 0 && self.now_ns().saturating_sub(at) < APP_ACTIVE_NS
     }
 }
 
@@ -72,6 +108,16 @@ impl std::fmt::Debug for Context {
 fn engine_thread(shared: Arc<Shared>) {
     let mut idle = 0u32;
     while !shared.stop.load(Ordering::Acquire) {
+        let armed = !shared
+            .armed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty();
+        if shared.app_active() && !armed {
+            sleep_on(&[&shared.doorbell], APP_CHECK);
+            drain(&shared.doorbell);
+            continue;
+        }
         let (moved, sleep) = {
             let mut dev = shared.lock();
             let moved = dev.poll().unwrap_or(0);
@@ -103,18 +149,33 @@ fn engine_thread(shared: Arc<Shared>) {
         let sock = dev.port.as_fd().try_clone_to_owned();
         drop(dev);
         let Ok(sock) = sock else { continue };
-        let mut fds = [
-            PollFd::new(&sock, PollFlags::IN),
-            PollFd::new(&shared.doorbell, PollFlags::IN),
-        ];
-        let ts = Timespec {
-            tv_sec: sleep.as_secs() as i64,
-            tv_nsec: i64::from(sleep.subsec_nanos()),
-        };
-        let _ = poll(&mut fds, Some(&ts));
-        let mut b = [0u8; 8];
-        let _ = rustix::io::read(&shared.doorbell, &mut b);
+        // Announce the sleep before the last look for work, so a poster that misses the
+        // flag has posted early enough for this look to see it.
+        shared.asleep.store(true, Ordering::SeqCst);
+        let sleep = shared
+            .lock()
+            .next_timer_in()
+            .map_or(sleep, |t| t.min(sleep));
+        sleep_on(&[&sock, &shared.doorbell], sleep);
+        shared.asleep.store(false, Ordering::SeqCst);
+        drain(&shared.doorbell);
     }
+}
+
+/// Sleeps until one of `fds` is readable or `timeout` passes.
+fn sleep_on(fds: &[&OwnedFd], timeout: Duration) {
+    let mut pfds: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(*f, PollFlags::IN)).collect();
+    let ts = Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    let _ = poll(&mut pfds, Some(&ts));
+}
+
+/// Clears the doorbell's count.
+fn drain(doorbell: &OwnedFd) {
+    let mut b = [0u8; 8];
+    let _ = rustix::io::read(doorbell, &mut b);
 }
 
 impl Context {
@@ -131,6 +192,9 @@ impl Context {
             doorbell,
             stop: AtomicBool::new(false),
             armed: Mutex::new(Vec::new()),
+            app_drove_at: AtomicU64::new(0),
+            asleep: AtomicBool::new(false),
+            epoch: Instant::now(),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -176,10 +240,14 @@ impl Context {
 
     /// A completion queue of `depth` entries.
     pub fn create_cq(&self, depth: u32) -> Result<crate::CompletionQueue> {
-        let cq = self.shared().lock().engine.create_cq(depth)?;
+        let mut dev = self.shared().lock();
+        let cq = dev.engine.create_cq(depth)?;
+        let ring = dev.engine.cq_ring(cq).expect("the CQ just made");
+        drop(dev);
         Ok(crate::CompletionQueue {
             ctx: self.clone(),
             cq,
+            ring,
         })
     }
 

@@ -99,10 +99,15 @@ impl QueuePair {
         })
     }
 
-    /// `ibv_post_send` of one WR; rings the doorbell.
+    /// `ibv_post_send` of one WR. Its first packets leave from the calling thread, before
+    /// this returns (as a doorbell write starts a hardware NIC at once).
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
-        self.ctx.shared().lock().engine.post_send(self.qpn, wr)?;
-        self.ctx.shared().ring();
+        let shared = self.ctx.shared();
+        let mut dev = shared.lock();
+        dev.engine.post_send(self.qpn, wr)?;
+        shared.drive(&mut dev);
+        drop(dev);
+        shared.ring_if_asleep();
         Ok(())
     }
 

@@ -1,9 +1,11 @@
 //! An engine driven over a UDP port on the wall clock: the loop a NIC runs.
 
+use crate::batch::{RxBatch, TxBatch};
 use crate::port::{BindError, UdpPort};
-use oxrdma_core::{DeviceAttr, Engine, EngineConfig, Mtu, Nanos, MAX_PACKET};
+use oxrdma_core::{DeviceAttr, Engine, EngineConfig, Gid, Mtu, Nanos};
+use oxrdma_wire::ROCE_V2_PORT;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 #[derive(Debug)]
@@ -11,8 +13,8 @@ pub struct Device {
     pub engine: Engine,
     pub port: UdpPort,
     start: Instant,
-    tx: Vec<u8>,
-    rx: Vec<u8>,
+    tx: TxBatch,
+    rx: RxBatch,
 }
 
 impl Device {
@@ -28,8 +30,8 @@ impl Device {
             engine: Engine::new(config, seed),
             port,
             start: Instant::now(),
-            tx: vec![0; MAX_PACKET],
-            rx: vec![0; MAX_PACKET + 64],
+            tx: TxBatch::default(),
+            rx: RxBatch::default(),
         })
     }
 
@@ -44,20 +46,32 @@ impl Device {
         loop {
             let now = self.now();
             let mut progressed = false;
-            while let Some(t) = self.engine.poll_transmit(now, &mut self.tx) {
-                match self.port.send(t.dest, &mut self.tx[..t.len]) {
-                    Ok(()) => {}
-                    // A full socket buffer is a lost packet; the transport recovers.
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
+            loop {
+                while !self.tx.is_full() {
+                    let Some(t) = self.engine.poll_transmit(now, self.tx.next_slot()) else {
+                        break;
+                    };
+                    self.tx
+                        .push(SocketAddr::new(t.dest.ip(), ROCE_V2_PORT), t.len);
                 }
-                moved += 1;
+                let n = self.tx.count;
+                if n == 0 {
+                    break;
+                }
+                self.port.send_batch(&mut self.tx)?;
+                moved += n;
                 progressed = true;
             }
             let mut received = false;
-            while let Some((src, len)) = self.port.recv(&mut self.rx)? {
-                self.engine.handle_packet(self.now(), src, &self.rx[..len]);
-                moved += 1;
+            while self.port.recv_batch(&mut self.rx)? > 0 {
+                let now = self.now();
+                for i in 0..self.rx.count {
+                    if let Some(src) = self.rx.from[i] {
+                        self.engine
+                            .handle_packet(now, Gid::from(src.ip()), self.rx.datagram(i));
+                    }
+                }
+                moved += self.rx.count;
                 progressed = true;
                 received = true;
             }

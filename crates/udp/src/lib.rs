@@ -1,6 +1,7 @@
 //! The UDP driver: RoCEv2 packets to and from UDP port 4791, ICRC on every packet, and the
 //! loop that drives an engine from a socket and the wall clock.
 
+pub mod batch;
 mod capture;
 pub mod device;
 pub mod port;

@@ -7,6 +7,7 @@
 //! IPv4 packets are checked with the ID solved from the ICRC (see
 //! `oxrdma_wire::icrc_id`): a packet passes only if some ID makes its ICRC right.
 
+use crate::batch::{RxBatch, TxBatch};
 use oxrdma_core::Gid;
 use oxrdma_wire::{icrc, icrc_id, ROCE_V2_PORT};
 use rustix::net::sockopt;
@@ -146,8 +147,8 @@ impl UdpPort {
         self.send_to(SocketAddr::new(dest.ip(), ROCE_V2_PORT), packet)
     }
 
-    /// [`Self::send`] to an explicit socket address.
-    pub fn send_to(&mut self, dst: SocketAddr, packet: &mut [u8]) -> io::Result<()> {
+    /// Fills in the ICRC of a packet about to go to `dst` (and captures it).
+    pub fn seal(&mut self, dst: SocketAddr, packet: &mut [u8]) -> io::Result<()> {
         let (h, n) = self
             .headers(self.local, dst, packet.len())
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "IPv4/IPv6 mismatch"))?;
@@ -155,6 +156,76 @@ impl UdpPort {
         if let Some(c) = &mut self.capture {
             c.write(&h[..n], packet);
         }
+        Ok(())
+    }
+
+    /// Seals and sends every packet of `batch`, as few system calls as the kernel allows.
+    /// A full socket buffer drops the rest (lost packets, which the transport recovers).
+    pub fn send_batch(&mut self, batch: &mut TxBatch) -> io::Result<()> {
+        for i in 0..batch.count {
+            let dst = batch.dest[i].expect("pushed slots have a destination");
+            self.seal(dst, batch.packet_mut(i))?;
+        }
+        let mut from = 0;
+        while from < batch.count {
+            match batch.send(&self.socket, from) {
+                Ok(n) => {
+                    self.stats.tx += n as u64;
+                    from += n.max(1);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                // The packet at `from` drew an ICMP error from an earlier send: skip it.
+                Err(e) if is_icmp_error(&e) => {
+                    self.stats.icmp_errors += 1;
+                    from += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        batch.count = 0;
+        Ok(())
+    }
+
+    /// Receives waiting datagrams (one system call); returns how many arrived. Those whose
+    /// ICRC fails are counted and left with no source (`batch.from[i] == None`).
+    pub fn recv_batch(&mut self, batch: &mut RxBatch) -> io::Result<usize> {
+        let n = loop {
+            match batch.recv(&self.socket) {
+                Ok(n) => break n,
+                Err(e) if is_icmp_error(&e) => self.stats.icmp_errors += 1,
+                Err(e) => return Err(e),
+            }
+        };
+        for i in 0..n {
+            self.stats.rx += 1;
+            let ok = batch.from[i].is_some_and(|from| self.check(from, batch.datagram(i)));
+            if !ok {
+                batch.from[i] = None;
+                self.stats.rx_bad_icrc += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Verifies a received packet's ICRC (and captures it if it passes).
+    fn check(&mut self, from: SocketAddr, data: &[u8]) -> bool {
+        let verified = match self.headers(from, self.local, data.len()) {
+            Some((mut h, 28)) => icrc_id::verify_ipv4_any_id(&h[..28], data).ok().map(|id| {
+                h[4..6].copy_from_slice(&id.to_be_bytes());
+                (h, 28)
+            }),
+            Some((h, n)) => icrc::verify(&h[..n], data).is_ok().then_some((h, n)),
+            None => None,
+        };
+        if let (Some((h, n)), Some(c)) = (verified, &mut self.capture) {
+            c.write(&h[..n], data);
+        }
+        verified.is_some()
+    }
+
+    /// [`Self::send`] to an explicit socket address.
+    pub fn send_to(&mut self, dst: SocketAddr, packet: &mut [u8]) -> io::Result<()> {
+        self.seal(dst, packet)?;
         match self.socket.send_to(packet, dst) {
             Ok(_) => {}
             Err(e) if is_icmp_error(&e) => self.stats.icmp_errors += 1,
@@ -180,19 +251,7 @@ impl UdpPort {
                 Err(e) => return Err(e),
             };
             self.stats.rx += 1;
-            let data = &buf[..len];
-            let verified = match self.headers(from, self.local, len) {
-                Some((mut h, 28)) => icrc_id::verify_ipv4_any_id(&h[..28], data).ok().map(|id| {
-                    h[4..6].copy_from_slice(&id.to_be_bytes());
-                    (h, 28)
-                }),
-                Some((h, n)) => icrc::verify(&h[..n], data).is_ok().then_some((h, n)),
-                None => None,
-            };
-            if let Some((h, n)) = verified {
-                if let Some(c) = &mut self.capture {
-                    c.write(&h[..n], data);
-                }
+            if self.check(from, &buf[..len]) {
                 return Ok(Some((Gid::from(from.ip()), len)));
             }
             self.stats.rx_bad_icrc += 1;
