@@ -27,8 +27,9 @@ pub fn devinfo(ip: IpAddr) -> anyhow::Result<()> {
     println!("\tatomic_cap:\t\t\tATOMIC_GLOB (2)");
     println!("\t\tport:\t1");
     println!("\t\t\tstate:\t\t\tPORT_ACTIVE (4)");
+    let m = ctx.active_mtu();
     println!("\t\t\tmax_mtu:\t\t4096 (5)");
-    println!("\t\t\tactive_mtu:\t\t4096 (5)");
+    println!("\t\t\tactive_mtu:\t\t{} ({})", m.bytes(), m as u32);
     println!("\t\t\tlink_layer:\t\tEthernet");
     println!("\t\t\tGID[  0]:\t\t{gid}, RoCE v2");
     Ok(())

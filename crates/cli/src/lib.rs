@@ -6,3 +6,10 @@ pub mod devinfo;
 pub mod perf;
 pub mod pingpong;
 pub mod sim;
+
+/// Listens for the out-of-band TCP connection on every address, IPv6 and IPv4 (falling back
+/// to IPv4 alone where IPv6 is off).
+pub fn listen(port: u16) -> std::io::Result<std::net::TcpListener> {
+    std::net::TcpListener::bind(("::", port))
+        .or_else(|_| std::net::TcpListener::bind(("0.0.0.0", port)))
+}

@@ -13,7 +13,7 @@ use oxrdma::{
     SendFlags, SendWr, WcStatus,
 };
 use std::io::{Read, Write};
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 const MSG_LEN: usize = 52;
@@ -101,7 +101,7 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
             parse(&m)?
         }
         None => {
-            let l = TcpListener::bind(("0.0.0.0", a.port))
+            let l = crate::listen(a.port)
                 .with_context(|| format!("cannot listen on TCP port {}", a.port))?;
             let (mut s, _) = l.accept()?;
             let mut m = [0u8; MSG_LEN];

@@ -224,6 +224,11 @@ impl Context {
         Ok(())
     }
 
+    /// The port's active MTU: the largest path MTU a QP may use (from the interface MTU).
+    pub fn active_mtu(&self) -> oxrdma_core::Mtu {
+        self.shared().lock().engine.config().max_mtu
+    }
+
     /// Device limits.
     pub fn attr(&self) -> oxrdma_core::DeviceAttr {
         self.shared().lock().engine.config().attr

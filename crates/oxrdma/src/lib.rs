@@ -22,6 +22,6 @@ pub use pd::{MemoryRegion, ProtectionDomain};
 pub use qp::{ConnectOptions, Endpoint, QueuePair};
 
 pub use oxrdma_core::{
-    Access, DeviceAttr, Gid, Mtu, QpCap, QpState, QpType, RecvWr, SendData, SendFlags, SendWr, Sge,
-    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    Access, AddressVector, DeviceAttr, Gid, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendData,
+    SendFlags, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };

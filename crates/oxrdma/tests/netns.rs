@@ -1,4 +1,4 @@
-//! RC between two network namespaces joined by a veth pair (the test creates both and
+//! RC over IPv4 and IPv6 between two network namespaces joined by a veth pair (the test creates both and
 //! deletes them afterwards; all traffic stays inside them). Needs root and iproute2; where
 //! namespaces cannot be created it says so and skips.
 
@@ -57,16 +57,36 @@ fn rc_between_two_network_namespaces() {
     assert!(ip(&[
         "link", "add", "oxva", "netns", &na, "type", "veth", "peer", "name", "oxvb", "netns", &nb
     ]));
-    for (ns, dev, addr) in [
-        (&na, "oxva", "10.199.0.1/24"),
-        (&nb, "oxvb", "10.199.0.2/24"),
+    for (ns, dev, v4, v6) in [
+        (&na, "oxva", "10.199.0.1/24", "fd99::1/64"),
+        (&nb, "oxvb", "10.199.0.2/24", "fd99::2/64"),
     ] {
-        assert!(ip(&["-n", ns, "addr", "add", addr, "dev", dev]));
+        assert!(ip(&["-n", ns, "addr", "add", v4, "dev", dev]));
+        // nodad: the address is usable (bindable) at once.
+        assert!(ip(&["-n", ns, "addr", "add", v6, "dev", dev, "nodad"]));
         assert!(ip(&["-n", ns, "link", "set", dev, "up"]));
         assert!(ip(&["-n", ns, "link", "set", "lo", "up"]));
     }
-    let a = open_in(&na, "10.199.0.1");
-    let b = open_in(&nb, "10.199.0.2");
+    // A fresh IPv6 link needs a moment (link-local address, neighbour discovery) before it
+    // carries anything; RC's retry budget (half a second here) is shorter than that.
+    let ready = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        ip(&[
+            "netns", "exec", &na, "ping", "-6", "-c1", "-W1", "-q", "fd99::2",
+        ])
+    });
+    assert!(ready, "the IPv6 link between the namespaces never came up");
+    for (x, y) in [("10.199.0.1", "10.199.0.2"), ("fd99::1", "fd99::2")] {
+        let a = open_in(&na, x);
+        let b = open_in(&nb, y);
+        // veth MTU 1500: active MTU 1024, as rxe derives it for a 1500-byte netdev.
+        assert_eq!(a.active_mtu(), Mtu::Mtu1024, "{x}");
+        transfer(&a, &b, x);
+    }
+}
+
+/// WRITE 1 MiB from `a` to `b` and READ it back, checking every byte both ways.
+fn transfer(a: &Context, b: &Context, label: &str) {
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ma, mb) = (
         pa.register(2 << 20, Access::ALL).unwrap(),
@@ -79,12 +99,22 @@ fn rc_between_two_network_namespaces() {
     let qb = pb
         .create_qp(&cb, &cb, QpType::Rc, QpCap::default())
         .unwrap();
-    // veth MTU 1500: path MTU 1024, as rxe picks for a 1500-byte netdev.
-    let o = ConnectOptions {
-        mtu: Mtu::Mtu1024,
+    let (sa, sb) = (a.random_psn(), b.random_psn());
+    // More than the port can carry is refused when the QP is connected.
+    let too_big = ConnectOptions {
+        mtu: Mtu::Mtu4096,
         ..Default::default()
     };
-    let (sa, sb) = (a.random_psn(), b.random_psn());
+    assert!(qa.connect(sa, &qb.endpoint(sb), &too_big).is_err());
+    qa.modify(&oxrdma::QpAttr {
+        qp_state: Some(oxrdma::QpState::Reset),
+        ..Default::default()
+    })
+    .unwrap();
+    let o = ConnectOptions {
+        mtu: a.active_mtu(),
+        ..Default::default()
+    };
     qa.connect(sa, &qb.endpoint(sb), &o).unwrap();
     qb.connect(sb, &qa.endpoint(sa), &o).unwrap();
     let data: Vec<u8> = (0..(1 << 20)).map(|i: usize| (i % 241) as u8).collect();
@@ -106,10 +136,13 @@ fn rc_between_two_network_namespaces() {
     let mut wcs = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     while wcs.len() < 2 {
-        assert!(Instant::now() < deadline, "timed out: {wcs:?}");
+        assert!(Instant::now() < deadline, "{label}: timed out: {wcs:?}");
         ca.poll(&mut wcs, 2).unwrap();
     }
-    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    assert!(
+        wcs.iter().all(|w| w.status == WcStatus::Success),
+        "{label}: {wcs:?}"
+    );
     let mut back = vec![0u8; data.len()];
     ma.read(1 << 20, &mut back);
     assert!(back == data);

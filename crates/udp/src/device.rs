@@ -21,9 +21,11 @@ impl Device {
     /// Opens the device for `ip` (port 4791). `seed` feeds the engine's CSPRNG.
     pub fn open(ip: IpAddr, seed: [u8; 32]) -> Result<Device, BindError> {
         let port = UdpPort::bind(ip)?;
+        // Packets that would not fit the interface cannot be sent with DF set.
+        let max_mtu = crate::mtu::interface_mtu(ip).map_or(Mtu::Mtu4096, crate::mtu::active_mtu);
         let config = EngineConfig {
             gid: port.gid(),
-            max_mtu: Mtu::Mtu4096,
+            max_mtu,
             attr: DeviceAttr::default(),
         };
         Ok(Device {

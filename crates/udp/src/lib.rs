@@ -4,6 +4,7 @@
 pub mod batch;
 mod capture;
 pub mod device;
+pub mod mtu;
 pub mod port;
 
 pub use device::Device;

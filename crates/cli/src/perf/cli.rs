@@ -65,9 +65,9 @@ pub struct PerfCli {
     /// Receives kept posted per QP (send tests).
     #[arg(short = 'r', long, default_value_t = 512)]
     rx_depth: u32,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096.
-    #[arg(short = 'm', long, default_value_t = 4096)]
-    mtu: usize,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 [default: the port's active MTU].
+    #[arg(short = 'm', long)]
+    mtu: Option<usize>,
     /// Largest message sent inline (write and send).
     #[arg(short = 'I', long, default_value_t = 64)]
     inline_size: u32,
@@ -134,7 +134,7 @@ impl PerfCli {
             qps: self.qps,
             tx_depth: self.tx_depth,
             rx_depth: self.rx_depth,
-            mtu: mtu(self.mtu)?,
+            mtu: self.mtu.map(mtu).transpose()?,
             atomic: self.atomic_type,
             inline_size: self.inline_size,
             device: self.device,

@@ -56,7 +56,9 @@ pub struct PerfArgs {
     pub qps: u32,
     pub tx_depth: u32,
     pub rx_depth: u32,
-    pub mtu: oxrdma::Mtu,
+    /// Path MTU asked for (`-m`); the port's active MTU if not given. The two sides use
+    /// the smaller of what each offers.
+    pub mtu: Option<oxrdma::Mtu>,
     pub atomic: AtomicOp,
     pub inline_size: u32,
     /// This side's device address.
@@ -138,7 +140,7 @@ pub fn run(args: &PerfArgs, each: &mut dyn FnMut(&Report)) -> anyhow::Result<()>
     args.validate()?;
     match &args.server {
         None => {
-            let l = TcpListener::bind(("0.0.0.0", args.port))
+            let l = crate::listen(args.port)
                 .with_context(|| format!("cannot listen on TCP port {}", args.port))?;
             side::serve(args, l)
         }

@@ -10,7 +10,7 @@ use super::report::Report;
 use super::{bw, lat, Kind, PerfArgs};
 use anyhow::{bail, Context as _};
 use oxrdma::{
-    exchange, Access, CompletionQueue, ConnectOptions, Context, MemoryRegion, PeerInfo,
+    exchange, Access, CompletionQueue, ConnectOptions, Context, MemoryRegion, Mtu, PeerInfo,
     ProtectionDomain, QpCap, QpType, QueuePair, WcStatus, WorkCompletion,
 };
 use std::collections::HashMap;
@@ -34,13 +34,13 @@ pub struct Side {
 }
 
 impl Side {
-    fn open(args: &PerfArgs, slot: usize, mut ctl: Ctl) -> anyhow::Result<Side> {
-        let ctx = Context::open(args.device)
-            .with_context(|| format!("cannot open the RDMA device {}", args.device))?;
-        if let Some(p) = &args.pcap {
-            ctx.capture_to(p)
-                .with_context(|| format!("cannot write {}", p.display()))?;
-        }
+    fn open(
+        args: &PerfArgs,
+        ctx: Context,
+        slot: usize,
+        mtu: Mtu,
+        mut ctl: Ctl,
+    ) -> anyhow::Result<Side> {
         let pd = ctx.alloc_pd()?;
         let len = slot * args.qps as usize;
         let mr = pd
@@ -56,7 +56,7 @@ impl Side {
             max_inline_data: args.inline_size,
         };
         let opts = ConnectOptions {
-            mtu: args.mtu,
+            mtu,
             ..Default::default()
         };
         let (mut qps, mut peers, mut index) = (Vec::new(), Vec::new(), HashMap::new());
@@ -116,24 +116,52 @@ impl Side {
     }
 }
 
-fn hello(args: &PerfArgs) -> String {
-    format!("hello {} {} {}", args.name(), args.qps, args.slot())
+/// Opens this side's device (and its capture).
+fn device(args: &PerfArgs) -> anyhow::Result<Context> {
+    let ctx = Context::open(args.device)
+        .with_context(|| format!("cannot open the RDMA device {}", args.device))?;
+    if let Some(p) = &args.pcap {
+        ctx.capture_to(p)
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(ctx)
+}
+
+/// The path MTU this side offers: `-m`, or the port's active MTU (never more than it).
+fn offered_mtu(args: &PerfArgs, ctx: &Context) -> Mtu {
+    args.mtu
+        .map_or(ctx.active_mtu(), |m| m.min(ctx.active_mtu()))
+}
+
+fn mtu_from(code: u64) -> Option<Mtu> {
+    [
+        Mtu::Mtu256,
+        Mtu::Mtu512,
+        Mtu::Mtu1024,
+        Mtu::Mtu2048,
+        Mtu::Mtu4096,
+    ]
+    .into_iter()
+    .find(|&m| m as u64 == code)
 }
 
 /// Serves one client, then returns.
 pub fn serve(args: &PerfArgs, l: TcpListener) -> anyhow::Result<()> {
+    let ctx = device(args)?;
     let (tcp, _) = l.accept().context("waiting for the client")?;
     tcp.set_nodelay(true)?;
     let mut ctl = Ctl::new(tcp);
     let h = ctl.recv()?;
     let f: Vec<&str> = h.split_whitespace().collect();
-    let slot = match f[..] {
-        ["hello", test, qps, slot] if test == args.name() && qps == args.qps.to_string() => {
-            slot.parse::<usize>().ok().filter(|&s| s > 0)
+    let hello = match f[..] {
+        ["hello", test, qps, slot, mtu] if test == args.name() && qps == args.qps.to_string() => {
+            let slot = slot.parse::<usize>().ok().filter(|&s| s > 0);
+            let mtu = mtu.parse::<u64>().ok().and_then(mtu_from);
+            slot.zip(mtu)
         }
         _ => None,
     };
-    let Some(slot) = slot else {
+    let Some((slot, their_mtu)) = hello else {
         let why = format!("server runs {} with -q {}", args.name(), args.qps);
         let _ = ctl.send(&format!("err {why}"));
         bail!("the client asked for {h:?}, but this {why}");
@@ -141,8 +169,9 @@ pub fn serve(args: &PerfArgs, l: TcpListener) -> anyhow::Result<()> {
     let mut a = args.clone();
     a.sizes = vec![slot];
     a.validate()?;
-    ctl.send("ok 0")?;
-    let mut side = Side::open(args, slot, ctl)?;
+    let mtu = offered_mtu(args, &ctx).min(their_mtu);
+    ctl.send(&format!("ok {}", mtu as u32))?;
+    let mut side = Side::open(args, ctx, slot, mtu, ctl)?;
     loop {
         let l = side.ctl.recv()?;
         if l == "bye" {
@@ -197,10 +226,20 @@ pub fn client(
         bail!("cannot reach the perf server at {host}:{port}: {e}");
     };
     tcp.set_nodelay(true)?;
+    let ctx = device(args)?;
     let mut ctl = Ctl::new(tcp);
-    ctl.send(&hello(args))?;
-    parse_word(&ctl.recv()?, "ok")?;
-    let mut side = Side::open(args, args.slot(), ctl)?;
+    let mtu = offered_mtu(args, &ctx);
+    ctl.send(&format!(
+        "hello {} {} {} {}",
+        args.name(),
+        args.qps,
+        args.slot(),
+        mtu as u32
+    ))?;
+    let agreed = mtu_from(parse_word(&ctl.recv()?, "ok")?)
+        .filter(|&m| m <= mtu)
+        .context("the server answered with an MTU this side did not offer")?;
+    let mut side = Side::open(args, ctx, args.slot(), agreed, ctl)?;
     for &size in &args.sizes {
         if args.kind == Kind::Lat {
             lat::prepare_client(&mut side, args)?;
