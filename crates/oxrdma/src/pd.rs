@@ -16,6 +16,13 @@ impl ProtectionDomain {
     /// Allocates `len` zeroed bytes and registers them with `access`. The region owns its
     /// memory; read and write it through the region.
     pub fn register(&self, len: usize, access: Access) -> Result<MemoryRegion> {
+        // Refused before allocating, so the error names the limit, not the allocator.
+        if len as u64 > self.ctx.attr().max_mr_size {
+            return Err(oxrdma_core::VerbsError::InvalidArgument(
+                "memory region larger than max_mr_size",
+            )
+            .into());
+        }
         let buf = Arc::new(SharedBuffer::new(len)?);
         let mr = self
             .ctx

@@ -155,3 +155,60 @@ fn sixty_four_qps_from_four_threads() {
         assert!(got.iter().all(|&x| x == q as u8), "QP {q}'s region");
     }
 }
+
+#[test]
+fn bad_arguments_are_clear_errors_that_change_nothing() {
+    let ctx = Context::open("127.0.0.27".parse().unwrap()).unwrap();
+    let err = |r: Result<(), oxrdma::Error>| r.unwrap_err().to_string();
+    let pd = ctx.alloc_pd().unwrap();
+    // Larger than the device's max_mr_size.
+    let e = pd.register(1 << 41, Access::ALL).unwrap_err().to_string();
+    assert!(e.contains("too large") || e.contains("max_mr_size"), "{e}");
+    // A CQ of zero entries, or more than max_cqe.
+    assert!(ctx.create_cq(0).is_err());
+    assert!(ctx.create_cq(ctx.attr().max_cqe + 1).is_err());
+    let cq = ctx.create_cq(16).unwrap();
+    // More WRs, SGEs or inline bytes than the device allows.
+    for cap in [
+        QpCap {
+            max_send_wr: ctx.attr().max_qp_wr + 1,
+            ..QpCap::default()
+        },
+        QpCap {
+            max_send_sge: ctx.attr().max_sge + 1,
+            ..QpCap::default()
+        },
+        QpCap {
+            max_inline_data: ctx.attr().max_inline_data + 1,
+            ..QpCap::default()
+        },
+    ] {
+        assert!(pd.create_qp(&cq, &cq, QpType::Rc, cap).is_err(), "{cap:?}");
+    }
+    let qp = pd
+        .create_qp(&cq, &cq, QpType::Rc, QpCap::default())
+        .unwrap();
+    let mr = pd.register(64, Access::ALL).unwrap();
+    // Posting to a QP that is not ready to send, and an SGE beyond the region.
+    let e = err(qp.post_send(SendWr::new(
+        1,
+        WrOpcode::Send,
+        SendData::Sges(vec![mr.sge(0, 8)]),
+    )));
+    assert!(!e.is_empty());
+    assert!(qp
+        .post_recv(RecvWr {
+            wr_id: 2,
+            sges: vec![mr.sge(0, 4096)]
+        })
+        .is_err());
+    // Nothing was queued: the CQ stays empty.
+    let mut wcs = Vec::new();
+    cq.poll(&mut wcs, 16).unwrap();
+    assert!(wcs.is_empty(), "{wcs:?}");
+    // A second device on a taken address names the problem.
+    let e = Context::open("127.0.0.27".parse().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("already in use"), "{e}");
+}
