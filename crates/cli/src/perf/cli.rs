@@ -129,7 +129,9 @@ impl PerfCli {
             (false, _, Kind::Lat) => 10000,
         };
         if self.perftest && self.loopback {
-            anyhow::bail!("--perftest talks to a perftest peer; it does not combine with --loopback");
+            anyhow::bail!(
+                "--perftest talks to a perftest peer; it does not combine with --loopback"
+            );
         }
         if self.all && self.size.is_some() {
             anyhow::bail!("-a and -s exclude each other");

@@ -88,7 +88,10 @@ pub fn client(res: &Res, args: &PerfArgs, size: usize, t: &Target) -> anyhow::Re
             prog.sample(now - start, done);
             pb.set_position(done);
         } else if now - last > STALL {
-            bail!("no completion for {} s ({done} of {iters} WRs done)", STALL.as_secs());
+            bail!(
+                "no completion for {} s ({done} of {iters} WRs done)",
+                STALL.as_secs()
+            );
         }
     }
     pb.finish_and_clear();
@@ -115,7 +118,12 @@ fn post_recv(res: &Res, size: usize, k: u64) -> anyhow::Result<()> {
 
 /// The send_bw server after HS4: counts `iters` messages of exactly `size` bytes,
 /// re-posting receives until `iters` have been posted in all.
-pub fn serve_sends(res: &Res, args: &PerfArgs, size: usize, mut posted: u64) -> anyhow::Result<BwResult> {
+pub fn serve_sends(
+    res: &Res,
+    args: &PerfArgs,
+    size: usize,
+    mut posted: u64,
+) -> anyhow::Result<BwResult> {
     let iters = args.iters;
     let mut got = 0u64;
     let mut prog = Progress::default();
@@ -126,7 +134,10 @@ pub fn serve_sends(res: &Res, args: &PerfArgs, size: usize, mut posted: u64) -> 
         res.poll(&mut wcs)?;
         for w in wcs.iter().filter(|w| w.opcode == WcOpcode::Recv) {
             if w.byte_len as usize != size {
-                bail!("a message of {} B arrived; this side runs -s {size}", w.byte_len);
+                bail!(
+                    "a message of {} B arrived; this side runs -s {size}",
+                    w.byte_len
+                );
             }
             got += 1;
             if posted < iters {
@@ -140,7 +151,10 @@ pub fn serve_sends(res: &Res, args: &PerfArgs, size: usize, mut posted: u64) -> 
             last = now;
             prog.sample(now - t0, got);
         } else if now - last > STALL {
-            bail!("no message for {} s ({got} of {iters} received)", STALL.as_secs());
+            bail!(
+                "no message for {} s ({got} of {iters} received)",
+                STALL.as_secs()
+            );
         }
     }
     let secs = start.map_or(0.0, |t| t.elapsed().as_secs_f64()).max(1e-9);

@@ -19,7 +19,9 @@ pub struct Chan {
 impl Chan {
     /// Waits for one client on `listener` (perftest's server accepts exactly one).
     pub fn accept(listener: TcpListener) -> anyhow::Result<Chan> {
-        let (tcp, _) = listener.accept().context("waiting for the perftest client")?;
+        let (tcp, _) = listener
+            .accept()
+            .context("waiting for the perftest client")?;
         Chan::new(tcp, false)
     }
 

@@ -22,7 +22,10 @@ fn wait_byte(res: &Res, off: usize, want: u8) -> anyhow::Result<()> {
         }
         if spin % 1024 == 1023 {
             if start.elapsed() > STALL {
-                bail!("message {want} (mod 256) from the peer did not arrive within {} s", STALL.as_secs());
+                bail!(
+                    "message {want} (mod 256) from the peer did not arrive within {} s",
+                    STALL.as_secs()
+                );
             }
             std::thread::yield_now();
         }
@@ -47,7 +50,13 @@ fn wait_completion(res: &Res) -> anyhow::Result<()> {
 }
 
 /// Runs the `iters` exchanges; latency is half the time between our consecutive WRITEs.
-pub fn run(res: &Res, args: &PerfArgs, size: usize, peer: &Keys, server: bool) -> anyhow::Result<LatResult> {
+pub fn run(
+    res: &Res,
+    args: &PerfArgs,
+    size: usize,
+    peer: &Keys,
+    server: bool,
+) -> anyhow::Result<LatResult> {
     let iters = args.iters;
     let poll_at = res.half + size - 1;
     let (mut sent, mut seen, mut completed) = (0u64, 0u64, 0u64);
@@ -61,7 +70,11 @@ pub fn run(res: &Res, args: &PerfArgs, size: usize, peer: &Keys, server: bool) -
         if sent < iters {
             sent += 1;
             res.mr.write(size - 1, &[sent as u8]);
-            let mut wr = SendWr::new(sent, WrOpcode::RdmaWrite, SendData::Sges(vec![res.mr.sge(0, size)]));
+            let mut wr = SendWr::new(
+                sent,
+                WrOpcode::RdmaWrite,
+                SendData::Sges(vec![res.mr.sge(0, size)]),
+            );
             (wr.remote_addr, wr.rkey) = (peer.vaddr, peer.rkey);
             wr.flags = SendFlags::SIGNALED;
             posts.push(Instant::now());

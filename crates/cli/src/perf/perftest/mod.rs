@@ -71,7 +71,12 @@ fn check_gid(me: &Keys, peer: &Keys) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn side(mut chan: Chan, args: &PerfArgs, server: bool, each: &mut dyn FnMut(&Report)) -> anyhow::Result<()> {
+fn side(
+    mut chan: Chan,
+    args: &PerfArgs,
+    server: bool,
+    each: &mut dyn FnMut(&Report),
+) -> anyhow::Result<()> {
     let size = args.sizes[0];
     msg::parse_version(&chan.swap::<16>(&msg::version(), "version", STEP)?)?;
     let c = chan.swap::<4>(&msg::be32(CYCLE), "cycle buffer size", STEP)?;
@@ -128,15 +133,19 @@ fn side(mut chan: Chan, args: &PerfArgs, server: bool, each: &mut dyn FnMut(&Rep
         cycle,
         cache,
     };
-    match (args.verb, server) {
+    // A server that finds the client's run wrong still closes the exchange properly, so
+    // perftest ends cleanly, and fails afterwards.
+    let verdict = match (args.verb, server) {
         (Verb::Send, true) => {
             let posted = bw::post_receives(&res, args, size)?;
             hs(&mut chan, &me, STEP)?;
             each(&Report::Bw(bw::serve_sends(&res, args, size, posted)?));
+            Ok(())
         }
         (Verb::Send, false) => {
             hs(&mut chan, &me, STEP)?;
             each(&Report::Bw(bw::client(&res, args, size, &target)?));
+            Ok(())
         }
         (_, false) => {
             let r = bw::client(&res, args, size, &target)?;
@@ -145,6 +154,7 @@ fn side(mut chan: Chan, args: &PerfArgs, server: bool, each: &mut dyn FnMut(&Rep
                 chan.swap::<8>(&f, "REPORT field", STEP)?;
             }
             each(&Report::Bw(r));
+            Ok(())
         }
         (_, true) => {
             let before = bw::fetch_add_total(&res, cycle, cache);
@@ -155,12 +165,16 @@ fn side(mut chan: Chan, args: &PerfArgs, server: bool, each: &mut dyn FnMut(&Rep
                 *field = chan.swap::<8>(&[0; 8], "REPORT field", STEP)?;
             }
             let r = BwReport::from_fields(&f);
-            check_report(&res, args, size, &r, before, (cycle, cache))?;
-            each(&Report::Bw(from_report(&r, args)));
+            let v = check_report(&res, args, size, &r, before, (cycle, cache));
+            if v.is_ok() {
+                each(&Report::Bw(from_report(&r, args)));
+            }
+            v
         }
-    }
+    };
     hs(&mut chan, &me, STEP)?;
-    chan.done()
+    chan.done()?;
+    verdict
 }
 
 /// The server's view of the client's REPORT: same size and iterations as ours, and for
@@ -184,7 +198,10 @@ fn check_report(
     if args.verb == Verb::Atomic && args.atomic == super::AtomicOp::FetchAndAdd {
         let added = bw::fetch_add_total(res, cycle, cache).wrapping_sub(before);
         if added != r.iters {
-            bail!("the client reports {} FETCH_AND_ADDs, our counters grew by {added}", r.iters);
+            bail!(
+                "the client reports {} FETCH_AND_ADDs, our counters grew by {added}",
+                r.iters
+            );
         }
     }
     Ok(())
@@ -219,6 +236,10 @@ fn from_report(r: &BwReport, args: &PerfArgs) -> BwResult {
         bw_avg_gbps: avg_gbps,
         bw_avg_mbps: avg_gbps * 1e3 / 8.0,
         msg_rate_mpps: r.msg_rate,
-        seconds: if avg_gbps > 0.0 { total * 8.0 / (avg_gbps * 1e9) } else { 0.0 },
+        seconds: if avg_gbps > 0.0 {
+            total * 8.0 / (avg_gbps * 1e9)
+        } else {
+            0.0
+        },
     }
 }

@@ -6,8 +6,8 @@ use super::msg::Keys;
 use crate::perf::Verb;
 use anyhow::{bail, Context as _};
 use oxrdma::{
-    Access, CompletionQueue, Context, MemoryRegion, Mtu, ProtectionDomain, QpCap, QpState,
-    QpType, QueuePair, WcStatus, WorkCompletion,
+    Access, CompletionQueue, Context, MemoryRegion, Mtu, ProtectionDomain, QpCap, QpState, QpType,
+    QueuePair, WcStatus, WorkCompletion,
 };
 use oxrdma_core::{AddressVector, QpAttr};
 
@@ -134,7 +134,9 @@ impl Res {
     /// in flight as the peer accepts, capped to what our device can track.
     pub fn to_rts(&self, peer: &Keys) -> anyhow::Result<()> {
         let limit = self.ctx.attr().max_qp_rd_atom;
-        let rd = u8::try_from(peer.out_reads).unwrap_or(u8::MAX).clamp(1, limit);
+        let rd = u8::try_from(peer.out_reads)
+            .unwrap_or(u8::MAX)
+            .clamp(1, limit);
         self.qp
             .modify(&QpAttr {
                 qp_state: Some(QpState::Rts),
