@@ -7,6 +7,8 @@
 #   TIMEOUT seconds for each side's command
 #   CHECK   bytes: both exit 0 and print the same "N bytes in S seconds" total
 #                  (and it equals the expected 2*size*iters when EXPECT is set)
+#           perf:  both exit 0 and the last result row ("#bytes #iterations ...", perftest's
+#                  and oxrdma perf's) on each side is exactly EXPECT="SIZE ITERS"
 #           rc:    both exit 0
 #   NETEM   "" or netem arguments applied to the guest's eth0 egress for this
 #           case (and, if OXR_NETEM_HOST=1, to tap0 in the namespace too)
