@@ -7,6 +7,8 @@
 #   TIMEOUT seconds for each side's command
 #   CHECK   bytes: both exit 0 and print the same "N bytes in S seconds" total
 #                  (and it equals the expected 2*size*iters when EXPECT is set)
+#           perf:  both exit 0 and the last result row ("#bytes #iterations ...", perftest's
+#                  and oxrdma perf's) on each side is exactly EXPECT="SIZE ITERS"
 #           rc:    both exit 0
 #   NETEM   "" or netem arguments applied to the guest's eth0 egress for this
 #           case (and, if OXR_NETEM_HOST=1, to tap0 in the namespace too)
@@ -46,30 +48,35 @@ h='"$OXR" ud-pingpong -d "$HOST_IP" -s 512 -n 100 --pcap "$PCAP"'
 tcase "ud_pingpong/oxr-client" "$P_UD" guest 120 bytes "" "$g"               "$h \"\$GUEST_IP\""
 tcase "ud_pingpong/oxr-server" "$P_UD" host  120 bytes "" "$g \"\$HOST_IP\"" "$h"
 
-# --- pending: perftest <-> oxrdma perf -------------------------------------------
+# --- perftest <-> oxrdma perf --perftest ---------------------------------------
 # Guest side: perftest 4.5+0.17 with the RoCE v2 GID (-x), -F (no CPU-frequency
-# warning/abort under a VM), the path MTU and a fixed iteration count.
-# Enable a family by changing its STATE to "on" once oxrdma perf speaks
-# perftest's TCP 18515 exchange (see PERFTEST-OOB.md).
-P_PERF="pending: needs oxrdma support (perftest TCP 18515 exchange, see PERFTEST-OOB.md)"
+# warning/abort under a VM), the path MTU and a fixed iteration count. Host side:
+# `oxrdma perf --perftest` speaking perftest's TCP 18515 exchange (PERFTEST-OOB.md).
+# CHECK perf: both exit 0 and both print a result row of exactly SIZE bytes x ITERS.
+# The oxrdma server checks more itself: a send_bw server counts ITERS messages of SIZE
+# bytes, an atomic_bw server sees its counters grow by ITERS, a bw server compares the
+# client's REPORT with its own -s/-n, write_lat checks every counter byte.
 perf_iters() { if [ "$1" -le 65536 ]; then echo 200; else echo 20; fi; }
 pf_case() {  # pf_case TOOL OXR_SUBCMD SIZE ITERS NETEM STATE TAG
-    local tool=$1 sub=$2 s=$3 n=$4 netem=$5 state=$6 tag=$7 g h sz=""
+    local tool=$1 sub=$2 s=$3 n=$4 netem=$5 state=$6 tag=$7 g h sz="" t=180
     [ "$tool" = ib_atomic_bw ] || sz="-s $s"
     g="$tool -d rxe0 -x \$IDX4 -F -m $MTU_ARG $sz -n $n"
-    case $tool in *_bw) g="$g --report_gbits" ;; esac
+    h="\"\$OXR\" perf $sub --perftest --no-progress -d \"\$HOST_IP\" $sz -n $n --pcap \"\$PCAP\""
+    case $tool in *_bw) g="$g --report_gbits"; h="$h --report_gbits" ;; esac
     [ "$tool" = ib_atomic_bw ] && g="$g -A FETCH_AND_ADD"
-    h="\"\$OXR\" perf $sub -d \"\$HOST_IP\" $sz -n $n --pcap \"\$PCAP\""
-    tcase "$tool$tag/oxr-client/s$s" "$state" guest 180 rc "$netem" "$g"               "$h \"\$GUEST_IP\""
-    tcase "$tool$tag/oxr-server/s$s" "$state" host  180 rc "$netem" "$g \"\$HOST_IP\"" "$h"
+    [ -n "$netem" ] && t=300
+    EXPECT="$s $n"
+    tcase "$tool$tag/oxr-client/s$s" "$state" guest $t perf "$netem" "$g"               "$h \"\$GUEST_IP\""
+    tcase "$tool$tag/oxr-server/s$s" "$state" host  $t perf "$netem" "$g \"\$HOST_IP\"" "$h"
+    EXPECT=""
 }
-for tool_sub in ib_write_bw:write-bw ib_read_bw:read-bw ib_send_bw:send-bw ib_write_lat:write-lat; do
+for tool_sub in ib_write_bw:write-bw ib_send_bw:send-bw ib_read_bw:read-bw ib_write_lat:write-lat; do
     for s in ${OXR_PERF_SIZES:-2 4096 1048576}; do
-        pf_case "${tool_sub%%:*}" "${tool_sub#*:}" "$s" "$(perf_iters "$s")" "" "${OXR_PERF_STATE:-$P_PERF}" ""
+        pf_case "${tool_sub%%:*}" "${tool_sub#*:}" "$s" "$(perf_iters "$s")" "" "${OXR_PERF_STATE:-on}" ""
     done
 done
-pf_case ib_atomic_bw atomic-bw 8 200 "" "${OXR_PERF_STATE:-$P_PERF}" ""
-for tool_sub in ib_write_bw:write-bw ib_read_bw:read-bw ib_send_bw:send-bw ib_atomic_bw:atomic-bw ib_write_lat:write-lat; do
+pf_case ib_atomic_bw atomic-bw 8 200 "" "${OXR_PERF_STATE:-on}" ""
+for tool_sub in ib_write_bw:write-bw ib_send_bw:send-bw ib_read_bw:read-bw ib_atomic_bw:atomic-bw ib_write_lat:write-lat; do
     s=65536; [ "${tool_sub%%:*}" = ib_atomic_bw ] && s=8
-    pf_case "${tool_sub%%:*}" "${tool_sub#*:}" "$s" 100 "loss 1%" "${OXR_PERF_STATE:-$P_PERF}" "_loss"
+    pf_case "${tool_sub%%:*}" "${tool_sub#*:}" "$s" 100 "loss 1%" "${OXR_PERF_STATE:-on}" "_loss"
 done

@@ -120,6 +120,7 @@ fi
 listening() {  # listening NS: is someone listening on TCP 18515 in the namespace?
     [ -n "$(ip netns exec "$1" ss -ltnH 'sport = :18515' 2>/dev/null)" ]
 }
+perf_row() { sed -n 's/^ *\([0-9][0-9]*\)  *\([0-9][0-9]*\)  *[0-9][0-9]*\.[0-9].*/\1 \2/p' "$1" | tail -1; }
 bytes_of() { sed -n 's/^ *\([0-9][0-9]*\) bytes in .* seconds.*/\1/p' "$1" | tail -1; }
 
 run_case() {
@@ -180,6 +181,12 @@ exit \$r"
     # verdict
     res=PASS; det="host rc $hrc, guest rc $grc"
     [ "$hrc" = 0 ] && [ "$grc" = 0 ] || res=FAIL
+    if [ "$chk" = perf ]; then
+        # the last result row on each side: "#bytes #iterations ..." (perftest's and oxrdma's)
+        local hr gr; hr=$(perf_row "$d/host.out"); gr=$(perf_row "$d/guest.out")
+        det="$det; rows oxrdma '${hr:-?}' perftest '${gr:-?}'"
+        [ -n "$hr" ] && [ "$hr" = "$exp" ] && [ "$gr" = "$exp" ] || { res=FAIL; det="$det (expected '$exp')"; }
+    fi
     if [ "$chk" = bytes ]; then
         local hb gb; hb=$(bytes_of "$d/host.out"); gb=$(bytes_of "$d/guest.out")
         det="$det; bytes oxrdma ${hb:-?} rxe ${gb:-?}"

@@ -89,6 +89,14 @@ pub struct PerfCli {
     /// No progress bar even on a terminal.
     #[arg(long)]
     no_progress: bool,
+    /// The peer is perftest (ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw,
+    /// ib_write_lat): speak its TCP exchange; defaults follow perftest's.
+    #[arg(long)]
+    perftest: bool,
+    /// With --perftest: send the bandwidth REPORT in Gb/s (as the peer's --report_gbits
+    /// expects) instead of MB/s.
+    #[arg(long, alias = "report_gbits")]
+    report_gbits: bool,
 }
 
 /// Parses `-m`.
@@ -108,9 +116,23 @@ impl PerfCli {
     pub fn args(&self) -> anyhow::Result<PerfArgs> {
         let (verb, kind) = self.test.parts();
         let default_size = match (verb, kind) {
-            (Verb::Atomic, _) | (_, Kind::Lat) => 8,
+            (Verb::Atomic, _) => 8,
+            // perftest's latency tests default to 2 B.
+            (_, Kind::Lat) if self.perftest => 2,
+            (_, Kind::Lat) => 8,
             _ => 65536,
         };
+        // perftest runs 5000 iterations of write_bw and 1000 of everything else.
+        let default_iters = match (self.perftest, verb, kind) {
+            (true, Verb::Write, Kind::Bw) | (false, _, Kind::Bw) => 5000,
+            (true, _, _) => 1000,
+            (false, _, Kind::Lat) => 10000,
+        };
+        if self.perftest && self.loopback {
+            anyhow::bail!(
+                "--perftest talks to a perftest peer; it does not combine with --loopback"
+            );
+        }
         if self.all && self.size.is_some() {
             anyhow::bail!("-a and -s exclude each other");
         }
@@ -126,10 +148,7 @@ impl PerfCli {
             verb,
             kind,
             sizes,
-            iters: self.iters.unwrap_or(match kind {
-                Kind::Bw => 5000,
-                Kind::Lat => 10000,
-            }),
+            iters: self.iters.unwrap_or(default_iters),
             duration: self.duration.map(Duration::from_secs),
             qps: self.qps,
             tx_depth: self.tx_depth,
@@ -142,7 +161,12 @@ impl PerfCli {
             port: self.port,
             pcap: self.pcap.clone(),
             progress: !self.no_progress && !self.json,
+            perftest: self.perftest,
+            report_gbits: self.report_gbits,
         };
+        if a.perftest {
+            super::perftest::check(&a)?;
+        }
         a.validate()?;
         Ok(a)
     }

@@ -9,6 +9,7 @@ mod bw;
 mod cli;
 mod ctl;
 mod lat;
+pub mod perftest;
 mod report;
 mod side;
 
@@ -69,6 +70,10 @@ pub struct PerfArgs {
     pub pcap: Option<PathBuf>,
     /// Show a progress bar on a terminal.
     pub progress: bool,
+    /// Speak perftest's TCP 18515 exchange instead of ours (the peer is perftest).
+    pub perftest: bool,
+    /// Bandwidth in Gb/s in the perftest REPORT instead of MB/s (`--report_gbits`).
+    pub report_gbits: bool,
 }
 
 impl PerfArgs {
@@ -138,6 +143,9 @@ pub fn all_sizes(verb: Verb) -> Vec<usize> {
 /// returns when the client says goodbye.
 pub fn run(args: &PerfArgs, each: &mut dyn FnMut(&Report)) -> anyhow::Result<()> {
     args.validate()?;
+    if args.perftest {
+        return perftest::run(args, each);
+    }
     match &args.server {
         None => {
             let l = crate::listen(args.port)
@@ -152,6 +160,9 @@ pub fn run(args: &PerfArgs, each: &mut dyn FnMut(&Report)) -> anyhow::Result<()>
 /// thread, the client on 127.0.0.2), the out-of-band exchange on a free TCP port.
 pub fn run_loopback(args: &PerfArgs, each: &mut dyn FnMut(&Report)) -> anyhow::Result<()> {
     args.validate()?;
+    if args.perftest {
+        bail!("--perftest talks to a perftest peer; it does not combine with --loopback");
+    }
     let (client_ip, server_ip) = loopback_addrs();
     let l = TcpListener::bind((server_ip, 0)).context("cannot listen on a loopback TCP port")?;
     let port = l.local_addr()?.port();
