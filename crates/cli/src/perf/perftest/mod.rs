@@ -83,8 +83,12 @@ fn side(
     let cycle = msg::parse_pow2(&c, "cycle buffer size", 1 << 30)?.max(CYCLE) as usize;
     let c = chan.swap::<4>(&msg::be32(CACHE), "cache line size", STEP)?;
     let cache = msg::parse_pow2(&c, "cache line size", 4096)?.max(CACHE) as usize;
-    let m = chan.swap::<2>(&msg::mtu_msg(args.mtu), "MTU", STEP)?;
-    let mtu = msg::min_mtu(args.mtu, msg::parse_mtu(&m)?);
+    // What this side offers: -m, never more than the port's active MTU.
+    let active = oxrdma_udp::mtu::interface_mtu(args.device)
+        .map_or(oxrdma::Mtu::Mtu4096, oxrdma_udp::mtu::active_mtu);
+    let mine = args.mtu.map_or(active, |m| m.min(active));
+    let m = chan.swap::<2>(&msg::mtu_msg(mine), "MTU", STEP)?;
+    let mtu = msg::min_mtu(mine, msg::parse_mtu(&m)?);
 
     let send_server = server && args.verb == Verb::Send;
     let lat = args.kind == Kind::Lat;
