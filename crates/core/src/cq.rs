@@ -109,6 +109,7 @@ mod tests {
             imm: None,
             qp_num: 1,
             src_qp: 0,
+            src_gid: None,
         }
     }
 

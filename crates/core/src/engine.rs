@@ -2,7 +2,7 @@
 //! time come in through `handle_packet` / `handle_timeout`, packets go out through
 //! `poll_transmit`, and `poll_timeout` says when to call back.
 
-use crate::attr::{validate, AttrLimits, QpAttr, QpInitAttr};
+use crate::attr::{validate, AddressVector, AttrLimits, QpAttr, QpInitAttr};
 use crate::cq::{Cq, CqRing};
 use crate::error::{Result, VerbsError};
 use crate::gid::{rc_udp_sport, Gid};
@@ -81,6 +81,10 @@ pub struct Stats {
     pub rx_malformed: u64,
     pub rx_unknown_qp: u64,
     pub rx_wrong_peer: u64,
+    /// UD datagrams dropped: wrong Q_Key, no receive posted, or too long.
+    pub rx_ud_dropped: u64,
+    /// UC messages the responder dropped because a packet of them was lost.
+    pub rx_uc_dropped: u64,
     pub tx_packets: u64,
 }
 
@@ -95,6 +99,9 @@ pub struct Engine {
     next_cq: u32,
     mrs: MrTable,
     qps: BTreeMap<u32, Qp>,
+    /// Address handles: their PD and destination.
+    ahs: BTreeMap<u32, (u32, AddressVector)>,
+    next_ah: u32,
     /// QPs that may have something to send, in round-robin order.
     active: VecDeque<u32>,
     events: VecDeque<AsyncEvent>,
@@ -121,6 +128,8 @@ impl Engine {
             next_cq: 1,
             mrs: MrTable::default(),
             qps: BTreeMap::new(),
+            ahs: BTreeMap::new(),
+            next_ah: 1,
             active: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -305,11 +314,6 @@ impl Engine {
                 "max_inline_data above the device limit",
             ));
         }
-        if init.qp_type != QpType::Rc {
-            return Err(VerbsError::InvalidArgument(
-                "only RC QPs are implemented so far",
-            ));
-        }
         if self.qps.len() >= lim.max_qp as usize {
             return Err(VerbsError::Exhausted("queue pairs"));
         }
@@ -320,8 +324,31 @@ impl Engine {
                 break q;
             }
         };
-        self.qps.insert(qpn, Qp::new(qpn, pd, init));
+        let mut qp = Qp::new(qpn, pd, init);
+        if init.qp_type == QpType::Ud {
+            // No path MTU for datagrams: a message is one packet of up to the port's MTU.
+            qp.mtu = self.config.max_mtu;
+        }
+        self.qps.insert(qpn, qp);
         Ok(qpn)
+    }
+
+    /// `ibv_create_ah`: a destination for UD sends.
+    pub fn create_ah(&mut self, pd: u32, av: AddressVector) -> Result<u32> {
+        if !self.pds.contains(&pd) {
+            return Err(VerbsError::NotFound("protection domain"));
+        }
+        let id = self.next_ah;
+        self.next_ah += 1;
+        self.ahs.insert(id, (pd, av));
+        Ok(id)
+    }
+
+    pub fn destroy_ah(&mut self, ah: u32) -> Result<()> {
+        self.ahs
+            .remove(&ah)
+            .map(|_| ())
+            .ok_or(VerbsError::NotFound("address handle"))
     }
 
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
@@ -464,22 +491,43 @@ impl Engine {
                 "message longer than 2^31 bytes",
             ));
         }
-        if !matches!(
-            op,
-            WrOpcode::Send
-                | WrOpcode::SendWithImm
-                | WrOpcode::RdmaWrite
-                | WrOpcode::RdmaWriteWithImm
-                | WrOpcode::RdmaRead
-                | WrOpcode::AtomicCmpAndSwp
-                | WrOpcode::AtomicFetchAndAdd
-        ) {
+        let allowed = match qp.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => !op.is_read_or_atomic(),
+            QpType::Ud => matches!(op, WrOpcode::Send | WrOpcode::SendWithImm),
+        };
+        if !allowed {
             return Err(VerbsError::InvalidArgument(
                 "opcode not supported on this QP type",
             ));
         }
+        let mut ud_dest = None;
+        if qp.qp_type == QpType::Ud {
+            let ud = wr.ud.ok_or(VerbsError::InvalidArgument(
+                "a UD send needs a destination (address handle, QPN, Q_Key)",
+            ))?;
+            let &(ah_pd, av) = self
+                .ahs
+                .get(&ud.ah)
+                .ok_or(VerbsError::NotFound("address handle"))?;
+            if ah_pd != qp.pd {
+                return Err(VerbsError::InvalidArgument(
+                    "address handle of another protection domain",
+                ));
+            }
+            if ud.remote_qpn >= 1 << 24 {
+                return Err(VerbsError::InvalidArgument("remote QPN is 24-bit"));
+            }
+            if len > self.config.max_mtu.bytes() as u64 {
+                return Err(VerbsError::InvalidArgument(
+                    "UD messages fit in one packet: at most the port's MTU",
+                ));
+            }
+            ud_dest = Some(av.dgid);
+        }
         qp.sq.push_back(SendWqe {
             wr,
+            ud_dest,
             len,
             segs: Vec::new(),
             started: false,
@@ -546,7 +594,13 @@ impl Engine {
         let Ok(info) = pkt.bth.opcode.info() else {
             return;
         };
-        if info.transport != Transport::Rc || qp.av.map(|a| a.dgid) != Some(src) {
+        let connected_peer = qp.av.map(|a| a.dgid) == Some(src);
+        let ok = match (info.transport, qp.qp_type) {
+            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) => connected_peer,
+            (Transport::Ud, QpType::Ud) => true,
+            _ => false,
+        };
+        if !ok {
             self.stats.rx_wrong_peer += 1;
             return;
         }
@@ -556,10 +610,22 @@ impl Engine {
             cqs: &mut self.cqs,
             events: &mut self.events,
         };
-        match info.operation {
-            Operation::Acknowledge | Operation::ReadResponse | Operation::AtomicAcknowledge => {
-                qp.handle_response(&mut ctx, &pkt)
+        match (qp.qp_type, info.operation) {
+            (QpType::Ud, _) => {
+                let grh = crate::ud::grh(src, self.config.gid, data.len());
+                if !qp.handle_datagram(&mut ctx, &pkt, src, &grh) {
+                    self.stats.rx_ud_dropped += 1;
+                }
             }
+            (QpType::Uc, _) => {
+                if !qp.handle_uc_request(&mut ctx, &pkt) {
+                    self.stats.rx_uc_dropped += 1;
+                }
+            }
+            (
+                _,
+                Operation::Acknowledge | Operation::ReadResponse | Operation::AtomicAcknowledge,
+            ) => qp.handle_response(&mut ctx, &pkt),
             _ => qp.handle_request(&mut ctx, &pkt),
         }
         schedule(&mut self.active, qp);
@@ -604,14 +670,17 @@ impl Engine {
                 cqs: &mut self.cqs,
                 events: &mut self.events,
             };
-            let len = match qp.next_response(buf) {
-                Some(len) => Some(len),
-                None => qp.next_request(&mut ctx, buf),
+            let (len, dest) = match qp.next_response(buf) {
+                Some(len) => (Some(len), None),
+                None => {
+                    let (len, dest) = qp.next_request(&mut ctx, buf);
+                    (len, dest)
+                }
             };
             if let Some(len) = len {
                 schedule(&mut self.active, qp);
                 self.stats.tx_packets += 1;
-                let dest = qp.av.map(|a| a.dgid).unwrap_or_default();
+                let dest = dest.or(qp.av.map(|a| a.dgid)).unwrap_or_default();
                 return Some(Transmit {
                     dest,
                     src_port: qp.udp_sport,

@@ -14,6 +14,8 @@ mod mr;
 mod qp;
 mod requester;
 mod responder;
+mod uc;
+pub mod ud;
 pub mod verbs;
 mod wr;
 
@@ -27,7 +29,7 @@ pub use mr::MemoryRegion;
 pub use verbs::{
     Access, AsyncEvent, EventType, Mtu, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode,
 };
-pub use wr::{RecvWr, SendData, SendWr, Sge, WorkCompletion};
+pub use wr::{RecvWr, SendData, SendWr, Sge, UdDest, WorkCompletion};
 
 /// Time in nanoseconds on the driver's clock (virtual in the simulator).
 pub type Nanos = u64;

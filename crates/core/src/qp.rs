@@ -39,6 +39,8 @@ impl Ctx<'_> {
 #[derive(Debug)]
 pub(crate) struct SendWqe {
     pub wr: SendWr,
+    /// UD: the destination GID, from the WR's address handle.
+    pub ud_dest: Option<crate::Gid>,
     pub len: u64,
     /// Local memory, resolved when the WQE is first sent (None for inline data).
     pub segs: Vec<Segment>,
@@ -183,6 +185,7 @@ impl Qp {
                     imm: None,
                     qp_num: self.qpn,
                     src_qp: 0,
+                    src_gid: None,
                 },
             );
         }
@@ -231,6 +234,7 @@ impl Qp {
                 imm: None,
                 qp_num: self.qpn,
                 src_qp: 0,
+                src_gid: None,
             },
         );
     }

@@ -3,9 +3,11 @@
 
 use crate::mr::gather;
 use crate::qp::{Ctx, Qp};
-use crate::verbs::{Access, QpState, WcStatus, WrOpcode};
+use crate::verbs::{Access, QpState, QpType, WcStatus, WrOpcode};
 use crate::wr::SendData;
-use oxrdma_wire::{AtomicEthRepr, BthRepr, ExtHeaders, Opcode, PacketRepr, Psn, RethRepr};
+use oxrdma_wire::{
+    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr, Psn, RethRepr,
+};
 
 /// Most PSNs in flight (sent, not acknowledged) per QP.
 pub(crate) const WINDOW: u32 = 512;
@@ -38,8 +40,19 @@ pub(crate) fn bth(qp: &Qp, opcode: Opcode, psn: Psn, ack_req: bool, solicited: b
     }
 }
 
-/// Opcode of a SEND/WRITE packet by operation and position.
-fn send_write_opcode(op: WrOpcode, first: bool, last: bool) -> Opcode {
+/// Opcode of a SEND/WRITE packet by QP type, operation and position.
+fn send_write_opcode(t: QpType, op: WrOpcode, first: bool, last: bool) -> Opcode {
+    match t {
+        QpType::Rc => rc_send_write_opcode(op, first, last),
+        // UC opcodes are RC's plus 0x20 (same layout, no READ/atomics).
+        QpType::Uc => Opcode(rc_send_write_opcode(op, first, last).0 | 0x20),
+        QpType::Ud if op == WrOpcode::SendWithImm => Opcode::UD_SEND_ONLY_WITH_IMMEDIATE,
+        QpType::Ud => Opcode::UD_SEND_ONLY,
+    }
+}
+
+/// RC opcode of a SEND/WRITE packet by operation and position.
+fn rc_send_write_opcode(op: WrOpcode, first: bool, last: bool) -> Opcode {
     let base = match (op, first, last) {
         (WrOpcode::Send, true, true) => 0x04,
         (WrOpcode::SendWithImm, true, true) => 0x05,
@@ -111,8 +124,29 @@ impl Qp {
         Ok(())
     }
 
-    /// The next request packet, written into `buf`; returns its length.
-    pub(crate) fn next_request(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+    /// The next request packet, written into `buf`; returns its length, and its destination
+    /// when that is not the connected peer (UD).
+    pub(crate) fn next_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+    ) -> (Option<usize>, Option<crate::Gid>) {
+        let idx = self.req.idx;
+        let dest = self.sq.get(idx).and_then(|w| w.ud_dest);
+        let len = self.next_request_inner(ctx, buf);
+        if len.is_some() && self.qp_type != QpType::Rc {
+            // Unreliable: nothing waits for an ACK. A WQE is done once its last packet left.
+            self.req.una = self.req.next_psn;
+            self.req.retrans_deadline = None;
+            self.req.probe_deadline = None;
+            if self.req.idx > idx {
+                self.complete_front(ctx, WcStatus::Success);
+            }
+        }
+        (len, dest)
+    }
+
+    fn next_request_inner(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
         if self.state != QpState::Rts && self.state != QpState::Sqd {
             return None;
         }
@@ -202,21 +236,39 @@ impl Qp {
                 if last && matches!(op, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm) {
                     ext.immdt = Some(wr.imm);
                 }
+                if let (QpType::Ud, Some(ud)) = (self.qp_type, wr.ud) {
+                    // Bit 31 of the WR's Q_Key: use the QP's own.
+                    let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
+                        self.qkey
+                    } else {
+                        ud.remote_qkey
+                    };
+                    ext.deth = Some(DethRepr {
+                        qkey,
+                        src_qpn: self.qpn,
+                    });
+                }
                 (
-                    send_write_opcode(op, first, last),
+                    send_write_opcode(self.qp_type, op, first, last),
                     n as usize,
                     1,
                     last,
-                    last,
+                    last && self.qp_type == QpType::Rc,
                 )
             }
         };
         let after = psn.add(advance);
-        ack_req |= self.req.since_ack_req + 1 >= ACK_REQ_EVERY
-            || self.req.una.distance_to(after) >= WINDOW;
+        // Only RC asks for ACKs.
+        ack_req |= self.qp_type == QpType::Rc
+            && (self.req.since_ack_req + 1 >= ACK_REQ_EVERY
+                || self.req.una.distance_to(after) >= WINDOW);
         let solicited = done && wr.flags.contains(crate::SendFlags::SOLICITED);
+        let mut bth = bth(self, opcode, psn, ack_req, solicited);
+        if let Some(ud) = wr.ud.filter(|_| self.qp_type == QpType::Ud) {
+            bth.dest_qpn = ud.remote_qpn;
+        }
         let repr = PacketRepr {
-            bth: bth(self, opcode, psn, ack_req, solicited),
+            bth,
             ext,
             payload: &[],
         };

@@ -21,13 +21,15 @@ const ATOMIC_CACHE: usize = 64;
 #[derive(Debug)]
 pub(crate) struct RecvProgress {
     pub wr_id: u64,
+    /// The WQE as posted, to put back if the message is abandoned (UC).
+    pub sges: Vec<crate::Sge>,
     segs: Vec<Segment>,
     off: usize,
 }
 
 /// A multi-packet RDMA WRITE in progress.
 #[derive(Debug)]
-struct WriteProgress {
+pub(crate) struct WriteProgress {
     seg: Option<Segment>,
     off: usize,
     total: usize,
@@ -73,14 +75,16 @@ pub(crate) struct RespState {
     pub msn: u32,
     /// A PSN-sequence NAK went out for the current gap.
     nak_sent: bool,
+    /// UC: the message in progress lost a packet; drop the rest of it.
+    pub uc_dropping: bool,
     pub recv: Option<RecvProgress>,
-    write: Option<WriteProgress>,
+    pub(crate) write: Option<WriteProgress>,
     replies: VecDeque<Reply>,
     atomics: VecDeque<(Psn, u64)>,
 }
 
 /// What happened to an in-order request.
-enum Outcome {
+pub(crate) enum Outcome {
     Accepted,
     /// No receive WQE: RNR NAK, PSN not consumed.
     Rnr,
@@ -201,7 +205,7 @@ impl Qp {
         }
     }
 
-    fn recv_complete(
+    pub(crate) fn recv_complete(
         &self,
         ctx: &mut Ctx<'_>,
         wr_id: u64,
@@ -220,6 +224,7 @@ impl Qp {
                 imm,
                 qp_num: self.qpn,
                 src_qp: self.dest_qpn,
+                src_gid: None,
             },
         );
     }
@@ -232,7 +237,7 @@ impl Qp {
         }
     }
 
-    fn recv_send(
+    pub(crate) fn recv_send(
         &mut self,
         ctx: &mut Ctx<'_>,
         pkt: &PacketRepr<'_>,
@@ -251,6 +256,7 @@ impl Qp {
             };
             self.resp.recv = Some(RecvProgress {
                 wr_id: wr.wr_id,
+                sges: wr.sges,
                 segs,
                 off: 0,
             });
@@ -306,7 +312,7 @@ impl Qp {
             .ok_or(NakCode::RemoteAccessError)
     }
 
-    fn recv_write(
+    pub(crate) fn recv_write(
         &mut self,
         ctx: &mut Ctx<'_>,
         pkt: &PacketRepr<'_>,

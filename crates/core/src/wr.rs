@@ -1,5 +1,6 @@
 //! Work requests and work completions.
 
+use crate::gid::Gid;
 use crate::verbs::{SendFlags, WcOpcode, WcStatus, WrOpcode};
 
 /// A scatter/gather element: `length` bytes at virtual address `addr` of the memory region
@@ -37,6 +38,18 @@ pub struct SendWr {
     pub compare_add: u64,
     /// COMPARE_SWAP swap value.
     pub swap: u64,
+    /// Where a UD send goes (`wr.ud` in libibverbs); ignored by connected QPs.
+    pub ud: Option<UdDest>,
+}
+
+/// The destination of a UD send: an address handle, the remote QP and its Q_Key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdDest {
+    /// From `Engine::create_ah`.
+    pub ah: u32,
+    pub remote_qpn: u32,
+    /// With bit 31 set, the sending QP's own Q_Key is used instead (as the spec says).
+    pub remote_qkey: u32,
 }
 
 impl SendWr {
@@ -52,6 +65,7 @@ impl SendWr {
             rkey: 0,
             compare_add: 0,
             swap: 0,
+            ud: None,
         }
     }
     /// Total bytes of the WR's data.
@@ -82,6 +96,8 @@ pub struct WorkCompletion {
     pub imm: Option<u32>,
     /// The QP this completion belongs to.
     pub qp_num: u32,
-    /// Source QP (UD receive completions).
+    /// Source QP (receive completions).
     pub src_qp: u32,
+    /// Source GID of a UD receive (also in the 40-byte GRH area at the buffer's start).
+    pub src_gid: Option<Gid>,
 }

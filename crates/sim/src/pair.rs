@@ -28,6 +28,9 @@ pub struct PairOptions {
     pub cq_depth: u32,
     pub sq_sig_all: bool,
     pub cap: QpCap,
+    pub qp_type: QpType,
+    /// Q_Key of UD QPs.
+    pub qkey: u32,
 }
 
 impl Default for PairOptions {
@@ -47,6 +50,8 @@ impl Default for PairOptions {
             cq_depth: 1024,
             sq_sig_all: false,
             cap: QpCap::default(),
+            qp_type: QpType::Rc,
+            qkey: 0x1111_1111,
         }
     }
 }
@@ -61,6 +66,8 @@ pub struct End {
     pub mr: MemoryRegion,
     pub buf: Arc<SharedBuffer>,
     pub sq_psn: u32,
+    /// UD: an address handle towards the other end.
+    pub ah: Option<u32>,
 }
 
 impl End {
@@ -95,7 +102,7 @@ fn end(world: &mut World, node: usize, o: &PairOptions) -> End {
     let pd = e.alloc_pd().expect("pd");
     let cq = e.create_cq(o.cq_depth).expect("cq");
     let init = QpInitAttr {
-        qp_type: QpType::Rc,
+        qp_type: o.qp_type,
         send_cq: cq,
         recv_cq: cq,
         cap: o.cap,
@@ -113,10 +120,12 @@ fn end(world: &mut World, node: usize, o: &PairOptions) -> End {
         mr,
         buf,
         sq_psn,
+        ah: None,
     }
 }
 
-/// The three modify-QP calls that take a fresh RC QP to RTS towards `peer`.
+/// The three modify-QP calls that take a fresh QP of `o.qp_type` to RTS (towards `peer`
+/// for RC and UC; UD has no peer).
 pub fn connect_attrs(
     o: &PairOptions,
     peer_gid: Gid,
@@ -124,6 +133,41 @@ pub fn connect_attrs(
     peer_psn: u32,
     my_psn: u32,
 ) -> [QpAttr; 3] {
+    let init = |access: Option<_>, qkey: Option<u32>| QpAttr {
+        qp_state: Some(QpState::Init),
+        pkey_index: Some(0),
+        port_num: Some(1),
+        qp_access_flags: access,
+        qkey,
+        ..Default::default()
+    };
+    let rts = QpAttr {
+        qp_state: Some(QpState::Rts),
+        sq_psn: Some(my_psn),
+        ..Default::default()
+    };
+    let rtr = QpAttr {
+        qp_state: Some(QpState::Rtr),
+        ah_attr: Some(AddressVector { dgid: peer_gid }),
+        path_mtu: Some(o.mtu),
+        dest_qp_num: Some(peer_qpn),
+        rq_psn: Some(peer_psn),
+        ..Default::default()
+    };
+    match o.qp_type {
+        QpType::Ud => {
+            return [
+                init(None, Some(o.qkey)),
+                QpAttr {
+                    qp_state: Some(QpState::Rtr),
+                    ..Default::default()
+                },
+                rts,
+            ]
+        }
+        QpType::Uc => return [init(Some(o.qp_access), None), rtr, rts],
+        QpType::Rc => {}
+    }
     [
         QpAttr {
             qp_state: Some(QpState::Init),
@@ -173,6 +217,12 @@ impl Pair {
                 .engine
                 .modify_qp(b.qpn, &attr)
                 .expect("modify b");
+        }
+        let (mut a, mut b) = (a, b);
+        if o.qp_type == QpType::Ud {
+            let av = |g| AddressVector { dgid: g };
+            a.ah = Some(world.nodes[0].engine.create_ah(a.pd, av(gb)).expect("ah"));
+            b.ah = Some(world.nodes[1].engine.create_ah(b.pd, av(ga)).expect("ah"));
         }
         Pair { world, a, b }
     }

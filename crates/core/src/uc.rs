@@ -1,0 +1,60 @@
+//! The UC responder: requests in PSN order as for RC, but nothing is acknowledged and
+//! nothing is retransmitted. A lost packet costs its whole message: the responder drops the
+//! rest of it silently and picks up at the next message's first packet (IBA 9.7.5.1.3).
+
+use crate::qp::{Ctx, Qp};
+use crate::responder::Outcome;
+use crate::verbs::QpState;
+use crate::wr::RecvWr;
+use oxrdma_wire::{Operation, PacketRepr};
+
+impl Qp {
+    /// A UC request packet; false if it was dropped.
+    pub(crate) fn handle_uc_request(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> bool {
+        if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            return false;
+        }
+        let Ok(info) = pkt.bth.opcode.info() else {
+            return false;
+        };
+        let psn = pkt.bth.psn;
+        if psn != self.resp.epsn || self.resp.uc_dropping {
+            // Whatever was in progress is incomplete and will stay so.
+            self.abandon_uc_message();
+            if !info.position.starts_message() {
+                self.resp.uc_dropping = true;
+                return false;
+            }
+            self.resp.uc_dropping = false;
+            self.resp.epsn = psn;
+        }
+        let result = match info.operation {
+            Operation::Send | Operation::SendWithImm => self.recv_send(ctx, pkt, &info),
+            Operation::Write | Operation::WriteWithImm => self.recv_write(ctx, pkt, &info),
+            _ => return false,
+        };
+        match result {
+            Ok(Outcome::Accepted) => true,
+            // No receive posted, or a request this QP may not execute: the message is
+            // dropped (a receive WQE that failed locally was completed with its error).
+            Ok(Outcome::Rnr) | Err(_) => {
+                self.abandon_uc_message();
+                self.resp.uc_dropping = !info.position.ends_message();
+                self.resp.epsn = psn.next();
+                false
+            }
+        }
+    }
+
+    /// Forgets a partly received message; its receive WQE (if it had one) goes back to the
+    /// head of the queue for the next message.
+    fn abandon_uc_message(&mut self) {
+        if let Some(r) = self.resp.recv.take() {
+            self.rq.push_front(RecvWr {
+                wr_id: r.wr_id,
+                sges: r.sges,
+            });
+        }
+        self.resp.write = None;
+    }
+}

@@ -1,0 +1,111 @@
+//! UD receive: one-packet messages from anyone who knows the QP's Q_Key, delivered behind
+//! the 40-byte GRH area every UD receive buffer starts with.
+
+use crate::gid::Gid;
+use crate::mr::scatter;
+use crate::qp::{Ctx, Qp};
+use crate::verbs::{Access, QpState, WcOpcode, WcStatus};
+use crate::wr::WorkCompletion;
+use oxrdma_wire::{Opcode, PacketRepr};
+use std::net::IpAddr;
+
+/// Bytes of the GRH area in front of every UD receive.
+pub const GRH_LEN: usize = 40;
+
+/// The GRH area of a datagram from `src` to `dst` whose UDP payload (BTH to ICRC) is
+/// `udp_payload` bytes, as RoCEv2 devices fill it: the IPv6 header, or for IPv4 twenty zero
+/// bytes and then the IPv4 header (TTL, ID and TOS are not seen in user space: 64, 0, 0).
+pub(crate) fn grh(src: Gid, dst: Gid, udp_payload: usize) -> [u8; GRH_LEN] {
+    let mut g = [0u8; GRH_LEN];
+    let udp_len = 8 + udp_payload;
+    match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let h = &mut g[20..];
+            h[0] = 0x45;
+            h[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+            h[6] = 0x40; // DF
+            h[8] = 64;
+            h[9] = 17; // UDP
+            h[12..16].copy_from_slice(&s.octets());
+            h[16..20].copy_from_slice(&d.octets());
+            let sum = h
+                .chunks(2)
+                .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+                .sum::<u32>();
+            let sum = (sum & 0xffff) + (sum >> 16);
+            let sum = (sum & 0xffff) + (sum >> 16);
+            h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        }
+        _ => {
+            g[0] = 0x60;
+            g[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+            g[6] = 17;
+            g[7] = 64;
+            g[8..24].copy_from_slice(&src.0);
+            g[24..40].copy_from_slice(&dst.0);
+        }
+    }
+    g
+}
+
+impl Qp {
+    /// A datagram for this UD QP; false if it was dropped (wrong Q_Key or opcode, no
+    /// receive posted, QP not ready).
+    pub(crate) fn handle_datagram(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+        src: Gid,
+        grh: &[u8; GRH_LEN],
+    ) -> bool {
+        if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            return false;
+        }
+        let Some(deth) = pkt.ext.deth else {
+            return false;
+        };
+        let op = pkt.bth.opcode;
+        if deth.qkey != self.qkey
+            || !matches!(
+                op,
+                Opcode::UD_SEND_ONLY | Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
+            )
+        {
+            return false;
+        }
+        let Some(wr) = self.rq.pop_front() else {
+            return false;
+        };
+        let total = GRH_LEN + pkt.payload.len();
+        let status = match ctx.mrs.local(self.pd, &wr.sges, Access::LOCAL_WRITE) {
+            None => WcStatus::LocProtErr,
+            Some(segs) if scatter(&segs, 0, grh) && scatter(&segs, GRH_LEN, pkt.payload) => {
+                WcStatus::Success
+            }
+            Some(_) => WcStatus::LocLenErr,
+        };
+        ctx.complete(
+            self.recv_cq,
+            WorkCompletion {
+                wr_id: wr.wr_id,
+                status,
+                opcode: WcOpcode::Recv,
+                byte_len: if status == WcStatus::Success {
+                    total as u32
+                } else {
+                    0
+                },
+                imm: pkt.ext.immdt,
+                qp_num: self.qpn,
+                src_qp: deth.src_qpn,
+                src_gid: Some(src),
+            },
+        );
+        if status == WcStatus::LocProtErr {
+            // A receive WQE naming memory it may not use is the application's fault, and
+            // fatal to the QP as for the other transports.
+            self.enter_error(ctx, Some(crate::verbs::EventType::QpFatal));
+        }
+        true
+    }
+}
