@@ -18,6 +18,12 @@ impl Qp {
             return false;
         };
         let psn = pkt.bth.psn;
+        if psn.diff(self.resp.epsn) < 0 {
+            // From the past: a duplicate the network made (the requester never resends).
+            // rxe would take a duplicated first packet as a new message; we do not deliver
+            // a message twice.
+            return false;
+        }
         if psn != self.resp.epsn || self.resp.uc_dropping {
             // Whatever was in progress is incomplete and will stay so.
             self.abandon_uc_message();

@@ -6,6 +6,7 @@
 pub mod net;
 pub mod pair;
 pub mod scenario;
+pub mod unreliable;
 pub mod world;
 
 pub use net::{NetConfig, NetStats};
