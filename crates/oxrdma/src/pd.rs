@@ -39,6 +39,16 @@ impl ProtectionDomain {
         })
     }
 
+    /// An address handle: where UD sends go (`ibv_create_ah`).
+    pub fn create_ah(&self, dgid: oxrdma_core::Gid) -> Result<AddressHandle> {
+        let av = oxrdma_core::AddressVector { dgid };
+        let ah = self.ctx.shared().lock().engine.create_ah(self.pd, av)?;
+        Ok(AddressHandle {
+            ctx: self.ctx.clone(),
+            ah,
+        })
+    }
+
     /// Creates a queue pair in this PD (in RESET; see [`crate::QueuePair::connect`]).
     pub fn create_qp(
         &self,
@@ -58,6 +68,7 @@ impl ProtectionDomain {
         Ok(crate::QueuePair {
             ctx: self.ctx.clone(),
             qpn,
+            qp_type,
         })
     }
 }
@@ -116,5 +127,24 @@ impl MemoryRegion {
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
         let _ = self.ctx.shared().lock().engine.dereg_mr(self.lkey);
+    }
+}
+
+/// A destination for UD sends; name it in [`oxrdma_core::UdDest`] via [`AddressHandle::id`].
+#[derive(Debug)]
+pub struct AddressHandle {
+    ctx: Context,
+    ah: u32,
+}
+
+impl AddressHandle {
+    pub fn id(&self) -> u32 {
+        self.ah
+    }
+}
+
+impl Drop for AddressHandle {
+    fn drop(&mut self) {
+        let _ = self.ctx.shared().lock().engine.destroy_ah(self.ah);
     }
 }

@@ -42,6 +42,7 @@ impl Default for ConnectOptions {
 pub struct QueuePair {
     pub(crate) ctx: Context,
     pub(crate) qpn: u32,
+    pub(crate) qp_type: oxrdma_core::QpType,
 }
 
 impl QueuePair {
@@ -69,8 +70,11 @@ impl QueuePair {
         Ok(self.ctx.shared().lock().engine.qp_state(self.qpn)?)
     }
 
-    /// RESET → INIT → RTR → RTS towards `remote`, sending from PSN `my_psn`.
+    /// RESET → INIT → RTR → RTS towards `remote`, sending from PSN `my_psn` (RC or UC; the
+    /// reliability options are RC's and ignored for UC).
     pub fn connect(&self, my_psn: u32, remote: &Endpoint, o: &ConnectOptions) -> Result<()> {
+        let rc = self.qp_type == oxrdma_core::QpType::Rc;
+        let rc_only = |v| if rc { Some(v) } else { None };
         self.modify(&QpAttr {
             qp_state: Some(QpState::Init),
             pkey_index: Some(0),
@@ -84,17 +88,37 @@ impl QueuePair {
             path_mtu: Some(o.mtu),
             dest_qp_num: Some(remote.qpn),
             rq_psn: Some(remote.psn),
-            max_dest_rd_atomic: Some(o.max_rd_atomic),
-            min_rnr_timer: Some(o.min_rnr_timer),
+            max_dest_rd_atomic: rc_only(o.max_rd_atomic),
+            min_rnr_timer: rc_only(o.min_rnr_timer),
             ..Default::default()
         })?;
         self.modify(&QpAttr {
             qp_state: Some(QpState::Rts),
             sq_psn: Some(my_psn),
-            timeout: Some(o.timeout),
-            retry_cnt: Some(o.retry_cnt),
-            rnr_retry: Some(o.rnr_retry),
-            max_rd_atomic: Some(o.max_rd_atomic),
+            timeout: rc_only(o.timeout),
+            retry_cnt: rc_only(o.retry_cnt),
+            rnr_retry: rc_only(o.rnr_retry),
+            max_rd_atomic: rc_only(o.max_rd_atomic),
+            ..Default::default()
+        })
+    }
+
+    /// RESET → INIT → RTR → RTS for a UD QP with Q_Key `qkey`, sending from PSN `psn`.
+    pub fn ready_ud(&self, qkey: u32, psn: u32) -> Result<()> {
+        self.modify(&QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            qkey: Some(qkey),
+            ..Default::default()
+        })?;
+        self.modify(&QpAttr {
+            qp_state: Some(QpState::Rtr),
+            ..Default::default()
+        })?;
+        self.modify(&QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(psn),
             ..Default::default()
         })
     }

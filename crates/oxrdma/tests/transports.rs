@@ -1,0 +1,165 @@
+//! UC and UD over real UDP on loopback (127.0.0.71-.74), with the engine threads running.
+
+use oxrdma::{
+    Access, ConnectOptions, Context, Gid, QpCap, QpType, RecvWr, SendData, SendWr, UdDest,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};
+use std::time::{Duration, Instant};
+
+fn wait(cq: &oxrdma::CompletionQueue, n: usize) -> Vec<WorkCompletion> {
+    let mut wcs = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while wcs.len() < n {
+        assert!(Instant::now() < deadline, "{} of {n}: {wcs:?}", wcs.len());
+        let want = n - wcs.len();
+        cq.poll(&mut wcs, want).unwrap();
+    }
+    wcs
+}
+
+#[test]
+fn uc_send_and_write_with_imm_over_udp() {
+    let (a, b) = (
+        Context::open("127.0.0.71".parse().unwrap()).unwrap(),
+        Context::open("127.0.0.72".parse().unwrap()).unwrap(),
+    );
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ma, mb) = (
+        pa.register(64 << 10, Access::ALL).unwrap(),
+        pb.register(128 << 10, Access::ALL).unwrap(),
+    );
+    let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let qa = pa
+        .create_qp(&ca, &ca, QpType::Uc, QpCap::default())
+        .unwrap();
+    let qb = pb
+        .create_qp(&cb, &cb, QpType::Uc, QpCap::default())
+        .unwrap();
+    let (sa, sb) = (a.random_psn(), b.random_psn());
+    let o = ConnectOptions::default();
+    qa.connect(sa, &qb.endpoint(sb), &o).unwrap();
+    qb.connect(sb, &qa.endpoint(sa), &o).unwrap();
+    let data: Vec<u8> = (0..40_000).map(|i: usize| (i % 251) as u8).collect();
+    ma.write(0, &data);
+    qb.post_recv(RecvWr {
+        wr_id: 1,
+        sges: vec![mb.sge(0, 64 << 10)],
+    })
+    .unwrap();
+    qb.post_recv(RecvWr {
+        wr_id: 2,
+        sges: vec![],
+    })
+    .unwrap();
+    qa.post_send(SendWr::new(
+        10,
+        WrOpcode::Send,
+        SendData::Sges(vec![ma.sge(0, data.len())]),
+    ))
+    .unwrap();
+    let mut w = SendWr::new(
+        11,
+        WrOpcode::RdmaWriteWithImm,
+        SendData::Sges(vec![ma.sge(0, data.len())]),
+    );
+    (w.remote_addr, w.rkey, w.imm) = (mb.addr + (64 << 10), mb.rkey, 0x1234);
+    qa.post_send(w).unwrap();
+    let sent = wait(&ca, 2);
+    assert!(
+        sent.iter().all(|w| w.status == WcStatus::Success),
+        "{sent:?}"
+    );
+    let got = wait(&cb, 2);
+    assert_eq!((got[0].wr_id, got[0].byte_len), (1, data.len() as u32));
+    assert_eq!(
+        (got[1].wr_id, got[1].imm, got[1].opcode),
+        (2, Some(0x1234), WcOpcode::RecvRdmaWithImm)
+    );
+    let mut back = vec![0u8; data.len()];
+    mb.read(0, &mut back);
+    assert!(back == data);
+    mb.read(64 << 10, &mut back);
+    assert!(back == data);
+}
+
+#[test]
+fn ud_ping_pong_over_udp_answers_the_source_from_the_completion() {
+    let (a, b) = (
+        Context::open("127.0.0.73".parse().unwrap()).unwrap(),
+        Context::open("127.0.0.74".parse().unwrap()).unwrap(),
+    );
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ma, mb) = (
+        pa.register(16384, Access::ALL).unwrap(),
+        pb.register(16384, Access::ALL).unwrap(),
+    );
+    let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let qa = pa
+        .create_qp(&ca, &ca, QpType::Ud, QpCap::default())
+        .unwrap();
+    let qb = pb
+        .create_qp(&cb, &cb, QpType::Ud, QpCap::default())
+        .unwrap();
+    const QKEY: u32 = 0x11111111;
+    qa.ready_ud(QKEY, a.random_psn()).unwrap();
+    qb.ready_ud(QKEY, b.random_psn()).unwrap();
+    let mtu = a.active_mtu().bytes();
+    for (qp, mr) in [(&qa, &ma), (&qb, &mb)] {
+        qp.post_recv(RecvWr {
+            wr_id: 7,
+            sges: vec![mr.sge(4096, 40 + mtu.min(4096))],
+        })
+        .unwrap();
+    }
+    // a → b, to b's GID.
+    ma.write(0, b"ping from a");
+    let ah = pa.create_ah(b.gid()).unwrap();
+    let mut w = SendWr::new(1, WrOpcode::Send, SendData::Sges(vec![ma.sge(0, 11)]));
+    w.ud = Some(UdDest {
+        ah: ah.id(),
+        remote_qpn: qb.qpn(),
+        remote_qkey: QKEY,
+    });
+    qa.post_send(w).unwrap();
+    let got = wait(&cb, 1)[0];
+    assert_eq!((got.status, got.byte_len), (WcStatus::Success, 40 + 11));
+    assert_eq!(got.src_qp, qa.qpn());
+    assert_eq!(got.src_gid, Some(a.gid()));
+    let mut m = [0u8; 11];
+    mb.read(4096 + 40, &mut m);
+    assert_eq!(&m, b"ping from a");
+    // The IPv4 header in the GRH area names the sender.
+    let mut grh = [0u8; 40];
+    mb.read(4096, &mut grh);
+    assert_eq!(
+        Gid::from(std::net::Ipv4Addr::new(grh[32], grh[33], grh[34], grh[35])),
+        a.gid()
+    );
+    // b answers whoever it was, from the completion alone.
+    let back = pb.create_ah(got.src_gid.unwrap()).unwrap();
+    mb.write(0, b"pong");
+    let mut w = SendWr::new(2, WrOpcode::SendWithImm, SendData::Sges(vec![mb.sge(0, 4)]));
+    w.imm = 99;
+    w.ud = Some(UdDest {
+        ah: back.id(),
+        remote_qpn: got.src_qp,
+        remote_qkey: 0x8000_0000, // "use my own Q_Key"
+    });
+    qb.post_send(w).unwrap();
+    let got = wait(&ca, 2);
+    let recv = got.iter().find(|w| w.opcode == WcOpcode::Recv).unwrap();
+    assert_eq!(
+        (recv.byte_len, recv.imm, recv.src_qp),
+        (44, Some(99), qb.qpn())
+    );
+    // Longer than the MTU: refused at post, nothing sent.
+    let mut w = SendWr::new(3, WrOpcode::Send, SendData::Sges(vec![ma.sge(0, mtu + 1)]));
+    w.ud = Some(UdDest {
+        ah: ah.id(),
+        remote_qpn: qb.qpn(),
+        remote_qkey: QKEY,
+    });
+    let big = pa.register(mtu + 1, Access::ALL).unwrap();
+    w.data = SendData::Sges(vec![big.sge(0, mtu + 1)]);
+    assert!(qa.post_send(w).is_err());
+}
