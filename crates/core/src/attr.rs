@@ -36,6 +36,8 @@ pub struct QpInitAttr {
     pub cap: QpCap,
     /// Every send WR generates a completion, whatever its SIGNALED flag says.
     pub sq_sig_all: bool,
+    /// Take receives from this shared receive queue (RC, UD).
+    pub srq: Option<u32>,
 }
 
 /// Where a connected QP sends (`struct ibv_ah_attr`, the part RoCEv2 uses).

@@ -10,6 +10,7 @@ use crate::memory::SharedBuffer;
 use crate::mr::{MemoryRegion, MrTable};
 use crate::qp::{Ctx, Qp, SendWqe};
 use crate::requester::MAX_MESSAGE;
+use crate::srq::{Srq, SrqAttr};
 use crate::verbs::{Access, AsyncEvent, Mtu, QpState, QpType, WrOpcode};
 use crate::wr::{RecvWr, SendData, SendWr, WorkCompletion};
 use crate::Nanos;
@@ -35,6 +36,10 @@ pub struct DeviceAttr {
     pub max_pd: u32,
     pub max_qp_rd_atom: u8,
     pub max_inline_data: u32,
+    pub max_srq: u32,
+    pub max_srq_wr: u32,
+    pub max_srq_sge: u32,
+    pub max_ah: u32,
 }
 
 impl Default for DeviceAttr {
@@ -50,6 +55,10 @@ impl Default for DeviceAttr {
             max_pd: 1 << 16,
             max_qp_rd_atom: 16,
             max_inline_data: 256,
+            max_srq: 1 << 16,
+            max_srq_wr: 16_384,
+            max_srq_sge: 27,
+            max_ah: 1 << 16,
         }
     }
 }
@@ -99,6 +108,8 @@ pub struct Engine {
     next_cq: u32,
     mrs: MrTable,
     qps: BTreeMap<u32, Qp>,
+    srqs: BTreeMap<u32, Srq>,
+    next_srq: u32,
     /// Address handles: their PD and destination.
     ahs: BTreeMap<u32, (u32, AddressVector)>,
     next_ah: u32,
@@ -130,6 +141,8 @@ impl Engine {
             qps: BTreeMap::new(),
             ahs: BTreeMap::new(),
             next_ah: 1,
+            srqs: BTreeMap::new(),
+            next_srq: 1,
             active: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -314,6 +327,21 @@ impl Engine {
                 "max_inline_data above the device limit",
             ));
         }
+        if let Some(srq) = init.srq {
+            let q = self
+                .srqs
+                .get(&srq)
+                .ok_or(VerbsError::NotFound("shared receive queue"))?;
+            if q.pd != pd {
+                return Err(VerbsError::InvalidArgument(
+                    "SRQ of another protection domain",
+                ));
+            }
+            if init.qp_type == QpType::Uc {
+                // As in rxe: SRQs serve RC and UD QPs.
+                return Err(VerbsError::InvalidArgument("UC QPs cannot use an SRQ"));
+            }
+        }
         if self.qps.len() >= lim.max_qp as usize {
             return Err(VerbsError::Exhausted("queue pairs"));
         }
@@ -333,10 +361,88 @@ impl Engine {
         Ok(qpn)
     }
 
+    /// `ibv_create_srq`: `max_wr` receives of up to `max_sge` SGEs shared by the QPs created
+    /// on it; `srq_limit` arms the limit event at once (0: not armed).
+    pub fn create_srq(
+        &mut self,
+        pd: u32,
+        max_wr: u32,
+        max_sge: u32,
+        srq_limit: u32,
+    ) -> Result<u32> {
+        let lim = self.config.attr;
+        if !self.pds.contains(&pd) {
+            return Err(VerbsError::NotFound("protection domain"));
+        }
+        if max_wr == 0 || max_wr > lim.max_srq_wr || max_sge > lim.max_srq_sge {
+            return Err(VerbsError::InvalidArgument(
+                "SRQ max_wr must be 1..=max_srq_wr and max_sge at most max_srq_sge",
+            ));
+        }
+        if self.srqs.len() >= lim.max_srq as usize {
+            return Err(VerbsError::Exhausted("shared receive queues"));
+        }
+        let mut srq = Srq {
+            pd,
+            max_wr,
+            max_sge,
+            limit: 0,
+            queue: VecDeque::new(),
+        };
+        srq.arm(srq_limit)?;
+        let id = self.next_srq;
+        self.next_srq += 1;
+        self.srqs.insert(id, srq);
+        Ok(id)
+    }
+
+    /// `ibv_modify_srq` with IBV_SRQ_LIMIT: arms the limit event (0 disarms it).
+    pub fn arm_srq(&mut self, srq: u32, limit: u32) -> Result<()> {
+        self.srqs
+            .get_mut(&srq)
+            .ok_or(VerbsError::NotFound("shared receive queue"))?
+            .arm(limit)
+    }
+
+    pub fn query_srq(&self, srq: u32) -> Result<SrqAttr> {
+        let q = self
+            .srqs
+            .get(&srq)
+            .ok_or(VerbsError::NotFound("shared receive queue"))?;
+        Ok(SrqAttr {
+            max_wr: q.max_wr,
+            max_sge: q.max_sge,
+            srq_limit: q.limit,
+            posted: q.queue.len() as u32,
+        })
+    }
+
+    /// `ibv_post_srq_recv` of one WR.
+    pub fn post_srq_recv(&mut self, srq: u32, wr: RecvWr) -> Result<()> {
+        self.srqs
+            .get_mut(&srq)
+            .ok_or(VerbsError::NotFound("shared receive queue"))?
+            .post(wr)
+    }
+
+    pub fn destroy_srq(&mut self, srq: u32) -> Result<()> {
+        if !self.srqs.contains_key(&srq) {
+            return Err(VerbsError::NotFound("shared receive queue"));
+        }
+        if self.qps.values().any(|q| q.srq == Some(srq)) {
+            return Err(VerbsError::Busy("shared receive queue is used by a QP"));
+        }
+        self.srqs.remove(&srq);
+        Ok(())
+    }
+
     /// `ibv_create_ah`: a destination for UD sends.
     pub fn create_ah(&mut self, pd: u32, av: AddressVector) -> Result<u32> {
         if !self.pds.contains(&pd) {
             return Err(VerbsError::NotFound("protection domain"));
+        }
+        if self.ahs.len() >= self.config.attr.max_ah as usize {
+            return Err(VerbsError::Exhausted("address handles"));
         }
         let id = self.next_ah;
         self.next_ah += 1;
@@ -427,6 +533,7 @@ impl Engine {
                     now: 0,
                     mrs: &self.mrs,
                     cqs: &mut self.cqs,
+                    srqs: &mut self.srqs,
                     events: &mut self.events,
                 };
                 qp.enter_error(&mut ctx, None);
@@ -540,6 +647,7 @@ impl Engine {
                 now: 0,
                 mrs: &self.mrs,
                 cqs: &mut self.cqs,
+                srqs: &mut self.srqs,
                 events: &mut self.events,
             };
             qp.flush(&mut ctx);
@@ -561,6 +669,11 @@ impl Engine {
                 what: "post_recv needs INIT or later",
             });
         }
+        if qp.srq.is_some() {
+            return Err(VerbsError::InvalidArgument(
+                "this QP receives from an SRQ: post there",
+            ));
+        }
         if qp.rq.len() >= qp.cap.max_recv_wr as usize {
             return Err(VerbsError::Exhausted("receive queue is full"));
         }
@@ -573,6 +686,7 @@ impl Engine {
                 now: 0,
                 mrs: &self.mrs,
                 cqs: &mut self.cqs,
+                srqs: &mut self.srqs,
                 events: &mut self.events,
             };
             qp.flush(&mut ctx);
@@ -608,6 +722,7 @@ impl Engine {
             now,
             mrs: &self.mrs,
             cqs: &mut self.cqs,
+            srqs: &mut self.srqs,
             events: &mut self.events,
         };
         match (qp.qp_type, info.operation) {
@@ -639,6 +754,7 @@ impl Engine {
                     now,
                     mrs: &self.mrs,
                     cqs: &mut self.cqs,
+                    srqs: &mut self.srqs,
                     events: &mut self.events,
                 };
                 if qp.handle_timers(&mut ctx) {
@@ -668,6 +784,7 @@ impl Engine {
                 now,
                 mrs: &self.mrs,
                 cqs: &mut self.cqs,
+                srqs: &mut self.srqs,
                 events: &mut self.events,
             };
             let (len, dest) = match qp.next_response(buf) {

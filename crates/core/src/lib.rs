@@ -14,6 +14,7 @@ mod mr;
 mod qp;
 mod requester;
 mod responder;
+mod srq;
 mod uc;
 pub mod ud;
 pub mod verbs;
@@ -26,6 +27,7 @@ pub use error::{Result, VerbsError};
 pub use gid::{rc_udp_sport, Gid};
 pub use memory::SharedBuffer;
 pub use mr::MemoryRegion;
+pub use srq::SrqAttr;
 pub use verbs::{
     Access, AsyncEvent, EventType, Mtu, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode,
 };

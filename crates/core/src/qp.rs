@@ -19,6 +19,7 @@ pub(crate) struct Ctx<'a> {
     pub now: Nanos,
     pub mrs: &'a MrTable,
     pub cqs: &'a mut BTreeMap<u32, Cq>,
+    pub srqs: &'a mut BTreeMap<u32, crate::srq::Srq>,
     pub events: &'a mut VecDeque<AsyncEvent>,
 }
 
@@ -104,6 +105,8 @@ pub(crate) struct Qp {
     pub pd: u32,
     pub send_cq: u32,
     pub recv_cq: u32,
+    /// Receives come from this shared receive queue instead of the QP's own.
+    pub srq: Option<u32>,
     pub cap: QpCap,
     pub sq_sig_all: bool,
     pub state: QpState,
@@ -135,6 +138,7 @@ impl Qp {
             pd,
             send_cq: init.send_cq,
             recv_cq: init.recv_cq,
+            srq: init.srq,
             cap: init.cap,
             sq_sig_all: init.sq_sig_all,
             state: QpState::Reset,
@@ -205,6 +209,13 @@ impl Qp {
             });
         }
         self.flush(ctx);
+        if self.srq.is_some() {
+            // Nothing more will be taken from the SRQ for this QP.
+            ctx.events.push_back(AsyncEvent::Qp {
+                qpn: self.qpn,
+                event: EventType::QpLastWqeReached,
+            });
+        }
         self.req.retrans_deadline = None;
         self.req.rnr_wait = None;
         self.req.probe_deadline = None;

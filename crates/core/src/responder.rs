@@ -247,7 +247,7 @@ impl Qp {
             if self.resp.recv.is_some() {
                 return Err(NakCode::InvalidRequest);
             }
-            let Some(wr) = self.rq.pop_front() else {
+            let Some(wr) = self.take_recv(ctx) else {
                 return Ok(Outcome::Rnr);
             };
             let Some(segs) = ctx.mrs.local(self.pd, &wr.sges, Access::LOCAL_WRITE) else {
@@ -321,7 +321,7 @@ impl Qp {
         let n = pkt.payload.len();
         let ends = info.position.ends_message();
         let with_imm = info.operation == Operation::WriteWithImm;
-        if ends && with_imm && self.rq.is_empty() {
+        if ends && with_imm && !self.has_recv(ctx) {
             // Before touching anything, so the retried packet finds the same state.
             return Ok(Outcome::Rnr);
         }
@@ -366,7 +366,7 @@ impl Qp {
             let total = wp.total;
             self.resp.write = None;
             if with_imm {
-                let wr = self.rq.pop_front().expect("checked above");
+                let wr = self.take_recv(ctx).expect("checked above");
                 self.recv_complete(
                     ctx,
                     wr.wr_id,

@@ -26,7 +26,7 @@ impl Qp {
         }
         if psn != self.resp.epsn || self.resp.uc_dropping {
             // Whatever was in progress is incomplete and will stay so.
-            self.abandon_uc_message();
+            self.abandon_uc_message(ctx);
             if !info.position.starts_message() {
                 self.resp.uc_dropping = true;
                 return false;
@@ -44,7 +44,7 @@ impl Qp {
             // No receive posted, or a request this QP may not execute: the message is
             // dropped (a receive WQE that failed locally was completed with its error).
             Ok(Outcome::Rnr) | Err(_) => {
-                self.abandon_uc_message();
+                self.abandon_uc_message(ctx);
                 self.resp.uc_dropping = !info.position.ends_message();
                 self.resp.epsn = psn.next();
                 false
@@ -54,12 +54,13 @@ impl Qp {
 
     /// Forgets a partly received message; its receive WQE (if it had one) goes back to the
     /// head of the queue for the next message.
-    fn abandon_uc_message(&mut self) {
+    fn abandon_uc_message(&mut self, ctx: &mut Ctx<'_>) {
         if let Some(r) = self.resp.recv.take() {
-            self.rq.push_front(RecvWr {
+            let wr = RecvWr {
                 wr_id: r.wr_id,
                 sges: r.sges,
-            });
+            };
+            self.return_recv(ctx, wr);
         }
         self.resp.write = None;
     }

@@ -73,7 +73,7 @@ impl Qp {
         {
             return false;
         }
-        let Some(wr) = self.rq.pop_front() else {
+        let Some(wr) = self.take_recv(ctx) else {
             return false;
         };
         let total = GRH_LEN + pkt.payload.len();

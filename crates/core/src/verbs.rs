@@ -241,6 +241,7 @@ pub enum EventType {
     QpAccessErr = 3,
     CommEst = 4,
     SqDrained = 5,
+    SrqLimitReached = 15,
     QpLastWqeReached = 16,
 }
 
@@ -251,6 +252,8 @@ pub enum AsyncEvent {
     Cq { cq: u32, event: EventType },
     /// Something happened to a queue pair.
     Qp { qpn: u32, event: EventType },
+    /// A shared receive queue fell below its armed limit.
+    Srq { srq: u32, event: EventType },
 }
 
 #[cfg(test)]

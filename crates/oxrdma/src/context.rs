@@ -264,6 +264,12 @@ impl Context {
         Ok(crate::CompletionChannel { fd: Arc::new(fd) })
     }
 
+    /// The next asynchronous event (`ibv_get_async_event`, without waiting): CQ overflow, QP
+    /// errors, SRQ limit reached, last WQE reached.
+    pub fn poll_event(&self) -> Option<oxrdma_core::AsyncEvent> {
+        self.shared().lock().engine.poll_event()
+    }
+
     /// A random 24-bit PSN from the device's CSPRNG.
     pub fn random_psn(&self) -> u32 {
         self.shared().lock().engine.random_psn()

@@ -49,6 +49,25 @@ impl ProtectionDomain {
         })
     }
 
+    /// A shared receive queue (`ibv_create_srq`); `srq_limit` 0 leaves the limit unarmed.
+    pub fn create_srq(
+        &self,
+        max_wr: u32,
+        max_sge: u32,
+        srq_limit: u32,
+    ) -> Result<SharedReceiveQueue> {
+        let srq = self
+            .ctx
+            .shared()
+            .lock()
+            .engine
+            .create_srq(self.pd, max_wr, max_sge, srq_limit)?;
+        Ok(SharedReceiveQueue {
+            ctx: self.ctx.clone(),
+            srq,
+        })
+    }
+
     /// Creates a queue pair in this PD (in RESET; see [`crate::QueuePair::connect`]).
     pub fn create_qp(
         &self,
@@ -57,12 +76,25 @@ impl ProtectionDomain {
         qp_type: oxrdma_core::QpType,
         cap: oxrdma_core::QpCap,
     ) -> Result<crate::QueuePair> {
+        self.create_qp_on_srq(send_cq, recv_cq, qp_type, cap, None)
+    }
+
+    /// [`Self::create_qp`], taking its receives from `srq` when given (RC and UD).
+    pub fn create_qp_on_srq(
+        &self,
+        send_cq: &crate::CompletionQueue,
+        recv_cq: &crate::CompletionQueue,
+        qp_type: oxrdma_core::QpType,
+        cap: oxrdma_core::QpCap,
+        srq: Option<&SharedReceiveQueue>,
+    ) -> Result<crate::QueuePair> {
         let init = oxrdma_core::QpInitAttr {
             qp_type,
             send_cq: send_cq.cq,
             recv_cq: recv_cq.cq,
             cap,
             sq_sig_all: false,
+            srq: srq.map(|s| s.srq),
         };
         let qpn = self.ctx.shared().lock().engine.create_qp(self.pd, &init)?;
         Ok(crate::QueuePair {
@@ -146,5 +178,39 @@ impl AddressHandle {
 impl Drop for AddressHandle {
     fn drop(&mut self) {
         let _ = self.ctx.shared().lock().engine.destroy_ah(self.ah);
+    }
+}
+
+/// A pool of receive WQEs shared by QPs (`ibv_srq`).
+#[derive(Debug)]
+pub struct SharedReceiveQueue {
+    ctx: Context,
+    srq: u32,
+}
+
+impl SharedReceiveQueue {
+    /// `ibv_post_srq_recv` of one WR.
+    pub fn post_recv(&self, wr: oxrdma_core::RecvWr) -> Result<()> {
+        self.ctx
+            .shared()
+            .lock()
+            .engine
+            .post_srq_recv(self.srq, wr)?;
+        Ok(())
+    }
+    /// Arms the limit event (`ibv_modify_srq` with IBV_SRQ_LIMIT); it fires once, as an
+    /// [`oxrdma_core::AsyncEvent::Srq`] from [`Context::poll_event`], then disarms.
+    pub fn arm(&self, limit: u32) -> Result<()> {
+        self.ctx.shared().lock().engine.arm_srq(self.srq, limit)?;
+        Ok(())
+    }
+    pub fn query(&self) -> Result<oxrdma_core::SrqAttr> {
+        Ok(self.ctx.shared().lock().engine.query_srq(self.srq)?)
+    }
+}
+
+impl Drop for SharedReceiveQueue {
+    fn drop(&mut self) {
+        let _ = self.ctx.shared().lock().engine.destroy_srq(self.srq);
     }
 }

@@ -163,3 +163,77 @@ fn ud_ping_pong_over_udp_answers_the_source_from_the_completion() {
     w.data = SendData::Sges(vec![big.sge(0, mtu + 1)]);
     assert!(qa.post_send(w).is_err());
 }
+
+#[test]
+fn srq_over_udp_serves_two_rc_qps_and_signals_its_limit() {
+    let (a, b) = (
+        Context::open("127.0.0.75".parse().unwrap()).unwrap(),
+        Context::open("127.0.0.76".parse().unwrap()).unwrap(),
+    );
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ma, mb) = (
+        pa.register(4096, Access::ALL).unwrap(),
+        pb.register(4096, Access::ALL).unwrap(),
+    );
+    let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let srq = pb.create_srq(16, 1, 0).unwrap();
+    let mut pairs = Vec::new();
+    for _ in 0..2 {
+        let qa = pa
+            .create_qp(&ca, &ca, QpType::Rc, QpCap::default())
+            .unwrap();
+        let qb = pb
+            .create_qp_on_srq(&cb, &cb, QpType::Rc, QpCap::default(), Some(&srq))
+            .unwrap();
+        let (sa, sb) = (a.random_psn(), b.random_psn());
+        qa.connect(sa, &qb.endpoint(sb), &ConnectOptions::default())
+            .unwrap();
+        qb.connect(sb, &qa.endpoint(sa), &ConnectOptions::default())
+            .unwrap();
+        pairs.push((qa, qb));
+    }
+    for i in 0..4 {
+        srq.post_recv(RecvWr {
+            wr_id: i,
+            sges: vec![mb.sge(i as usize * 64, 64)],
+        })
+        .unwrap();
+    }
+    srq.arm(2).unwrap();
+    for (i, (qa, _)) in pairs.iter().chain(pairs.iter()).enumerate().take(3) {
+        ma.write(0, &[i as u8; 8]);
+        qa.post_send(SendWr::new(
+            i as u64,
+            WrOpcode::Send,
+            SendData::Sges(vec![ma.sge(0, 8)]),
+        ))
+        .unwrap();
+        wait(&ca, 1);
+    }
+    let got = wait(&cb, 3);
+    let qpns: Vec<u32> = got.iter().map(|w| w.qp_num).collect();
+    assert_eq!(
+        qpns,
+        vec![pairs[0].1.qpn(), pairs[1].1.qpn(), pairs[0].1.qpn()]
+    );
+    assert_eq!(
+        got.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    assert_eq!(srq.query().unwrap().posted, 1);
+    let events: Vec<_> = std::iter::from_fn(|| b.poll_event()).collect();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(
+                e,
+                oxrdma::AsyncEvent::Srq {
+                    event: oxrdma::EventType::SrqLimitReached,
+                    ..
+                }
+            ))
+            .count(),
+        1,
+        "{events:?}"
+    );
+}

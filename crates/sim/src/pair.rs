@@ -107,6 +107,7 @@ fn end(world: &mut World, node: usize, o: &PairOptions) -> End {
         recv_cq: cq,
         cap: o.cap,
         sq_sig_all: o.sq_sig_all,
+        srq: None,
     };
     let qpn = e.create_qp(pd, &init).expect("qp");
     let buf = Arc::new(SharedBuffer::new(o.buf_len).expect("buffer"));

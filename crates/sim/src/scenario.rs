@@ -264,6 +264,7 @@ pub fn run(cfg: &ScenarioConfig) -> Report {
                 recv_cq,
                 cap,
                 sq_sig_all: false,
+                srq: None,
             };
             let qpn = e.create_qp(pds[node], &init).expect("qp");
             // Some QPs start just before the 2^24 PSN wrap.

@@ -112,6 +112,7 @@ fn side(
         recv_cq: cq,
         cap,
         sq_sig_all: true,
+        srq: None,
     };
     let qpn = e.create_qp(pd, &init).expect("qp");
     let buf = Arc::new(SharedBuffer::new(recvs * slot + extra + 8).expect("buffer"));

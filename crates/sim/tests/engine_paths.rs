@@ -622,6 +622,7 @@ fn qp_state_machine_rules() {
         recv_cq: p.a.cq,
         cap: Default::default(),
         sq_sig_all: false,
+        srq: None,
     };
     let q = e.create_qp(pd, &init).unwrap();
     assert!(matches!(

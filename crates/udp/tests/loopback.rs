@@ -32,6 +32,7 @@ fn side(ip: [u8; 4], seed: u8) -> Side {
         recv_cq: cq,
         cap: QpCap::default(),
         sq_sig_all: true,
+        srq: None,
     };
     let qpn = e.create_qp(pd, &init).unwrap();
     let buf = Arc::new(SharedBuffer::new(8 << 20).unwrap());

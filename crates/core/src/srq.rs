@@ -1,0 +1,94 @@
+//! Shared receive queues: one pool of receive WQEs for many QPs, with the limit event that
+//! tells the application to refill it.
+
+use crate::error::{Result, VerbsError};
+use crate::qp::{Ctx, Qp};
+use crate::verbs::{AsyncEvent, EventType};
+use crate::wr::RecvWr;
+use std::collections::VecDeque;
+
+#[derive(Debug)]
+pub(crate) struct Srq {
+    pub pd: u32,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    /// Armed limit: when fewer WQEs than this remain, raise SRQ_LIMIT_REACHED once and
+    /// disarm (0 = not armed), as `ibv_modify_srq` describes.
+    pub limit: u32,
+    pub queue: VecDeque<RecvWr>,
+}
+
+/// What `Engine::query_srq` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqAttr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+    /// WQEs posted and not yet taken.
+    pub posted: u32,
+}
+
+impl Srq {
+    pub fn post(&mut self, wr: RecvWr) -> Result<()> {
+        if self.queue.len() >= self.max_wr as usize {
+            return Err(VerbsError::Exhausted("shared receive queue is full"));
+        }
+        if wr.sges.len() > self.max_sge as usize {
+            return Err(VerbsError::InvalidArgument(
+                "more SGEs than the SRQ's max_sge",
+            ));
+        }
+        self.queue.push_back(wr);
+        Ok(())
+    }
+
+    /// Arms (or disarms, with 0) the limit. Like rxe, a limit above the WQEs posted now is
+    /// refused: the event would describe a state the SRQ is already in.
+    pub fn arm(&mut self, limit: u32) -> Result<()> {
+        if limit > self.max_wr {
+            return Err(VerbsError::InvalidArgument("srq_limit above max_wr"));
+        }
+        if limit as usize > self.queue.len() {
+            return Err(VerbsError::InvalidArgument(
+                "srq_limit above the number of receives posted",
+            ));
+        }
+        self.limit = limit;
+        Ok(())
+    }
+}
+
+impl Qp {
+    /// Whether a receive WQE is waiting for this QP (in its own queue or its SRQ).
+    pub(crate) fn has_recv(&self, ctx: &Ctx<'_>) -> bool {
+        match self.srq {
+            Some(s) => ctx.srqs.get(&s).is_some_and(|q| !q.queue.is_empty()),
+            None => !self.rq.is_empty(),
+        }
+    }
+
+    /// Takes the next receive WQE; from an SRQ, this may fire its limit event.
+    pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWr> {
+        let Some(s) = self.srq else {
+            return self.rq.pop_front();
+        };
+        let q = ctx.srqs.get_mut(&s)?;
+        let wr = q.queue.pop_front()?;
+        if q.limit > 0 && (q.queue.len() as u32) < q.limit {
+            q.limit = 0;
+            ctx.events.push_back(AsyncEvent::Srq {
+                srq: s,
+                event: EventType::SrqLimitReached,
+            });
+        }
+        Some(wr)
+    }
+
+    /// Puts back a WQE a dropped message had started (UC), at the head.
+    pub(crate) fn return_recv(&mut self, ctx: &mut Ctx<'_>, wr: RecvWr) {
+        match self.srq.and_then(|s| ctx.srqs.get_mut(&s)) {
+            Some(q) => q.queue.push_front(wr),
+            None => self.rq.push_front(wr),
+        }
+    }
+}
