@@ -59,12 +59,16 @@ impl Qp {
             (Operation::AtomicAcknowledge, _) => self.atomic_ack(ctx, pkt),
             _ => {}
         }
+        self.drain_local_front(ctx);
         self.report_local_errors(ctx);
     }
 
     /// Everything up to and including `psn` is acknowledged.
     fn ack_through(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
-        while let Some(w) = self.sq.front() {
+        loop {
+            // Local operations behind what just completed complete now too.
+            self.drain_local_front(ctx);
+            let Some(w) = self.sq.front() else { break };
             if !w.started || psn.before(w.first_psn) {
                 break;
             }

@@ -110,6 +110,7 @@ mod tests {
             qp_num: 1,
             src_qp: 0,
             src_gid: None,
+            invalidated_rkey: None,
         }
     }
 

@@ -8,11 +8,12 @@ use crate::error::{Result, VerbsError};
 use crate::gid::{rc_udp_sport, Gid};
 use crate::memory::SharedBuffer;
 use crate::mr::{MemoryRegion, MrTable};
+use crate::mw::Mw;
 use crate::qp::{Ctx, Qp, SendWqe};
 use crate::requester::MAX_MESSAGE;
 use crate::srq::{Srq, SrqAttr};
-use crate::verbs::{Access, AsyncEvent, Mtu, QpState, QpType, WrOpcode};
-use crate::wr::{RecvWr, SendData, SendWr, WorkCompletion};
+use crate::verbs::{Access, AsyncEvent, Mtu, MwType, QpState, QpType, WrOpcode};
+use crate::wr::{MwBind, RecvWr, SendData, SendWr, WorkCompletion};
 use crate::Nanos;
 use oxrdma_wire::{Operation, PacketRepr, Psn, Transport};
 use rand_chacha::ChaCha20Rng;
@@ -36,6 +37,7 @@ pub struct DeviceAttr {
     pub max_pd: u32,
     pub max_qp_rd_atom: u8,
     pub max_inline_data: u32,
+    pub max_mw: u32,
     pub max_srq: u32,
     pub max_srq_wr: u32,
     pub max_srq_sge: u32,
@@ -55,6 +57,7 @@ impl Default for DeviceAttr {
             max_pd: 1 << 16,
             max_qp_rd_atom: 16,
             max_inline_data: 256,
+            max_mw: 1 << 16,
             max_srq: 1 << 16,
             max_srq_wr: 16_384,
             max_srq_sge: 27,
@@ -249,6 +252,9 @@ impl Engine {
     }
 
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<()> {
+        if self.mrs.windows_on(lkey) > 0 {
+            return Err(VerbsError::Busy("memory windows are bound to the region"));
+        }
         self.mrs
             .remove(lkey)
             .map(|_| ())
@@ -359,6 +365,68 @@ impl Engine {
         }
         self.qps.insert(qpn, qp);
         Ok(qpn)
+    }
+
+    /// `ibv_alloc_mw`: a window (unbound) in `pd`; returns its handle and initial rkey.
+    pub fn alloc_mw(&mut self, pd: u32, mw_type: MwType) -> Result<(u32, u32)> {
+        if !self.pds.contains(&pd) {
+            return Err(VerbsError::NotFound("protection domain"));
+        }
+        if self.mrs.mws.len() >= self.config.attr.max_mw as usize {
+            return Err(VerbsError::Exhausted("memory windows"));
+        }
+        let rkey = loop {
+            // A random index (upper 24 bits); the key byte starts random too.
+            let k = self.rng.next_u32();
+            if k >> 8 != 0 && !self.mrs.mw_index_taken(k >> 8) && !self.mrs.key_taken(k) {
+                break k;
+            }
+        };
+        let mw = Mw {
+            pd,
+            mw_type,
+            rkey,
+            binding: None,
+        };
+        Ok((self.mrs.insert_mw(mw), rkey))
+    }
+
+    /// `ibv_dealloc_mw`: the window's rkey stops working at once.
+    pub fn dealloc_mw(&mut self, mw: u32) -> Result<()> {
+        self.mrs
+            .remove_mw(mw)
+            .map(|_| ())
+            .ok_or(VerbsError::NotFound("memory window"))
+    }
+
+    /// The window's current rkey.
+    pub fn mw_rkey(&self, mw: u32) -> Result<u32> {
+        self.mrs
+            .mw(mw)
+            .map(|w| w.rkey)
+            .ok_or(VerbsError::NotFound("memory window"))
+    }
+
+    /// `ibv_bind_mw` for a type 1 window: posts the bind on `qpn`'s send queue (it completes
+    /// there, in order, with IBV_WC_BIND_MW when signaled).
+    pub fn bind_mw(&mut self, qpn: u32, wr_id: u64, signaled: bool, bind: MwBind) -> Result<()> {
+        match self.mrs.mw(bind.mw) {
+            Some(w) if w.mw_type == MwType::Type1 => {}
+            Some(_) => {
+                return Err(VerbsError::InvalidArgument(
+                    "type 2 windows are bound with a BIND_MW work request",
+                ))
+            }
+            None => return Err(VerbsError::NotFound("memory window")),
+        }
+        let mut wr = SendWr::new(wr_id, WrOpcode::BindMw, SendData::Sges(Vec::new()));
+        wr.flags = if signaled {
+            crate::SendFlags::SIGNALED
+        } else {
+            crate::SendFlags::empty()
+        };
+        wr.bind = Some(bind);
+        self.post_send(qpn, wr)
     }
 
     /// `ibv_create_srq`: `max_wr` receives of up to `max_sge` SGEs shared by the QPs created
@@ -531,7 +599,7 @@ impl Engine {
             QpState::Err => {
                 let mut ctx = Ctx {
                     now: 0,
-                    mrs: &self.mrs,
+                    mrs: &mut self.mrs,
                     cqs: &mut self.cqs,
                     srqs: &mut self.srqs,
                     events: &mut self.events,
@@ -600,9 +668,12 @@ impl Engine {
         }
         let allowed = match qp.qp_type {
             QpType::Rc => true,
-            QpType::Uc => !op.is_read_or_atomic(),
+            QpType::Uc => !op.is_read_or_atomic() && op != WrOpcode::SendWithInv,
             QpType::Ud => matches!(op, WrOpcode::Send | WrOpcode::SendWithImm),
         };
+        if op == WrOpcode::BindMw && wr.bind.is_none() {
+            return Err(VerbsError::InvalidArgument("BIND_MW without a binding"));
+        }
         if !allowed {
             return Err(VerbsError::InvalidArgument(
                 "opcode not supported on this QP type",
@@ -641,11 +712,12 @@ impl Engine {
             first_psn: Psn::new(0),
             npkts: 0,
             local_error: None,
+            local_done: None,
         });
         if qp.state == QpState::Err {
             let mut ctx = Ctx {
                 now: 0,
-                mrs: &self.mrs,
+                mrs: &mut self.mrs,
                 cqs: &mut self.cqs,
                 srqs: &mut self.srqs,
                 events: &mut self.events,
@@ -684,7 +756,7 @@ impl Engine {
         if qp.state == QpState::Err {
             let mut ctx = Ctx {
                 now: 0,
-                mrs: &self.mrs,
+                mrs: &mut self.mrs,
                 cqs: &mut self.cqs,
                 srqs: &mut self.srqs,
                 events: &mut self.events,
@@ -720,7 +792,7 @@ impl Engine {
         }
         let mut ctx = Ctx {
             now,
-            mrs: &self.mrs,
+            mrs: &mut self.mrs,
             cqs: &mut self.cqs,
             srqs: &mut self.srqs,
             events: &mut self.events,
@@ -752,7 +824,7 @@ impl Engine {
             if qp.next_deadline().is_some_and(|t| t <= now) {
                 let mut ctx = Ctx {
                     now,
-                    mrs: &self.mrs,
+                    mrs: &mut self.mrs,
                     cqs: &mut self.cqs,
                     srqs: &mut self.srqs,
                     events: &mut self.events,
@@ -782,7 +854,7 @@ impl Engine {
             qp.scheduled = false;
             let mut ctx = Ctx {
                 now,
-                mrs: &self.mrs,
+                mrs: &mut self.mrs,
                 cqs: &mut self.cqs,
                 srqs: &mut self.srqs,
                 events: &mut self.events,

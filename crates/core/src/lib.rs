@@ -11,6 +11,7 @@ mod error;
 mod gid;
 pub mod memory;
 mod mr;
+mod mw;
 mod qp;
 mod requester;
 mod responder;
@@ -29,9 +30,10 @@ pub use memory::SharedBuffer;
 pub use mr::MemoryRegion;
 pub use srq::SrqAttr;
 pub use verbs::{
-    Access, AsyncEvent, EventType, Mtu, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode,
+    Access, AsyncEvent, EventType, Mtu, MwType, QpState, QpType, SendFlags, WcOpcode, WcStatus,
+    WrOpcode,
 };
-pub use wr::{RecvWr, SendData, SendWr, Sge, UdDest, WorkCompletion};
+pub use wr::{MwBind, RecvWr, SendData, SendWr, Sge, UdDest, WorkCompletion};
 
 /// Time in nanoseconds on the driver's clock (virtual in the simulator).
 pub type Nanos = u64;

@@ -38,8 +38,11 @@ pub(crate) struct Segment {
 /// Every MR of a device, by key.
 #[derive(Debug, Default)]
 pub(crate) struct MrTable {
-    by_lkey: HashMap<u32, MemoryRegion>,
+    pub(crate) by_lkey: HashMap<u32, MemoryRegion>,
     rkey_to_lkey: HashMap<u32, u32>,
+    /// Memory windows by handle, and their current rkeys.
+    pub(crate) mws: HashMap<u32, crate::mw::Mw>,
+    pub(crate) mw_rkeys: HashMap<u32, u32>,
 }
 
 impl MrTable {
@@ -52,9 +55,11 @@ impl MrTable {
         self.rkey_to_lkey.remove(&mr.rkey);
         Some(mr)
     }
-    /// True when `key` is already in use as an lkey or an rkey.
+    /// True when `key` is already in use as an lkey or an rkey (of a region or a window).
     pub fn key_taken(&self, key: u32) -> bool {
-        self.by_lkey.contains_key(&key) || self.rkey_to_lkey.contains_key(&key)
+        self.by_lkey.contains_key(&key)
+            || self.rkey_to_lkey.contains_key(&key)
+            || self.mw_rkeys.contains_key(&key)
     }
     pub fn count_in_pd(&self, pd: u32) -> usize {
         self.by_lkey.values().filter(|m| m.pd == pd).count()
@@ -80,9 +85,21 @@ impl MrTable {
             .collect()
     }
 
-    /// Resolves a remote access of `len` bytes at `va` with `rkey`; None on any bad key, PD,
-    /// bounds or permission (→ NAK remote access error).
-    pub fn remote(&self, pd: u32, rkey: u32, va: u64, len: u64, need: Access) -> Option<Segment> {
+    /// Resolves a remote access of `len` bytes at `va` with `rkey` (a region's or a
+    /// window's) arriving on QP `qpn`; None on any bad key, PD, QP, bounds or permission
+    /// (→ NAK remote access error).
+    pub fn remote(
+        &self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Option<Segment> {
+        if self.is_mw_rkey(rkey) {
+            return self.remote_via_mw(pd, qpn, rkey, va, len, need);
+        }
         let lkey = self.rkey_to_lkey.get(&rkey)?;
         let mr = self.by_lkey.get(lkey).filter(|m| m.pd == pd)?;
         if !mr.access.contains(need) {

@@ -17,7 +17,7 @@ const MAX_PROBES: u8 = 2;
 /// What a QP needs from the rest of the engine while it processes an event.
 pub(crate) struct Ctx<'a> {
     pub now: Nanos,
-    pub mrs: &'a MrTable,
+    pub mrs: &'a mut MrTable,
     pub cqs: &'a mut BTreeMap<u32, Cq>,
     pub srqs: &'a mut BTreeMap<u32, crate::srq::Srq>,
     pub events: &'a mut VecDeque<AsyncEvent>,
@@ -51,6 +51,9 @@ pub(crate) struct SendWqe {
     pub npkts: u32,
     /// A local error found when starting it; reported when it reaches the front.
     pub local_error: Option<WcStatus>,
+    /// A local operation (bind, invalidate) that has been executed, and how it went; it
+    /// completes when it reaches the front.
+    pub local_done: Option<WcStatus>,
 }
 
 impl SendWqe {
@@ -190,8 +193,26 @@ impl Qp {
                     qp_num: self.qpn,
                     src_qp: 0,
                     src_gid: None,
+                    invalidated_rkey: None,
                 },
             );
+        }
+    }
+
+    /// Completes executed local operations at the front of the send queue; a failed one
+    /// takes the QP to ERR, as its error completion says.
+    pub fn drain_local_front(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(status) = self
+            .sq
+            .front()
+            .filter(|w| w.started)
+            .and_then(|w| w.local_done)
+        {
+            self.complete_front(ctx, status);
+            if status != WcStatus::Success {
+                self.enter_error(ctx, None);
+                return;
+            }
         }
     }
 
@@ -246,6 +267,7 @@ impl Qp {
                 qp_num: self.qpn,
                 src_qp: 0,
                 src_gid: None,
+                invalidated_rkey: None,
             },
         );
     }

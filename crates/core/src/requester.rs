@@ -56,8 +56,10 @@ fn rc_send_write_opcode(op: WrOpcode, first: bool, last: bool) -> Opcode {
     let base = match (op, first, last) {
         (WrOpcode::Send, true, true) => 0x04,
         (WrOpcode::SendWithImm, true, true) => 0x05,
-        (WrOpcode::Send | WrOpcode::SendWithImm, true, false) => 0x00,
-        (WrOpcode::Send | WrOpcode::SendWithImm, false, false) => 0x01,
+        (WrOpcode::SendWithInv, true, true) => 0x17,
+        (WrOpcode::SendWithInv, false, true) => 0x16,
+        (WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv, true, false) => 0x00,
+        (WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv, false, false) => 0x01,
         (WrOpcode::Send, false, true) => 0x02,
         (WrOpcode::SendWithImm, false, true) => 0x03,
         (WrOpcode::RdmaWrite, true, true) => 0x0a,
@@ -147,16 +149,24 @@ impl Qp {
     }
 
     fn next_request_inner(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
-        if self.state != QpState::Rts && self.state != QpState::Sqd {
-            return None;
-        }
-        if self.req.rnr_wait.is_some() || self.req.idx >= self.sq.len() {
-            return None;
-        }
-        if self.req.una.distance_to(self.req.next_psn) >= WINDOW {
-            return None;
-        }
-        let idx = self.req.idx;
+        let idx = loop {
+            if self.state != QpState::Rts && self.state != QpState::Sqd {
+                return None;
+            }
+            if self.req.rnr_wait.is_some() || self.req.idx >= self.sq.len() {
+                return None;
+            }
+            if self.req.una.distance_to(self.req.next_psn) >= WINDOW {
+                return None;
+            }
+            let idx = self.req.idx;
+            if !self.sq[idx].wr.opcode.is_local() {
+                break idx;
+            }
+            if !self.run_local(ctx, idx) {
+                return None;
+            }
+        };
         if !self.sq[idx].started {
             if self.state == QpState::Sqd || self.sq[idx].local_error.is_some() {
                 return None;
@@ -180,6 +190,35 @@ impl Qp {
         }
         self.arm_probe(ctx.now);
         Some(len)
+    }
+
+    /// Executes the local operation at `idx` (once: after a rewind it is only stepped over)
+    /// and moves the cursor past it; false if it may not run yet.
+    fn run_local(&mut self, ctx: &mut Ctx<'_>, idx: usize) -> bool {
+        if !self.sq[idx].started {
+            if self.state == QpState::Sqd || !self.may_start(idx) {
+                return false;
+            }
+            let (pd, qpn) = (self.pd, self.qpn);
+            let w = &self.sq[idx];
+            let status = match (w.wr.opcode, w.wr.bind) {
+                (WrOpcode::BindMw, Some(b)) => match ctx.mrs.bind_mw(pd, qpn, &b) {
+                    Ok(()) => WcStatus::Success,
+                    Err(e) => e,
+                },
+                (WrOpcode::LocalInv, _) if ctx.mrs.invalidate(pd, w.wr.invalidate_rkey, None) => {
+                    WcStatus::Success
+                }
+                _ => WcStatus::LocQpOpErr,
+            };
+            let first_psn = self.req.next_psn;
+            let w = &mut self.sq[idx];
+            (w.started, w.first_psn, w.npkts, w.local_done) = (true, first_psn, 0, Some(status));
+        }
+        self.req.idx += 1;
+        self.req.off = 0;
+        self.drain_local_front(ctx);
+        true
     }
 
     /// Builds the packet at the requester's cursor and advances the cursor; returns its
@@ -235,6 +274,9 @@ impl Qp {
                 }
                 if last && matches!(op, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm) {
                     ext.immdt = Some(wr.imm);
+                }
+                if last && op == WrOpcode::SendWithInv {
+                    ext.ieth = Some(wr.invalidate_rkey);
                 }
                 if let (QpType::Ud, Some(ud)) = (self.qp_type, wr.ud) {
                     // Bit 31 of the WR's Q_Key: use the QP's own.

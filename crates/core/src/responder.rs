@@ -163,7 +163,9 @@ impl Qp {
             return;
         };
         let result = match info.operation {
-            Operation::Send | Operation::SendWithImm => self.recv_send(ctx, pkt, &info),
+            Operation::Send | Operation::SendWithImm | Operation::SendWithInv => {
+                self.recv_send(ctx, pkt, &info)
+            }
             Operation::Write | Operation::WriteWithImm => self.recv_write(ctx, pkt, &info),
             Operation::ReadRequest => self.recv_read(ctx, pkt),
             Operation::CompareSwap | Operation::FetchAdd => self.recv_atomic(ctx, pkt),
@@ -225,6 +227,7 @@ impl Qp {
                 qp_num: self.qpn,
                 src_qp: self.dest_qpn,
                 src_gid: None,
+                invalidated_rkey: None,
             },
         );
     }
@@ -275,15 +278,29 @@ impl Qp {
         }
         rp.off += pkt.payload.len();
         if info.position.ends_message() {
+            // SEND_WITH_INV: the rkey must name a type 2 window bound to this QP.
+            let inv = pkt
+                .ext
+                .ieth
+                .filter(|_| info.operation == Operation::SendWithInv);
+            if let Some(rkey) = inv {
+                if !ctx.mrs.invalidate(self.pd, rkey, Some(self.qpn)) {
+                    return Err(NakCode::InvalidRequest);
+                }
+            }
             let rp = self.resp.recv.take().expect("checked above");
-            self.recv_complete(
-                ctx,
-                rp.wr_id,
-                WcStatus::Success,
-                WcOpcode::Recv,
-                rp.off,
-                pkt.ext.immdt,
-            );
+            let wc = WorkCompletion {
+                wr_id: rp.wr_id,
+                status: WcStatus::Success,
+                opcode: WcOpcode::Recv,
+                byte_len: rp.off as u32,
+                imm: pkt.ext.immdt,
+                qp_num: self.qpn,
+                src_qp: self.dest_qpn,
+                src_gid: None,
+                invalidated_rkey: inv,
+            };
+            ctx.complete(self.recv_cq, wc);
             self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
         }
         self.resp.epsn = self.resp.epsn.next();
@@ -307,7 +324,7 @@ impl Qp {
             return Err(NakCode::RemoteAccessError);
         }
         ctx.mrs
-            .remote(self.pd, rkey, va, len, need)
+            .remote(self.pd, self.qpn, rkey, va, len, need)
             .map(Some)
             .ok_or(NakCode::RemoteAccessError)
     }

@@ -99,6 +99,7 @@ impl Qp {
                 qp_num: self.qpn,
                 src_qp: deth.src_qpn,
                 src_gid: Some(src),
+                invalidated_rkey: None,
             },
         );
         if status == WcStatus::LocProtErr {

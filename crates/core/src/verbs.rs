@@ -79,6 +79,12 @@ pub enum WrOpcode {
     RdmaRead = 4,
     AtomicCmpAndSwp = 5,
     AtomicFetchAndAdd = 6,
+    /// Invalidates a type 2 memory window's rkey (a local operation).
+    LocalInv = 7,
+    /// Binds a memory window to part of a memory region (a local operation).
+    BindMw = 8,
+    /// SEND that invalidates an rkey at the responder when it completes.
+    SendWithInv = 9,
 }
 
 impl WrOpcode {
@@ -86,7 +92,9 @@ impl WrOpcode {
     pub fn wc_opcode(self) -> WcOpcode {
         match self {
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
-            WrOpcode::Send | WrOpcode::SendWithImm => WcOpcode::Send,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
+            WrOpcode::LocalInv => WcOpcode::LocalInv,
+            WrOpcode::BindMw => WcOpcode::BindMw,
             WrOpcode::RdmaRead => WcOpcode::RdmaRead,
             WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
@@ -98,6 +106,10 @@ impl WrOpcode {
             self,
             WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
         )
+    }
+    /// Executed by the requester without sending anything.
+    pub fn is_local(self) -> bool {
+        matches!(self, WrOpcode::LocalInv | WrOpcode::BindMw)
     }
     pub fn is_atomic(self) -> bool {
         matches!(
@@ -166,8 +178,12 @@ impl Access {
     pub const REMOTE_WRITE: Access = Access(2);
     pub const REMOTE_READ: Access = Access(4);
     pub const REMOTE_ATOMIC: Access = Access(8);
+    /// Memory windows may be bound to the region.
+    pub const MW_BIND: Access = Access(16);
     /// Every flag oxrdma understands.
-    pub const ALL: Access = Access(0xf);
+    pub const ALL: Access = Access(0x1f);
+    /// The rights a remote peer can be given.
+    pub const REMOTE: Access = Access(0xe);
 
     pub const fn empty() -> Access {
         Access(0)
@@ -229,6 +245,16 @@ impl core::ops::BitOr for SendFlags {
     fn bitor(self, rhs: SendFlags) -> SendFlags {
         SendFlags(self.0 | rhs.0)
     }
+}
+
+/// `enum ibv_mw_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum MwType {
+    /// Bound with `ibv_bind_mw`; usable by every QP of its PD; rebinding replaces it.
+    Type1 = 1,
+    /// Bound by a BIND_MW work request to one QP; must be invalidated before rebinding.
+    Type2 = 2,
 }
 
 /// `enum ibv_event_type` (the ones the engine raises).

@@ -40,6 +40,25 @@ pub struct SendWr {
     pub swap: u64,
     /// Where a UD send goes (`wr.ud` in libibverbs); ignored by connected QPs.
     pub ud: Option<UdDest>,
+    /// The rkey SEND_WITH_INV and LOCAL_INV invalidate.
+    pub invalidate_rkey: u32,
+    /// What BIND_MW binds.
+    pub bind: Option<MwBind>,
+}
+
+/// A memory window binding (`struct ibv_mw_bind_info` plus the window and its new rkey).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MwBind {
+    /// The window, as `Engine::alloc_mw` named it.
+    pub mw: u32,
+    /// The window's rkey after the bind: same upper 24 bits, a new low byte.
+    pub rkey: u32,
+    /// The memory region the window opens part of (its lkey); length 0 unbinds (type 1).
+    pub lkey: u32,
+    pub addr: u64,
+    pub length: u64,
+    /// Remote rights through the window (REMOTE_READ/WRITE/ATOMIC).
+    pub access: crate::verbs::Access,
 }
 
 /// The destination of a UD send: an address handle, the remote QP and its Q_Key.
@@ -66,6 +85,8 @@ impl SendWr {
             compare_add: 0,
             swap: 0,
             ud: None,
+            invalidate_rkey: 0,
+            bind: None,
         }
     }
     /// Total bytes of the WR's data.
@@ -100,4 +121,6 @@ pub struct WorkCompletion {
     pub src_qp: u32,
     /// Source GID of a UD receive (also in the 40-byte GRH area at the buffer's start).
     pub src_gid: Option<Gid>,
+    /// The rkey a SEND_WITH_INV invalidated here (`IBV_WC_WITH_INV`).
+    pub invalidated_rkey: Option<u32>,
 }

@@ -1,0 +1,229 @@
+//! Memory windows: remote access to part of a memory region under an rkey of its own,
+//! granted by a bind and withdrawn by invalidation, rebinding or deallocation.
+
+use crate::mr::{MrTable, Segment};
+use crate::verbs::{Access, MwType, WcStatus};
+use crate::wr::MwBind;
+
+/// A memory window.
+#[derive(Debug, Clone)]
+pub(crate) struct Mw {
+    pub pd: u32,
+    pub mw_type: MwType,
+    /// The current rkey: the window's index in the upper 24 bits, a key byte below.
+    pub rkey: u32,
+    pub binding: Option<Binding>,
+}
+
+/// What a bound window opens.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Binding {
+    pub lkey: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub access: Access,
+    /// Type 2: the only QP that may use the window.
+    pub qpn: Option<u32>,
+}
+
+impl MrTable {
+    /// Adds a window with rkey `rkey` (its handle is the rkey's index, `rkey >> 8`).
+    pub fn insert_mw(&mut self, mw: Mw) -> u32 {
+        let handle = mw.rkey >> 8;
+        self.mw_rkeys.insert(mw.rkey, handle);
+        self.mws.insert(handle, mw);
+        handle
+    }
+
+    pub fn mw_index_taken(&self, index: u32) -> bool {
+        self.mws.contains_key(&index)
+    }
+
+    pub fn remove_mw(&mut self, handle: u32) -> Option<Mw> {
+        let mw = self.mws.remove(&handle)?;
+        self.mw_rkeys.remove(&mw.rkey);
+        Some(mw)
+    }
+
+    pub fn mw(&self, handle: u32) -> Option<&Mw> {
+        self.mws.get(&handle)
+    }
+
+    /// Windows bound to the region with `lkey` (it cannot be deregistered while any are).
+    pub fn windows_on(&self, lkey: u32) -> usize {
+        self.mws
+            .values()
+            .filter(|w| w.binding.is_some_and(|b| b.lkey == lkey))
+            .count()
+    }
+
+    /// Executes a bind posted on QP `qpn` of PD `pd` (IBA 10.6.7.2, as rxe checks it).
+    pub fn bind_mw(&mut self, pd: u32, qpn: u32, b: &MwBind) -> Result<(), WcStatus> {
+        let err = Err(WcStatus::MwBindErr);
+        let Some(mw) = self.mws.get(&b.mw) else {
+            return err;
+        };
+        if mw.pd != pd || (mw.rkey & !0xff) != (b.rkey & !0xff) {
+            return err;
+        }
+        if mw.mw_type == MwType::Type2 && mw.binding.is_some() {
+            // A type 2 window must be invalidated before it is bound again.
+            return err;
+        }
+        if !Access::REMOTE.contains(b.access) {
+            return err;
+        }
+        let binding = if b.length == 0 && mw.mw_type == MwType::Type1 {
+            None // a zero-length bind of a type 1 window unbinds it
+        } else {
+            let Some(mr) = self.by_lkey.get(&b.lkey) else {
+                return err;
+            };
+            let writes = Access::REMOTE_WRITE.union(Access::REMOTE_ATOMIC);
+            if mr.pd != pd
+                || !mr.access.contains(Access::MW_BIND)
+                || mr.offset_of(b.addr, b.length).is_none()
+                || (b.access.0 & writes.0 != 0 && !mr.access.contains(Access::LOCAL_WRITE))
+            {
+                return err;
+            }
+            Some(Binding {
+                lkey: b.lkey,
+                addr: b.addr,
+                len: b.length,
+                access: b.access,
+                qpn: (mw.mw_type == MwType::Type2).then_some(qpn),
+            })
+        };
+        let old = mw.rkey;
+        if old != b.rkey && (self.mw_rkeys.contains_key(&b.rkey) || self.key_taken(b.rkey)) {
+            return err;
+        }
+        let mw = self.mws.get_mut(&b.mw).expect("looked up above");
+        mw.rkey = b.rkey;
+        mw.binding = binding;
+        self.mw_rkeys.remove(&old);
+        self.mw_rkeys.insert(b.rkey, b.mw);
+        Ok(())
+    }
+
+    /// Invalidates the type 2 window with `rkey` in PD `pd` (LOCAL_INV, or SEND_WITH_INV
+    /// arriving on QP `qpn`, which must be the one it is bound to).
+    pub fn invalidate(&mut self, pd: u32, rkey: u32, qpn: Option<u32>) -> bool {
+        let Some(&h) = self.mw_rkeys.get(&rkey) else {
+            return false;
+        };
+        let mw = self.mws.get_mut(&h).expect("indexed windows exist");
+        let ok = mw.pd == pd
+            && mw.mw_type == MwType::Type2
+            && mw
+                .binding
+                .is_some_and(|b| qpn.is_none_or(|q| b.qpn == Some(q)));
+        if ok {
+            mw.binding = None;
+        }
+        ok
+    }
+
+    /// A remote access through the window whose rkey is `rkey`; None if it is not allowed
+    /// (unbound, another PD, another QP for type 2, rights, bounds).
+    pub fn remote_via_mw(
+        &self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Option<Segment> {
+        let mw = self.mws.get(self.mw_rkeys.get(&rkey)?)?;
+        let b = mw.binding?;
+        if mw.pd != pd || b.qpn.is_some_and(|q| q != qpn) || !b.access.contains(need) {
+            return None;
+        }
+        let end = va.checked_add(len)?;
+        if va < b.addr || end > b.addr + b.len {
+            return None;
+        }
+        let mr = self.by_lkey.get(&b.lkey)?;
+        Some(Segment {
+            buffer: mr.buffer.clone(),
+            offset: mr.offset_of(va, len)?,
+            len: len as usize,
+        })
+    }
+
+    /// Whether `rkey` names a window (bound or not).
+    pub fn is_mw_rkey(&self, rkey: u32) -> bool {
+        self.mw_rkeys.contains_key(&rkey)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::SharedBuffer;
+    use crate::mr::MemoryRegion;
+    use std::sync::Arc;
+
+    fn table() -> MrTable {
+        let mut t = MrTable::default();
+        t.insert(MemoryRegion {
+            pd: 1,
+            buffer: Arc::new(SharedBuffer::new(4096).unwrap()),
+            iova: 0x1000,
+            access: Access::ALL,
+            lkey: 0x10,
+            rkey: 0x20,
+        });
+        t
+    }
+
+    #[test]
+    fn a_type2_window_serves_only_the_qp_it_was_bound_on() {
+        let mut t = table();
+        let h = t.insert_mw(Mw {
+            pd: 1,
+            mw_type: MwType::Type2,
+            rkey: 0xabcd_0001,
+            binding: None,
+        });
+        let b = MwBind {
+            mw: h,
+            rkey: 0xabcd_0002,
+            lkey: 0x10,
+            addr: 0x1100,
+            length: 0x100,
+            access: Access::REMOTE_READ,
+        };
+        assert_eq!(t.bind_mw(1, 5, &b), Ok(()));
+        let get =
+            |t: &MrTable, qpn, rkey, va, len, need| t.remote(1, qpn, rkey, va, len, need).is_some();
+        assert!(get(&t, 5, 0xabcd_0002, 0x1100, 0x100, Access::REMOTE_READ));
+        assert!(
+            !get(&t, 6, 0xabcd_0002, 0x1100, 0x100, Access::REMOTE_READ),
+            "another QP"
+        );
+        assert!(
+            !get(&t, 5, 0xabcd_0001, 0x1100, 8, Access::REMOTE_READ),
+            "the old rkey"
+        );
+        assert!(
+            !get(&t, 5, 0xabcd_0002, 0x10ff, 8, Access::REMOTE_READ),
+            "below the window"
+        );
+        assert!(
+            !get(&t, 5, 0xabcd_0002, 0x1100, 8, Access::REMOTE_WRITE),
+            "rights"
+        );
+        assert!(
+            !t.invalidate(1, 0xabcd_0002, Some(6)),
+            "SEND_WITH_INV from another QP"
+        );
+        assert!(t.invalidate(1, 0xabcd_0002, Some(5)));
+        assert!(
+            !get(&t, 5, 0xabcd_0002, 0x1100, 8, Access::REMOTE_READ),
+            "invalidated"
+        );
+    }
+}
