@@ -24,7 +24,17 @@ pub fn devinfo(ip: IpAddr) -> anyhow::Result<()> {
     println!("\tmax_qp_rd_atom:\t\t\t{}", a.max_qp_rd_atom);
     println!("\tmax_qp_init_rd_atom:\t\t{}", a.max_qp_rd_atom);
     println!("\tmax_inline_data:\t\t{}", a.max_inline_data);
-    println!("\tatomic_cap:\t\t\tATOMIC_GLOB (2)");
+    let cap = match a.atomic_cap {
+        oxrdma_core::AtomicCap::None => "ATOMIC_NONE",
+        oxrdma_core::AtomicCap::Hca => "ATOMIC_HCA",
+        oxrdma_core::AtomicCap::Glob => "ATOMIC_GLOB",
+    };
+    println!("	atomic_cap:			{cap} ({})", a.atomic_cap as u32);
+    println!("\tmax_mw:\t\t\t\t{}", a.max_mw);
+    println!("\tmax_ah:\t\t\t\t{}", a.max_ah);
+    println!("\tmax_srq:\t\t\t{}", a.max_srq);
+    println!("\tmax_srq_wr:\t\t\t{}", a.max_srq_wr);
+    println!("\tmax_srq_sge:\t\t\t{}", a.max_srq_sge);
     println!("\t\tport:\t1");
     println!("\t\t\tstate:\t\t\tPORT_ACTIVE (4)");
     let m = ctx.active_mtu();

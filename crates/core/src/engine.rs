@@ -37,6 +37,8 @@ pub struct DeviceAttr {
     pub max_pd: u32,
     pub max_qp_rd_atom: u8,
     pub max_inline_data: u32,
+    /// Atomics are atomic with respect to the host's CPUs too (they are CPU atomics).
+    pub atomic_cap: AtomicCap,
     pub max_mw: u32,
     pub max_srq: u32,
     pub max_srq_wr: u32,
@@ -55,8 +57,10 @@ impl Default for DeviceAttr {
             max_mr: 1 << 16,
             max_mr_size: 1 << 40,
             max_pd: 1 << 16,
-            max_qp_rd_atom: 16,
+            // As rxe (and so what perftest asks for).
+            max_qp_rd_atom: 128,
             max_inline_data: 256,
+            atomic_cap: AtomicCap::Glob,
             max_mw: 1 << 16,
             max_srq: 1 << 16,
             max_srq_wr: 16_384,
@@ -64,6 +68,15 @@ impl Default for DeviceAttr {
             max_ah: 1 << 16,
         }
     }
+}
+
+/// `enum ibv_atomic_cap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum AtomicCap {
+    None = 0,
+    Hca = 1,
+    Glob = 2,
 }
 
 /// What identifies a device on the network.

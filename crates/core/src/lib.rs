@@ -23,7 +23,7 @@ mod wr;
 
 pub use attr::{mask, AddressVector, QpAttr, QpCap, QpInitAttr};
 pub use cq::CqRing;
-pub use engine::{DeviceAttr, Engine, EngineConfig, Stats, Transmit, MAX_PACKET};
+pub use engine::{AtomicCap, DeviceAttr, Engine, EngineConfig, Stats, Transmit, MAX_PACKET};
 pub use error::{Result, VerbsError};
 pub use gid::{rc_udp_sport, Gid};
 pub use memory::SharedBuffer;

@@ -14,8 +14,9 @@ use oxrdma_wire::{
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
-/// Atomic results remembered for replaying duplicate atomics.
-const ATOMIC_CACHE: usize = 64;
+/// Atomic results remembered for replaying duplicate atomics: twice the most a requester
+/// may have outstanding (max_qp_rd_atom), so a retransmitted atomic is always found.
+const ATOMIC_CACHE: usize = 256;
 
 /// A receive WQE being filled by a multi-packet SEND.
 #[derive(Debug)]
