@@ -39,6 +39,16 @@ impl ProtectionDomain {
         })
     }
 
+    /// A memory window (`ibv_alloc_mw`), unbound until a bind: type 1 with
+    /// [`crate::QueuePair::bind_mw`], type 2 with a BIND_MW work request.
+    pub fn alloc_mw(&self, mw_type: oxrdma_core::MwType) -> Result<MemoryWindow> {
+        let (handle, _) = self.ctx.shared().lock().engine.alloc_mw(self.pd, mw_type)?;
+        Ok(MemoryWindow {
+            ctx: self.ctx.clone(),
+            handle,
+        })
+    }
+
     /// An address handle: where UD sends go (`ibv_create_ah`).
     pub fn create_ah(&self, dgid: oxrdma_core::Gid) -> Result<AddressHandle> {
         let av = oxrdma_core::AddressVector { dgid };
@@ -212,5 +222,61 @@ impl SharedReceiveQueue {
 impl Drop for SharedReceiveQueue {
     fn drop(&mut self) {
         let _ = self.ctx.shared().lock().engine.destroy_srq(self.srq);
+    }
+}
+
+/// A memory window: remote access to part of a region, under its own rkey.
+#[derive(Debug)]
+pub struct MemoryWindow {
+    ctx: Context,
+    handle: u32,
+}
+
+impl MemoryWindow {
+    /// What [`oxrdma_core::MwBind::mw`] names.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+    /// The current rkey (it changes with every bind).
+    pub fn rkey(&self) -> u32 {
+        self.ctx
+            .shared()
+            .lock()
+            .engine
+            .mw_rkey(self.handle)
+            .unwrap_or_default()
+    }
+    /// The rkey the next bind should give: same window index, next key byte
+    /// (`ibv_inc_rkey`).
+    pub fn next_rkey(&self) -> u32 {
+        let k = self.rkey();
+        (k & !0xff) | (k.wrapping_add(1) & 0xff)
+    }
+}
+
+impl Drop for MemoryWindow {
+    fn drop(&mut self) {
+        let _ = self.ctx.shared().lock().engine.dealloc_mw(self.handle);
+    }
+}
+
+impl MemoryRegion {
+    /// A binding of `mw` to `[off, off+len)` of this region with remote rights `access`
+    /// and the window's next rkey (for `QueuePair::bind_mw` or a BIND_MW work request).
+    pub fn window(
+        &self,
+        mw: &MemoryWindow,
+        off: usize,
+        len: usize,
+        access: Access,
+    ) -> oxrdma_core::MwBind {
+        oxrdma_core::MwBind {
+            mw: mw.handle,
+            rkey: mw.next_rkey(),
+            lkey: self.lkey,
+            addr: self.addr + off as u64,
+            length: len as u64,
+            access,
+        }
     }
 }

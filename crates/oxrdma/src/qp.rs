@@ -135,6 +135,16 @@ impl QueuePair {
         Ok(())
     }
 
+    /// `ibv_bind_mw` (type 1 windows): the bind runs in order on this QP's send queue and
+    /// completes there (IBV_WC_BIND_MW) when `signaled`.
+    pub fn bind_mw(&self, wr_id: u64, signaled: bool, bind: oxrdma_core::MwBind) -> Result<()> {
+        let shared = self.ctx.shared();
+        let mut dev = shared.lock();
+        dev.engine.bind_mw(self.qpn, wr_id, signaled, bind)?;
+        shared.drive(&mut dev);
+        Ok(())
+    }
+
     /// `ibv_post_recv` of one WR.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         self.ctx.shared().lock().engine.post_recv(self.qpn, wr)?;

@@ -237,3 +237,58 @@ fn srq_over_udp_serves_two_rc_qps_and_signals_its_limit() {
         "{events:?}"
     );
 }
+
+#[test]
+fn memory_windows_over_udp() {
+    let (a, b) = (
+        Context::open("127.0.0.77".parse().unwrap()).unwrap(),
+        Context::open("127.0.0.78".parse().unwrap()).unwrap(),
+    );
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ma, mb) = (
+        pa.register(4096, Access::ALL).unwrap(),
+        pb.register(8192, Access::ALL).unwrap(),
+    );
+    let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let qa = pa
+        .create_qp(&ca, &ca, QpType::Rc, QpCap::default())
+        .unwrap();
+    let qb = pb
+        .create_qp(&cb, &cb, QpType::Rc, QpCap::default())
+        .unwrap();
+    let (sa, sb) = (a.random_psn(), b.random_psn());
+    qa.connect(sa, &qb.endpoint(sb), &ConnectOptions::default())
+        .unwrap();
+    qb.connect(sb, &qa.endpoint(sa), &ConnectOptions::default())
+        .unwrap();
+    // Type 2: bound by a work request on b's QP, closed by a's SEND_WITH_INV.
+    let mw = pb.alloc_mw(oxrdma::MwType::Type2).unwrap();
+    let bind = mb.window(&mw, 4096, 4096, Access::REMOTE_WRITE);
+    let mut wr = SendWr::new(1, WrOpcode::BindMw, SendData::Sges(vec![]));
+    wr.bind = Some(bind);
+    qb.post_send(wr).unwrap();
+    assert_eq!(wait(&cb, 1)[0].opcode, WcOpcode::BindMw);
+    assert_eq!(mw.rkey(), bind.rkey);
+    ma.write(0, b"through the window");
+    let mut w = SendWr::new(2, WrOpcode::RdmaWrite, SendData::Sges(vec![ma.sge(0, 18)]));
+    (w.remote_addr, w.rkey) = (mb.addr + 5000, mw.rkey());
+    qa.post_send(w).unwrap();
+    assert_eq!(wait(&ca, 1)[0].status, WcStatus::Success);
+    let mut got = [0u8; 18];
+    mb.read(5000, &mut got);
+    assert_eq!(&got, b"through the window");
+    qb.post_recv(RecvWr {
+        wr_id: 3,
+        sges: vec![mb.sge(0, 64)],
+    })
+    .unwrap();
+    let mut s = SendWr::new(4, WrOpcode::SendWithInv, SendData::Sges(vec![ma.sge(0, 4)]));
+    s.invalidate_rkey = mw.rkey();
+    qa.post_send(s).unwrap();
+    assert_eq!(wait(&ca, 1)[0].status, WcStatus::Success);
+    assert_eq!(wait(&cb, 1)[0].invalidated_rkey, Some(mw.rkey()));
+    let mut w = SendWr::new(5, WrOpcode::RdmaWrite, SendData::Sges(vec![ma.sge(0, 4)]));
+    (w.remote_addr, w.rkey) = (mb.addr + 5000, mw.rkey());
+    qa.post_send(w).unwrap();
+    assert_eq!(wait(&ca, 1)[0].status, WcStatus::RemAccessErr);
+}
