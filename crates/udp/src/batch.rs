@@ -82,6 +82,9 @@ impl TxBatch {
 /// Room for a batch of received datagrams.
 pub struct RxBatch {
     buf: Vec<u8>,
+    /// Source addresses as the kernel writes them (kept: zeroing them on every call cost
+    /// more than the system call when spinning).
+    names: Vec<libc::sockaddr_storage>,
     pub len: [usize; BATCH],
     pub from: [Option<SocketAddr>; BATCH],
     pub count: usize,
@@ -97,6 +100,8 @@ impl Default for RxBatch {
     fn default() -> Self {
         RxBatch {
             buf: vec![0; BATCH * RX_SLOT],
+            // SAFETY: all-zero bytes are a valid sockaddr_storage.
+            names: vec![unsafe { std::mem::zeroed() }; BATCH],
             len: [0; BATCH],
             from: [None; BATCH],
             count: 0,
@@ -115,24 +120,34 @@ impl RxBatch {
     pub fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
         use std::os::fd::AsRawFd;
         self.count = 0;
-        // SAFETY: all-zero bytes are a valid value of these plain C structs.
-        let mut names: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
-        for (iov, slot) in iovs.iter_mut().zip(self.buf.chunks_exact_mut(RX_SLOT)) {
-            (iov.iov_base, iov.iov_len) = (slot.as_mut_ptr().cast(), RX_SLOT);
-        }
-        // SAFETY: as above.
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        for (i, m) in msgs.iter_mut().enumerate() {
-            m.msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
-            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-            m.msg_hdr.msg_iov = &mut iovs[i];
-            m.msg_hdr.msg_iovlen = 1;
+        let name_len = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+        // One base pointer for all slots (the buffer holds BATCH slots of RX_SLOT bytes).
+        let base = self.buf.as_mut_ptr();
+        let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|i| libc::iovec {
+            iov_base: base.wrapping_add(i * RX_SLOT).cast(),
+            iov_len: RX_SLOT,
+        });
+        let names = self.names.as_mut_ptr();
+        let mut msgs: [libc::mmsghdr; BATCH] = std::array::from_fn(|i| libc::mmsghdr {
+            msg_hdr: libc::msghdr {
+                // In bounds: `names` has BATCH entries.
+                msg_name: names.wrapping_add(i).cast(),
+                msg_namelen: name_len,
+                msg_iov: std::ptr::null_mut(),
+                msg_iovlen: 1,
+                msg_control: std::ptr::null_mut(),
+                msg_controllen: 0,
+                msg_flags: 0,
+            },
+            msg_len: 0,
+        });
+        for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
+            m.msg_hdr.msg_iov = iov;
         }
         // SAFETY: every pointer in `msgs` (names, iovecs and the buffers they name) points
-        // into memory owned by this function or by `self.buf`, alive and not otherwise
-        // borrowed for the duration of the call; the kernel writes at most the lengths given.
+        // into memory owned by this function, `self.names` or `self.buf`, alive and not
+        // otherwise borrowed for the duration of the call; the kernel writes at most the
+        // lengths given.
         let n = unsafe {
             libc::recvmmsg(
                 socket.as_raw_fd(),
@@ -150,9 +165,9 @@ impl RxBatch {
             };
         }
         let n = n as usize;
-        for i in 0..n {
-            self.len[i] = (msgs[i].msg_len as usize).min(RX_SLOT);
-            self.from[i] = sockaddr(&names[i]);
+        for (i, m) in msgs.iter().take(n).enumerate() {
+            self.len[i] = (m.msg_len as usize).min(RX_SLOT);
+            self.from[i] = sockaddr(&self.names[i]);
         }
         self.count = n;
         Ok(n)
