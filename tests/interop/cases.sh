@@ -41,12 +41,19 @@ for s in ${OXR_LOSS_SIZES:-4096 65536}; do
 done
 EXPECT=""
 
-# --- pending: UD ping-pong ------------------------------------------------------
-P_UD="pending: needs oxrdma support (UD QPs, ud-pingpong command)"
-g='ibv_ud_pingpong -d rxe0 -g $IDX4 -s 512 -n 100'
-h='"$OXR" ud-pingpong -d "$HOST_IP" -s 512 -n 100 --pcap "$PCAP"'
-tcase "ud_pingpong/oxr-client" "$P_UD" guest 120 bytes "" "$g"               "$h \"\$GUEST_IP\""
-tcase "ud_pingpong/oxr-server" "$P_UD" host  120 bytes "" "$g \"\$HOST_IP\"" "$h"
+# --- UD ping-pong: oxrdma ud-pingpong <-> ibv_ud_pingpong ---------------------
+# One datagram per message, so sizes stay <= the guest's active MTU (1024 at link MTU
+# 1500); ibv_ud_pingpong checks that itself. No netem: UD does not retransmit, one lost
+# datagram stalls both sides (oxrdma gives up after 20 s, ibv_ud_pingpong never).
+for s in ${OXR_UD_SIZES:-1 512 1024}; do
+    n=${OXR_UD_ITERS:-200}
+    g="ibv_ud_pingpong -d rxe0 -g \$IDX4 -s $s -n $n"
+    h="\"\$OXR\" ud-pingpong -d \"\$HOST_IP\" -s $s -n $n --pcap \"\$PCAP\""
+    EXPECT=$((2 * s * n))
+    tcase "ud_pingpong/oxr-client/s$s" on guest 120 bytes "" "$g"               "$h \"\$GUEST_IP\""
+    tcase "ud_pingpong/oxr-server/s$s" on host  120 bytes "" "$g \"\$HOST_IP\"" "$h"
+done
+EXPECT=""
 
 # --- perftest <-> oxrdma perf --perftest ---------------------------------------
 # Guest side: perftest 4.5+0.17 with the RoCE v2 GID (-x), -F (no CPU-frequency

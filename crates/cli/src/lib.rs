@@ -6,6 +6,7 @@ pub mod devinfo;
 pub mod perf;
 pub mod pingpong;
 pub mod sim;
+pub mod udpingpong;
 
 /// Listens for the out-of-band TCP connection on every address, IPv6 and IPv4 (falling back
 /// to IPv4 alone where IPv6 is off).

@@ -92,6 +92,29 @@ enum Command {
         #[arg(long)]
         pcap: Option<PathBuf>,
     },
+    /// UD SEND/RECV ping-pong, compatible with ibv_ud_pingpong (server without a peer name).
+    UdPingpong {
+        /// The server to connect to; without it, wait for a client.
+        server: Option<String>,
+        /// TCP port of the out-of-band exchange.
+        #[arg(short = 'p', long, default_value_t = 18515)]
+        port: u16,
+        /// This side's RDMA device (its IP address).
+        #[arg(short = 'd', long, default_value = "127.0.0.2")]
+        device: std::net::IpAddr,
+        /// Message size: at most the port's active MTU (ibv_ud_pingpong's default, 1024).
+        #[arg(short = 's', long, default_value_t = 1024)]
+        size: usize,
+        /// Number of exchanges.
+        #[arg(short = 'n', long, default_value_t = 1000)]
+        iters: u64,
+        /// Receives kept posted.
+        #[arg(short = 'r', long, default_value_t = 500)]
+        rx_depth: u32,
+        /// Capture this side's packets to a pcap file.
+        #[arg(long)]
+        pcap: Option<PathBuf>,
+    },
     /// Describe the RDMA device on an address, like ibv_devinfo -v.
     Devinfo {
         /// The device's IP address (its GID).
@@ -233,6 +256,30 @@ fn main() -> ExitCode {
                     };
                     oxrdma_cli::pingpong::pingpong(&a).map(|()| true)
                 }
+            }
+        }
+        Command::UdPingpong {
+            server,
+            port,
+            device,
+            size,
+            iters,
+            rx_depth,
+            pcap,
+        } => {
+            if *iters == 0 || !(1..=16_384).contains(rx_depth) {
+                Err(anyhow::anyhow!("ud-pingpong needs -n > 0 and -r 1..=16384"))
+            } else {
+                let a = oxrdma_cli::udpingpong::UdPingpongArgs {
+                    server: server.clone(),
+                    port: *port,
+                    device: *device,
+                    size: *size,
+                    iters: *iters,
+                    rx_depth: *rx_depth,
+                    pcap: pcap.clone(),
+                };
+                oxrdma_cli::udpingpong::ud_pingpong(&a).map(|()| true)
             }
         }
         Command::Devinfo { addr } => oxrdma_cli::devinfo::devinfo(*addr).map(|()| true),

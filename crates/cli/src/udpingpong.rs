@@ -1,0 +1,287 @@
+//! `oxrdma ud-pingpong`: UD SEND/RECV ping-pong speaking `ibv_ud_pingpong`'s out-of-band
+//! format, so either side can be the real `ibv_ud_pingpong` (rdma-core
+//! libibverbs/examples/ud_pingpong.c).
+//!
+//! The TCP exchange (port 18515) is the RC one: `LLLL:QQQQQQ:PPPPPP:GGGG…` plus a NUL, 52
+//! bytes each way, then `done\0` from the client. Every message is one UD SEND_ONLY of
+//! `size` bytes (at most the port's active MTU) with Q_Key 0x11111111; receives are
+//! `size + 40` bytes because the first 40 take the GRH.
+
+use anyhow::{bail, Context as _};
+use oxrdma::{
+    Access, Context, Endpoint, Gid, QpCap, QpType, RecvWr, SendData, SendFlags, SendWr, UdDest,
+    WcStatus,
+};
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv6Addr, TcpStream};
+use std::time::{Duration, Instant};
+
+const MSG_LEN: usize = 52;
+/// ibv_ud_pingpong's Q_Key (its QP's own and the one it sends with).
+pub const QKEY: u32 = 0x1111_1111;
+const GRH: usize = 40;
+// ibv_ud_pingpong's wr_ids (the RC tool has them the other way round).
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+/// UD has no retransmission: one lost datagram stalls both sides for good (ibv_ud_pingpong
+/// then waits forever); give up with an error instead.
+const STALL: Duration = Duration::from_secs(20);
+
+/// What the user asked for.
+#[derive(Debug, Clone)]
+pub struct UdPingpongArgs {
+    /// Connect to this server; None = be the server.
+    pub server: Option<String>,
+    pub port: u16,
+    /// This side's device address.
+    pub device: IpAddr,
+    pub size: usize,
+    pub iters: u64,
+    pub rx_depth: u32,
+    /// Capture this side's packets here.
+    pub pcap: Option<std::path::PathBuf>,
+}
+
+fn wire(e: &Endpoint) -> [u8; MSG_LEN] {
+    let gid: String = e.gid.0.iter().map(|b| format!("{b:02x}")).collect();
+    let s = format!("{:04x}:{:06x}:{:06x}:{gid}", 0, e.qpn, e.psn);
+    let mut m = [0u8; MSG_LEN];
+    m[..s.len()].copy_from_slice(s.as_bytes());
+    m
+}
+
+fn parse(m: &[u8]) -> anyhow::Result<Endpoint> {
+    let s = std::str::from_utf8(m)
+        .context("peer sent non-text connection data")?
+        .trim_end_matches('\0');
+    let f: Vec<&str> = s.split(':').collect();
+    let bad = || anyhow::anyhow!("peer sent malformed connection data {s:?}");
+    if f.len() != 4 || f[3].len() != 32 {
+        return Err(bad());
+    }
+    let qpn = u32::from_str_radix(f[1], 16).map_err(|_| bad())?;
+    let psn = u32::from_str_radix(f[2], 16).map_err(|_| bad())?;
+    let mut gid = [0u8; 16];
+    for (i, g) in gid.iter_mut().enumerate() {
+        *g = u8::from_str_radix(&f[3][2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    // ibv_ud_pingpong makes a global AH only when the interface ID (low 8 bytes) is
+    // non-zero; without one there is no way to address a RoCE peer.
+    if gid[8..] == [0; 8] {
+        bail!("peer sent no GID: RoCE needs one (run ibv_ud_pingpong with -g <gid index>)");
+    }
+    Ok(Endpoint {
+        gid: Gid(gid),
+        qpn: qpn & 0xff_ffff,
+        psn: psn & 0xff_ffff,
+    })
+}
+
+/// ibv_ud_pingpong's "local/remote address" line (the GID as inet_ntop prints it).
+fn address_line(which: &str, sep: char, e: &Endpoint) -> String {
+    let gid = Ipv6Addr::from(e.gid.0);
+    format!(
+        "  {which} LID 0x0000, QPN 0x{:06x}, PSN 0x{:06x}{sep} GID {gid}",
+        e.qpn, e.psn
+    )
+}
+
+/// Runs the ping-pong; prints ibv_ud_pingpong's address and result lines.
+pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
+    let ctx = Context::open(a.device)?;
+    let mtu = ctx.active_mtu().bytes();
+    if a.size > mtu {
+        // Checked before anything is exchanged, as ibv_ud_pingpong does.
+        bail!(
+            "requested size {} larger than the port's active MTU ({mtu})",
+            a.size
+        );
+    }
+    if let Some(p) = &a.pcap {
+        ctx.capture_to(p)
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    let pd = ctx.alloc_pd()?;
+    // Bytes 0..40 take the GRH of every receive; sends go from offset 40.
+    let mr = pd.register(a.size + GRH, Access::LOCAL_WRITE)?;
+    let cq = ctx.create_cq(a.rx_depth + 1)?;
+    let cap = QpCap {
+        max_send_wr: 1,
+        max_recv_wr: a.rx_depth,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let qp = pd.create_qp(&cq, &cq, QpType::Ud, cap)?;
+    let psn = ctx.random_psn();
+    qp.ready_ud(QKEY, psn)?;
+    // Receives go up before the exchange: the client sends as soon as it has our QPN.
+    let post_recv = || {
+        qp.post_recv(RecvWr {
+            wr_id: RECV_WRID,
+            sges: vec![mr.sge(0, a.size + GRH)],
+        })
+    };
+    let mut routs = a.rx_depth;
+    for _ in 0..routs {
+        post_recv()?;
+    }
+    let me = qp.endpoint(psn);
+    println!("{}", address_line("local address: ", ':', &me));
+    let (peer, ah) = match &a.server {
+        Some(host) => {
+            let mut s = TcpStream::connect((host.as_str(), a.port))
+                .with_context(|| format!("cannot reach {host}:{}", a.port))?;
+            s.write_all(&wire(&me))?;
+            let mut m = [0u8; MSG_LEN];
+            s.read_exact(&mut m)
+                .context("server closed the connection")?;
+            s.write_all(b"done\0")?;
+            let peer = parse(&m)?;
+            (peer, pd.create_ah(peer.gid)?)
+        }
+        None => {
+            let l = crate::listen(a.port)
+                .with_context(|| format!("cannot listen on TCP port {}", a.port))?;
+            let (mut s, _) = l.accept()?;
+            let mut m = [0u8; MSG_LEN];
+            s.read_exact(&mut m)
+                .context("client closed the connection")?;
+            let peer = parse(&m)?;
+            // The AH exists before we answer: the client's first send may follow at once.
+            let ah = pd.create_ah(peer.gid)?;
+            s.write_all(&wire(&me))?;
+            let mut done = [0u8; 5];
+            let _ = s.read(&mut done);
+            (peer, ah)
+        }
+    };
+    println!("{}", address_line("remote address:", ',', &peer));
+    let post_send = || {
+        let data = if a.size <= 64 {
+            let mut v = vec![0u8; a.size];
+            mr.read(GRH, &mut v);
+            SendData::Inline(v)
+        } else {
+            SendData::Sges(vec![mr.sge(GRH, a.size)])
+        };
+        let mut wr = SendWr::new(SEND_WRID, oxrdma::WrOpcode::Send, data);
+        wr.flags = SendFlags::SIGNALED;
+        wr.ud = Some(UdDest {
+            ah: ah.id(),
+            remote_qpn: peer.qpn,
+            remote_qkey: QKEY,
+        });
+        qp.post_send(wr)
+    };
+    let mut pending = RECV_WRID;
+    if a.server.is_some() {
+        post_send()?;
+        pending |= SEND_WRID;
+    }
+    let start = Instant::now();
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
+    let mut wcs = Vec::new();
+    let mut last_progress = Instant::now();
+    while rcnt < a.iters || scnt < a.iters {
+        wcs.clear();
+        cq.poll(&mut wcs, 2)?;
+        if wcs.is_empty() {
+            if last_progress.elapsed() > STALL {
+                bail!(
+                    "no datagram for {} s (sent {scnt}, received {rcnt}): UD does not retransmit, one was lost",
+                    STALL.as_secs()
+                );
+            }
+            continue;
+        }
+        last_progress = Instant::now();
+        for wc in &wcs {
+            if wc.status != WcStatus::Success {
+                bail!(
+                    "work completion for wr_id {} failed: {}",
+                    wc.wr_id,
+                    wc.status
+                );
+            }
+            match wc.wr_id {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    // Stricter than ibv_ud_pingpong: a datagram from anyone else, or of
+                    // another size, means the two sides disagree.
+                    if wc.src_qp != peer.qpn || wc.byte_len as usize != a.size + GRH {
+                        bail!(
+                            "unexpected datagram: {} bytes (GRH included) from QPN {:#x}, expected {} from {:#x}",
+                            wc.byte_len,
+                            wc.src_qp,
+                            a.size + GRH,
+                            peer.qpn
+                        );
+                    }
+                    routs -= 1;
+                    if routs <= 1 {
+                        while routs < a.rx_depth {
+                            post_recv()?;
+                            routs += 1;
+                        }
+                    }
+                    rcnt += 1;
+                }
+                other => bail!("completion for unknown wr_id {other}"),
+            }
+            pending &= !wc.wr_id;
+            if scnt < a.iters && pending == 0 {
+                post_send()?;
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let bytes = a.size as u64 * a.iters * 2;
+    println!(
+        "{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec",
+        bytes as f64 * 8.0 / secs / 1e6
+    );
+    println!(
+        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
+        a.iters,
+        secs * 1e6 / a.iters as f64
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_format_and_address_lines_match_ibv_ud_pingpong() {
+        // Values from /work/shared/vectors/rxe-pcap/logs/ud_pingpong.*.
+        let e = Endpoint {
+            gid: Gid::from(std::net::Ipv4Addr::new(10, 77, 0, 2)),
+            qpn: 0x14,
+            psn: 0x533809,
+        };
+        let m = wire(&e);
+        let text = std::str::from_utf8(&m[..51]).unwrap();
+        assert_eq!(text, "0000:000014:533809:00000000000000000000ffff0a4d0002");
+        assert_eq!(m[51], 0);
+        assert_eq!(parse(&m).unwrap(), e);
+        assert_eq!(
+            address_line("local address: ", ':', &e),
+            "  local address:  LID 0x0000, QPN 0x000014, PSN 0x533809: GID ::ffff:10.77.0.2"
+        );
+        assert_eq!(
+            address_line("remote address:", ',', &e),
+            "  remote address: LID 0x0000, QPN 0x000014, PSN 0x533809, GID ::ffff:10.77.0.2"
+        );
+        // A GID whose interface ID is zero gets no global AH in ibv_ud_pingpong either.
+        assert!(
+            parse(b"0000:000011:8f5a82:fe800000000000000000000000000000\0")
+                .unwrap_err()
+                .to_string()
+                .contains("no GID")
+        );
+        assert!(parse(b"garbage").is_err());
+    }
+}
