@@ -3,6 +3,7 @@
 pub mod capture;
 pub mod decode;
 pub mod devinfo;
+pub mod oob;
 pub mod perf;
 pub mod pingpong;
 pub mod sim;

@@ -7,16 +7,16 @@
 //! client sends first, and each side sends again once its previous send completed and a
 //! message arrived.
 
+use crate::oob::{exchange, print_result};
 use anyhow::{bail, Context as _};
 use oxrdma::{
-    Access, ConnectOptions, Context, Endpoint, Gid, Mtu, QpCap, QpType, RecvWr, SendData,
-    SendFlags, SendWr, WcStatus,
+    Access, ConnectOptions, Context, Mtu, QpCap, QpType, RecvWr, SendData, SendFlags, SendWr,
+    WcStatus,
 };
-use std::io::{Read, Write};
-use std::net::{IpAddr, TcpStream};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-const MSG_LEN: usize = 52;
+const TOOL: &str = "ibv_rc_pingpong";
 const SEND_WRID: u64 = 1;
 const RECV_WRID: u64 = 2;
 
@@ -34,39 +34,6 @@ pub struct PingpongArgs {
     pub rx_depth: u32,
     /// Capture this side's packets here.
     pub pcap: Option<std::path::PathBuf>,
-}
-
-fn wire(e: &Endpoint) -> [u8; MSG_LEN] {
-    let gid: String = e.gid.0.iter().map(|b| format!("{b:02x}")).collect();
-    let s = format!("{:04x}:{:06x}:{:06x}:{gid}", 0, e.qpn, e.psn);
-    let mut m = [0u8; MSG_LEN];
-    m[..s.len()].copy_from_slice(s.as_bytes());
-    m
-}
-
-fn parse(m: &[u8]) -> anyhow::Result<Endpoint> {
-    let s = std::str::from_utf8(m)
-        .context("peer sent non-text connection data")?
-        .trim_end_matches('\0');
-    let f: Vec<&str> = s.split(':').collect();
-    let bad = || anyhow::anyhow!("peer sent malformed connection data {s:?}");
-    if f.len() != 4 || f[3].len() != 32 {
-        return Err(bad());
-    }
-    let qpn = u32::from_str_radix(f[1], 16).map_err(|_| bad())?;
-    let psn = u32::from_str_radix(f[2], 16).map_err(|_| bad())?;
-    let mut gid = [0u8; 16];
-    for (i, g) in gid.iter_mut().enumerate() {
-        *g = u8::from_str_radix(&f[3][2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-    }
-    if gid == [0; 16] {
-        bail!("peer sent no GID: RoCE needs one (run ibv_rc_pingpong with -g <gid index>)");
-    }
-    Ok(Endpoint {
-        gid: Gid(gid),
-        qpn: qpn & 0xff_ffff,
-        psn: psn & 0xff_ffff,
-    })
 }
 
 /// Runs the ping-pong; prints ibv_rc_pingpong's two result lines.
@@ -89,31 +56,7 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
     let qp = pd.create_qp(&cq, &cq, QpType::Rc, cap)?;
     let psn = ctx.random_psn();
     let me = qp.endpoint(psn);
-    let peer = match &a.server {
-        Some(host) => {
-            let mut s = TcpStream::connect((host.as_str(), a.port))
-                .with_context(|| format!("cannot reach {host}:{}", a.port))?;
-            s.write_all(&wire(&me))?;
-            let mut m = [0u8; MSG_LEN];
-            s.read_exact(&mut m)
-                .context("server closed the connection")?;
-            s.write_all(b"done\0")?;
-            parse(&m)?
-        }
-        None => {
-            let l = crate::listen(a.port)
-                .with_context(|| format!("cannot listen on TCP port {}", a.port))?;
-            let (mut s, _) = l.accept()?;
-            let mut m = [0u8; MSG_LEN];
-            s.read_exact(&mut m)
-                .context("client closed the connection")?;
-            let peer = parse(&m)?;
-            s.write_all(&wire(&me))?;
-            let mut done = [0u8; 5];
-            let _ = s.read(&mut done);
-            peer
-        }
-    };
+    let peer = exchange(a.server.as_deref(), a.port, &me, TOOL, &mut |_| Ok(()))?;
     let o = ConnectOptions {
         mtu: a.mtu,
         rnr_retry: 7,
@@ -194,23 +137,15 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    let bytes = a.size as u64 * a.iters * 2;
-    println!(
-        "{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec",
-        bytes as f64 * 8.0 / secs / 1e6
-    );
-    println!(
-        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
-        a.iters,
-        secs * 1e6 / a.iters as f64
-    );
+    print_result(a.size, a.iters, start.elapsed().as_secs_f64());
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::oob::{parse, wire};
+    use oxrdma::{Endpoint, Gid};
 
     #[test]
     fn wire_format_matches_ibv_rc_pingpong() {
@@ -223,13 +158,14 @@ mod tests {
         let text = std::str::from_utf8(&m[..51]).unwrap();
         assert_eq!(text, "0000:000011:8f5a82:00000000000000000000ffff0a4d0001");
         assert_eq!(m[51], 0);
-        assert_eq!(parse(&m).unwrap(), e);
-        assert!(
-            parse(b"0000:000011:8f5a82:00000000000000000000000000000000\0")
-                .unwrap_err()
-                .to_string()
-                .contains("no GID")
-        );
-        assert!(parse(b"garbage").is_err());
+        assert_eq!(parse(&m, TOOL).unwrap(), e);
+        assert!(parse(
+            b"0000:000011:8f5a82:00000000000000000000000000000000\0",
+            TOOL
+        )
+        .unwrap_err()
+        .to_string()
+        .contains("no GID"));
+        assert!(parse(b"garbage", TOOL).is_err());
     }
 }

@@ -7,19 +7,19 @@
 //! `size` bytes (at most the port's active MTU) with Q_Key 0x11111111; receives are
 //! `size + 40` bytes because the first 40 take the GRH.
 
+use crate::oob::{exchange, print_result};
 use anyhow::{bail, Context as _};
 use oxrdma::{
-    Access, Context, Endpoint, Gid, QpCap, QpType, RecvWr, SendData, SendFlags, SendWr, UdDest,
-    WcStatus,
+    Access, Context, Endpoint, QpCap, QpType, RecvWr, SendData, SendFlags, SendWr, UdDest, WcStatus,
 };
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv6Addr, TcpStream};
+use std::net::{IpAddr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
-const MSG_LEN: usize = 52;
+const TOOL: &str = "ibv_ud_pingpong";
 /// ibv_ud_pingpong's Q_Key (its QP's own and the one it sends with).
 pub const QKEY: u32 = 0x1111_1111;
-const GRH: usize = 40;
+/// The GRH area in front of every UD receive.
+const GRH: usize = oxrdma_core::ud::GRH_LEN;
 // ibv_ud_pingpong's wr_ids (the RC tool has them the other way round).
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
@@ -40,41 +40,6 @@ pub struct UdPingpongArgs {
     pub rx_depth: u32,
     /// Capture this side's packets here.
     pub pcap: Option<std::path::PathBuf>,
-}
-
-fn wire(e: &Endpoint) -> [u8; MSG_LEN] {
-    let gid: String = e.gid.0.iter().map(|b| format!("{b:02x}")).collect();
-    let s = format!("{:04x}:{:06x}:{:06x}:{gid}", 0, e.qpn, e.psn);
-    let mut m = [0u8; MSG_LEN];
-    m[..s.len()].copy_from_slice(s.as_bytes());
-    m
-}
-
-fn parse(m: &[u8]) -> anyhow::Result<Endpoint> {
-    let s = std::str::from_utf8(m)
-        .context("peer sent non-text connection data")?
-        .trim_end_matches('\0');
-    let f: Vec<&str> = s.split(':').collect();
-    let bad = || anyhow::anyhow!("peer sent malformed connection data {s:?}");
-    if f.len() != 4 || f[3].len() != 32 {
-        return Err(bad());
-    }
-    let qpn = u32::from_str_radix(f[1], 16).map_err(|_| bad())?;
-    let psn = u32::from_str_radix(f[2], 16).map_err(|_| bad())?;
-    let mut gid = [0u8; 16];
-    for (i, g) in gid.iter_mut().enumerate() {
-        *g = u8::from_str_radix(&f[3][2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-    }
-    // ibv_ud_pingpong makes a global AH only when the interface ID (low 8 bytes) is
-    // non-zero; without one there is no way to address a RoCE peer.
-    if gid[8..] == [0; 8] {
-        bail!("peer sent no GID: RoCE needs one (run ibv_ud_pingpong with -g <gid index>)");
-    }
-    Ok(Endpoint {
-        gid: Gid(gid),
-        qpn: qpn & 0xff_ffff,
-        psn: psn & 0xff_ffff,
-    })
 }
 
 /// ibv_ud_pingpong's "local/remote address" line (the GID as inet_ntop prints it).
@@ -128,33 +93,15 @@ pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
     }
     let me = qp.endpoint(psn);
     println!("{}", address_line("local address: ", ':', &me));
-    let (peer, ah) = match &a.server {
-        Some(host) => {
-            let mut s = TcpStream::connect((host.as_str(), a.port))
-                .with_context(|| format!("cannot reach {host}:{}", a.port))?;
-            s.write_all(&wire(&me))?;
-            let mut m = [0u8; MSG_LEN];
-            s.read_exact(&mut m)
-                .context("server closed the connection")?;
-            s.write_all(b"done\0")?;
-            let peer = parse(&m)?;
-            (peer, pd.create_ah(peer.gid)?)
-        }
-        None => {
-            let l = crate::listen(a.port)
-                .with_context(|| format!("cannot listen on TCP port {}", a.port))?;
-            let (mut s, _) = l.accept()?;
-            let mut m = [0u8; MSG_LEN];
-            s.read_exact(&mut m)
-                .context("client closed the connection")?;
-            let peer = parse(&m)?;
-            // The AH exists before we answer: the client's first send may follow at once.
-            let ah = pd.create_ah(peer.gid)?;
-            s.write_all(&wire(&me))?;
-            let mut done = [0u8; 5];
-            let _ = s.read(&mut done);
-            (peer, ah)
-        }
+    // The server makes its AH before answering: the client's first send may follow at once.
+    let mut ah = None;
+    let peer = exchange(a.server.as_deref(), a.port, &me, TOOL, &mut |peer| {
+        ah = Some(pd.create_ah(peer.gid)?);
+        Ok(())
+    })?;
+    let ah = match ah {
+        Some(ah) => ah,
+        None => pd.create_ah(peer.gid)?,
     };
     println!("{}", address_line("remote address:", ',', &peer));
     let post_send = || {
@@ -236,23 +183,15 @@ pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    let bytes = a.size as u64 * a.iters * 2;
-    println!(
-        "{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec",
-        bytes as f64 * 8.0 / secs / 1e6
-    );
-    println!(
-        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
-        a.iters,
-        secs * 1e6 / a.iters as f64
-    );
+    print_result(a.size, a.iters, start.elapsed().as_secs_f64());
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::oob::{parse, wire};
+    use oxrdma::Gid;
 
     #[test]
     fn wire_format_and_address_lines_match_ibv_ud_pingpong() {
@@ -266,7 +205,7 @@ mod tests {
         let text = std::str::from_utf8(&m[..51]).unwrap();
         assert_eq!(text, "0000:000014:533809:00000000000000000000ffff0a4d0002");
         assert_eq!(m[51], 0);
-        assert_eq!(parse(&m).unwrap(), e);
+        assert_eq!(parse(&m, TOOL).unwrap(), e);
         assert_eq!(
             address_line("local address: ", ':', &e),
             "  local address:  LID 0x0000, QPN 0x000014, PSN 0x533809: GID ::ffff:10.77.0.2"
@@ -276,12 +215,13 @@ mod tests {
             "  remote address: LID 0x0000, QPN 0x000014, PSN 0x533809, GID ::ffff:10.77.0.2"
         );
         // A GID whose interface ID is zero gets no global AH in ibv_ud_pingpong either.
-        assert!(
-            parse(b"0000:000011:8f5a82:fe800000000000000000000000000000\0")
-                .unwrap_err()
-                .to_string()
-                .contains("no GID")
-        );
-        assert!(parse(b"garbage").is_err());
+        assert!(parse(
+            b"0000:000011:8f5a82:fe800000000000000000000000000000\0",
+            TOOL
+        )
+        .unwrap_err()
+        .to_string()
+        .contains("no GID"));
+        assert!(parse(b"garbage", TOOL).is_err());
     }
 }
