@@ -3,13 +3,15 @@
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 use std::fs::File;
-use std::io::{self, BufWriter};
+use std::io;
 use std::path::Path;
 use std::time::SystemTime;
 
-/// BufWriter flushes when the capture is dropped with its port.
+/// Unbuffered: every frame is in the file once written, so a process killed mid-run (a
+/// test's timeout) still leaves a capture whose every record is whole. Capturing costs a
+/// system call per frame; it is a debugging aid.
 pub(crate) struct Capture {
-    writer: PcapWriter<BufWriter<File>>,
+    writer: PcapWriter<File>,
     frame: Vec<u8>,
 }
 
@@ -28,7 +30,7 @@ fn ipv4_checksum(h: &mut [u8]) {
 
 impl Capture {
     pub fn create(path: &Path) -> io::Result<Capture> {
-        let file = BufWriter::new(File::create(path)?);
+        let file = File::create(path)?;
         let header = PcapHeader {
             datalink: DataLink::RAW,
             ..Default::default()
