@@ -792,3 +792,31 @@ fn a_peer_slower_than_the_first_probe_timeout_is_learnt_not_probed_forever() {
     // The first message may be probed (twice at most); the other 19 go out once.
     assert!(sends <= 20 + 2, "{sends} SENDs for 20 messages");
 }
+
+#[test]
+fn a_slow_read_is_not_probed_into_a_replay() {
+    // 3 ms each way and 16 response packets: a probe would re-request the READ and the
+    // responder would replay all of it.
+    let mut p = Pair::new(&PairOptions {
+        net: oxrdma_sim::NetConfig {
+            delay: 3_000_000,
+            ..Default::default()
+        },
+        timeout: 16,
+        ..Default::default()
+    });
+    let log = tap(&mut p, |_| TapAction::Pass);
+    p.post_send(0, read(1, p.a.sge(0, 16 * 1024), p.b.addr(0), p.b.mr.rkey));
+    p.run();
+    assert_eq!(p.wcs(0)[0].status, WcStatus::Success);
+    let log = log.borrow();
+    let requests = log
+        .iter()
+        .filter(|e| e.0 == Opcode::RC_RDMA_READ_REQUEST)
+        .count();
+    let responses = log
+        .iter()
+        .filter(|e| e.0 .0 >= 0x0d && e.0 .0 <= 0x10)
+        .count();
+    assert_eq!((requests, responses), (1, 16));
+}
