@@ -110,10 +110,13 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
         last_progress = Instant::now();
         for wc in &wcs {
             if wc.status != WcStatus::Success {
+                // Which message it was matters: the last SEND's ACK can be lost after the peer
+                // (done with its receives) has exited, and nothing can retrieve it then.
                 bail!(
-                    "work completion for wr_id {} failed: {}",
+                    "work completion for wr_id {} failed: {} (sent {scnt} of {n}, received {rcnt} of {n})",
                     wc.wr_id,
-                    wc.status
+                    wc.status,
+                    n = a.iters
                 );
             }
             match wc.wr_id {
