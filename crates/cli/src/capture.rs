@@ -44,6 +44,9 @@ pub struct FrameCounts {
     pub frames: usize,
     /// Frames that are UDP to the RoCEv2 port.
     pub roce: usize,
+    /// Frames whose headers could not be read (cut short by the capture's snap length, or
+    /// broken): whether they were RoCE is unknown.
+    pub unreadable: usize,
 }
 
 /// Calls `f` for every UDP datagram to `port` in the pcap or pcapng file at `path`.
@@ -60,9 +63,13 @@ where
     let mut counts = FrameCounts::default();
     let mut frame = |link: DataLink, time: Duration, data: &[u8]| -> anyhow::Result<()> {
         counts.frames += 1;
-        if let Some(rf) = roce_frame(counts.frames, link, time, data, port) {
-            counts.roce += 1;
-            f(&rf)?;
+        match roce_frame(counts.frames, link, time, data, port) {
+            Ok(Some(rf)) => {
+                counts.roce += 1;
+                f(&rf)?;
+            }
+            Ok(None) => {}
+            Err(()) => counts.unreadable += 1,
         }
         Ok(())
     };
@@ -100,22 +107,32 @@ where
     Ok(counts)
 }
 
-/// The RoCEv2 datagram in one frame, if it is one.
+/// The RoCEv2 datagram in one frame, if it is one; `Err` if the frame's headers cannot be
+/// read at all.
 fn roce_frame<'a>(
     index: usize,
     link: DataLink,
     time: Duration,
     data: &'a [u8],
     port: u16,
-) -> Option<RoceFrame<'a>> {
+) -> Result<Option<RoceFrame<'a>>, ()> {
     let sliced = match link {
         DataLink::ETHERNET => SlicedPacket::from_ethernet(data),
         DataLink::LINUX_SLL => SlicedPacket::from_linux_sll(data),
         DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => SlicedPacket::from_ip(data),
-        _ => return None,
+        _ => return Ok(None),
     }
-    .ok()?;
-    let Some(TransportSlice::Udp(udp)) = sliced.transport else {
+    .map_err(|_| ())?;
+    Ok(udp_datagram(index, time, &sliced, port))
+}
+
+fn udp_datagram<'a>(
+    index: usize,
+    time: Duration,
+    sliced: &SlicedPacket<'a>,
+    port: u16,
+) -> Option<RoceFrame<'a>> {
+    let Some(TransportSlice::Udp(udp)) = &sliced.transport else {
         return None;
     };
     if udp.destination_port() != port {

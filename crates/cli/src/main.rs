@@ -163,13 +163,19 @@ fn run_decode(file: &Path, json: bool, port: u16, strict: bool) -> anyhow::Resul
     })?;
     out.flush().context("cannot write to standard output")?;
     eprintln!(
-        "{}: {} frames, {} RoCEv2 packets, {} malformed or bad ICRC",
+        "{}: {} frames, {} RoCEv2 packets, {} malformed or bad ICRC{}",
         file.display(),
         counts.frames,
         counts.roce,
-        bad
+        bad,
+        if counts.unreadable > 0 {
+            format!(", {} frames unreadable (cut short?)", counts.unreadable)
+        } else {
+            String::new()
+        }
     );
-    Ok(!(strict && bad > 0))
+    // Strict: a frame that cannot be read may have been a RoCE packet; it is not checked.
+    Ok(!(strict && (bad > 0 || counts.unreadable > 0)))
 }
 
 fn main() -> ExitCode {

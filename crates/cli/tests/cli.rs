@@ -122,6 +122,34 @@ fn strict_mode_fails_on_a_corrupted_packet() {
     assert!(bad_lines[0].contains("ICRC mismatch"));
     // Without --strict the same file decodes with status 0.
     assert!(oxrdma().arg("decode").arg(&bad).status().unwrap().success());
+    // A RoCE frame cut short by the capture (50 of 100 bytes: Ethernet, IPv4, UDP to 4791
+    // and 8 bytes of a BTH) cannot be checked, so --strict fails on it too.
+    let mut frame = vec![0u8; 12];
+    frame.extend_from_slice(&[0x08, 0x00]); // IPv4
+    frame.extend_from_slice(&[
+        0x45, 0, 0, 86, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ]);
+    frame.extend_from_slice(&[0x12, 0xb7, 0x12, 0xb7, 0, 66, 0, 0]); // UDP 4791 -> 4791
+    frame.extend_from_slice(&[0x04, 0, 0xff, 0xff, 0, 0, 0, 0x11]); // BTH, cut
+    let mut pcap = Vec::new();
+    for w in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65535, 1] {
+        pcap.extend_from_slice(&w.to_le_bytes()); // magic, version 2.4, zone, sigfigs, snaplen, Ethernet
+    }
+    for w in [0u32, 0, frame.len() as u32, 100] {
+        pcap.extend_from_slice(&w.to_le_bytes()); // time, captured length, original length
+    }
+    pcap.extend_from_slice(&frame);
+    let cut = dir.join("cut.pcap");
+    std::fs::write(&cut, &pcap).unwrap();
+    let out = oxrdma()
+        .args(["decode", "--strict"])
+        .arg(&cut)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("1 frames unreadable"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
