@@ -129,6 +129,9 @@ fn side(
     if !server {
         res.to_rts(&peer)?;
     }
+    // The FETCH_AND_ADD counters as they are before the handshakes release the client
+    // (read later, a slow server could see some of the client's adds already).
+    let before = bw::fetch_add_total(&res, cycle, cache);
     hs(&mut chan, &me, STEP)?;
     hs(&mut chan, &me, STEP)?;
     let target = bw::Target {
@@ -161,7 +164,6 @@ fn side(
             Ok(())
         }
         (_, true) => {
-            let before = bw::fetch_add_total(&res, cycle, cache);
             hs(&mut chan, &me, TEST_WAIT)?;
             let mut f = [[0u8; 8]; 5];
             for field in &mut f {
