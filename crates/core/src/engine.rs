@@ -607,6 +607,9 @@ impl Engine {
             qp.req.high_psn = p;
             qp.req.una = p;
         }
+        if to != QpState::Sqd {
+            qp.drain_pending = false;
+        }
         match to {
             QpState::Reset => qp.reset(),
             QpState::Err => {
@@ -618,6 +621,18 @@ impl Engine {
                     events: &mut self.events,
                 };
                 qp.enter_error(&mut ctx, None);
+            }
+            QpState::Sqd if from == QpState::Rts => {
+                qp.state = to;
+                qp.drain_pending = true;
+                let mut ctx = Ctx {
+                    now: 0,
+                    mrs: &mut self.mrs,
+                    cqs: &mut self.cqs,
+                    srqs: &mut self.srqs,
+                    events: &mut self.events,
+                };
+                qp.check_drained(&mut ctx);
             }
             QpState::Rts if from == QpState::Rtr => {
                 qp.req.retries_left = qp.retry_cnt;

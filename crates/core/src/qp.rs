@@ -131,6 +131,8 @@ pub(crate) struct Qp {
     pub resp: RespState,
     /// Waiting in the engine's transmit round-robin.
     pub scheduled: bool,
+    /// In SQD, IBV_EVENT_SQ_DRAINED is still to be raised (once the started WQEs are done).
+    pub drain_pending: bool,
 }
 
 impl Qp {
@@ -162,6 +164,7 @@ impl Qp {
             req: ReqState::default(),
             resp: RespState::default(),
             scheduled: false,
+            drain_pending: false,
         }
     }
 
@@ -196,6 +199,19 @@ impl Qp {
                     invalidated_rkey: None,
                 },
             );
+        }
+        self.check_drained(ctx);
+    }
+
+    /// In SQD: raises SQ_DRAINED once no WQE that had started is outstanding (those not
+    /// started stay queued until the QP returns to RTS).
+    pub fn check_drained(&mut self, ctx: &mut Ctx<'_>) {
+        if self.drain_pending && self.state == QpState::Sqd && !self.sq.iter().any(|w| w.started) {
+            self.drain_pending = false;
+            ctx.events.push_back(AsyncEvent::Qp {
+                qpn: self.qpn,
+                event: EventType::SqDrained,
+            });
         }
     }
 

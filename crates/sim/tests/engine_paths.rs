@@ -820,3 +820,58 @@ fn a_slow_read_is_not_probed_into_a_replay() {
         .count();
     assert_eq!((requests, responses), (1, 16));
 }
+
+#[test]
+fn sqd_drains_what_started_then_raises_sq_drained_once() {
+    let mut p = Pair::new(&PairOptions::default());
+    // Three WRITEs go out at once; then the QP moves to SQD before any ACK is back.
+    for i in 1..=3 {
+        let mut w = write(i, p.a.sge(0, 3000), p.b.addr(0), p.b.mr.rkey);
+        w.flags = SendFlags::SIGNALED;
+        p.post_send(0, w);
+    }
+    let mut out = vec![0u8; oxrdma_core::MAX_PACKET];
+    let e = &mut p.world.nodes[0].engine;
+    while e.poll_transmit(0, &mut out).is_some() {}
+    let sqd = QpAttr {
+        qp_state: Some(QpState::Sqd),
+        ..Default::default()
+    };
+    let qpn = p.a.qpn;
+    e.modify_qp(qpn, &sqd).unwrap();
+    // A fourth, posted in SQD, waits.
+    let mut w = write(4, p.a.sge(0, 8), p.b.addr(0), p.b.mr.rkey);
+    w.flags = SendFlags::SIGNALED;
+    e.post_send(qpn, w).unwrap();
+    let drained = |p: &mut Pair| {
+        std::iter::from_fn(|| p.world.nodes[0].engine.poll_event())
+            .filter(|ev| {
+                *ev == AsyncEvent::Qp {
+                    qpn,
+                    event: EventType::SqDrained,
+                }
+            })
+            .count()
+    };
+    assert_eq!(
+        drained(&mut p),
+        0,
+        "not before the started WRITEs are acknowledged"
+    );
+    p.run();
+    let ids: Vec<u64> = p.wcs(0).iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, vec![1, 2, 3]);
+    assert_eq!(drained(&mut p), 1);
+    // Back to RTS: the waiting WRITE goes; no second event.
+    let rts = QpAttr {
+        qp_state: Some(QpState::Rts),
+        ..Default::default()
+    };
+    p.world.nodes[0].engine.modify_qp(qpn, &rts).unwrap();
+    p.run();
+    assert_eq!(
+        p.wcs(0).iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        vec![4]
+    );
+    assert_eq!(drained(&mut p), 0);
+}
