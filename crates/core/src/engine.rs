@@ -135,6 +135,20 @@ pub struct Engine {
     stats: Stats,
 }
 
+/// The context a QP works in, borrowed field by field from the engine (so a QP borrowed
+/// from `self.qps` can use it).
+macro_rules! ctx {
+    ($e:ident, $now:expr) => {
+        Ctx {
+            now: $now,
+            mrs: &mut $e.mrs,
+            cqs: &mut $e.cqs,
+            srqs: &mut $e.srqs,
+            events: &mut $e.events,
+        }
+    };
+}
+
 fn schedule(active: &mut VecDeque<u32>, qp: &mut Qp) {
     if !qp.scheduled {
         qp.scheduled = true;
@@ -613,25 +627,13 @@ impl Engine {
         match to {
             QpState::Reset => qp.reset(),
             QpState::Err => {
-                let mut ctx = Ctx {
-                    now: 0,
-                    mrs: &mut self.mrs,
-                    cqs: &mut self.cqs,
-                    srqs: &mut self.srqs,
-                    events: &mut self.events,
-                };
+                let mut ctx = ctx!(self, 0);
                 qp.enter_error(&mut ctx, None);
             }
             QpState::Sqd if from == QpState::Rts => {
                 qp.state = to;
                 qp.drain_pending = true;
-                let mut ctx = Ctx {
-                    now: 0,
-                    mrs: &mut self.mrs,
-                    cqs: &mut self.cqs,
-                    srqs: &mut self.srqs,
-                    events: &mut self.events,
-                };
+                let mut ctx = ctx!(self, 0);
                 qp.check_drained(&mut ctx);
             }
             QpState::Rts if from == QpState::Rtr => {
@@ -743,13 +745,7 @@ impl Engine {
             local_done: None,
         });
         if qp.state == QpState::Err {
-            let mut ctx = Ctx {
-                now: 0,
-                mrs: &mut self.mrs,
-                cqs: &mut self.cqs,
-                srqs: &mut self.srqs,
-                events: &mut self.events,
-            };
+            let mut ctx = ctx!(self, 0);
             qp.flush(&mut ctx);
         }
         schedule(&mut self.active, qp);
@@ -782,13 +778,7 @@ impl Engine {
         }
         qp.rq.push_back(wr);
         if qp.state == QpState::Err {
-            let mut ctx = Ctx {
-                now: 0,
-                mrs: &mut self.mrs,
-                cqs: &mut self.cqs,
-                srqs: &mut self.srqs,
-                events: &mut self.events,
-            };
+            let mut ctx = ctx!(self, 0);
             qp.flush(&mut ctx);
         }
         Ok(())
@@ -818,13 +808,7 @@ impl Engine {
             self.stats.rx_wrong_peer += 1;
             return;
         }
-        let mut ctx = Ctx {
-            now,
-            mrs: &mut self.mrs,
-            cqs: &mut self.cqs,
-            srqs: &mut self.srqs,
-            events: &mut self.events,
-        };
+        let mut ctx = ctx!(self, now);
         match (qp.qp_type, info.operation) {
             (QpType::Ud, _) => {
                 let grh = crate::ud::grh(src, self.config.gid, data.len());
@@ -850,13 +834,7 @@ impl Engine {
     pub fn handle_timeout(&mut self, now: Nanos) {
         for qp in self.qps.values_mut() {
             if qp.next_deadline().is_some_and(|t| t <= now) {
-                let mut ctx = Ctx {
-                    now,
-                    mrs: &mut self.mrs,
-                    cqs: &mut self.cqs,
-                    srqs: &mut self.srqs,
-                    events: &mut self.events,
-                };
+                let mut ctx = ctx!(self, now);
                 if qp.handle_timers(&mut ctx) {
                     schedule(&mut self.active, qp);
                 }
@@ -880,13 +858,7 @@ impl Engine {
                 continue;
             };
             qp.scheduled = false;
-            let mut ctx = Ctx {
-                now,
-                mrs: &mut self.mrs,
-                cqs: &mut self.cqs,
-                srqs: &mut self.srqs,
-                events: &mut self.events,
-            };
+            let mut ctx = ctx!(self, now);
             let (len, dest) = match qp.next_response(buf) {
                 Some(len) => (Some(len), None),
                 None => {

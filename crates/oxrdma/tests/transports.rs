@@ -17,28 +17,48 @@ fn wait(cq: &oxrdma::CompletionQueue, n: usize) -> Vec<WorkCompletion> {
     wcs
 }
 
+/// One end of a connected pair. Fields drop in order: the QP before its CQ and region.
+struct End {
+    qp: oxrdma::QueuePair,
+    mr: oxrdma::MemoryRegion,
+    cq: oxrdma::CompletionQueue,
+    pd: oxrdma::ProtectionDomain,
+    ctx: Context,
+}
+
+/// Two devices on `ips`, a region of `lens` bytes each, a `t` QP each, connected.
+fn connected(t: QpType, ips: [&str; 2], lens: [usize; 2]) -> (End, End) {
+    let end = |ip: &str, len| {
+        let ctx = Context::open(ip.parse().unwrap()).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let mr = pd.register(len, Access::ALL).unwrap();
+        let cq = ctx.create_cq(64).unwrap();
+        let qp = pd.create_qp(&cq, &cq, t, QpCap::default()).unwrap();
+        End {
+            qp,
+            mr,
+            cq,
+            pd,
+            ctx,
+        }
+    };
+    let (a, b) = (end(ips[0], lens[0]), end(ips[1], lens[1]));
+    let (sa, sb) = (a.ctx.random_psn(), b.ctx.random_psn());
+    let o = ConnectOptions::default();
+    a.qp.connect(sa, &b.qp.endpoint(sb), &o).unwrap();
+    b.qp.connect(sb, &a.qp.endpoint(sa), &o).unwrap();
+    (a, b)
+}
+
 #[test]
 fn uc_send_and_write_with_imm_over_udp() {
-    let (a, b) = (
-        Context::open("127.0.0.71".parse().unwrap()).unwrap(),
-        Context::open("127.0.0.72".parse().unwrap()).unwrap(),
+    let (a, b) = connected(
+        QpType::Uc,
+        ["127.0.0.71", "127.0.0.72"],
+        [64 << 10, 128 << 10],
     );
-    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (ma, mb) = (
-        pa.register(64 << 10, Access::ALL).unwrap(),
-        pb.register(128 << 10, Access::ALL).unwrap(),
-    );
-    let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let qa = pa
-        .create_qp(&ca, &ca, QpType::Uc, QpCap::default())
-        .unwrap();
-    let qb = pb
-        .create_qp(&cb, &cb, QpType::Uc, QpCap::default())
-        .unwrap();
-    let (sa, sb) = (a.random_psn(), b.random_psn());
-    let o = ConnectOptions::default();
-    qa.connect(sa, &qb.endpoint(sb), &o).unwrap();
-    qb.connect(sb, &qa.endpoint(sa), &o).unwrap();
+    let (qa, ma, ca) = (&a.qp, &a.mr, &a.cq);
+    let (qb, mb, cb) = (&b.qp, &b.mr, &b.cq);
     let data: Vec<u8> = (0..40_000).map(|i: usize| (i % 251) as u8).collect();
     ma.write(0, &data);
     qb.post_recv(RecvWr {
@@ -64,12 +84,12 @@ fn uc_send_and_write_with_imm_over_udp() {
     );
     (w.remote_addr, w.rkey, w.imm) = (mb.addr + (64 << 10), mb.rkey, 0x1234);
     qa.post_send(w).unwrap();
-    let sent = wait(&ca, 2);
+    let sent = wait(ca, 2);
     assert!(
         sent.iter().all(|w| w.status == WcStatus::Success),
         "{sent:?}"
     );
-    let got = wait(&cb, 2);
+    let got = wait(cb, 2);
     assert_eq!((got[0].wr_id, got[0].byte_len), (1, data.len() as u32));
     assert_eq!(
         (got[1].wr_id, got[1].imm, got[1].opcode),
@@ -240,40 +260,22 @@ fn srq_over_udp_serves_two_rc_qps_and_signals_its_limit() {
 
 #[test]
 fn memory_windows_over_udp() {
-    let (a, b) = (
-        Context::open("127.0.0.77".parse().unwrap()).unwrap(),
-        Context::open("127.0.0.78".parse().unwrap()).unwrap(),
-    );
-    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (ma, mb) = (
-        pa.register(4096, Access::ALL).unwrap(),
-        pb.register(8192, Access::ALL).unwrap(),
-    );
-    let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let qa = pa
-        .create_qp(&ca, &ca, QpType::Rc, QpCap::default())
-        .unwrap();
-    let qb = pb
-        .create_qp(&cb, &cb, QpType::Rc, QpCap::default())
-        .unwrap();
-    let (sa, sb) = (a.random_psn(), b.random_psn());
-    qa.connect(sa, &qb.endpoint(sb), &ConnectOptions::default())
-        .unwrap();
-    qb.connect(sb, &qa.endpoint(sa), &ConnectOptions::default())
-        .unwrap();
+    let (a, b) = connected(QpType::Rc, ["127.0.0.77", "127.0.0.78"], [4096, 8192]);
+    let (qa, ma, ca) = (&a.qp, &a.mr, &a.cq);
+    let (qb, mb, cb, pb) = (&b.qp, &b.mr, &b.cq, &b.pd);
     // Type 2: bound by a work request on b's QP, closed by a's SEND_WITH_INV.
     let mw = pb.alloc_mw(oxrdma::MwType::Type2).unwrap();
     let bind = mb.window(&mw, 4096, 4096, Access::REMOTE_WRITE);
     let mut wr = SendWr::new(1, WrOpcode::BindMw, SendData::Sges(vec![]));
     wr.bind = Some(bind);
     qb.post_send(wr).unwrap();
-    assert_eq!(wait(&cb, 1)[0].opcode, WcOpcode::BindMw);
+    assert_eq!(wait(cb, 1)[0].opcode, WcOpcode::BindMw);
     assert_eq!(mw.rkey(), bind.rkey);
     ma.write(0, b"through the window");
     let mut w = SendWr::new(2, WrOpcode::RdmaWrite, SendData::Sges(vec![ma.sge(0, 18)]));
     (w.remote_addr, w.rkey) = (mb.addr + 5000, mw.rkey());
     qa.post_send(w).unwrap();
-    assert_eq!(wait(&ca, 1)[0].status, WcStatus::Success);
+    assert_eq!(wait(ca, 1)[0].status, WcStatus::Success);
     let mut got = [0u8; 18];
     mb.read(5000, &mut got);
     assert_eq!(&got, b"through the window");
@@ -285,10 +287,10 @@ fn memory_windows_over_udp() {
     let mut s = SendWr::new(4, WrOpcode::SendWithInv, SendData::Sges(vec![ma.sge(0, 4)]));
     s.invalidate_rkey = mw.rkey();
     qa.post_send(s).unwrap();
-    assert_eq!(wait(&ca, 1)[0].status, WcStatus::Success);
-    assert_eq!(wait(&cb, 1)[0].invalidated_rkey, Some(mw.rkey()));
+    assert_eq!(wait(ca, 1)[0].status, WcStatus::Success);
+    assert_eq!(wait(cb, 1)[0].invalidated_rkey, Some(mw.rkey()));
     let mut w = SendWr::new(5, WrOpcode::RdmaWrite, SendData::Sges(vec![ma.sge(0, 4)]));
     (w.remote_addr, w.rkey) = (mb.addr + 5000, mw.rkey());
     qa.post_send(w).unwrap();
-    assert_eq!(wait(&ca, 1)[0].status, WcStatus::RemAccessErr);
+    assert_eq!(wait(ca, 1)[0].status, WcStatus::RemAccessErr);
 }
