@@ -5,6 +5,7 @@ pub mod decode;
 pub mod devinfo;
 pub mod oob;
 pub mod perf;
+pub mod pingloop;
 pub mod pingpong;
 pub mod sim;
 pub mod udpingpong;

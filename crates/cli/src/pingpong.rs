@@ -8,13 +8,13 @@
 //! message arrived.
 
 use crate::oob::{exchange, print_result};
-use anyhow::{bail, Context as _};
+use crate::pingloop::PingLoop;
+use anyhow::Context as _;
 use oxrdma::{
     Access, ConnectOptions, Context, Mtu, QpCap, QpType, RecvWr, SendData, SendFlags, SendWr,
-    WcStatus,
 };
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const TOOL: &str = "ibv_rc_pingpong";
 const SEND_WRID: u64 = 1;
@@ -73,8 +73,7 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
             sges: vec![mr.sge(0, a.size)],
         })
     };
-    let mut routs = a.rx_depth;
-    for _ in 0..routs {
+    for _ in 0..a.rx_depth {
         post_recv()?;
     }
     let post_send = || {
@@ -89,58 +88,17 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
         wr.flags = SendFlags::SIGNALED;
         qp.post_send(wr)
     };
-    let start = Instant::now();
-    let mut pending = RECV_WRID;
-    if a.server.is_some() {
-        post_send()?;
-        pending |= SEND_WRID;
-    }
-    let (mut scnt, mut rcnt) = (0u64, 0u64);
-    let mut wcs = Vec::new();
-    let mut last_progress = Instant::now();
-    while rcnt < a.iters || scnt < a.iters {
-        wcs.clear();
-        cq.poll(&mut wcs, 2)?;
-        if wcs.is_empty() {
-            if last_progress.elapsed() > Duration::from_secs(30) {
-                bail!("no progress for 30 s (sent {scnt}, received {rcnt})");
-            }
-            continue;
-        }
-        last_progress = Instant::now();
-        for wc in &wcs {
-            if wc.status != WcStatus::Success {
-                // Which message it was matters: the last SEND's ACK can be lost after the peer
-                // (done with its receives) has exited, and nothing can retrieve it then.
-                bail!(
-                    "work completion for wr_id {} failed: {} (sent {scnt} of {n}, received {rcnt} of {n})",
-                    wc.wr_id,
-                    wc.status,
-                    n = a.iters
-                );
-            }
-            match wc.wr_id {
-                SEND_WRID => scnt += 1,
-                RECV_WRID => {
-                    routs -= 1;
-                    if routs <= 1 {
-                        while routs < a.rx_depth {
-                            post_recv()?;
-                            routs += 1;
-                        }
-                    }
-                    rcnt += 1;
-                }
-                other => bail!("completion for unknown wr_id {other}"),
-            }
-            pending &= !wc.wr_id;
-            if scnt < a.iters && pending == 0 {
-                post_send()?;
-                pending = RECV_WRID | SEND_WRID;
-            }
-        }
-    }
-    print_result(a.size, a.iters, start.elapsed().as_secs_f64());
+    let ping = PingLoop {
+        iters: a.iters,
+        rx_depth: a.rx_depth,
+        send_wrid: SEND_WRID,
+        recv_wrid: RECV_WRID,
+        client: a.server.is_some(),
+        stall: Duration::from_secs(30),
+        stall_why: "",
+    };
+    let secs = ping.run(&cq, &post_send, &post_recv, &|_| Ok(()))?;
+    print_result(a.size, a.iters, secs);
     Ok(())
 }
 

@@ -8,12 +8,13 @@
 //! `size + 40` bytes because the first 40 take the GRH.
 
 use crate::oob::{exchange, print_result};
+use crate::pingloop::PingLoop;
 use anyhow::{bail, Context as _};
 use oxrdma::{
-    Access, Context, Endpoint, QpCap, QpType, RecvWr, SendData, SendFlags, SendWr, UdDest, WcStatus,
+    Access, Context, Endpoint, QpCap, QpType, RecvWr, SendData, SendFlags, SendWr, UdDest,
 };
 use std::net::{IpAddr, Ipv6Addr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const TOOL: &str = "ibv_ud_pingpong";
 /// ibv_ud_pingpong's Q_Key (its QP's own and the one it sends with).
@@ -87,8 +88,7 @@ pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
             sges: vec![mr.sge(0, a.size + GRH)],
         })
     };
-    let mut routs = a.rx_depth;
-    for _ in 0..routs {
+    for _ in 0..a.rx_depth {
         post_recv()?;
     }
     let me = qp.endpoint(psn);
@@ -121,69 +121,31 @@ pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
         });
         qp.post_send(wr)
     };
-    let mut pending = RECV_WRID;
-    if a.server.is_some() {
-        post_send()?;
-        pending |= SEND_WRID;
-    }
-    let start = Instant::now();
-    let (mut scnt, mut rcnt) = (0u64, 0u64);
-    let mut wcs = Vec::new();
-    let mut last_progress = Instant::now();
-    while rcnt < a.iters || scnt < a.iters {
-        wcs.clear();
-        cq.poll(&mut wcs, 2)?;
-        if wcs.is_empty() {
-            if last_progress.elapsed() > STALL {
-                bail!(
-                    "no datagram for {} s (sent {scnt}, received {rcnt}): UD does not retransmit, one was lost",
-                    STALL.as_secs()
-                );
-            }
-            continue;
+    // Stricter than ibv_ud_pingpong: a datagram from anyone else, or of another size,
+    // means the two sides disagree.
+    let check_recv = |wc: &oxrdma::WorkCompletion| {
+        if wc.src_qp != peer.qpn || wc.byte_len as usize != a.size + GRH {
+            bail!(
+                "unexpected datagram: {} bytes (GRH included) from QPN {:#x}, expected {} from {:#x}",
+                wc.byte_len,
+                wc.src_qp,
+                a.size + GRH,
+                peer.qpn
+            );
         }
-        last_progress = Instant::now();
-        for wc in &wcs {
-            if wc.status != WcStatus::Success {
-                bail!(
-                    "work completion for wr_id {} failed: {}",
-                    wc.wr_id,
-                    wc.status
-                );
-            }
-            match wc.wr_id {
-                SEND_WRID => scnt += 1,
-                RECV_WRID => {
-                    // Stricter than ibv_ud_pingpong: a datagram from anyone else, or of
-                    // another size, means the two sides disagree.
-                    if wc.src_qp != peer.qpn || wc.byte_len as usize != a.size + GRH {
-                        bail!(
-                            "unexpected datagram: {} bytes (GRH included) from QPN {:#x}, expected {} from {:#x}",
-                            wc.byte_len,
-                            wc.src_qp,
-                            a.size + GRH,
-                            peer.qpn
-                        );
-                    }
-                    routs -= 1;
-                    if routs <= 1 {
-                        while routs < a.rx_depth {
-                            post_recv()?;
-                            routs += 1;
-                        }
-                    }
-                    rcnt += 1;
-                }
-                other => bail!("completion for unknown wr_id {other}"),
-            }
-            pending &= !wc.wr_id;
-            if scnt < a.iters && pending == 0 {
-                post_send()?;
-                pending = RECV_WRID | SEND_WRID;
-            }
-        }
-    }
-    print_result(a.size, a.iters, start.elapsed().as_secs_f64());
+        Ok(())
+    };
+    let ping = PingLoop {
+        iters: a.iters,
+        rx_depth: a.rx_depth,
+        send_wrid: SEND_WRID,
+        recv_wrid: RECV_WRID,
+        client: a.server.is_some(),
+        stall: STALL,
+        stall_why: ": UD does not retransmit, so a datagram was lost",
+    };
+    let secs = ping.run(&cq, &post_send, &post_recv, &check_recv)?;
+    print_result(a.size, a.iters, secs);
     Ok(())
 }
 
