@@ -25,6 +25,15 @@ impl MemoryRegion {
         let end = off.checked_add(len)?;
         (end <= self.buffer.len() as u64).then_some(off as usize)
     }
+
+    /// The memory of `[addr, addr+len)`, if the range lies inside the region.
+    pub(crate) fn segment(&self, addr: u64, len: u64) -> Option<Segment> {
+        Some(Segment {
+            buffer: self.buffer.clone(),
+            offset: self.offset_of(addr, len)?,
+            len: len as usize,
+        })
+    }
 }
 
 /// A range of registered memory the engine may touch: buffer and offset.
@@ -75,12 +84,7 @@ impl MrTable {
                 if !mr.access.contains(need) {
                     return None;
                 }
-                let offset = mr.offset_of(s.addr, u64::from(s.length))?;
-                Some(Segment {
-                    buffer: mr.buffer.clone(),
-                    offset,
-                    len: s.length as usize,
-                })
+                mr.segment(s.addr, u64::from(s.length))
             })
             .collect()
     }
@@ -105,12 +109,7 @@ impl MrTable {
         if !mr.access.contains(need) {
             return None;
         }
-        let offset = mr.offset_of(va, len)?;
-        Some(Segment {
-            buffer: mr.buffer.clone(),
-            offset,
-            len: len as usize,
-        })
+        mr.segment(va, len)
     }
 }
 

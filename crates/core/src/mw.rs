@@ -145,12 +145,7 @@ impl MrTable {
         if va < b.addr || end > b.addr + b.len {
             return None;
         }
-        let mr = self.by_lkey.get(&b.lkey)?;
-        Some(Segment {
-            buffer: mr.buffer.clone(),
-            offset: mr.offset_of(va, len)?,
-            len: len as usize,
-        })
+        self.by_lkey.get(&b.lkey)?.segment(va, len)
     }
 
     /// Whether `rkey` names a window (bound or not).
