@@ -1,14 +1,13 @@
 //! The `oxrdma` commands as a user runs them.
 
+mod common;
+use common::{free_port, oxrdma};
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// `perf --loopback` always uses 127.0.0.2 and 127.0.0.3: tests that run it take turns.
 static LOOPBACK_PAIR: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn oxrdma() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_oxrdma"))
-}
 
 /// The JSON lines a successful command printed.
 fn json_lines(out: std::process::Output) -> Vec<serde_json::Value> {
@@ -222,12 +221,7 @@ fn perf_loopback_runs_every_test_over_udp() {
     assert!(t.elapsed() >= std::time::Duration::from_secs(1));
     assert!(r[0]["iterations"].as_u64().unwrap() > 1);
     // A client whose server is not there: one clear error line.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let closed = free_port();
     let out = oxrdma()
         .args([
             "perf",
@@ -279,12 +273,7 @@ fn devinfo_describes_the_device_and_refuses_foreign_addresses() {
 #[test]
 fn pingpong_server_and_client_in_two_processes() {
     // A free TCP port for the exchange.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = free_port();
     let server = oxrdma()
         .args([
             "pingpong",
@@ -414,12 +403,7 @@ fn pcap_captures_decode_cleanly_with_valid_icrcs() {
 #[test]
 fn perf_between_two_processes() {
     for test in ["write-bw", "send-bw", "write-lat", "read-lat"] {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-            .to_string();
+        let port = free_port();
         let server = oxrdma()
             .args([
                 "perf",
@@ -473,12 +457,7 @@ fn perf_between_two_processes() {
 
 #[test]
 fn perf_sides_that_disagree_fail_clearly() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = free_port();
     let server = oxrdma()
         .args(["perf", "write-bw", "-d", "127.0.0.58", "-p", &port])
         .stderr(std::process::Stdio::piped())

@@ -2,19 +2,13 @@
 //! misbehaving fake perftest peer. Devices are on 127.0.0.61-.69 (other tests use .2, .3
 //! and .21-.59).
 
+mod common;
+use common::{free_port, oxrdma};
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn oxrdma() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_oxrdma"))
-}
-
-fn free_port() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port().to_string()
-}
 
 fn json(out: &Output) -> serde_json::Value {
     let text = String::from_utf8_lossy(&out.stdout);

@@ -1,8 +1,11 @@
 //! `oxrdma ud-pingpong` server and client as two processes on 127.0.0.81/.82, and its
 //! errors.
 
+mod common;
+use common::{free_port, oxrdma};
+
 use std::io::{Read, Write};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 /// Every test here opens devices on 127.0.0.81/.82: they take turns.
@@ -10,19 +13,6 @@ static ADDRS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn turn() -> std::sync::MutexGuard<'static, ()> {
     ADDRS.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn oxrdma() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_oxrdma"))
-}
-
-fn free_port() -> String {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string()
 }
 
 /// The one error line of a failed run.
