@@ -765,10 +765,8 @@ fn wire_details_match_linux_rxe() {
     assert!(want >= 0xc000);
 }
 
-#[test]
-fn a_peer_slower_than_the_first_probe_timeout_is_learnt_not_probed_forever() {
-    // 3 ms each way: the first tail-loss probe (1 ms, before any RTT sample) is spurious.
-    // Karn's rule alone would discard every sample after it and probe every message again.
+/// A pair 3 ms apart each way (slower than the first probe timeout), every packet logged.
+fn slow_pair() -> (Pair, PacketLog) {
     let mut p = Pair::new(&PairOptions {
         net: oxrdma_sim::NetConfig {
             delay: 3_000_000,
@@ -778,6 +776,14 @@ fn a_peer_slower_than_the_first_probe_timeout_is_learnt_not_probed_forever() {
         ..Default::default()
     });
     let log = tap(&mut p, |_| TapAction::Pass);
+    (p, log)
+}
+
+#[test]
+fn a_peer_slower_than_the_first_probe_timeout_is_learnt_not_probed_forever() {
+    // 3 ms each way: the first tail-loss probe (1 ms, before any RTT sample) is spurious.
+    // Karn's rule alone would discard every sample after it and probe every message again.
+    let (mut p, log) = slow_pair();
     for i in 0..20u64 {
         p.post_recv(1, i, vec![p.b.sge(0, 64)]);
         p.post_send(0, send(i, p.a.sge(0, 8)));
@@ -797,15 +803,7 @@ fn a_peer_slower_than_the_first_probe_timeout_is_learnt_not_probed_forever() {
 fn a_slow_read_is_not_probed_into_a_replay() {
     // 3 ms each way and 16 response packets: a probe would re-request the READ and the
     // responder would replay all of it.
-    let mut p = Pair::new(&PairOptions {
-        net: oxrdma_sim::NetConfig {
-            delay: 3_000_000,
-            ..Default::default()
-        },
-        timeout: 16,
-        ..Default::default()
-    });
-    let log = tap(&mut p, |_| TapAction::Pass);
+    let (mut p, log) = slow_pair();
     p.post_send(0, read(1, p.a.sge(0, 16 * 1024), p.b.addr(0), p.b.mr.rkey));
     p.run();
     assert_eq!(p.wcs(0)[0].status, WcStatus::Success);
