@@ -12,9 +12,12 @@
 #           rc:    both exit 0
 #   NETEM   "" or netem arguments applied to the guest's eth0 egress for this
 #           case (and, if OXR_NETEM_HOST=1, to tap0 in the namespace too)
-#   GUEST_CMD  run by sh in the guest; has $IDX4 (RoCE v2 IPv4 GID index) and $HOST_IP
-#   HOST_CMD   run by bash in the namespace; has $OXR, $HOST_IP, $GUEST_IP and
+#   GUEST_CMD  run by sh in the guest; has $IDX4 and $IDX6 (RoCE v2 GID indexes of its IPv4
+#              and IPv6 addresses) and $HOST_IP
+#   HOST_CMD   run by bash in the namespace; has $OXR, $HOST_IP, $GUEST_IP, $HOST_IP6 and
 #              $PCAP (where oxrdma should write its own capture)
+# IPv6 cases (family *_v6) carry RoCE over fd78::1 <-> fd78::fe; the TCP exchange stays on
+# IPv4, as in the rxe captures.
 # Keep single quotes around the commands so the variables expand on the right side.
 
 MTU_ARG=1024                       # path MTU on both sides (guest link MTU 1500)
@@ -29,6 +32,15 @@ for s in ${OXR_PP_SIZES:-1 4096 16384 65536}; do
     EXPECT=$((2 * s * n))
     tcase "rc_pingpong/oxr-client/s$s" on guest 120 bytes "" "$g"               "$h \"\$GUEST_IP\""
     tcase "rc_pingpong/oxr-server/s$s" on host  120 bytes "" "$g \"\$HOST_IP\"" "$h"
+done
+# --- the same over IPv6: RoCE v2 GID of fd78::1 (-g $IDX6) <-> oxrdma on fd78::fe ----
+for s in ${OXR_V6_PP_SIZES:-1 4096 65536}; do
+    n=${OXR_PP_ITERS:-$(pp_iters "$s")}
+    g="ibv_rc_pingpong -d rxe0 -g \$IDX6 -m $MTU_ARG -s $s -n $n"
+    h="\"\$OXR\" pingpong -d \"\$HOST_IP6\" -m $MTU_ARG -s $s -n $n --pcap \"\$PCAP\""
+    EXPECT=$((2 * s * n))
+    tcase "rc_pingpong_v6/oxr-client/s$s" on guest 120 bytes "" "$g"               "$h \"\$GUEST_IP\""
+    tcase "rc_pingpong_v6/oxr-server/s$s" on host  120 bytes "" "$g \"\$HOST_IP\"" "$h"
 done
 # --- the same under loss/reordering/delay (netem in the guest) ------------------
 for s in ${OXR_LOSS_SIZES:-4096 65536}; do
@@ -53,6 +65,14 @@ for s in ${OXR_UD_SIZES:-1 512 1024}; do
     tcase "ud_pingpong/oxr-client/s$s" on guest 120 bytes "" "$g"               "$h \"\$GUEST_IP\""
     tcase "ud_pingpong/oxr-server/s$s" on host  120 bytes "" "$g \"\$HOST_IP\"" "$h"
 done
+for s in ${OXR_V6_UD_SIZES:-1 1024}; do
+    n=${OXR_UD_ITERS:-200}
+    g="ibv_ud_pingpong -d rxe0 -g \$IDX6 -s $s -n $n"
+    h="\"\$OXR\" ud-pingpong -d \"\$HOST_IP6\" -s $s -n $n --pcap \"\$PCAP\""
+    EXPECT=$((2 * s * n))
+    tcase "ud_pingpong_v6/oxr-client/s$s" on guest 120 bytes "" "$g"               "$h \"\$GUEST_IP\""
+    tcase "ud_pingpong_v6/oxr-server/s$s" on host  120 bytes "" "$g \"\$HOST_IP\"" "$h"
+done
 EXPECT=""
 
 # --- perftest <-> oxrdma perf --perftest ---------------------------------------
@@ -64,11 +84,12 @@ EXPECT=""
 # bytes, an atomic_bw server sees its counters grow by ITERS, a bw server compares the
 # client's REPORT with its own -s/-n, write_lat checks every counter byte.
 perf_iters() { if [ "$1" -le 65536 ]; then echo 200; else echo 20; fi; }
-pf_case() {  # pf_case TOOL OXR_SUBCMD SIZE ITERS NETEM STATE TAG
-    local tool=$1 sub=$2 s=$3 n=$4 netem=$5 state=$6 tag=$7 g h sz="" t=180
+pf_case() {  # pf_case TOOL OXR_SUBCMD SIZE ITERS NETEM STATE TAG [v6]
+    local tool=$1 sub=$2 s=$3 n=$4 netem=$5 state=$6 tag=$7 g h sz="" t=180 idx=IDX4 dev=HOST_IP
+    [ "${8:-}" = v6 ] && { idx=IDX6; dev=HOST_IP6; }
     [ "$tool" = ib_atomic_bw ] || sz="-s $s"
-    g="$tool -d rxe0 -x \$IDX4 -F -m $MTU_ARG $sz -n $n"
-    h="\"\$OXR\" perf $sub --perftest --no-progress -d \"\$HOST_IP\" $sz -n $n --pcap \"\$PCAP\""
+    g="$tool -d rxe0 -x \$$idx -F -m $MTU_ARG $sz -n $n"
+    h="\"\$OXR\" perf $sub --perftest --no-progress -d \"\$$dev\" $sz -n $n --pcap \"\$PCAP\""
     case $tool in *_bw) g="$g --report_gbits"; h="$h --report_gbits" ;; esac
     [ "$tool" = ib_atomic_bw ] && g="$g -A FETCH_AND_ADD"
     [ -n "$netem" ] && t=300
@@ -86,4 +107,9 @@ pf_case ib_atomic_bw atomic-bw 8 200 "" "${OXR_PERF_STATE:-on}" ""
 for tool_sub in ib_write_bw:write-bw ib_send_bw:send-bw ib_read_bw:read-bw ib_atomic_bw:atomic-bw ib_write_lat:write-lat; do
     s=65536; [ "${tool_sub%%:*}" = ib_atomic_bw ] && s=8
     pf_case "${tool_sub%%:*}" "${tool_sub#*:}" "$s" 100 "loss 1%" "${OXR_PERF_STATE:-on}" "_loss"
+done
+# IPv6: every bw test, both roles, at one size that spans several packets.
+for tool_sub in ib_write_bw:write-bw ib_send_bw:send-bw ib_read_bw:read-bw ib_atomic_bw:atomic-bw; do
+    s=65536; [ "${tool_sub%%:*}" = ib_atomic_bw ] && s=8
+    pf_case "${tool_sub%%:*}" "${tool_sub#*:}" "$s" 200 "" "${OXR_PERF_STATE:-on}" "_v6" v6
 done

@@ -69,6 +69,8 @@ mkdir -p "$RUN"; ln -sfn "$RUN" "$W/runs/latest"
 SHARE=$RUN/share; mkdir -p "$SHARE"
 HOST_IP=${OXR_HOST_CIDR:-10.78.0.254/24}; HOST_IP=${HOST_IP%/*}
 GUEST_IP=10.78.0.1
+HOST_IP6=${OXR_HOST_CIDR6:-fd78::fe/64}; HOST_IP6=${HOST_IP6%/*}
+GUEST_IP6=fd78::1
 NS=${OXR_NETNS:-oxr-it-$$}
 exec > >(tee "$RUN/run.log") 2>&1
 log "run dir $RUN; namespace $NS; oxrdma $OXR; accel $(oxr_accel)"
@@ -89,9 +91,9 @@ trap 'INTERRUPTED=1; log "interrupted"; exit 130' INT TERM
 # ---- topology + guest ------------------------------------------------------------
 ip netns list | grep -qw "$NS" && die "namespace $NS exists already"
 bash "$HERE/netns.sh" up "$NS" || die "cannot create namespace $NS"
-printf 'NAME=oxr-guest\nIP4=%s/24\nMTU=%s\nHOST_IP=%s\n' "$GUEST_IP" "${OXR_MTU:-1500}" "$HOST_IP" > "$SHARE/guest.conf"
+printf 'NAME=oxr-guest\nIP4=%s/24\nIP6=%s/64\nMTU=%s\nHOST_IP=%s\n' "$GUEST_IP" "$GUEST_IP6" "${OXR_MTU:-1500}" "$HOST_IP" > "$SHARE/guest.conf"
 BOOTS=0
-# start_guest: (re)boot the guest on a clean command channel; sets IDX4 and KERNEL.
+# start_guest: (re)boot the guest on a clean command channel; sets IDX4, IDX6 and KERNEL.
 start_guest() {
     BOOTS=$((BOOTS + 1)); GSEQ=0
     rm -f "$SHARE"/runner.ready "$SHARE"/guest.env "$SHARE"/cmd.* "$SHARE"/out.* "$SHARE"/rc.* "$SHARE"/listen.*
@@ -100,7 +102,7 @@ start_guest() {
     log "qemu pid $QEMU_PID (boot $BOOTS)"
     guest_ready "$SHARE" "${OXR_BOOT_TIMEOUT:-300}" || return 1
     . "$SHARE/guest.env"
-    [ -n "${IDX4:-}" ]
+    [ -n "${IDX4:-}" ] && [ -n "${IDX6:-}" ]
 }
 # guest_healthy: QEMU runs, the runner answers and the guest answers ping.
 guest_healthy() {
@@ -109,16 +111,22 @@ guest_healthy() {
 }
 t0=$SECONDS
 if ! start_guest; then
-    row "setup/guest-boot" FAIL $((SECONDS - t0)) "guest not ready or no RoCE v2 IPv4 GID; see $RUN/console.1.log, share/runner.log"
+    row "setup/guest-boot" FAIL $((SECONDS - t0)) "guest not ready or no RoCE v2 IPv4/IPv6 GID; see $RUN/console.1.log, share/runner.log"
     tail -20 "$RUN/console.1.log"; print_table; exit 1
 fi
-row "setup/guest-boot" PASS $((SECONDS - t0)) "$(oxr_accel), kernel $KERNEL, IPv4 RoCE v2 GID index $IDX4"
-export OXR HOST_IP GUEST_IP
+row "setup/guest-boot" PASS $((SECONDS - t0)) "$(oxr_accel), kernel $KERNEL, RoCE v2 GID index IPv4 $IDX4, IPv6 $IDX6"
+export OXR HOST_IP GUEST_IP HOST_IP6 GUEST_IP6
 t0=$SECONDS
 if ip netns exec "$NS" ping -c 2 -W 3 "$GUEST_IP" > "$RUN/ping.log" 2>&1; then
     row "setup/ping" PASS $((SECONDS - t0)) "$HOST_IP -> $GUEST_IP"
 else
     row "setup/ping" FAIL $((SECONDS - t0)) "no ping reply; see $RUN/ping.log"
+fi
+t0=$SECONDS
+if ip netns exec "$NS" ping -6 -c 2 -W 3 "$GUEST_IP6" > "$RUN/ping6.log" 2>&1; then
+    row "setup/ping6" PASS $((SECONDS - t0)) "$HOST_IP6 -> $GUEST_IP6"
+else
+    row "setup/ping6" FAIL $((SECONDS - t0)) "no ping reply; see $RUN/ping6.log"
 fi
 guest_run "$SHARE" 30 'rdma link; ibv_devinfo -v -d rxe0; tc qdisc show dev eth0; dpkg-query -W perftest rdma-core ibverbs-utils' > "$RUN/guest-info.txt" 2>&1
 HOST_NETEM_OK=0

@@ -3,6 +3,7 @@
 pub mod capture;
 pub mod decode;
 pub mod devinfo;
+pub mod drops;
 pub mod oob;
 pub mod perf;
 pub mod pingloop;

@@ -7,6 +7,7 @@
 //! client sends first, and each side sends again once its previous send completed and a
 //! message arrived.
 
+use crate::drops::explain;
 use crate::oob::{exchange, print_result};
 use crate::pingloop::PingLoop;
 use anyhow::Context as _;
@@ -97,7 +98,7 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
         stall: Duration::from_secs(30),
         stall_why: "",
     };
-    let secs = ping.run(&cq, &post_send, &post_recv, &|_| Ok(()))?;
+    let secs = explain(&ctx, ping.run(&cq, &post_send, &post_recv, &|_| Ok(())))?;
     print_result(a.size, a.iters, secs);
     Ok(())
 }

@@ -7,6 +7,7 @@
 //! `size` bytes (at most the port's active MTU) with Q_Key 0x11111111; receives are
 //! `size + 40` bytes because the first 40 take the GRH.
 
+use crate::drops::explain;
 use crate::oob::{exchange, print_result};
 use crate::pingloop::PingLoop;
 use anyhow::{bail, Context as _};
@@ -144,7 +145,7 @@ pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
         stall: STALL,
         stall_why: ": UD does not retransmit, so a datagram was lost",
     };
-    let secs = ping.run(&cq, &post_send, &post_recv, &check_recv)?;
+    let secs = explain(&ctx, ping.run(&cq, &post_send, &post_recv, &check_recv))?;
     print_result(a.size, a.iters, secs);
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The completer: processes ACKs, NAKs, READ responses and atomic ACKs, completes send WQEs
 //! in order, and drives retransmission (NAK, timeout, RNR).
 
+use crate::drops::RxDrop;
 use crate::mr::scatter;
 use crate::qp::{Ctx, Qp};
 use crate::verbs::{QpState, WcStatus, WrOpcode};
@@ -18,23 +19,30 @@ fn nak_status(code: NakCode) -> WcStatus {
 
 impl Qp {
     /// A response-type packet (ACK, READ response, atomic ACK) for this QP's requester.
-    pub(crate) fn handle_response(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
+    /// Err says why it was dropped.
+    pub(crate) fn handle_response(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+    ) -> Result<(), RxDrop> {
         if self.state != QpState::Rts && self.state != QpState::Sqd {
-            return;
+            return Err(RxDrop::QpState);
         }
         let psn = pkt.bth.psn;
         let outstanding = self.req.una.distance_to(self.req.high_psn);
         if !psn.in_window(self.req.una, outstanding) {
-            return; // stale duplicate, or a PSN never sent
+            return Err(RxDrop::StaleResponse);
         }
-        let Ok(info) = pkt.bth.opcode.info() else {
-            return;
-        };
-        match (info.operation, pkt.ext.aeth.map(|a| a.syndrome)) {
-            (Operation::Acknowledge, Some(Syndrome::Ack { .. })) => self.ack_through(ctx, psn),
+        let info = pkt.bth.opcode.info().map_err(|_| RxDrop::Malformed)?;
+        let result = match (info.operation, pkt.ext.aeth.map(|a| a.syndrome)) {
+            (Operation::Acknowledge, Some(Syndrome::Ack { .. })) => {
+                self.ack_through(ctx, psn);
+                Ok(())
+            }
             (Operation::Acknowledge, Some(Syndrome::RnrNak { timer })) => {
                 self.ack_before(ctx, psn);
                 self.rnr_nak(ctx, psn, timer);
+                Ok(())
             }
             (Operation::Acknowledge, Some(Syndrome::Nak(NakCode::PsnSequenceError))) => {
                 self.ack_before(ctx, psn);
@@ -47,6 +55,7 @@ impl Qp {
                     // from there, never past it.
                     self.go_back_once(ctx);
                 }
+                Ok(())
             }
             (Operation::Acknowledge, Some(Syndrome::Nak(code))) => {
                 self.ack_before(ctx, psn);
@@ -54,13 +63,15 @@ impl Qp {
                     self.complete_front(ctx, nak_status(code));
                     self.enter_error(ctx, None);
                 }
+                Ok(())
             }
             (Operation::ReadResponse, _) => self.read_response(ctx, pkt),
             (Operation::AtomicAcknowledge, _) => self.atomic_ack(ctx, pkt),
-            _ => {}
-        }
+            _ => Err(RxDrop::UnexpectedResponse),
+        };
         self.drain_local_front(ctx);
         self.report_local_errors(ctx);
+        result
     }
 
     /// Everything up to and including `psn` is acknowledged.
@@ -195,15 +206,18 @@ impl Qp {
         psn == self.req.una && self.state != QpState::Err
     }
 
-    fn read_response(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
+    fn read_response(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
+        const UNEXPECTED: Result<(), RxDrop> = Err(RxDrop::UnexpectedResponse);
         let psn = pkt.bth.psn;
         if !self.in_order_response(ctx, psn) {
-            return;
+            return UNEXPECTED;
         }
         let mtu = self.mtu.bytes() as u64;
-        let Some(w) = self.sq.front() else { return };
+        let Some(w) = self.sq.front() else {
+            return UNEXPECTED;
+        };
         if w.wr.opcode != WrOpcode::RdmaRead || !w.holds(psn) {
-            return;
+            return UNEXPECTED;
         }
         let off = u64::from(w.first_psn.distance_to(psn)) * mtu;
         let n = mtu.min(w.len - off);
@@ -215,34 +229,37 @@ impl Qp {
             .map(|i| i.position.ends_message())
             .unwrap_or(false);
         if pkt.payload.len() as u64 != n || pos != last {
-            return; // does not fit: treat as lost; retransmission will sort it out
+            return UNEXPECTED; // does not fit: treat as lost; retransmission will sort it out
         }
         if !scatter(&w.segs, off as usize, pkt.payload) {
-            return;
+            return UNEXPECTED;
         }
         if last {
             self.complete_front(ctx, WcStatus::Success);
         }
         self.advance_una(ctx, psn.next());
+        Ok(())
     }
 
-    fn atomic_ack(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
+    fn atomic_ack(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
+        const UNEXPECTED: Result<(), RxDrop> = Err(RxDrop::UnexpectedResponse);
         let psn = pkt.bth.psn;
         if !self.in_order_response(ctx, psn) {
-            return;
+            return UNEXPECTED;
         }
         let (Some(w), Some(ack)) = (self.sq.front(), pkt.ext.atomic_ack_eth) else {
-            return;
+            return UNEXPECTED;
         };
         if !w.wr.opcode.is_atomic() || w.first_psn != psn {
-            return;
+            return UNEXPECTED;
         }
         // The original value lands in the local buffer in host byte order, like a CPU load.
         if !scatter(&w.segs, 0, &ack.original.to_ne_bytes()) {
-            return;
+            return UNEXPECTED;
         }
         self.complete_front(ctx, WcStatus::Success);
         self.advance_una(ctx, psn.next());
+        Ok(())
     }
 
     /// Timer expiries: local ACK timeout and the end of an RNR wait.

@@ -4,6 +4,7 @@
 
 use crate::attr::{validate, AddressVector, AttrLimits, QpAttr, QpInitAttr};
 use crate::cq::{Cq, CqRing};
+use crate::drops::{RxDrop, RxDrops};
 use crate::error::{Result, VerbsError};
 use crate::gid::{rc_udp_sport, Gid};
 use crate::memory::SharedBuffer;
@@ -103,13 +104,8 @@ pub struct Transmit {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     pub rx_packets: u64,
-    pub rx_malformed: u64,
-    pub rx_unknown_qp: u64,
-    pub rx_wrong_peer: u64,
-    /// UD datagrams dropped: wrong Q_Key, no receive posted, or too long.
-    pub rx_ud_dropped: u64,
-    /// UC messages the responder dropped because a packet of them was lost.
-    pub rx_uc_dropped: u64,
+    /// Received packets not acted on, by reason.
+    pub rx_drops: RxDrops,
     pub tx_packets: u64,
 }
 
@@ -145,6 +141,7 @@ macro_rules! ctx {
             cqs: &mut $e.cqs,
             srqs: &mut $e.srqs,
             events: &mut $e.events,
+            drops: &mut $e.stats.rx_drops,
         }
     };
 }
@@ -787,45 +784,40 @@ impl Engine {
     /// A UDP payload that arrived from `src`, with its ICRC already checked by the driver.
     pub fn handle_packet(&mut self, now: Nanos, src: Gid, data: &[u8]) {
         self.stats.rx_packets += 1;
+        let drops = &mut self.stats.rx_drops;
         let Ok(pkt) = PacketRepr::parse(data) else {
-            self.stats.rx_malformed += 1;
-            return;
+            return drops.count(RxDrop::Malformed);
         };
         let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qpn) else {
-            self.stats.rx_unknown_qp += 1;
-            return;
+            return drops.count(RxDrop::UnknownQp);
         };
         let Ok(info) = pkt.bth.opcode.info() else {
-            return;
+            return drops.count(RxDrop::Malformed);
         };
-        let connected_peer = qp.av.map(|a| a.dgid) == Some(src);
-        let ok = match (info.transport, qp.qp_type) {
-            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) => connected_peer,
-            (Transport::Ud, QpType::Ud) => true,
-            _ => false,
-        };
-        if !ok {
-            self.stats.rx_wrong_peer += 1;
-            return;
+        match (info.transport, qp.qp_type) {
+            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) => {
+                if qp.av.map(|a| a.dgid) != Some(src) {
+                    return drops.count(RxDrop::WrongPeer);
+                }
+            }
+            (Transport::Ud, QpType::Ud) => {}
+            _ => return drops.count(RxDrop::WrongTransport),
         }
         let mut ctx = ctx!(self, now);
-        match (qp.qp_type, info.operation) {
+        let result = match (qp.qp_type, info.operation) {
             (QpType::Ud, _) => {
                 let grh = crate::ud::grh(src, self.config.gid, data.len());
-                if !qp.handle_datagram(&mut ctx, &pkt, src, &grh) {
-                    self.stats.rx_ud_dropped += 1;
-                }
+                qp.handle_datagram(&mut ctx, &pkt, src, &grh)
             }
-            (QpType::Uc, _) => {
-                if !qp.handle_uc_request(&mut ctx, &pkt) {
-                    self.stats.rx_uc_dropped += 1;
-                }
-            }
+            (QpType::Uc, _) => qp.handle_uc_request(&mut ctx, &pkt),
             (
                 _,
                 Operation::Acknowledge | Operation::ReadResponse | Operation::AtomicAcknowledge,
             ) => qp.handle_response(&mut ctx, &pkt),
             _ => qp.handle_request(&mut ctx, &pkt),
+        };
+        if let Err(why) = result {
+            ctx.drop_packet(why);
         }
         schedule(&mut self.active, qp);
     }

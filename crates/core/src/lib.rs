@@ -6,6 +6,7 @@
 mod attr;
 mod completer;
 mod cq;
+mod drops;
 mod engine;
 mod error;
 mod gid;
@@ -23,6 +24,7 @@ mod wr;
 
 pub use attr::{mask, AddressVector, QpAttr, QpCap, QpInitAttr};
 pub use cq::CqRing;
+pub use drops::{RxDrop, RxDrops};
 pub use engine::{AtomicCap, DeviceAttr, Engine, EngineConfig, Stats, Transmit, MAX_PACKET};
 pub use error::{Result, VerbsError};
 pub use gid::{rc_udp_sport, Gid};

@@ -3,6 +3,7 @@
 
 use crate::attr::{AddressVector, QpCap, QpInitAttr};
 use crate::cq::Cq;
+use crate::drops::{RxDrop, RxDrops};
 use crate::mr::{MrTable, Segment};
 use crate::responder::RespState;
 use crate::verbs::{Access, AsyncEvent, EventType, Mtu, QpState, QpType, WcOpcode, WcStatus};
@@ -21,9 +22,15 @@ pub(crate) struct Ctx<'a> {
     pub cqs: &'a mut BTreeMap<u32, Cq>,
     pub srqs: &'a mut BTreeMap<u32, crate::srq::Srq>,
     pub events: &'a mut VecDeque<AsyncEvent>,
+    pub drops: &'a mut RxDrops,
 }
 
 impl Ctx<'_> {
+    /// Counts a received packet that is not acted on.
+    pub fn drop_packet(&mut self, why: RxDrop) {
+        self.drops.count(why);
+    }
+
     pub fn complete(&mut self, cq: u32, wc: WorkCompletion) {
         if let Some(c) = self.cqs.get_mut(&cq) {
             if c.push(wc) {

@@ -1,6 +1,7 @@
 //! The responder: accepts requests in PSN order, executes them against registered memory,
 //! consumes receive WQEs, and queues ACKs, NAKs, READ responses and atomic ACKs.
 
+use crate::drops::RxDrop;
 use crate::mr::{scatter, Segment};
 use crate::qp::{Ctx, Qp};
 use crate::requester::{bth, finish_packet};
@@ -142,9 +143,14 @@ const ACK: Syndrome = Syndrome::Ack {
 
 impl Qp {
     /// A request-type packet for this QP's responder.
-    pub(crate) fn handle_request(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
+    /// Err says why it was dropped (requests that fail are NAKed, not dropped).
+    pub(crate) fn handle_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+    ) -> Result<(), RxDrop> {
         if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-            return;
+            return Err(RxDrop::QpState);
         }
         let psn = pkt.bth.psn;
         let r = &mut self.resp;
@@ -155,14 +161,15 @@ impl Qp {
                     let (epsn, msn) = (r.epsn, r.msn);
                     r.push_ack(epsn, Syndrome::Nak(NakCode::PsnSequenceError), msn);
                 }
-                return;
+                return Err(RxDrop::OutOfSequence);
             }
-            d if d < 0 => return self.duplicate(ctx, pkt),
+            d if d < 0 => {
+                self.duplicate(ctx, pkt);
+                return Ok(());
+            }
             _ => {}
         }
-        let Ok(info) = pkt.bth.opcode.info() else {
-            return;
-        };
+        let info = pkt.bth.opcode.info().map_err(|_| RxDrop::Malformed)?;
         let result = match info.operation {
             Operation::Send | Operation::SendWithImm | Operation::SendWithInv => {
                 self.recv_send(ctx, pkt, &info)
@@ -206,6 +213,7 @@ impl Qp {
                 self.enter_error(ctx, Some(event));
             }
         }
+        Ok(())
     }
 
     pub(crate) fn recv_complete(

@@ -2,6 +2,7 @@
 //! nothing is retransmitted. A lost packet costs its whole message: the responder drops the
 //! rest of it silently and picks up at the next message's first packet (IBA 9.7.5.1.3).
 
+use crate::drops::RxDrop;
 use crate::qp::{Ctx, Qp};
 use crate::responder::Outcome;
 use crate::verbs::QpState;
@@ -9,27 +10,29 @@ use crate::wr::RecvWr;
 use oxrdma_wire::{Operation, PacketRepr};
 
 impl Qp {
-    /// A UC request packet; false if it was dropped.
-    pub(crate) fn handle_uc_request(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> bool {
+    /// A UC request packet; Err says why it was dropped.
+    pub(crate) fn handle_uc_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+    ) -> Result<(), RxDrop> {
         if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-            return false;
+            return Err(RxDrop::QpState);
         }
-        let Ok(info) = pkt.bth.opcode.info() else {
-            return false;
-        };
+        let info = pkt.bth.opcode.info().map_err(|_| RxDrop::Malformed)?;
         let psn = pkt.bth.psn;
         if psn.diff(self.resp.epsn) < 0 {
             // From the past: a duplicate the network made (the requester never resends).
             // rxe would take a duplicated first packet as a new message; we do not deliver
             // a message twice.
-            return false;
+            return Err(RxDrop::UcIncomplete);
         }
         if psn != self.resp.epsn || self.resp.uc_dropping {
             // Whatever was in progress is incomplete and will stay so.
             self.abandon_uc_message(ctx);
             if !info.position.starts_message() {
                 self.resp.uc_dropping = true;
-                return false;
+                return Err(RxDrop::UcIncomplete);
             }
             self.resp.uc_dropping = false;
             self.resp.epsn = psn;
@@ -37,17 +40,20 @@ impl Qp {
         let result = match info.operation {
             Operation::Send | Operation::SendWithImm => self.recv_send(ctx, pkt, &info),
             Operation::Write | Operation::WriteWithImm => self.recv_write(ctx, pkt, &info),
-            _ => return false,
+            _ => return Err(RxDrop::WrongTransport),
         };
         match result {
-            Ok(Outcome::Accepted) => true,
+            Ok(Outcome::Accepted) => Ok(()),
             // No receive posted, or a request this QP may not execute: the message is
             // dropped (a receive WQE that failed locally was completed with its error).
             Ok(Outcome::Rnr) | Err(_) => {
                 self.abandon_uc_message(ctx);
                 self.resp.uc_dropping = !info.position.ends_message();
                 self.resp.epsn = psn.next();
-                false
+                Err(match result {
+                    Ok(_) => RxDrop::NoReceive,
+                    Err(_) => RxDrop::Invalid,
+                })
             }
         }
     }

@@ -1,6 +1,7 @@
 //! UD receive: one-packet messages from anyone who knows the QP's Q_Key, delivered behind
 //! the 40-byte GRH area every UD receive buffer starts with.
 
+use crate::drops::RxDrop;
 use crate::gid::Gid;
 use crate::mr::scatter;
 use crate::qp::{Ctx, Qp};
@@ -49,32 +50,32 @@ pub(crate) fn grh(src: Gid, dst: Gid, udp_payload: usize) -> [u8; GRH_LEN] {
 }
 
 impl Qp {
-    /// A datagram for this UD QP; false if it was dropped (wrong Q_Key or opcode, no
-    /// receive posted, QP not ready).
+    /// A datagram for this UD QP; Err says why it was dropped.
     pub(crate) fn handle_datagram(
         &mut self,
         ctx: &mut Ctx<'_>,
         pkt: &PacketRepr<'_>,
         src: Gid,
         grh: &[u8; GRH_LEN],
-    ) -> bool {
+    ) -> Result<(), RxDrop> {
         if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-            return false;
+            return Err(RxDrop::QpState);
         }
         let Some(deth) = pkt.ext.deth else {
-            return false;
+            return Err(RxDrop::Malformed);
         };
         let op = pkt.bth.opcode;
-        if deth.qkey != self.qkey
-            || !matches!(
-                op,
-                Opcode::UD_SEND_ONLY | Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
-            )
-        {
-            return false;
+        if !matches!(
+            op,
+            Opcode::UD_SEND_ONLY | Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
+        ) {
+            return Err(RxDrop::Invalid);
+        }
+        if deth.qkey != self.qkey {
+            return Err(RxDrop::QkeyMismatch);
         }
         let Some(wr) = self.take_recv(ctx) else {
-            return false;
+            return Err(RxDrop::NoReceive);
         };
         let total = GRH_LEN + pkt.payload.len();
         let status = match ctx.mrs.local(self.pd, &wr.sges, Access::LOCAL_WRITE) {
@@ -107,6 +108,6 @@ impl Qp {
             // fatal to the QP as for the other transports.
             self.enter_error(ctx, Some(crate::verbs::EventType::QpFatal));
         }
-        true
+        Ok(())
     }
 }

@@ -229,6 +229,12 @@ impl Context {
         self.shared().lock().engine.config().max_mtu
     }
 
+    /// Every received packet dropped so far, by who dropped it (kernel, port, engine) and
+    /// why: the first thing to look at when a peer seems to send nothing.
+    pub fn rx_drops(&self) -> oxrdma_udp::RxDropReport {
+        self.shared().lock().rx_drops()
+    }
+
     /// Device limits.
     pub fn attr(&self) -> oxrdma_core::DeviceAttr {
         self.shared().lock().engine.config().attr

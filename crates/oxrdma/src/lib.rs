@@ -18,11 +18,12 @@ pub use connect::{exchange, PeerInfo};
 pub use context::Context;
 pub use cq::{CompletionChannel, CompletionQueue};
 pub use error::{Error, Result};
+pub use oxrdma_udp::RxDropReport;
 pub use pd::{AddressHandle, MemoryRegion, MemoryWindow, ProtectionDomain, SharedReceiveQueue};
 pub use qp::{ConnectOptions, Endpoint, QueuePair};
 
 pub use oxrdma_core::{
     Access, AddressVector, AsyncEvent, DeviceAttr, EventType, Gid, Mtu, MwBind, MwType, QpAttr,
-    QpCap, QpState, QpType, RecvWr, SendData, SendFlags, SendWr, Sge, SrqAttr, UdDest, WcOpcode,
-    WcStatus, WorkCompletion, WrOpcode,
+    QpCap, QpState, QpType, RecvWr, RxDrop, RxDrops, SendData, SendFlags, SendWr, Sge, SrqAttr,
+    UdDest, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };

@@ -115,7 +115,11 @@ fn uc_a_lost_packet_drops_its_whole_message_and_only_that() {
     assert_eq!(p.b.read(0, 2500), second);
     assert_ne!(p.b.read(0, 3000), first);
     assert_eq!(
-        p.world.nodes[1].engine.stats().rx_uc_dropped,
+        p.world.nodes[1]
+            .engine
+            .stats()
+            .rx_drops
+            .get(oxrdma_core::RxDrop::UcIncomplete),
         1,
         "the third packet"
     );
@@ -186,7 +190,14 @@ fn ud_q_key_rules() {
     p.run();
     assert_eq!(p.wcs(0)[0].status, WcStatus::Success);
     assert!(p.wcs(1).is_empty());
-    assert_eq!(p.world.nodes[1].engine.stats().rx_ud_dropped, 1);
+    assert_eq!(
+        p.world.nodes[1]
+            .engine
+            .stats()
+            .rx_drops
+            .get(oxrdma_core::RxDrop::QkeyMismatch),
+        1
+    );
     // Bit 31 set: the sender's own Q_Key (the same here) goes on the wire.
     p.post_send(0, ud_send(&p, 2, 10, 0x8000_0000, None));
     p.run();

@@ -1,7 +1,9 @@
 //! An engine driven over a UDP port on the wall clock: the loop a NIC runs.
 
 use crate::batch::{RxBatch, TxBatch};
+use crate::kernel::{KernelCounters, KernelUdpDrops};
 use crate::port::{BindError, UdpPort};
+use crate::RxDropReport;
 use oxrdma_core::{DeviceAttr, Engine, EngineConfig, Gid, Mtu, Nanos};
 use oxrdma_wire::ROCE_V2_PORT;
 use std::io;
@@ -15,6 +17,9 @@ pub struct Device {
     start: Instant,
     tx: TxBatch,
     rx: RxBatch,
+    /// The kernel's UDP counters of the device's namespace, and their values at open.
+    kernel: KernelCounters,
+    kernel_at_open: KernelUdpDrops,
 }
 
 impl Device {
@@ -28,13 +33,26 @@ impl Device {
             max_mtu,
             attr: DeviceAttr::default(),
         };
+        let kernel = KernelCounters::open();
         Ok(Device {
             engine: Engine::new(config, seed),
             port,
             start: Instant::now(),
             tx: TxBatch::default(),
             rx: RxBatch::default(),
+            kernel_at_open: kernel.read(),
+            kernel,
         })
+    }
+
+    /// Every receive drop so far, by who dropped it and why.
+    pub fn rx_drops(&self) -> RxDropReport {
+        RxDropReport {
+            received: self.port.stats.rx,
+            port: self.port.stats,
+            engine: self.engine.stats().rx_drops,
+            kernel: self.kernel.read().since(&self.kernel_at_open),
+        }
     }
 
     pub fn now(&self) -> Nanos {

@@ -4,8 +4,12 @@
 pub mod batch;
 mod capture;
 pub mod device;
+mod drops;
+mod kernel;
 pub mod mtu;
 pub mod port;
 
 pub use device::Device;
+pub use drops::RxDropReport;
+pub use kernel::KernelUdpDrops;
 pub use port::{BindError, PortStats, UdpPort};

@@ -25,14 +25,44 @@ pub enum BindError {
     Io { addr: SocketAddr, source: io::Error },
 }
 
-/// Counters of what the port dropped.
+/// Counters of what the port moved and dropped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PortStats {
     pub rx: u64,
     pub tx: u64,
+    /// Dropped: the ICRC does not verify (corrupted, or truncated by the receive buffer).
     pub rx_bad_icrc: u64,
+    /// Dropped: the kernel gave no IPv4 or IPv6 source address.
+    pub rx_bad_source: u64,
     /// ICMP errors reported for earlier sends (port or host unreachable).
     pub icmp_errors: u64,
+}
+
+/// Linux's `UDP_NO_CHECK6_RX` (linux/udp.h), which the libc crate lacks.
+const UDP_NO_CHECK6_RX: libc::c_int = 102;
+
+/// Lets an IPv6 socket take datagrams whose UDP checksum is zero. Linux rxe sends every
+/// RoCEv2 packet so (the ICRC protects it; RFC 6935 allows zero checksums for tunnels),
+/// and without this the kernel drops each one as a checksum error before we see it.
+fn accept_zero_udp_checksums(socket: &UdpSocket) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket descriptor, and an option value that is a live c_int of the
+    // length passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_UDP,
+            UDP_NO_CHECK6_RX,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 fn is_icmp_error(e: &io::Error) -> bool {
@@ -78,6 +108,8 @@ impl UdpPort {
             // DF set and (on Linux) IP ID 0, so our ICRC matches what the kernel sends.
             sockopt::set_ip_mtu_discover(&socket, sockopt::Ipv4PathMtuDiscovery::DO)
                 .map_err(|e| io_err(e.into()))?;
+        } else {
+            accept_zero_udp_checksums(&socket).map_err(io_err)?;
         }
         // Bursts of MTU packets: give the kernel room (it caps these at rmem_max/wmem_max).
         let _ = sockopt::set_socket_recv_buffer_size(&socket, 4 << 20);
@@ -154,7 +186,7 @@ impl UdpPort {
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "IPv4/IPv6 mismatch"))?;
         icrc::fill(&h[..n], packet).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         if let Some(c) = &mut self.capture {
-            c.write(&h[..n], packet);
+            c.write(&h[..n], packet, true);
         }
         Ok(())
     }
@@ -198,8 +230,11 @@ impl UdpPort {
         };
         for i in 0..n {
             self.stats.rx += 1;
-            let ok = batch.from[i].is_some_and(|from| self.check(from, batch.datagram(i)));
-            if !ok {
+            let Some(from) = batch.from[i] else {
+                self.stats.rx_bad_source += 1;
+                continue;
+            };
+            if !self.check(from, batch.datagram(i)) {
                 batch.from[i] = None;
                 self.stats.rx_bad_icrc += 1;
             }
@@ -218,7 +253,7 @@ impl UdpPort {
             None => None,
         };
         if let (Some((h, n)), Some(c)) = (verified, &mut self.capture) {
-            c.write(&h[..n], data);
+            c.write(&h[..n], data, false);
         }
         verified.is_some()
     }

@@ -24,7 +24,7 @@ pub struct Side {
     pub mr: MemoryRegion,
     pub cq: CompletionQueue,
     _pd: ProtectionDomain,
-    _ctx: Context,
+    pub ctx: Context,
     /// Bytes of the region that belong to each QP.
     pub slot: usize,
     index: HashMap<u32, usize>,
@@ -84,7 +84,7 @@ impl Side {
             mr,
             cq,
             _pd: pd,
-            _ctx: ctx,
+            ctx,
             slot,
             index,
             ctl,
@@ -172,6 +172,12 @@ pub fn serve(args: &PerfArgs, l: TcpListener) -> anyhow::Result<()> {
     let mtu = offered_mtu(args, &ctx).min(their_mtu);
     ctl.send(&format!("ok {}", mtu as u32))?;
     let mut side = Side::open(args, ctx, slot, mtu, ctl)?;
+    let result = serve_runs(&mut side, args, slot);
+    crate::drops::explain(&side.ctx, result)
+}
+
+/// The server's part of each run the client asks for, until it says bye.
+fn serve_runs(side: &mut Side, args: &PerfArgs, slot: usize) -> anyhow::Result<()> {
     loop {
         let l = side.ctl.recv()?;
         if l == "bye" {
@@ -193,8 +199,8 @@ pub fn serve(args: &PerfArgs, l: TcpListener) -> anyhow::Result<()> {
             bail!("the client asked for {size} B messages in {slot} B slots");
         }
         match args.kind {
-            Kind::Bw => bw::server(&mut side, args, size)?,
-            Kind::Lat => lat::server(&mut side, args, size, iters)?,
+            Kind::Bw => bw::server(side, args, size)?,
+            Kind::Lat => lat::server(side, args, size, iters)?,
         }
     }
 }
@@ -240,9 +246,19 @@ pub fn client(
         .filter(|&m| m <= mtu)
         .context("the server answered with an MTU this side did not offer")?;
     let mut side = Side::open(args, ctx, args.slot(), agreed, ctl)?;
+    let result = client_runs(&mut side, args, each);
+    crate::drops::explain(&side.ctx, result)
+}
+
+/// Every size in turn, then bye.
+fn client_runs(
+    side: &mut Side,
+    args: &PerfArgs,
+    each: &mut dyn FnMut(&Report),
+) -> anyhow::Result<()> {
     for &size in &args.sizes {
         if args.kind == Kind::Lat {
-            lat::prepare_client(&mut side, args)?;
+            lat::prepare_client(side, args)?;
         }
         let iters = if args.duration.is_some() {
             0
@@ -252,8 +268,8 @@ pub fn client(
         side.ctl.send(&format!("run {size} {iters}"))?;
         side.ctl.expect("go")?;
         let r = match args.kind {
-            Kind::Bw => Report::Bw(bw::client(&mut side, args, size)?),
-            Kind::Lat => Report::Lat(lat::client(&mut side, args, size)?),
+            Kind::Bw => Report::Bw(bw::client(side, args, size)?),
+            Kind::Lat => Report::Lat(lat::client(side, args, size)?),
         };
         each(&r);
     }

@@ -102,85 +102,88 @@ fn side(
         rx_depth: if send_server { depth(args.rx_depth) } else { 1 },
     };
     let res = Res::open(args, &shape)?;
-    let mine = res.keys();
-    let me = mine.encode();
-    let peer = Keys::parse(&hs(&mut chan, &me, STEP)?)?;
-    check_gid(&mine, &peer)?;
+    let result = (|| -> anyhow::Result<()> {
+        let mine = res.keys();
+        let me = mine.encode();
+        let peer = Keys::parse(&hs(&mut chan, &me, STEP)?)?;
+        check_gid(&mine, &peer)?;
 
-    if lat {
-        // write_lat: a second KEYS exchange, both QPs to RTS, two more handshakes.
-        hs(&mut chan, &me, STEP)?;
+        if lat {
+            // write_lat: a second KEYS exchange, both QPs to RTS, two more handshakes.
+            hs(&mut chan, &me, STEP)?;
+            res.to_rtr(&peer, mtu)?;
+            res.to_rts(&peer)?;
+            hs(&mut chan, &me, STEP)?;
+            hs(&mut chan, &me, STEP)?;
+            let r = lat::run(&res, args, size, &peer, server)?;
+            each(&Report::Lat(r));
+            // No closing exchange: the server stays until the client leaves, so the client's
+            // last WRITE is surely acknowledged.
+            if server {
+                chan.linger(Duration::from_secs(10));
+            }
+            return Ok(());
+        }
+
+        // bw: only the client moves on to RTS; the server answers from RTR.
         res.to_rtr(&peer, mtu)?;
-        res.to_rts(&peer)?;
+        if !server {
+            res.to_rts(&peer)?;
+        }
+        // The FETCH_AND_ADD counters as they are before the handshakes release the client
+        // (read later, a slow server could see some of the client's adds already).
+        let before = bw::fetch_add_total(&res, cycle, cache);
         hs(&mut chan, &me, STEP)?;
         hs(&mut chan, &me, STEP)?;
-        let r = lat::run(&res, args, size, &peer, server)?;
-        each(&Report::Lat(r));
-        // No closing exchange: the server stays until the client leaves, so the client's
-        // last WRITE is surely acknowledged.
-        if server {
-            chan.linger(Duration::from_secs(10));
-        }
-        return Ok(());
-    }
-
-    // bw: only the client moves on to RTS; the server answers from RTR.
-    res.to_rtr(&peer, mtu)?;
-    if !server {
-        res.to_rts(&peer)?;
-    }
-    // The FETCH_AND_ADD counters as they are before the handshakes release the client
-    // (read later, a slow server could see some of the client's adds already).
-    let before = bw::fetch_add_total(&res, cycle, cache);
-    hs(&mut chan, &me, STEP)?;
-    hs(&mut chan, &me, STEP)?;
-    let target = bw::Target {
-        vaddr: peer.vaddr,
-        rkey: peer.rkey,
-        cycle,
-        cache,
-    };
-    // A server that finds the client's run wrong still closes the exchange properly, so
-    // perftest ends cleanly, and fails afterwards.
-    let verdict = match (args.verb, server) {
-        (Verb::Send, true) => {
-            let posted = bw::post_receives(&res, args, size)?;
-            hs(&mut chan, &me, STEP)?;
-            each(&Report::Bw(bw::serve_sends(&res, args, size, posted)?));
-            Ok(())
-        }
-        (Verb::Send, false) => {
-            hs(&mut chan, &me, STEP)?;
-            each(&Report::Bw(bw::client(&res, args, size, &target)?));
-            Ok(())
-        }
-        (_, false) => {
-            let r = bw::client(&res, args, size, &target)?;
-            hs(&mut chan, &me, STEP)?;
-            for f in to_report(&r, args.report_gbits).fields() {
-                chan.swap::<8>(&f, "REPORT field", STEP)?;
+        let target = bw::Target {
+            vaddr: peer.vaddr,
+            rkey: peer.rkey,
+            cycle,
+            cache,
+        };
+        // A server that finds the client's run wrong still closes the exchange properly, so
+        // perftest ends cleanly, and fails afterwards.
+        let verdict = match (args.verb, server) {
+            (Verb::Send, true) => {
+                let posted = bw::post_receives(&res, args, size)?;
+                hs(&mut chan, &me, STEP)?;
+                each(&Report::Bw(bw::serve_sends(&res, args, size, posted)?));
+                Ok(())
             }
-            each(&Report::Bw(r));
-            Ok(())
-        }
-        (_, true) => {
-            hs(&mut chan, &me, TEST_WAIT)?;
-            let mut f = [[0u8; 8]; 5];
-            for field in &mut f {
-                // Our answers are ignored by perftest (its own are uninitialised memory).
-                *field = chan.swap::<8>(&[0; 8], "REPORT field", STEP)?;
+            (Verb::Send, false) => {
+                hs(&mut chan, &me, STEP)?;
+                each(&Report::Bw(bw::client(&res, args, size, &target)?));
+                Ok(())
             }
-            let r = BwReport::from_fields(&f);
-            let v = check_report(&res, args, size, &r, before, (cycle, cache));
-            if v.is_ok() {
-                each(&Report::Bw(from_report(&r, args)));
+            (_, false) => {
+                let r = bw::client(&res, args, size, &target)?;
+                hs(&mut chan, &me, STEP)?;
+                for f in to_report(&r, args.report_gbits).fields() {
+                    chan.swap::<8>(&f, "REPORT field", STEP)?;
+                }
+                each(&Report::Bw(r));
+                Ok(())
             }
-            v
-        }
-    };
-    hs(&mut chan, &me, STEP)?;
-    chan.done()?;
-    verdict
+            (_, true) => {
+                hs(&mut chan, &me, TEST_WAIT)?;
+                let mut f = [[0u8; 8]; 5];
+                for field in &mut f {
+                    // Our answers are ignored by perftest (its own are uninitialised memory).
+                    *field = chan.swap::<8>(&[0; 8], "REPORT field", STEP)?;
+                }
+                let r = BwReport::from_fields(&f);
+                let v = check_report(&res, args, size, &r, before, (cycle, cache));
+                if v.is_ok() {
+                    each(&Report::Bw(from_report(&r, args)));
+                }
+                v
+            }
+        };
+        hs(&mut chan, &me, STEP)?;
+        chan.done()?;
+        verdict
+    })();
+    crate::drops::explain(&res.ctx, result)
 }
 
 /// The server's view of the client's REPORT: same size and iterations as ours, and for

@@ -17,7 +17,7 @@ pub struct Res {
     pub mr: MemoryRegion,
     pub cq: CompletionQueue,
     _pd: ProtectionDomain,
-    ctx: Context,
+    pub ctx: Context,
     /// perftest's BUFF_SIZE: the region is two of these; the peer aims at the second.
     pub half: usize,
     /// What we accept in flight as a responder (sent as out_reads, our max_dest_rd_atomic).
