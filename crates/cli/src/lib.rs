@@ -8,6 +8,7 @@ pub mod oob;
 pub mod perf;
 pub mod pingloop;
 pub mod pingpong;
+pub mod scale;
 pub mod sim;
 pub mod udpingpong;
 

@@ -123,6 +123,9 @@ enum Command {
     },
     /// RDMA benchmarks over UDP in the spirit of perftest.
     Perf(Box<oxrdma_cli::perf::PerfCli>),
+    /// What idle QPs cost: the idle driver pass and an 8 B WRITE's round trip with 1, 1,000
+    /// and 10,000 idle connected QPs (ratios to the first count, same run).
+    Scale(oxrdma_cli::scale::ScaleArgs),
     /// Benchmark RDMA WRITE goodput in the simulator under packet loss, as a ratio to a
     /// lossless run with the same seed.
     SimBench {
@@ -289,6 +292,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Devinfo { addr } => oxrdma_cli::devinfo::devinfo(*addr).map(|()| true),
+        Command::Scale(a) => oxrdma_cli::scale::run(a).map(|_| true),
         Command::SimBench {
             loss,
             size,

@@ -4,6 +4,7 @@
 use crate::drops::RxDrop;
 use crate::mr::scatter;
 use crate::qp::{Ctx, Qp};
+use crate::timers::Timer;
 use crate::verbs::{QpState, WcStatus, WrOpcode};
 use oxrdma_wire::aeth::rnr_timer_micros;
 use oxrdma_wire::{NakCode, Operation, PacketRepr, Psn, Syndrome};
@@ -46,7 +47,7 @@ impl Qp {
             }
             (Operation::Acknowledge, Some(Syndrome::Nak(NakCode::PsnSequenceError))) => {
                 self.ack_before(ctx, psn);
-                if self.state == QpState::Err || self.req.rnr_wait.map(|(_, p)| p) == Some(psn) {
+                if self.state == QpState::Err || self.rnr_waiting_at() == Some(psn) {
                     // Dead, or the echo of an RNR NAK we are already waiting out.
                 } else if self.req.una == psn {
                     self.retry(ctx, psn);
@@ -117,9 +118,9 @@ impl Qp {
         self.req.una = una;
         self.req.probes = 0;
         self.req.retry_psn = None;
-        if self.req.rnr_wait.is_some_and(|(_, p)| p.before(una)) {
+        if self.rnr_waiting_at().is_some_and(|p| p.before(una)) {
             // The PSN that met RNR got through after all (a late copy found a receive).
-            self.req.rnr_wait = None;
+            self.req.timers.stop(Timer::RnrWait);
         }
         self.req.retries_left = self.retry_cnt;
         self.req.rnr_retries_left = self.rnr_retry;
@@ -127,11 +128,12 @@ impl Qp {
             // An ACK for packets we are about to resend: skip them.
             self.rewind(una);
         }
-        self.req.retrans_deadline = if una == self.req.high_psn {
+        let deadline = if una == self.req.high_psn {
             None
         } else {
             self.ack_timeout().map(|t| ctx.now + t)
         };
+        self.req.timers.set_or_stop(Timer::Retransmit, deadline);
         self.arm_probe(ctx.now);
     }
 
@@ -161,7 +163,7 @@ impl Qp {
         }
         self.req.retries_left -= 1;
         self.rewind(from);
-        self.req.retrans_deadline = self.ack_timeout().map(|t| ctx.now + t);
+        self.restart_ack_timer(ctx.now);
     }
 
     /// An out-of-order response means responses were lost: go back to `una`, once per burst.
@@ -185,8 +187,9 @@ impl Qp {
             self.req.rnr_retries_left -= 1;
         }
         let wait = u64::from(rnr_timer_micros(timer)) * 1000;
-        self.req.rnr_wait = Some((ctx.now + wait, psn));
-        self.req.retrans_deadline = None;
+        self.req.timers.set(Timer::RnrWait, ctx.now + wait);
+        self.req.rnr_psn = psn;
+        self.req.timers.stop(Timer::Retransmit);
     }
 
     /// Lines up a response at `psn` with the completer's expected PSN; false to drop it.
@@ -265,19 +268,16 @@ impl Qp {
     /// Timer expiries: local ACK timeout and the end of an RNR wait.
     pub(crate) fn handle_timers(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let mut fired = false;
-        if let Some((t, psn)) = self.req.rnr_wait {
-            if t <= ctx.now {
-                self.req.rnr_wait = None;
-                self.rewind(psn);
-                self.req.retrans_deadline = self.ack_timeout().map(|t| ctx.now + t);
-                fired = true;
-            }
-        }
-        if let Some(t) = self.req.probe_deadline.filter(|&t| t <= ctx.now) {
-            let _ = t;
+        if self.req.timers.is_expired(Timer::RnrWait, ctx.now) {
+            self.req.timers.stop(Timer::RnrWait);
+            self.rewind(self.req.rnr_psn);
+            self.restart_ack_timer(ctx.now);
             fired = true;
-            self.req.probe_deadline = None;
-            if self.req.una != self.req.high_psn && self.req.rnr_wait.is_none() {
+        }
+        if self.req.timers.is_expired(Timer::Probe, ctx.now) {
+            fired = true;
+            self.req.timers.stop(Timer::Probe);
+            if self.req.una != self.req.high_psn && self.rnr_waiting_at().is_none() {
                 self.req.probes += 1;
                 if self.req.srtt.is_none() {
                     if let Some((p, _)) = self.req.rtt_sample {
@@ -289,15 +289,13 @@ impl Qp {
                 self.arm_probe(ctx.now);
             }
         }
-        if let Some(t) = self.req.retrans_deadline {
-            if t <= ctx.now {
-                fired = true;
-                if self.req.una == self.req.high_psn {
-                    self.req.retrans_deadline = None;
-                } else {
-                    let una = self.req.una;
-                    self.retry(ctx, una);
-                }
+        if self.req.timers.is_expired(Timer::Retransmit, ctx.now) {
+            fired = true;
+            if self.req.una == self.req.high_psn {
+                self.req.timers.stop(Timer::Retransmit);
+            } else {
+                let una = self.req.una;
+                self.retry(ctx, una);
             }
         }
         fired

@@ -13,6 +13,7 @@ use crate::mw::Mw;
 use crate::qp::{Ctx, Qp, SendWqe};
 use crate::requester::MAX_MESSAGE;
 use crate::srq::{Srq, SrqAttr};
+use crate::timers::TimerQueue;
 use crate::verbs::{Access, AsyncEvent, Mtu, MwType, QpState, QpType, WrOpcode};
 use crate::wr::{MwBind, RecvWr, SendData, SendWr, WorkCompletion};
 use crate::Nanos;
@@ -127,6 +128,8 @@ pub struct Engine {
     next_ah: u32,
     /// QPs that may have something to send, in round-robin order.
     active: VecDeque<u32>,
+    /// Every QP's next deadline.
+    timers: TimerQueue,
     events: VecDeque<AsyncEvent>,
     stats: Stats,
 }
@@ -144,6 +147,19 @@ macro_rules! ctx {
             drops: &mut $e.stats.rx_drops,
         }
     };
+}
+
+/// After an event on `qp`: queue it to transmit, and move it in the timer queue if its next
+/// deadline changed.
+fn touched(active: &mut VecDeque<u32>, timers: &mut TimerQueue, qp: &mut Qp) {
+    schedule(active, qp);
+    rearm(timers, qp);
+}
+
+fn rearm(timers: &mut TimerQueue, qp: &mut Qp) {
+    let next = qp.next_deadline();
+    timers.requeue(qp.qpn, qp.queued_deadline, next);
+    qp.queued_deadline = next;
 }
 
 fn schedule(active: &mut VecDeque<u32>, qp: &mut Qp) {
@@ -171,6 +187,7 @@ impl Engine {
             srqs: BTreeMap::new(),
             next_srq: 1,
             active: VecDeque::new(),
+            timers: TimerQueue::default(),
             events: VecDeque::new(),
             stats: Stats::default(),
         }
@@ -550,10 +567,12 @@ impl Engine {
     }
 
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
-        self.qps
+        let qp = self
+            .qps
             .remove(&qpn)
-            .map(|_| ())
-            .ok_or(VerbsError::NotFound("queue pair"))
+            .ok_or(VerbsError::NotFound("queue pair"))?;
+        self.timers.requeue(qpn, qp.queued_deadline, None);
+        Ok(())
     }
 
     pub fn qp_state(&self, qpn: u32) -> Result<QpState> {
@@ -640,7 +659,7 @@ impl Engine {
             }
             _ => qp.state = to,
         }
-        schedule(&mut self.active, qp);
+        touched(&mut self.active, &mut self.timers, qp);
         Ok(())
     }
 
@@ -745,7 +764,7 @@ impl Engine {
             let mut ctx = ctx!(self, 0);
             qp.flush(&mut ctx);
         }
-        schedule(&mut self.active, qp);
+        touched(&mut self.active, &mut self.timers, qp);
         Ok(())
     }
 
@@ -819,23 +838,32 @@ impl Engine {
         if let Err(why) = result {
             ctx.drop_packet(why);
         }
-        schedule(&mut self.active, qp);
+        touched(&mut self.active, &mut self.timers, qp);
     }
 
-    /// Fires every timer due at `now`.
+    /// Fires every timer due at `now` (only the QPs that are due are visited).
     pub fn handle_timeout(&mut self, now: Nanos) {
-        for qp in self.qps.values_mut() {
-            if qp.next_deadline().is_some_and(|t| t <= now) {
-                let mut ctx = ctx!(self, now);
-                if qp.handle_timers(&mut ctx) {
-                    schedule(&mut self.active, qp);
-                }
+        for qpn in self.timers.due(now) {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            let mut ctx = ctx!(self, now);
+            if qp.handle_timers(&mut ctx) {
+                schedule(&mut self.active, qp);
             }
+            rearm(&mut self.timers, qp);
         }
     }
 
     /// The earliest time `handle_timeout` has work to do.
     pub fn poll_timeout(&self) -> Option<Nanos> {
+        self.timers.next()
+    }
+
+    /// `poll_timeout` the slow way, by asking every QP: for tests that check the timer
+    /// queue never misses a change.
+    #[doc(hidden)]
+    pub fn poll_timeout_by_scan(&self) -> Option<Nanos> {
         self.qps.values().filter_map(|q| q.next_deadline()).min()
     }
 
@@ -858,6 +886,7 @@ impl Engine {
                     (len, dest)
                 }
             };
+            rearm(&mut self.timers, qp);
             if let Some(len) = len {
                 schedule(&mut self.active, qp);
                 self.stats.tx_packets += 1;

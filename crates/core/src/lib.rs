@@ -17,6 +17,7 @@ mod qp;
 mod requester;
 mod responder;
 mod srq;
+mod timers;
 mod uc;
 pub mod ud;
 pub mod verbs;

@@ -6,6 +6,7 @@ use crate::cq::Cq;
 use crate::drops::{RxDrop, RxDrops};
 use crate::mr::{MrTable, Segment};
 use crate::responder::RespState;
+use crate::timers::{Timer, TimerTable};
 use crate::verbs::{Access, AsyncEvent, EventType, Mtu, QpState, QpType, WcOpcode, WcStatus};
 use crate::wr::{RecvWr, SendWr, WorkCompletion};
 use crate::Nanos;
@@ -89,9 +90,10 @@ pub(crate) struct ReqState {
     pub since_ack_req: u32,
     pub retries_left: u8,
     pub rnr_retries_left: u8,
-    pub retrans_deadline: Option<Nanos>,
-    /// After an RNR NAK: when to resume, and from which PSN.
-    pub rnr_wait: Option<(Nanos, Psn)>,
+    /// The retransmit, RNR-wait and probe deadlines.
+    pub timers: TimerTable,
+    /// While the RNR wait runs: the PSN to resume from.
+    pub rnr_psn: Psn,
     /// Set after a go-back triggered by an out-of-order response, so later out-of-order
     /// responses of the same burst do not trigger another.
     pub retry_psn: Option<Psn>,
@@ -99,9 +101,9 @@ pub(crate) struct ReqState {
     pub srtt: Option<Nanos>,
     /// The packet being timed for the next RTT sample: its PSN and when it left.
     pub rtt_sample: Option<(Psn, Nanos)>,
-    /// Tail-loss probe: when to resend from `una` if nothing has moved, without spending
-    /// retry_cnt (a lost last packet or ACK would otherwise wait a whole ACK timeout).
-    pub probe_deadline: Option<Nanos>,
+    /// Tail-loss probes sent in this stall (the Probe timer resends from `una` if nothing
+    /// has moved, without spending retry_cnt: a lost last packet or ACK would otherwise wait
+    /// a whole ACK timeout).
     pub probes: u8,
     /// While there is no RTT estimate: the timed packet a probe made ambiguous, and when
     /// the probe left (see `Qp::rtt_sample_for`).
@@ -138,6 +140,8 @@ pub(crate) struct Qp {
     pub resp: RespState,
     /// Waiting in the engine's transmit round-robin.
     pub scheduled: bool,
+    /// The deadline under which the engine's timer queue holds this QP.
+    pub queued_deadline: Option<Nanos>,
     /// In SQD, IBV_EVENT_SQ_DRAINED is still to be raised (once the started WQEs are done).
     pub drain_pending: bool,
 }
@@ -171,6 +175,7 @@ impl Qp {
             req: ReqState::default(),
             resp: RespState::default(),
             scheduled: false,
+            queued_deadline: None,
             drain_pending: false,
         }
     }
@@ -178,6 +183,12 @@ impl Qp {
     /// The local ACK timeout in nanoseconds, or None for "wait forever" (timeout 0).
     pub fn ack_timeout(&self) -> Option<Nanos> {
         (self.timeout != 0).then(|| 4096u64 << self.timeout)
+    }
+
+    /// (Re)starts the local ACK timeout from `now` (timeout 0: it never fires).
+    pub fn restart_ack_timer(&mut self, now: Nanos) {
+        let at = self.ack_timeout().map(|t| now + t);
+        self.req.timers.set_or_stop(Timer::Retransmit, at);
     }
 
     /// Completes the front send WQE with `status` (if signalled or an error).
@@ -260,9 +271,7 @@ impl Qp {
                 event: EventType::QpLastWqeReached,
             });
         }
-        self.req.retrans_deadline = None;
-        self.req.rnr_wait = None;
-        self.req.probe_deadline = None;
+        self.req.timers.stop_all();
     }
 
     /// Completes everything queued with WR_FLUSH_ERR (used in and on entry to ERR).
@@ -306,15 +315,15 @@ impl Qp {
 
     /// The earliest deadline this QP is waiting for.
     pub fn next_deadline(&self) -> Option<Nanos> {
-        let r = &self.req;
-        [
-            r.retrans_deadline,
-            r.rnr_wait.map(|(t, _)| t),
-            r.probe_deadline,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        self.req.timers.next()
+    }
+
+    /// The PSN an RNR NAK made us wait to resend, while we wait.
+    pub fn rnr_waiting_at(&self) -> Option<Psn> {
+        self.req
+            .timers
+            .is_running(Timer::RnrWait)
+            .then_some(self.req.rnr_psn)
     }
 
     /// How long to wait for progress before a tail-loss probe: three smoothed RTTs (at least
@@ -335,8 +344,8 @@ impl Qp {
             .iter()
             .take_while(|w| w.started)
             .any(|w| w.wr.opcode.is_read_or_atomic());
-        self.req.probe_deadline =
-            (self.req.una != self.req.high_psn && self.req.probes < MAX_PROBES && !reading)
-                .then(|| now + self.probe_timeout());
+        let probe = (self.req.una != self.req.high_psn && self.req.probes < MAX_PROBES && !reading)
+            .then(|| now + self.probe_timeout());
+        self.req.timers.set_or_stop(Timer::Probe, probe);
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::mr::gather;
 use crate::qp::{Ctx, Qp};
+use crate::timers::Timer;
 use crate::verbs::{Access, QpState, QpType, WcStatus, WrOpcode};
 use crate::wr::SendData;
 use oxrdma_wire::{
@@ -139,8 +140,8 @@ impl Qp {
         if len.is_some() && self.qp_type != QpType::Rc {
             // Unreliable: nothing waits for an ACK. A WQE is done once its last packet left.
             self.req.una = self.req.next_psn;
-            self.req.retrans_deadline = None;
-            self.req.probe_deadline = None;
+            self.req.timers.stop(Timer::Retransmit);
+            self.req.timers.stop(Timer::Probe);
             if self.req.idx > idx {
                 self.complete_front(ctx, WcStatus::Success);
             }
@@ -153,7 +154,7 @@ impl Qp {
             if self.state != QpState::Rts && self.state != QpState::Sqd {
                 return None;
             }
-            if self.req.rnr_wait.is_some() || self.req.idx >= self.sq.len() {
+            if self.rnr_waiting_at().is_some() || self.req.idx >= self.sq.len() {
                 return None;
             }
             if self.req.una.distance_to(self.req.next_psn) >= WINDOW {
@@ -185,8 +186,8 @@ impl Qp {
         if fresh && ack_req && self.req.rtt_sample.is_none() {
             self.req.rtt_sample = Some((psn, ctx.now));
         }
-        if self.req.retrans_deadline.is_none() {
-            self.req.retrans_deadline = self.ack_timeout().map(|t| ctx.now + t);
+        if !self.req.timers.is_running(Timer::Retransmit) {
+            self.restart_ack_timer(ctx.now);
         }
         self.arm_probe(ctx.now);
         Some(len)

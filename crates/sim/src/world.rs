@@ -182,6 +182,7 @@ impl World {
     /// before `limit`.
     pub fn step(&mut self, limit: Nanos) -> bool {
         self.transmit();
+        self.check_timers();
         let Some(next) = self.next_event() else {
             return false;
         };
@@ -209,12 +210,27 @@ impl World {
                 .engine
                 .handle_packet(self.now, src, &d.data);
         }
+        self.check_timers();
         for n in &mut self.nodes {
             if n.engine.poll_timeout().is_some_and(|t| t <= self.now) {
                 n.engine.handle_timeout(self.now);
             }
         }
+        self.check_timers();
         self.transmit();
         true
+    }
+
+    /// Every engine's timer queue agrees with its QPs' own deadlines (after each kind of
+    /// event, so a queue update missed by one of them is caught there).
+    fn check_timers(&self) {
+        for n in &self.nodes {
+            assert_eq!(
+                n.engine.poll_timeout(),
+                n.engine.poll_timeout_by_scan(),
+                "timer queue out of date on {}",
+                n.ip
+            );
+        }
     }
 }
