@@ -494,3 +494,37 @@ fn perf_sides_that_disagree_fail_clearly() {
     assert!(err.contains("hello send_bw 1"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+#[test]
+fn scale_measures_every_qp_count_and_refuses_empty_runs() {
+    let out = oxrdma()
+        .args(["scale", "--qps", "1,40", "--samples", "1", "--passes", "50"])
+        .args([
+            "--writes",
+            "20",
+            "--a",
+            "127.0.0.35",
+            "--b",
+            "127.0.0.36",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let rows = json_lines(out);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        (rows[0]["idle_qps"].as_u64(), rows[1]["idle_qps"].as_u64()),
+        (Some(1), Some(40))
+    );
+    for r in &rows {
+        for k in ["driver_pass_ns", "engine_pass_ns", "write_rtt_us"] {
+            assert!(r[k].as_f64().is_some_and(|v| v > 0.0), "{k} in {r}");
+        }
+    }
+    let out = oxrdma()
+        .args(["scale", "--qps", "1", "--samples", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must not be empty or zero"));
+}

@@ -3,12 +3,17 @@
 //!
 //! Like real RDMA hardware, the engine copies into and out of this memory while application
 //! threads may be touching it; ordering between the two is the application's business (it
-//! learns that a transfer finished from a completion). Atomics use real CPU atomics so they
-//! are atomic against the application's own atomic accesses too.
+//! learns that a transfer finished from a completion). So that such a race is a torn read,
+//! as under DMA, and not undefined behaviour in Rust's memory model, every copy is made of
+//! relaxed atomic loads and stores (aligned 8-byte words, single bytes at the edges); the
+//! one way to plain bytes is the `unsafe` [`SharedBuffer::slice`], whose caller promises
+//! there is no writer. RDMA atomics are real CPU atomics, atomic against the application's
+//! own atomic accesses too.
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicU8};
 
 /// Alignment of buffers oxrdma allocates: a page, so atomics and O_DIRECT-style users are
 /// happy.
@@ -85,66 +90,69 @@ impl SharedBuffer {
     }
 
     /// Copies `src` into the buffer at `offset`. Returns false (and copies nothing) when the
-    /// range is out of bounds.
+    /// range is out of bounds. The stores are relaxed atomics, so a copy that races with
+    /// another thread's (the engine's, an application's) is defined: a racing reader may
+    /// see some old and some new bytes, as memory under DMA, never undefined behaviour.
     pub fn write(&self, offset: usize, src: &[u8]) -> bool {
         if !self.check(offset, src.len()) {
             return false;
         }
-        if !src.is_empty() {
-            // SAFETY: the range is inside the allocation (checked above) and `src` cannot
-            // overlap it, since no `&[u8]` into this buffer is ever handed out.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    src.as_ptr(),
-                    self.ptr.as_ptr().add(offset),
-                    src.len(),
-                )
-            };
+        // SAFETY: the range is inside the allocation (checked above).
+        let dst = unsafe { self.ptr.as_ptr().add(offset) };
+        let head = dst.align_offset(8).min(src.len());
+        let (bytes, rest) = src.split_at(head);
+        let (words, tail) = rest.split_at(rest.len() & !7);
+        for (i, &b) in bytes.iter().enumerate() {
+            byte_at(dst, i).store(b, Relaxed);
+        }
+        for (i, w) in words.chunks_exact(8).enumerate() {
+            let w = u64::from_ne_bytes(w.try_into().expect("chunks of 8"));
+            word_at(dst, head + 8 * i).store(w, Relaxed);
+        }
+        for (i, &b) in tail.iter().enumerate() {
+            byte_at(dst, head + words.len() + i).store(b, Relaxed);
         }
         true
     }
 
     /// Copies bytes at `offset` into `dst`. Returns false when the range is out of bounds.
+    /// The loads are relaxed atomics (see [`Self::write`]).
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> bool {
         if !self.check(offset, dst.len()) {
             return false;
         }
-        if !dst.is_empty() {
-            // SAFETY: in bounds (checked); `dst` is a unique borrow and so cannot alias.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    self.ptr.as_ptr().add(offset),
-                    dst.as_mut_ptr(),
-                    dst.len(),
-                )
-            };
+        // SAFETY: the range is inside the allocation (checked above).
+        let src = unsafe { self.ptr.as_ptr().add(offset) };
+        let head = src.align_offset(8).min(dst.len());
+        let (bytes, rest) = dst.split_at_mut(head);
+        let n_words = rest.len() & !7;
+        let (words, tail) = rest.split_at_mut(n_words);
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = byte_at(src, i).load(Relaxed);
+        }
+        for (i, w) in words.chunks_exact_mut(8).enumerate() {
+            w.copy_from_slice(&word_at(src, head + 8 * i).load(Relaxed).to_ne_bytes());
+        }
+        for (i, b) in tail.iter_mut().enumerate() {
+            *b = byte_at(src, head + n_words + i).load(Relaxed);
         }
         true
     }
 
-    /// Copies `len` bytes from `src` at `src_off` to `self` at `dst_off` (they may be the same
-    /// buffer; overlapping ranges are handled).
-    pub fn copy_from(
-        &self,
-        dst_off: usize,
-        src: &SharedBuffer,
-        src_off: usize,
-        len: usize,
-    ) -> bool {
-        if !self.check(dst_off, len) || !src.check(src_off, len) {
-            return false;
-        }
-        if len != 0 {
-            // SAFETY: both ranges are in bounds (checked); `copy` allows overlap.
-            unsafe {
-                std::ptr::copy(
-                    src.ptr.as_ptr().add(src_off),
-                    self.ptr.as_ptr().add(dst_off),
-                    len,
-                )
-            };
-        }
-        true
+    /// The bytes at `offset..offset + len` as a plain slice, for code that must hand them
+    /// on without a copy (a system call, a C caller).
+    ///
+    /// # Safety
+    /// While the slice lives, no other thread may write these bytes: no RDMA operation that
+    /// writes them may be in progress (a posted receive, an incoming WRITE or atomic, a
+    /// READ response), and no application thread may write them. As with real RDMA, the
+    /// application knows this from its completions.
+    pub unsafe fn slice(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        self.check(offset, len).then(|| {
+            // SAFETY: in bounds (checked) and valid for the life of `self`; the caller
+            // promises no concurrent writer.
+            unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(offset), len) }
+        })
     }
 
     /// The 8 bytes at `offset` as an atomic, if in bounds and 8-byte aligned in memory.
@@ -162,6 +170,20 @@ impl SharedBuffer {
         // atomic or a raw copy, as on real hardware.
         Some(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
     }
+}
+
+/// The byte at `base + i` as an atomic.
+fn byte_at<'a>(base: *mut u8, i: usize) -> &'a AtomicU8 {
+    // SAFETY: callers pass an in-bounds index of a live buffer; AtomicU8 has the size and
+    // alignment of u8, and every access to shared bytes is atomic.
+    unsafe { AtomicU8::from_ptr(base.add(i)) }
+}
+
+/// The 8-byte-aligned word at `base + i` as an atomic.
+fn word_at<'a>(base: *mut u8, i: usize) -> &'a AtomicU64 {
+    // SAFETY: callers pass an in-bounds, 8-aligned offset of a live buffer (see `write`
+    // and `read`: `head` aligns it), and every access to shared bytes is atomic.
+    unsafe { AtomicU64::from_ptr(base.add(i).cast::<u64>()) }
 }
 
 impl Drop for SharedBuffer {
@@ -214,15 +236,48 @@ mod tests {
     }
 
     #[test]
-    fn overlapping_copy_within_one_buffer() {
-        let b = SharedBuffer::new(8).unwrap();
-        b.write(0, &[1, 2, 3, 4, 5, 6, 7, 8]);
-        assert!(b.copy_from(2, &b, 0, 4));
-        let mut out = [0u8; 8];
-        b.read(0, &mut out);
-        assert_eq!(out, [1, 2, 1, 2, 3, 4, 7, 8]);
+    fn unaligned_copies_of_every_length_round_trip() {
+        let b = SharedBuffer::new(64).unwrap();
+        let data: Vec<u8> = (1..=40).collect();
+        for off in 0..9 {
+            for len in 0..=data.len() {
+                b.write(0, &[0; 64]);
+                assert!(b.write(off, &data[..len]));
+                let mut out = vec![0u8; len + 2];
+                assert!(b.read(off, &mut out[1..=len]));
+                assert_eq!(&out[1..=len], &data[..len], "off {off} len {len}");
+                let mut whole = [0u8; 64];
+                b.read(0, &mut whole);
+                assert!(whole[..off].iter().all(|&x| x == 0));
+                assert!(whole[off + len..].iter().all(|&x| x == 0));
+                // SAFETY: no other thread touches `b`.
+                assert_eq!(unsafe { b.slice(off, len) }.unwrap(), &data[..len]);
+            }
+        }
+        // SAFETY: as above.
+        assert!(unsafe { b.slice(60, 5) }.is_none());
         let empty = SharedBuffer::new(0).unwrap();
         assert!(empty.write(0, &[]));
         assert!(!empty.write(0, &[1]));
+    }
+
+    #[test]
+    fn racing_copies_are_defined_and_whole_words_stay_whole() {
+        // One thread writes all-ones or all-twos words; readers see only whole words.
+        let b = std::sync::Arc::new(SharedBuffer::new(4096).unwrap());
+        let w = b.clone();
+        let writer = std::thread::spawn(move || {
+            for i in 0..2000u32 {
+                w.write(0, &[(i % 2 + 1) as u8; 4096]);
+            }
+        });
+        let mut out = [0u8; 4096];
+        for _ in 0..2000 {
+            b.read(0, &mut out);
+            for word in out.chunks(8) {
+                assert!(word.iter().all(|&x| x == word[0]), "{word:?}");
+            }
+        }
+        writer.join().unwrap();
     }
 }

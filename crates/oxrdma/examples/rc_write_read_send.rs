@@ -36,8 +36,8 @@ fn server(listener: TcpListener) -> oxrdma::Result<()> {
     let psn = ctx.random_psn();
     let me = PeerInfo {
         endpoint: qp.endpoint(psn),
-        addr: mr.addr,
-        rkey: mr.rkey,
+        addr: mr.addr(),
+        rkey: mr.rkey(),
         len: LEN as u64,
     };
     let peer = exchange(&mut stream, &me)?;
@@ -68,8 +68,8 @@ fn client(port: u16) -> oxrdma::Result<()> {
     let psn = ctx.random_psn();
     let me = PeerInfo {
         endpoint: qp.endpoint(psn),
-        addr: mr.addr,
-        rkey: mr.rkey,
+        addr: mr.addr(),
+        rkey: mr.rkey(),
         len: 0,
     };
     let peer = exchange(&mut stream, &me)?;

@@ -126,18 +126,33 @@ impl Drop for ProtectionDomain {
 /// requests through SGEs made by [`MemoryRegion::sge`].
 ///
 /// The bytes are shared with the NIC: an RDMA operation may change them at any time while
-/// one targeting them is in flight, exactly as with hardware. Reads and writes here copy.
+/// one targeting them is in flight, exactly as with hardware. `read` and `write` copy with
+/// relaxed atomic loads and stores, so a copy that races with a transfer sees some old and
+/// some new bytes but is never undefined behaviour; [`MemoryRegion::as_slice`] lends the
+/// bytes without a copy to a caller that promises no transfer writes them meanwhile.
 #[derive(Debug)]
 pub struct MemoryRegion {
     ctx: Context,
     buf: Arc<SharedBuffer>,
-    pub lkey: u32,
-    pub rkey: u32,
+    lkey: u32,
+    rkey: u32,
     /// The address of the first byte as peers name it.
-    pub addr: u64,
+    addr: u64,
 }
 
 impl MemoryRegion {
+    /// The local key, for SGEs.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    /// The remote key peers name in RDMA WRITE, READ and atomics.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+    /// The address of the first byte as peers name it (`remote_addr`).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
     pub fn len(&self) -> usize {
         self.buf.len()
     }
@@ -159,6 +174,16 @@ impl MemoryRegion {
     /// Copies bytes out from `off`; false if the range does not fit.
     pub fn read(&self, off: usize, out: &mut [u8]) -> bool {
         self.buf.read(off, out)
+    }
+    /// The bytes at `off..off + len` without a copy (None if out of range).
+    ///
+    /// # Safety
+    /// While the slice lives, nothing may write those bytes: no receive, incoming RDMA
+    /// WRITE or atomic, or READ response into them may be in progress (the completions say
+    /// when they are done), and no other thread may `write` them.
+    pub unsafe fn as_slice(&self, off: usize, len: usize) -> Option<&[u8]> {
+        // SAFETY: the caller's promise is the one `SharedBuffer::slice` asks for.
+        unsafe { self.buf.slice(off, len) }
     }
     /// The 8 bytes at `off` as an atomic (for memory that peers target with atomics).
     pub fn atomic_u64(&self, off: usize) -> Option<&std::sync::atomic::AtomicU64> {

@@ -77,14 +77,14 @@ fn write_read_send_with_engine_threads() {
         WrOpcode::RdmaWrite,
         SendData::Sges(vec![a.mr.sge(0, data.len())]),
     );
-    (w.remote_addr, w.rkey) = (b.mr.addr, b.mr.rkey);
+    (w.remote_addr, w.rkey) = (b.mr.addr(), b.mr.rkey());
     a.qps[0].post_send(w).unwrap();
     let mut r = SendWr::new(
         2,
         WrOpcode::RdmaRead,
         SendData::Sges(vec![a.mr.sge(2 << 20, data.len())]),
     );
-    (r.remote_addr, r.rkey) = (b.mr.addr, b.mr.rkey);
+    (r.remote_addr, r.rkey) = (b.mr.addr(), b.mr.rkey());
     a.qps[0].post_send(r).unwrap();
     a.qps[0]
         .post_send(SendWr::new(
@@ -112,7 +112,7 @@ fn completion_channel_wakes_a_sleeping_thread() {
     a.cq.req_notify(&ch);
     assert!(!ch.wait(Duration::from_millis(50)).unwrap());
     let mut w = SendWr::new(1, WrOpcode::RdmaWrite, SendData::Inline(vec![1; 16]));
-    (w.remote_addr, w.rkey) = (b.mr.addr, b.mr.rkey);
+    (w.remote_addr, w.rkey) = (b.mr.addr(), b.mr.rkey());
     a.qps[0].post_send(w).unwrap();
     assert!(ch.wait(Duration::from_secs(5)).unwrap(), "no wake-up");
     let mut wcs = Vec::new();
@@ -125,7 +125,7 @@ fn sixty_four_qps_from_four_threads() {
     let a = std::sync::Arc::new(side("127.0.0.25", 64, 64 * 8192));
     let b = side("127.0.0.26", 64, 64 * 8192);
     connect_all(&a, &b);
-    let (addr, rkey) = (b.mr.addr, b.mr.rkey);
+    let (addr, rkey) = (b.mr.addr(), b.mr.rkey());
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let a = a.clone();

@@ -128,14 +128,14 @@ fn transfer(a: &Context, b: &Context, label: &str) {
         WrOpcode::RdmaWrite,
         SendData::Sges(vec![ma.sge(0, data.len())]),
     );
-    (w.remote_addr, w.rkey) = (mb.addr, mb.rkey);
+    (w.remote_addr, w.rkey) = (mb.addr(), mb.rkey());
     qa.post_send(w).unwrap();
     let mut r = SendWr::new(
         2,
         WrOpcode::RdmaRead,
         SendData::Sges(vec![ma.sge(1 << 20, data.len())]),
     );
-    (r.remote_addr, r.rkey) = (mb.addr, mb.rkey);
+    (r.remote_addr, r.rkey) = (mb.addr(), mb.rkey());
     qa.post_send(r).unwrap();
     let mut wcs = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);

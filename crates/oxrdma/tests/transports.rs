@@ -82,7 +82,7 @@ fn uc_send_and_write_with_imm_over_udp() {
         WrOpcode::RdmaWriteWithImm,
         SendData::Sges(vec![ma.sge(0, data.len())]),
     );
-    (w.remote_addr, w.rkey, w.imm) = (mb.addr + (64 << 10), mb.rkey, 0x1234);
+    (w.remote_addr, w.rkey, w.imm) = (mb.addr() + (64 << 10), mb.rkey(), 0x1234);
     qa.post_send(w).unwrap();
     let sent = wait(ca, 2);
     assert!(
@@ -273,7 +273,7 @@ fn memory_windows_over_udp() {
     assert_eq!(mw.rkey(), bind.rkey);
     ma.write(0, b"through the window");
     let mut w = SendWr::new(2, WrOpcode::RdmaWrite, SendData::Sges(vec![ma.sge(0, 18)]));
-    (w.remote_addr, w.rkey) = (mb.addr + 5000, mw.rkey());
+    (w.remote_addr, w.rkey) = (mb.addr() + 5000, mw.rkey());
     qa.post_send(w).unwrap();
     assert_eq!(wait(ca, 1)[0].status, WcStatus::Success);
     let mut got = [0u8; 18];
@@ -290,7 +290,7 @@ fn memory_windows_over_udp() {
     assert_eq!(wait(ca, 1)[0].status, WcStatus::Success);
     assert_eq!(wait(cb, 1)[0].invalidated_rkey, Some(mw.rkey()));
     let mut w = SendWr::new(5, WrOpcode::RdmaWrite, SendData::Sges(vec![ma.sge(0, 4)]));
-    (w.remote_addr, w.rkey) = (mb.addr + 5000, mw.rkey());
+    (w.remote_addr, w.rkey) = (mb.addr() + 5000, mw.rkey());
     qa.post_send(w).unwrap();
     assert_eq!(wait(ca, 1)[0].status, WcStatus::RemAccessErr);
 }

@@ -65,8 +65,8 @@ impl Side {
             let psn = ctx.random_psn();
             let me = PeerInfo {
                 endpoint: qp.endpoint(psn),
-                addr: mr.addr + (i * slot) as u64,
-                rkey: mr.rkey,
+                addr: mr.addr() + (i * slot) as u64,
+                rkey: mr.rkey(),
                 len: slot as u64,
             };
             let peer = exchange(&mut ctl, &me).context("endpoint exchange")?;

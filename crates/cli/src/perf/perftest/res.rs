@@ -104,8 +104,8 @@ impl Res {
             out_reads: self.out_reads,
             qpn: self.qp.qpn(),
             psn: self.psn,
-            rkey: self.mr.rkey,
-            vaddr: self.mr.addr + self.half as u64,
+            rkey: self.mr.rkey(),
+            vaddr: self.mr.addr() + self.half as u64,
             gid: self.ctx.gid().0,
             srqn: 0,
         }
