@@ -7,8 +7,9 @@ use crate::cq::{Cq, CqRing};
 use crate::drops::{RxDrop, RxDrops};
 use crate::error::{Result, VerbsError};
 use crate::gid::{rc_udp_sport, Gid};
+use crate::keys::MrTable;
 use crate::memory::SharedBuffer;
-use crate::mr::{MemoryRegion, MrTable};
+use crate::mr::MemoryRegion;
 use crate::mw::Mw;
 use crate::qp::{Ctx, Qp, SendWqe};
 use crate::requester::MAX_MESSAGE;
@@ -413,7 +414,7 @@ impl Engine {
         if !self.pds.contains(&pd) {
             return Err(VerbsError::NotFound("protection domain"));
         }
-        if self.mrs.mws.len() >= self.config.attr.max_mw as usize {
+        if self.mrs.mw_count() >= self.config.attr.max_mw as usize {
             return Err(VerbsError::Exhausted("memory windows"));
         }
         let rkey = loop {

@@ -10,6 +10,7 @@ mod drops;
 mod engine;
 mod error;
 mod gid;
+mod keys;
 pub mod memory;
 mod mr;
 mod mw;

@@ -44,17 +44,14 @@ pub(crate) struct Segment {
     pub len: usize,
 }
 
-/// Every MR of a device, by key.
+/// Every MR of a device, by lkey and by rkey.
 #[derive(Debug, Default)]
-pub(crate) struct MrTable {
-    pub(crate) by_lkey: HashMap<u32, MemoryRegion>,
+pub(crate) struct Regions {
+    by_lkey: HashMap<u32, MemoryRegion>,
     rkey_to_lkey: HashMap<u32, u32>,
-    /// Memory windows by handle, and their current rkeys.
-    pub(crate) mws: HashMap<u32, crate::mw::Mw>,
-    pub(crate) mw_rkeys: HashMap<u32, u32>,
 }
 
-impl MrTable {
+impl Regions {
     pub fn insert(&mut self, mr: MemoryRegion) {
         self.rkey_to_lkey.insert(mr.rkey, mr.lkey);
         self.by_lkey.insert(mr.lkey, mr);
@@ -64,14 +61,22 @@ impl MrTable {
         self.rkey_to_lkey.remove(&mr.rkey);
         Some(mr)
     }
-    /// True when `key` is already in use as an lkey or an rkey (of a region or a window).
+    pub fn get(&self, lkey: u32) -> Option<&MemoryRegion> {
+        self.by_lkey.get(&lkey)
+    }
+    /// The region whose rkey is `rkey`.
+    pub fn by_rkey(&self, rkey: u32) -> Option<&MemoryRegion> {
+        self.by_lkey.get(self.rkey_to_lkey.get(&rkey)?)
+    }
+    /// True when `key` is a region's lkey or rkey.
     pub fn key_taken(&self, key: u32) -> bool {
-        self.by_lkey.contains_key(&key)
-            || self.rkey_to_lkey.contains_key(&key)
-            || self.mw_rkeys.contains_key(&key)
+        self.by_lkey.contains_key(&key) || self.rkey_to_lkey.contains_key(&key)
     }
     pub fn count_in_pd(&self, pd: u32) -> usize {
         self.by_lkey.values().filter(|m| m.pd == pd).count()
+    }
+    pub fn len(&self) -> usize {
+        self.by_lkey.len()
     }
 
     /// Resolves a local SGE list for an access needing `need`; None on any bad key, PD,
@@ -80,7 +85,7 @@ impl MrTable {
         sges.iter()
             .filter(|s| s.length > 0)
             .map(|s| {
-                let mr = self.by_lkey.get(&s.lkey).filter(|m| m.pd == pd)?;
+                let mr = self.get(s.lkey).filter(|m| m.pd == pd)?;
                 if !mr.access.contains(need) {
                     return None;
                 }
@@ -89,23 +94,10 @@ impl MrTable {
             .collect()
     }
 
-    /// Resolves a remote access of `len` bytes at `va` with `rkey` (a region's or a
-    /// window's) arriving on QP `qpn`; None on any bad key, PD, QP, bounds or permission
-    /// (→ NAK remote access error).
-    pub fn remote(
-        &self,
-        pd: u32,
-        qpn: u32,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Option<Segment> {
-        if self.is_mw_rkey(rkey) {
-            return self.remote_via_mw(pd, qpn, rkey, va, len, need);
-        }
-        let lkey = self.rkey_to_lkey.get(&rkey)?;
-        let mr = self.by_lkey.get(lkey).filter(|m| m.pd == pd)?;
+    /// Resolves a remote access of `len` bytes at `va` with a region's `rkey`; None on any
+    /// bad key, PD, bounds or permission.
+    pub fn remote(&self, pd: u32, rkey: u32, va: u64, len: u64, need: Access) -> Option<Segment> {
+        let mr = self.by_rkey(rkey).filter(|m| m.pd == pd)?;
         if !mr.access.contains(need) {
             return None;
         }
@@ -152,10 +144,4 @@ pub(crate) fn scatter(segs: &[Segment], at: usize, data: &[u8]) -> bool {
     sg_walk(segs, at, data.len(), |s, off, r| {
         s.buffer.write(off, &data[r])
     })
-}
-
-impl MrTable {
-    pub fn count_all(&self) -> usize {
-        self.by_lkey.len()
-    }
 }

@@ -1,9 +1,10 @@
 //! Memory windows: remote access to part of a memory region under an rkey of its own,
 //! granted by a bind and withdrawn by invalidation, rebinding or deallocation.
 
-use crate::mr::{MrTable, Segment};
+use crate::mr::Regions;
 use crate::verbs::{Access, MwType, WcStatus};
 use crate::wr::MwBind;
+use std::collections::HashMap;
 
 /// A memory window.
 #[derive(Debug, Clone)]
@@ -26,7 +27,23 @@ pub(crate) struct Binding {
     pub qpn: Option<u32>,
 }
 
-impl MrTable {
+/// Every memory window of a device, by handle and by current rkey.
+#[derive(Debug, Default)]
+pub(crate) struct Windows {
+    mws: HashMap<u32, Mw>,
+    mw_rkeys: HashMap<u32, u32>,
+}
+
+impl Windows {
+    pub fn len(&self) -> usize {
+        self.mws.len()
+    }
+
+    /// True when `key` is a window's current rkey.
+    pub fn key_taken(&self, key: u32) -> bool {
+        self.mw_rkeys.contains_key(&key)
+    }
+
     /// Adds a window with rkey `rkey` (its handle is the rkey's index, `rkey >> 8`).
     pub fn insert_mw(&mut self, mw: Mw) -> u32 {
         let handle = mw.rkey >> 8;
@@ -57,8 +74,15 @@ impl MrTable {
             .count()
     }
 
-    /// Executes a bind posted on QP `qpn` of PD `pd` (IBA 10.6.7.2, as rxe checks it).
-    pub fn bind_mw(&mut self, pd: u32, qpn: u32, b: &MwBind) -> Result<(), WcStatus> {
+    /// Executes a bind posted on QP `qpn` of PD `pd` (IBA 10.6.7.2, as rxe checks it), on a
+    /// region of `regions`.
+    pub fn bind_mw(
+        &mut self,
+        regions: &Regions,
+        pd: u32,
+        qpn: u32,
+        b: &MwBind,
+    ) -> Result<(), WcStatus> {
         let err = Err(WcStatus::MwBindErr);
         let Some(mw) = self.mws.get(&b.mw) else {
             return err;
@@ -76,7 +100,7 @@ impl MrTable {
         let binding = if b.length == 0 && mw.mw_type == MwType::Type1 {
             None // a zero-length bind of a type 1 window unbinds it
         } else {
-            let Some(mr) = self.by_lkey.get(&b.lkey) else {
+            let Some(mr) = regions.get(b.lkey) else {
                 return err;
             };
             let writes = Access::REMOTE_WRITE.union(Access::REMOTE_ATOMIC);
@@ -96,7 +120,7 @@ impl MrTable {
             })
         };
         let old = mw.rkey;
-        if old != b.rkey && (self.mw_rkeys.contains_key(&b.rkey) || self.key_taken(b.rkey)) {
+        if old != b.rkey && (self.key_taken(b.rkey) || regions.key_taken(b.rkey)) {
             return err;
         }
         let mw = self.mws.get_mut(&b.mw).expect("looked up above");
@@ -125,9 +149,10 @@ impl MrTable {
         ok
     }
 
-    /// A remote access through the window whose rkey is `rkey`; None if it is not allowed
-    /// (unbound, another PD, another QP for type 2, rights, bounds).
-    pub fn remote_via_mw(
+    /// A remote access through the window whose rkey is `rkey`: the lkey of the region it
+    /// opens, or None if it is not allowed (unbound, another PD, another QP for type 2,
+    /// rights, bounds).
+    pub fn remote(
         &self,
         pd: u32,
         qpn: u32,
@@ -135,7 +160,7 @@ impl MrTable {
         va: u64,
         len: u64,
         need: Access,
-    ) -> Option<Segment> {
+    ) -> Option<u32> {
         let mw = self.mws.get(self.mw_rkeys.get(&rkey)?)?;
         let b = mw.binding?;
         if mw.pd != pd || b.qpn.is_some_and(|q| q != qpn) || !b.access.contains(need) {
@@ -145,80 +170,6 @@ impl MrTable {
         if va < b.addr || end > b.addr + b.len {
             return None;
         }
-        self.by_lkey.get(&b.lkey)?.segment(va, len)
-    }
-
-    /// Whether `rkey` names a window (bound or not).
-    pub fn is_mw_rkey(&self, rkey: u32) -> bool {
-        self.mw_rkeys.contains_key(&rkey)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::memory::SharedBuffer;
-    use crate::mr::MemoryRegion;
-    use std::sync::Arc;
-
-    fn table() -> MrTable {
-        let mut t = MrTable::default();
-        t.insert(MemoryRegion {
-            pd: 1,
-            buffer: Arc::new(SharedBuffer::new(4096).unwrap()),
-            iova: 0x1000,
-            access: Access::ALL,
-            lkey: 0x10,
-            rkey: 0x20,
-        });
-        t
-    }
-
-    #[test]
-    fn a_type2_window_serves_only_the_qp_it_was_bound_on() {
-        let mut t = table();
-        let h = t.insert_mw(Mw {
-            pd: 1,
-            mw_type: MwType::Type2,
-            rkey: 0xabcd_0001,
-            binding: None,
-        });
-        let b = MwBind {
-            mw: h,
-            rkey: 0xabcd_0002,
-            lkey: 0x10,
-            addr: 0x1100,
-            length: 0x100,
-            access: Access::REMOTE_READ,
-        };
-        assert_eq!(t.bind_mw(1, 5, &b), Ok(()));
-        let get =
-            |t: &MrTable, qpn, rkey, va, len, need| t.remote(1, qpn, rkey, va, len, need).is_some();
-        assert!(get(&t, 5, 0xabcd_0002, 0x1100, 0x100, Access::REMOTE_READ));
-        assert!(
-            !get(&t, 6, 0xabcd_0002, 0x1100, 0x100, Access::REMOTE_READ),
-            "another QP"
-        );
-        assert!(
-            !get(&t, 5, 0xabcd_0001, 0x1100, 8, Access::REMOTE_READ),
-            "the old rkey"
-        );
-        assert!(
-            !get(&t, 5, 0xabcd_0002, 0x10ff, 8, Access::REMOTE_READ),
-            "below the window"
-        );
-        assert!(
-            !get(&t, 5, 0xabcd_0002, 0x1100, 8, Access::REMOTE_WRITE),
-            "rights"
-        );
-        assert!(
-            !t.invalidate(1, 0xabcd_0002, Some(6)),
-            "SEND_WITH_INV from another QP"
-        );
-        assert!(t.invalidate(1, 0xabcd_0002, Some(5)));
-        assert!(
-            !get(&t, 5, 0xabcd_0002, 0x1100, 8, Access::REMOTE_READ),
-            "invalidated"
-        );
+        Some(b.lkey)
     }
 }

@@ -4,7 +4,8 @@
 use crate::attr::{AddressVector, QpCap, QpInitAttr};
 use crate::cq::Cq;
 use crate::drops::{RxDrop, RxDrops};
-use crate::mr::{MrTable, Segment};
+use crate::keys::MrTable;
+use crate::mr::Segment;
 use crate::responder::RespState;
 use crate::timers::{Timer, TimerTable};
 use crate::verbs::{Access, AsyncEvent, EventType, Mtu, QpState, QpType, WcOpcode, WcStatus};

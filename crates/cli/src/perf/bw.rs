@@ -2,14 +2,11 @@
 //! for write, read and atomic, and keeps receives posted for send.
 
 use super::report::{bar, BwResult, Progress};
-use super::side::Side;
+use super::side::{Side, STALL};
 use super::{AtomicOp, PerfArgs, Verb};
 use anyhow::bail;
 use oxrdma::{RecvWr, SendData, SendFlags, SendWr, WcOpcode, WrOpcode};
-use std::time::{Duration, Instant};
-
-/// How long without a single completion before a side gives up.
-pub const STALL: Duration = Duration::from_secs(30);
+use std::time::Instant;
 
 /// The WR the client posts on QP `i`.
 fn work_request(side: &Side, args: &PerfArgs, i: usize, size: usize, inline: &[u8]) -> SendWr {

@@ -2,10 +2,9 @@
 //! (each side answers the other's message; half the round trip is reported); read and
 //! atomic time one WR from post to completion while the server's CPU stays out of it.
 
-use super::bw::STALL;
 use super::ctl::parse_word;
 use super::report::{bar, LatResult};
-use super::side::Side;
+use super::side::{Side, STALL};
 use super::{AtomicOp, PerfArgs, Verb};
 use anyhow::bail;
 use oxrdma::{RecvWr, SendData, SendFlags, SendWr, WcOpcode, WrOpcode};

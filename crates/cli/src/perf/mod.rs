@@ -11,6 +11,7 @@ mod ctl;
 mod lat;
 pub mod perftest;
 mod report;
+mod session;
 mod side;
 
 pub use cli::{PerfCli, TestName};
@@ -150,9 +151,9 @@ pub fn run(args: &PerfArgs, each: &mut dyn FnMut(&Report)) -> anyhow::Result<()>
         None => {
             let l = crate::listen(args.port)
                 .with_context(|| format!("cannot listen on TCP port {}", args.port))?;
-            side::serve(args, l)
+            session::serve(args, l)
         }
-        Some(host) => side::client(args, host, args.port, each),
+        Some(host) => session::client(args, host, args.port, each),
     }
 }
 
@@ -170,10 +171,10 @@ pub fn run_loopback(args: &PerfArgs, each: &mut dyn FnMut(&Report)) -> anyhow::R
     (srv.device, srv.server, srv.pcap, srv.progress) = (server_ip, None, None, false);
     let server = std::thread::Builder::new()
         .name("perf-server".into())
-        .spawn(move || side::serve(&srv, l))?;
+        .spawn(move || session::serve(&srv, l))?;
     let mut cli = args.clone();
     (cli.device, cli.server) = (client_ip, Some(server_ip.to_string()));
-    let r = side::client(&cli, &server_ip.to_string(), port, each);
+    let r = session::client(&cli, &server_ip.to_string(), port, each);
     let s = server
         .join()
         .map_err(|_| anyhow::anyhow!("the server thread panicked"))?;

@@ -2,8 +2,8 @@
 //! WRs at perftest's stepped addresses; a send server keeps receives posted and counts.
 
 use super::res::{inc, Res};
-use crate::perf::bw::STALL;
 use crate::perf::report::{bar, BwResult, Progress};
+use crate::perf::side::STALL;
 use crate::perf::{AtomicOp, PerfArgs, Verb};
 use anyhow::bail;
 use oxrdma::{RecvWr, SendData, SendFlags, SendWr, WcOpcode, WrOpcode};

@@ -4,8 +4,8 @@
 
 use super::msg::Keys;
 use super::res::Res;
-use crate::perf::bw::STALL;
 use crate::perf::report::LatResult;
+use crate::perf::side::STALL;
 use crate::perf::PerfArgs;
 use anyhow::bail;
 use oxrdma::{SendData, SendFlags, SendWr, WrOpcode};
