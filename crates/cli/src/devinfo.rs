@@ -2,6 +2,14 @@
 
 use std::net::IpAddr;
 
+/// `oxrdma devinfo`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DevinfoArgs {
+    /// The device's IP address (its GID).
+    #[arg(short = 'd', long, default_value = "127.0.0.2")]
+    pub addr: IpAddr,
+}
+
 /// Opens the device on `ip` (binding its port, so a taken address is reported) and prints
 /// its description.
 pub fn devinfo(ip: IpAddr) -> anyhow::Result<()> {

@@ -1,5 +1,6 @@
 //! The `oxrdma` tool's subcommands, as a library so tests can drive them.
 
+pub mod args;
 pub mod capture;
 pub mod decode;
 pub mod devinfo;

@@ -21,24 +21,40 @@ const TOOL: &str = "ibv_rc_pingpong";
 const SEND_WRID: u64 = 1;
 const RECV_WRID: u64 = 2;
 
-/// What the user asked for.
-#[derive(Debug, Clone)]
+/// What the user asked for (`oxrdma pingpong`).
+#[derive(clap::Args, Debug, Clone)]
 pub struct PingpongArgs {
-    /// Connect to this server; None = be the server.
+    /// The server to connect to; without it, wait for a client.
     pub server: Option<String>,
+    /// TCP port of the out-of-band exchange.
+    #[arg(short = 'p', long, default_value_t = 18515)]
     pub port: u16,
-    /// This side's device address.
+    /// This side's RDMA device (its IP address).
+    #[arg(short = 'd', long, default_value = "127.0.0.2")]
     pub device: IpAddr,
+    /// Message size.
+    #[arg(short = 's', long, default_value_t = 4096)]
     pub size: usize,
+    /// Number of exchanges.
+    #[arg(short = 'n', long, default_value_t = 1000)]
     pub iters: u64,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long, default_value = "1024", value_parser = crate::args::parse_mtu)]
     pub mtu: Mtu,
+    /// Receives kept posted.
+    #[arg(short = 'r', long, default_value_t = 500)]
     pub rx_depth: u32,
-    /// Capture this side's packets here.
+    /// Capture this side's packets to a pcap file.
+    #[arg(long)]
     pub pcap: Option<std::path::PathBuf>,
 }
 
 /// Runs the ping-pong; prints ibv_rc_pingpong's two result lines.
 pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        a.size > 0 && a.size <= 1 << 30 && a.iters > 0 && (2..=16_384).contains(&a.rx_depth),
+        "pingpong needs -s 1..=1 GiB, -n > 0 and -r 2..=16384"
+    );
     let ctx = Context::open(a.device)?;
     if let Some(p) = &a.pcap {
         ctx.capture_to(p)

@@ -3,20 +3,41 @@
 use oxrdma_sim::{run, Expect, NetConfig, Report, ScenarioConfig};
 use serde::Serialize;
 
-/// The network and workload a user asked for.
-#[derive(Debug, Clone)]
+/// The network and workload a user asked for (`oxrdma sim`).
+#[derive(clap::Args, Debug, Clone)]
 pub struct SimArgs {
+    /// First seed; every run replays exactly from its seed.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Number of seeds to run.
+    #[arg(long, default_value_t = 1)]
     pub seeds: u64,
+    #[arg(long, default_value_t = 2)]
     pub nodes: usize,
+    /// QP pairs (each QP of a pair posts work).
+    #[arg(long, default_value_t = 8)]
     pub qps: usize,
+    /// Work requests posted by each QP.
+    #[arg(long, default_value_t = 32)]
     pub wrs: usize,
+    /// Largest message in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
     pub max_len: usize,
+    /// Probability that a packet is lost.
+    #[arg(long, default_value_t = 0.0)]
     pub loss: f64,
+    #[arg(long, default_value_t = 0.0)]
     pub reorder: f64,
+    #[arg(long, default_value_t = 0.0)]
     pub duplicate: f64,
+    #[arg(long, default_value_t = 0.0)]
     pub corrupt: f64,
+    /// Post receives slowly, so senders meet RNR NAKs.
+    #[arg(long)]
     pub late_recv: bool,
+    /// JSON lines instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -83,8 +104,16 @@ pub fn validate(a: &SimArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `oxrdma sim`: checks the arguments, then runs every seed; Ok(false) if any run broke
+/// an invariant.
+pub fn run_cmd(a: &SimArgs) -> anyhow::Result<bool> {
+    validate(a).map_err(anyhow::Error::msg)?;
+    Ok(sim(a))
+}
+
 /// Runs the scenario for every seed; returns false if any run broke an invariant.
-pub fn sim(a: &SimArgs, json: bool) -> bool {
+pub fn sim(a: &SimArgs) -> bool {
+    let json = a.json;
     let mut ok = true;
     for seed in a.seed..a.seed + a.seeds {
         let r = run(&config(a, seed));
@@ -149,15 +178,39 @@ fn bench_run(seed: u64, b: &BenchArgs, loss: f64) -> Report {
 }
 
 /// What `sim-bench` measures.
-#[derive(Debug, Clone)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
+    #[arg(long, default_value_t = 0.01)]
     pub loss: f64,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 65536)]
     pub size: usize,
+    #[arg(long, default_value_t = 5)]
     pub runs: u64,
+    #[arg(long, default_value_t = 4)]
     pub qps: usize,
+    /// WRITEs per QP.
+    #[arg(long, default_value_t = 64)]
     pub wrs: usize,
-    /// Local ACK timeout exponent (4.096 us x 2^timeout).
+    /// Local ACK timeout exponent (4.096 us x 2^timeout), as in ibv_modify_qp.
+    #[arg(long, default_value_t = 14)]
     pub timeout: u8,
+}
+
+/// `oxrdma sim-bench`: checks the arguments, then measures; Ok(false) if a run broke an
+/// invariant.
+pub fn bench_cmd(b: &BenchArgs) -> anyhow::Result<bool> {
+    let sane = (0.0..1.0).contains(&b.loss)
+        && (1..=16 << 20).contains(&b.size)
+        && b.runs > 0
+        && (1..=1024).contains(&b.qps)
+        && b.wrs > 0
+        && (1..=31).contains(&b.timeout);
+    anyhow::ensure!(
+        sane,
+        "sim-bench needs 0 <= --loss < 1, --size 1..=16 MiB, --qps 1..=1024, --timeout 1..=31, non-zero --runs and --wrs"
+    );
+    Ok(bench(b))
 }
 
 /// RDMA WRITE goodput at `loss` relative to a lossless network, over `runs` seeds, on a

@@ -29,18 +29,28 @@ const SEND_WRID: u64 = 2;
 /// then waits forever); give up with an error instead.
 const STALL: Duration = Duration::from_secs(20);
 
-/// What the user asked for.
-#[derive(Debug, Clone)]
+/// What the user asked for (`oxrdma ud-pingpong`).
+#[derive(clap::Args, Debug, Clone)]
 pub struct UdPingpongArgs {
-    /// Connect to this server; None = be the server.
+    /// The server to connect to; without it, wait for a client.
     pub server: Option<String>,
+    /// TCP port of the out-of-band exchange.
+    #[arg(short = 'p', long, default_value_t = 18515)]
     pub port: u16,
-    /// This side's device address.
+    /// This side's RDMA device (its IP address).
+    #[arg(short = 'd', long, default_value = "127.0.0.2")]
     pub device: IpAddr,
+    /// Message size: at most the port's active MTU (ibv_ud_pingpong's default, 1024).
+    #[arg(short = 's', long, default_value_t = 1024)]
     pub size: usize,
+    /// Number of exchanges.
+    #[arg(short = 'n', long, default_value_t = 1000)]
     pub iters: u64,
+    /// Receives kept posted.
+    #[arg(short = 'r', long, default_value_t = 500)]
     pub rx_depth: u32,
-    /// Capture this side's packets here.
+    /// Capture this side's packets to a pcap file.
+    #[arg(long)]
     pub pcap: Option<std::path::PathBuf>,
 }
 
@@ -55,6 +65,10 @@ fn address_line(which: &str, sep: char, e: &Endpoint) -> String {
 
 /// Runs the ping-pong; prints ibv_ud_pingpong's address and result lines.
 pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        a.iters > 0 && (1..=16_384).contains(&a.rx_depth),
+        "ud-pingpong needs -n > 0 and -r 1..=16384"
+    );
     let ctx = Context::open(a.device)?;
     let mtu = ctx.active_mtu().bytes();
     if a.size > mtu {

@@ -156,6 +156,12 @@ impl Mtu {
     pub fn bytes(self) -> usize {
         128 << (self as u32)
     }
+    /// The MTU of `bytes` bytes (256, 512, 1024, 2048 or 4096).
+    pub fn from_bytes(bytes: usize) -> Option<Mtu> {
+        (1..=5)
+            .filter_map(Mtu::from_ibv)
+            .find(|m| m.bytes() == bytes)
+    }
     /// The MTU with libibverbs number `n` (1..=5).
     pub fn from_ibv(n: u32) -> Option<Mtu> {
         Some(match n {

@@ -66,8 +66,8 @@ pub struct PerfCli {
     #[arg(short = 'r', long, default_value_t = 512)]
     rx_depth: u32,
     /// Path MTU: 256, 512, 1024, 2048 or 4096 [default: the port's active MTU].
-    #[arg(short = 'm', long)]
-    mtu: Option<usize>,
+    #[arg(short = 'm', long, value_parser = crate::args::parse_mtu)]
+    mtu: Option<oxrdma::Mtu>,
     /// Largest message sent inline (write and send).
     #[arg(short = 'I', long, default_value_t = 64)]
     inline_size: u32,
@@ -97,19 +97,6 @@ pub struct PerfCli {
     /// expects) instead of MB/s.
     #[arg(long, alias = "report_gbits")]
     report_gbits: bool,
-}
-
-/// Parses `-m`.
-pub fn mtu(bytes: usize) -> anyhow::Result<oxrdma::Mtu> {
-    use oxrdma::Mtu::*;
-    Ok(match bytes {
-        256 => Mtu256,
-        512 => Mtu512,
-        1024 => Mtu1024,
-        2048 => Mtu2048,
-        4096 => Mtu4096,
-        _ => anyhow::bail!("-m must be 256, 512, 1024, 2048 or 4096"),
-    })
 }
 
 impl PerfCli {
@@ -153,7 +140,7 @@ impl PerfCli {
             qps: self.qps,
             tx_depth: self.tx_depth,
             rx_depth: self.rx_depth,
-            mtu: self.mtu.map(mtu).transpose()?,
+            mtu: self.mtu,
             atomic: self.atomic_type,
             inline_size: self.inline_size,
             device: self.device,

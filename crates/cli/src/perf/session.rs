@@ -31,18 +31,6 @@ fn offered_mtu(args: &PerfArgs, ctx: &Context) -> Mtu {
         .map_or(ctx.active_mtu(), |m| m.min(ctx.active_mtu()))
 }
 
-fn mtu_from(code: u64) -> Option<Mtu> {
-    [
-        Mtu::Mtu256,
-        Mtu::Mtu512,
-        Mtu::Mtu1024,
-        Mtu::Mtu2048,
-        Mtu::Mtu4096,
-    ]
-    .into_iter()
-    .find(|&m| m as u64 == code)
-}
-
 /// Serves one client, then returns.
 pub fn serve(args: &PerfArgs, l: TcpListener) -> anyhow::Result<()> {
     let ctx = device(args)?;
@@ -54,7 +42,7 @@ pub fn serve(args: &PerfArgs, l: TcpListener) -> anyhow::Result<()> {
     let hello = match f[..] {
         ["hello", test, qps, slot, mtu] if test == args.name() && qps == args.qps.to_string() => {
             let slot = slot.parse::<usize>().ok().filter(|&s| s > 0);
-            let mtu = mtu.parse::<u64>().ok().and_then(mtu_from);
+            let mtu = mtu.parse::<u32>().ok().and_then(Mtu::from_ibv);
             slot.zip(mtu)
         }
         _ => None,
@@ -140,7 +128,9 @@ pub fn client(
         args.slot(),
         mtu as u32
     ))?;
-    let agreed = mtu_from(parse_word(&ctl.recv()?, "ok")?)
+    let agreed = u32::try_from(parse_word(&ctl.recv()?, "ok")?)
+        .ok()
+        .and_then(Mtu::from_ibv)
         .filter(|&m| m <= mtu)
         .context("the server answered with an MTU this side did not offer")?;
     let mut side = Side::open(args, ctx, args.slot(), agreed, ctl)?;
