@@ -101,17 +101,7 @@ mod tests {
     use crate::verbs::{WcOpcode, WcStatus};
 
     fn wc(id: u64) -> WorkCompletion {
-        WorkCompletion {
-            wr_id: id,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            imm: None,
-            qp_num: 1,
-            src_qp: 0,
-            src_gid: None,
-            invalidated_rkey: None,
-        }
+        WorkCompletion::new(id, WcStatus::Success, WcOpcode::Send, 1)
     }
 
     #[test]

@@ -207,15 +207,8 @@ impl Qp {
             ctx.complete(
                 self.send_cq,
                 WorkCompletion {
-                    wr_id: w.wr.wr_id,
-                    status,
-                    opcode: w.wr.opcode.wc_opcode(),
                     byte_len: w.len as u32,
-                    imm: None,
-                    qp_num: self.qpn,
-                    src_qp: 0,
-                    src_gid: None,
-                    invalidated_rkey: None,
+                    ..WorkCompletion::new(w.wr.wr_id, status, w.wr.opcode.wc_opcode(), self.qpn)
                 },
             );
         }
@@ -291,17 +284,7 @@ impl Qp {
     fn flush_recv(&mut self, ctx: &mut Ctx<'_>, wr_id: u64) {
         ctx.complete(
             self.recv_cq,
-            WorkCompletion {
-                wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                imm: None,
-                qp_num: self.qpn,
-                src_qp: 0,
-                src_gid: None,
-                invalidated_rkey: None,
-            },
+            WorkCompletion::new(wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn),
         );
     }
 

@@ -2,10 +2,10 @@
 //! rewinds for go-back-N retransmission.
 
 use crate::mr::gather;
-use crate::qp::{Ctx, Qp};
+use crate::qp::{Ctx, Qp, SendWqe};
 use crate::timers::Timer;
 use crate::verbs::{Access, QpState, QpType, WcStatus, WrOpcode};
-use crate::wr::SendData;
+use crate::wr::{SendData, SendWr};
 use oxrdma_wire::{
     AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr, Psn, RethRepr,
 };
@@ -45,8 +45,7 @@ pub(crate) fn bth(qp: &Qp, opcode: Opcode, psn: Psn, ack_req: bool, solicited: b
 fn send_write_opcode(t: QpType, op: WrOpcode, first: bool, last: bool) -> Opcode {
     match t {
         QpType::Rc => rc_send_write_opcode(op, first, last),
-        // UC opcodes are RC's plus 0x20 (same layout, no READ/atomics).
-        QpType::Uc => Opcode(rc_send_write_opcode(op, first, last).0 | 0x20),
+        QpType::Uc => rc_send_write_opcode(op, first, last).rc_to_uc(),
         QpType::Ud if op == WrOpcode::SendWithImm => Opcode::UD_SEND_ONLY_WITH_IMMEDIATE,
         QpType::Ud => Opcode::UD_SEND_ONLY,
     }
@@ -54,24 +53,64 @@ fn send_write_opcode(t: QpType, op: WrOpcode, first: bool, last: bool) -> Opcode
 
 /// RC opcode of a SEND/WRITE packet by operation and position.
 fn rc_send_write_opcode(op: WrOpcode, first: bool, last: bool) -> Opcode {
-    let base = match (op, first, last) {
-        (WrOpcode::Send, true, true) => 0x04,
-        (WrOpcode::SendWithImm, true, true) => 0x05,
-        (WrOpcode::SendWithInv, true, true) => 0x17,
-        (WrOpcode::SendWithInv, false, true) => 0x16,
-        (WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv, true, false) => 0x00,
-        (WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv, false, false) => 0x01,
-        (WrOpcode::Send, false, true) => 0x02,
-        (WrOpcode::SendWithImm, false, true) => 0x03,
-        (WrOpcode::RdmaWrite, true, true) => 0x0a,
-        (WrOpcode::RdmaWriteWithImm, true, true) => 0x0b,
-        (_, true, false) => 0x06,
-        (_, false, false) => 0x07,
-        (WrOpcode::RdmaWrite, false, true) => 0x08,
-        (WrOpcode::RdmaWriteWithImm, false, true) => 0x09,
+    use WrOpcode::{RdmaWrite, RdmaWriteWithImm, Send, SendWithImm, SendWithInv};
+    match (op, first, last) {
+        (Send, true, true) => Opcode::RC_SEND_ONLY,
+        (SendWithImm, true, true) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (SendWithInv, true, true) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        (SendWithInv, false, true) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+        (Send | SendWithImm | SendWithInv, true, false) => Opcode::RC_SEND_FIRST,
+        (Send | SendWithImm | SendWithInv, false, false) => Opcode::RC_SEND_MIDDLE,
+        (Send, false, true) => Opcode::RC_SEND_LAST,
+        (SendWithImm, false, true) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+        (RdmaWrite, true, true) => Opcode::RC_RDMA_WRITE_ONLY,
+        (RdmaWriteWithImm, true, true) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (_, true, false) => Opcode::RC_RDMA_WRITE_FIRST,
+        (_, false, false) => Opcode::RC_RDMA_WRITE_MIDDLE,
+        (RdmaWrite, false, true) => Opcode::RC_RDMA_WRITE_LAST,
+        (RdmaWriteWithImm, false, true) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
         _ => unreachable!("READ and atomics are not segmented"),
+    }
+}
+
+/// What the next packet of a WQE is, before its BTH is written.
+struct NextPacket {
+    opcode: Opcode,
+    ext: ExtHeaders,
+    /// Payload bytes it carries.
+    payload: usize,
+    /// PSNs it consumes (a READ request: one per response packet).
+    psns: u32,
+    /// It is the WQE's last packet.
+    ends_wqe: bool,
+    /// It asks for an ACK whatever the cadence says.
+    ack_req: bool,
+}
+
+/// The one packet of an atomic.
+fn atomic_request(wr: &SendWr) -> NextPacket {
+    let cas = wr.opcode == WrOpcode::AtomicCmpAndSwp;
+    let ext = ExtHeaders {
+        atomic_eth: Some(AtomicEthRepr {
+            virtual_address: wr.remote_addr,
+            rkey: wr.rkey,
+            swap_add: if cas { wr.swap } else { wr.compare_add },
+            compare: if cas { wr.compare_add } else { 0 },
+        }),
+        ..ExtHeaders::default()
     };
-    Opcode(base)
+    NextPacket {
+        opcode: if cas {
+            Opcode::RC_COMPARE_SWAP
+        } else {
+            Opcode::RC_FETCH_ADD
+        },
+        ext,
+        payload: 0,
+        psns: 1,
+        ends_wqe: true,
+        ack_req: true,
+    }
 }
 
 impl Qp {
@@ -225,96 +264,31 @@ impl Qp {
     /// Builds the packet at the requester's cursor and advances the cursor; returns its
     /// length and whether it asks for an ACK.
     fn build_request(&mut self, idx: usize, buf: &mut [u8]) -> (usize, bool) {
-        let mtu = self.mtu.bytes() as u64;
         let psn = self.req.next_psn;
-        let w = &self.sq[idx];
-        let wr = &w.wr;
         let off = self.req.off;
-        let mut ext = ExtHeaders::default();
-        let (opcode, n, advance, done, mut ack_req) = match wr.opcode {
-            WrOpcode::RdmaRead => {
-                let remaining = w.len - off;
-                ext.reth = Some(RethRepr {
-                    virtual_address: wr.remote_addr.wrapping_add(off),
-                    rkey: wr.rkey,
-                    dma_length: remaining as u32,
-                });
-                (
-                    Opcode::RC_RDMA_READ_REQUEST,
-                    0,
-                    self.packets_for(remaining),
-                    true,
-                    true,
-                )
-            }
-            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
-                let cas = wr.opcode == WrOpcode::AtomicCmpAndSwp;
-                ext.atomic_eth = Some(AtomicEthRepr {
-                    virtual_address: wr.remote_addr,
-                    rkey: wr.rkey,
-                    swap_add: if cas { wr.swap } else { wr.compare_add },
-                    compare: if cas { wr.compare_add } else { 0 },
-                });
-                let op = if cas {
-                    Opcode::RC_COMPARE_SWAP
-                } else {
-                    Opcode::RC_FETCH_ADD
-                };
-                (op, 0, 1, true, true)
-            }
-            op => {
-                let n = mtu.min(w.len - off);
-                let (first, last) = (off == 0, off + n == w.len);
-                let is_write = matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm);
-                if first && is_write {
-                    ext.reth = Some(RethRepr {
-                        virtual_address: wr.remote_addr,
-                        rkey: wr.rkey,
-                        dma_length: w.len as u32,
-                    });
-                }
-                if last && matches!(op, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm) {
-                    ext.immdt = Some(wr.imm);
-                }
-                if last && op == WrOpcode::SendWithInv {
-                    ext.ieth = Some(wr.invalidate_rkey);
-                }
-                if let (QpType::Ud, Some(ud)) = (self.qp_type, wr.ud) {
-                    // Bit 31 of the WR's Q_Key: use the QP's own.
-                    let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
-                        self.qkey
-                    } else {
-                        ud.remote_qkey
-                    };
-                    ext.deth = Some(DethRepr {
-                        qkey,
-                        src_qpn: self.qpn,
-                    });
-                }
-                (
-                    send_write_opcode(self.qp_type, op, first, last),
-                    n as usize,
-                    1,
-                    last,
-                    last && self.qp_type == QpType::Rc,
-                )
-            }
+        let w = &self.sq[idx];
+        let mut next = match w.wr.opcode {
+            WrOpcode::RdmaRead => self.read_request(w, off),
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => atomic_request(&w.wr),
+            _ => self.send_write_packet(w, off),
         };
-        let after = psn.add(advance);
-        // Only RC asks for ACKs.
-        ack_req |= self.qp_type == QpType::Rc
+        let after = psn.add(next.psns);
+        // Only RC asks for ACKs: on a message's last packet, every ACK_REQ_EVERY packets,
+        // and when the window fills.
+        next.ack_req |= self.qp_type == QpType::Rc
             && (self.req.since_ack_req + 1 >= ACK_REQ_EVERY
                 || self.req.una.distance_to(after) >= WINDOW);
-        let solicited = done && wr.flags.contains(crate::SendFlags::SOLICITED);
-        let mut bth = bth(self, opcode, psn, ack_req, solicited);
-        if let Some(ud) = wr.ud.filter(|_| self.qp_type == QpType::Ud) {
+        let solicited = next.ends_wqe && w.wr.flags.contains(crate::SendFlags::SOLICITED);
+        let mut bth = bth(self, next.opcode, psn, next.ack_req, solicited);
+        if let Some(ud) = w.wr.ud.filter(|_| self.qp_type == QpType::Ud) {
             bth.dest_qpn = ud.remote_qpn;
         }
         let repr = PacketRepr {
             bth,
-            ext,
+            ext: next.ext,
             payload: &[],
         };
+        let n = next.payload;
         let hlen = repr
             .emit_headers_for(n, buf)
             .expect("requester builds valid packets");
@@ -330,19 +304,87 @@ impl Qp {
             }
         }
         let total = crate::requester::finish_packet(buf, hlen, n);
+        self.advance_cursor(after, &next);
+        (total, next.ack_req)
+    }
+
+    /// Moves the requester's cursor past the packet `next` just built.
+    fn advance_cursor(&mut self, after: Psn, next: &NextPacket) {
         let r = &mut self.req;
         r.next_psn = after;
         if r.high_psn.before(after) {
             r.high_psn = after;
         }
-        r.since_ack_req = if ack_req { 0 } else { r.since_ack_req + 1 };
-        if done {
+        r.since_ack_req = if next.ack_req { 0 } else { r.since_ack_req + 1 };
+        if next.ends_wqe {
             r.idx += 1;
             r.off = 0;
         } else {
-            r.off += n as u64;
+            r.off += next.payload as u64;
         }
-        (total, ack_req)
+    }
+
+    /// A READ request for what is left of `w` from byte `off` (after a go-back, a READ is
+    /// asked again from where its responses stopped).
+    fn read_request(&self, w: &SendWqe, off: u64) -> NextPacket {
+        let remaining = w.len - off;
+        let ext = ExtHeaders {
+            reth: Some(RethRepr {
+                virtual_address: w.wr.remote_addr.wrapping_add(off),
+                rkey: w.wr.rkey,
+                dma_length: remaining as u32,
+            }),
+            ..ExtHeaders::default()
+        };
+        NextPacket {
+            opcode: Opcode::RC_RDMA_READ_REQUEST,
+            ext,
+            payload: 0,
+            psns: self.packets_for(remaining),
+            ends_wqe: true,
+            ack_req: true,
+        }
+    }
+
+    /// The packet of a SEND or WRITE that starts at byte `off` of `w`.
+    fn send_write_packet(&self, w: &SendWqe, off: u64) -> NextPacket {
+        let (wr, op) = (&w.wr, w.wr.opcode);
+        let n = (self.mtu.bytes() as u64).min(w.len - off);
+        let (first, last) = (off == 0, off + n == w.len);
+        let mut ext = ExtHeaders::default();
+        if first && matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm) {
+            ext.reth = Some(RethRepr {
+                virtual_address: wr.remote_addr,
+                rkey: wr.rkey,
+                dma_length: w.len as u32,
+            });
+        }
+        if last && matches!(op, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm) {
+            ext.immdt = Some(wr.imm);
+        }
+        if last && op == WrOpcode::SendWithInv {
+            ext.ieth = Some(wr.invalidate_rkey);
+        }
+        if let (QpType::Ud, Some(ud)) = (self.qp_type, wr.ud) {
+            // Bit 31 of the WR's Q_Key: use the QP's own.
+            let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
+                self.qkey
+            } else {
+                ud.remote_qkey
+            };
+            ext.deth = Some(DethRepr {
+                qkey,
+                src_qpn: self.qpn,
+            });
+        }
+        NextPacket {
+            opcode: send_write_opcode(self.qp_type, op, first, last),
+            ext,
+            payload: n as usize,
+            psns: 1,
+            ends_wqe: last,
+            ack_req: last && self.qp_type == QpType::Rc,
+        }
     }
 
     /// Go-back-N: the next packet sent will be the one with PSN `from` (or, if that PSN

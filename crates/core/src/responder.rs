@@ -93,6 +93,11 @@ pub(crate) enum Outcome {
 }
 
 impl RespState {
+    /// The MSN once one more message is complete (24 bits on the wire).
+    fn next_msn(&self) -> u32 {
+        (self.msn + 1) & 0xff_ffff
+    }
+
     fn push_ack(&mut self, psn: Psn, syndrome: Syndrome, msn: u32) {
         // Coalesce: a newer positive ACK covers an older one not yet sent.
         if let (
@@ -225,20 +230,18 @@ impl Qp {
         len: usize,
         imm: Option<u32>,
     ) {
-        ctx.complete(
-            self.recv_cq,
-            WorkCompletion {
-                wr_id,
-                status,
-                opcode: op,
-                byte_len: len as u32,
-                imm,
-                qp_num: self.qpn,
-                src_qp: self.dest_qpn,
-                src_gid: None,
-                invalidated_rkey: None,
-            },
-        );
+        let wc = WorkCompletion {
+            byte_len: len as u32,
+            imm,
+            ..WorkCompletion::new(wr_id, status, op, self.qpn)
+        };
+        self.complete_recv(ctx, wc);
+    }
+
+    /// Puts `wc`, a receive's completion, on the receive CQ (with the source QP added).
+    fn complete_recv(&self, ctx: &mut Ctx<'_>, wc: WorkCompletion) {
+        let src_qp = self.dest_qpn;
+        ctx.complete(self.recv_cq, WorkCompletion { src_qp, ..wc });
     }
 
     /// Checks a packet's payload length against its position in the message.
@@ -299,18 +302,13 @@ impl Qp {
             }
             let rp = self.resp.recv.take().expect("checked above");
             let wc = WorkCompletion {
-                wr_id: rp.wr_id,
-                status: WcStatus::Success,
-                opcode: WcOpcode::Recv,
                 byte_len: rp.off as u32,
                 imm: pkt.ext.immdt,
-                qp_num: self.qpn,
-                src_qp: self.dest_qpn,
-                src_gid: None,
                 invalidated_rkey: inv,
+                ..WorkCompletion::new(rp.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn)
             };
-            ctx.complete(self.recv_cq, wc);
-            self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+            self.complete_recv(ctx, wc);
+            self.resp.msn = self.resp.next_msn();
         }
         self.resp.epsn = self.resp.epsn.next();
         Ok(Outcome::Accepted)
@@ -402,7 +400,7 @@ impl Qp {
                     pkt.ext.immdt,
                 );
             }
-            self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+            self.resp.msn = self.resp.next_msn();
         }
         self.resp.epsn = self.resp.epsn.next();
         Ok(Outcome::Accepted)
@@ -444,7 +442,7 @@ impl Qp {
         if self.resp.reads_queued() >= usize::from(self.max_dest_rd_atomic.max(1)) {
             return Err(NakCode::InvalidRequest);
         }
-        let msn = (self.resp.msn + 1) & 0xff_ffff;
+        let msn = self.resp.next_msn();
         let mut reply = self.read_reply(ctx, pkt, msn)?;
         reply.original = true;
         let npkts = self.packets_for(reply.len as u64);
@@ -475,7 +473,7 @@ impl Qp {
             cell.fetch_add(a.swap_add, Ordering::SeqCst)
         };
         let r = &mut self.resp;
-        r.msn = (r.msn + 1) & 0xff_ffff;
+        r.msn = r.next_msn();
         let psn = pkt.bth.psn;
         if r.atomics.len() == ATOMIC_CACHE {
             r.atomics.pop_front();

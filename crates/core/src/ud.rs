@@ -7,7 +7,7 @@ use crate::mr::scatter;
 use crate::qp::{Ctx, Qp};
 use crate::verbs::{Access, QpState, WcOpcode, WcStatus};
 use crate::wr::WorkCompletion;
-use oxrdma_wire::{Opcode, PacketRepr};
+use oxrdma_wire::{checksum, icrc, Opcode, PacketRepr};
 use std::net::IpAddr;
 
 /// Bytes of the GRH area in front of every UD receive.
@@ -18,32 +18,15 @@ pub const GRH_LEN: usize = 40;
 /// bytes and then the IPv4 header (TTL, ID and TOS are not seen in user space: 64, 0, 0).
 pub(crate) fn grh(src: Gid, dst: Gid, udp_payload: usize) -> [u8; GRH_LEN] {
     let mut g = [0u8; GRH_LEN];
-    let udp_len = 8 + udp_payload;
     match (src.ip(), dst.ip()) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let h = &mut g[20..];
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
-            h[6] = 0x40; // DF
-            h[8] = 64;
-            h[9] = 17; // UDP
-            h[12..16].copy_from_slice(&s.octets());
-            h[16..20].copy_from_slice(&d.octets());
-            let sum = h
-                .chunks(2)
-                .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-                .sum::<u32>();
-            let sum = (sum & 0xffff) + (sum >> 16);
-            let sum = (sum & 0xffff) + (sum >> 16);
-            h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+            let h = icrc::ipv4_udp_header(s.octets(), d.octets(), 0, 0, 0, udp_payload);
+            g[20..].copy_from_slice(&h[..20]);
+            checksum::fill_ipv4(&mut g[20..]);
         }
         _ => {
-            g[0] = 0x60;
-            g[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-            g[6] = 17;
-            g[7] = 64;
-            g[8..24].copy_from_slice(&src.0);
-            g[24..40].copy_from_slice(&dst.0);
+            let h = icrc::ipv6_udp_header(src.0, dst.0, 0, 0, udp_payload);
+            g.copy_from_slice(&h[..GRH_LEN]);
         }
     }
     g
@@ -88,19 +71,15 @@ impl Qp {
         ctx.complete(
             self.recv_cq,
             WorkCompletion {
-                wr_id: wr.wr_id,
-                status,
-                opcode: WcOpcode::Recv,
                 byte_len: if status == WcStatus::Success {
                     total as u32
                 } else {
                     0
                 },
                 imm: pkt.ext.immdt,
-                qp_num: self.qpn,
                 src_qp: deth.src_qpn,
                 src_gid: Some(src),
-                invalidated_rkey: None,
+                ..WorkCompletion::new(wr.wr_id, status, WcOpcode::Recv, self.qpn)
             },
         );
         if status == WcStatus::LocProtErr {

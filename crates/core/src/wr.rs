@@ -124,3 +124,21 @@ pub struct WorkCompletion {
     /// The rkey a SEND_WITH_INV invalidated here (`IBV_WC_WITH_INV`).
     pub invalidated_rkey: Option<u32>,
 }
+
+impl WorkCompletion {
+    /// The completion of `wr_id` on QP `qp_num`, with no length, immediate or source; set
+    /// those with struct update syntax.
+    pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status,
+            opcode,
+            byte_len: 0,
+            imm: None,
+            qp_num,
+            src_qp: 0,
+            src_gid: None,
+            invalidated_rkey: None,
+        }
+    }
+}

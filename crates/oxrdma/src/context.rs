@@ -165,11 +165,9 @@ fn engine_thread(shared: Arc<Shared>) {
 /// Sleeps until one of `fds` is readable or `timeout` passes.
 fn sleep_on(fds: &[&OwnedFd], timeout: Duration) {
     let mut pfds: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(*f, PollFlags::IN)).collect();
-    let ts = Timespec {
-        tv_sec: timeout.as_secs() as i64,
-        tv_nsec: i64::from(timeout.subsec_nanos()),
-    };
-    let _ = poll(&mut pfds, Some(&ts));
+    // Too long to represent: wait without a limit.
+    let ts = Timespec::try_from(timeout).ok();
+    let _ = poll(&mut pfds, ts.as_ref());
 }
 
 /// Clears the doorbell's count.

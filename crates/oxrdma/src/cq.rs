@@ -66,11 +66,9 @@ impl CompletionChannel {
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
         use rustix::event::{poll, PollFd, PollFlags, Timespec};
         let mut fds = [PollFd::new(&*self.fd, PollFlags::IN)];
-        let ts = Timespec {
-            tv_sec: timeout.as_secs() as i64,
-            tv_nsec: i64::from(timeout.subsec_nanos()),
-        };
-        let n = poll(&mut fds, Some(&ts)).map_err(std::io::Error::from)?;
+        // Too long to represent: wait without a limit.
+        let ts = Timespec::try_from(timeout).ok();
+        let n = poll(&mut fds, ts.as_ref()).map_err(std::io::Error::from)?;
         if n == 0 {
             return Ok(false);
         }

@@ -1,5 +1,6 @@
 //! Packet capture to pcap (link type RAW: IPv4 or IPv6 frames), for `--pcap`.
 
+use oxrdma_wire::checksum;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 use std::fs::File;
@@ -15,44 +16,18 @@ pub(crate) struct Capture {
     frame: Vec<u8>,
 }
 
-/// The one's-complement sum of 16-bit words that IP and UDP checksums use.
-fn ones_sum(mut sum: u32, bytes: &[u8]) -> u32 {
-    for w in bytes.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]));
-    }
-    sum
-}
-
-fn fold(mut sum: u32) -> u16 {
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
-/// The IPv4 header checksum, so tools that check it are content.
-fn ipv4_checksum(h: &mut [u8]) {
-    h[10..12].fill(0);
-    let sum = fold(ones_sum(0, &h[..20]));
-    h[10..12].copy_from_slice(&sum.to_be_bytes());
-}
-
 /// The UDP checksum the kernel puts on what we send (`frame`: IP, UDP, payload).
-fn udp_checksum(frame: &mut [u8]) {
-    let (ip_len, pseudo) = if frame[0] >> 4 == 4 {
-        (20, ones_sum(ones_sum(0, &frame[12..20]), &[0, 17]))
+fn fill_udp_checksum(frame: &mut [u8]) {
+    let (ip_len, addrs) = if frame[0] >> 4 == 4 {
+        (20, 12..20)
     } else {
-        (40, ones_sum(ones_sum(0, &frame[8..40]), &[0, 17]))
+        (40, 8..40)
     };
-    let udp_len = (frame.len() - ip_len) as u16;
-    frame[ip_len + 6..ip_len + 8].fill(0);
-    let sum = fold(ones_sum(
-        ones_sum(pseudo, &udp_len.to_be_bytes()),
-        &frame[ip_len..],
-    ));
-    // Zero means "no checksum": a computed zero is sent as all ones.
-    let sum = if sum == 0 { 0xffff } else { sum };
-    frame[ip_len + 6..ip_len + 8].copy_from_slice(&sum.to_be_bytes());
+    let (ip, udp) = frame.split_at_mut(ip_len);
+    let addrs = &ip[addrs];
+    let (src, dst) = addrs.split_at(addrs.len() / 2);
+    let c = checksum::udp(src, dst, udp);
+    udp[6..8].copy_from_slice(&c.to_be_bytes());
 }
 
 impl Capture {
@@ -76,11 +51,11 @@ impl Capture {
         self.frame.clear();
         self.frame.extend_from_slice(ip_udp);
         if ip_udp[0] >> 4 == 4 {
-            ipv4_checksum(&mut self.frame[..20]);
+            checksum::fill_ipv4(&mut self.frame);
         }
         self.frame.extend_from_slice(payload);
         if sent {
-            udp_checksum(&mut self.frame);
+            fill_udp_checksum(&mut self.frame);
         }
         let ts = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -96,40 +71,26 @@ impl Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use oxrdma_wire::icrc::{ipv4_udp_header, ipv6_udp_header};
 
     #[test]
-    fn udp_checksum_verifies() {
-        // A frame verifies when its one's-complement sum, pseudo header included, is ~0.
+    fn sent_frames_get_a_udp_checksum_that_verifies() {
         for ip in [
-            oxrdma_wire::icrc::ipv4_udp_header([10, 0, 0, 1], [10, 0, 0, 2], 0, 49152, 4791, 21)
-                .to_vec(),
-            oxrdma_wire::icrc::ipv6_udp_header([0xfd; 16], [0x01; 16], 49152, 4791, 21).to_vec(),
+            ipv4_udp_header([10, 0, 0, 1], [10, 0, 0, 2], 0, 49152, 4791, 21).to_vec(),
+            ipv6_udp_header([0xfd; 16], [0x01; 16], 49152, 4791, 21).to_vec(),
         ] {
-            let mut frame = ip.clone();
-            frame.extend_from_slice(&[0x5a; 21]);
-            ipv4_checksum_if_v4(&mut frame);
-            udp_checksum(&mut frame);
             let ip_len = ip.len() - 8;
-            let (src_dst, udp_len) = if ip_len == 20 {
-                (&frame[12..20], (frame.len() - 20) as u16)
+            let mut frame = ip;
+            frame.extend_from_slice(&[0x5a; 21]);
+            fill_udp_checksum(&mut frame);
+            let (src, dst) = if ip_len == 20 {
+                (&frame[12..16], &frame[16..20])
             } else {
-                (&frame[8..40], (frame.len() - 40) as u16)
+                (&frame[8..24], &frame[24..40])
             };
-            let sum = ones_sum(
-                ones_sum(
-                    ones_sum(ones_sum(0, src_dst), &[0, 17]),
-                    &udp_len.to_be_bytes(),
-                ),
-                &frame[ip_len..],
-            );
-            assert_eq!(fold(sum), 0, "ip header length {ip_len}");
-            assert_ne!(frame[ip_len + 6..ip_len + 8], [0, 0]);
-        }
-    }
-
-    fn ipv4_checksum_if_v4(frame: &mut [u8]) {
-        if frame[0] >> 4 == 4 {
-            ipv4_checksum(&mut frame[..20]);
+            let stored = u16::from_be_bytes([frame[ip_len + 6], frame[ip_len + 7]]);
+            assert_eq!(stored, checksum::udp(src, dst, &frame[ip_len..]));
+            assert_ne!(stored, 0);
         }
     }
 }

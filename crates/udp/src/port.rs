@@ -297,11 +297,9 @@ impl UdpPort {
     pub fn wait_readable(&self, timeout: std::time::Duration) -> io::Result<()> {
         use rustix::event::{poll, PollFd, PollFlags, Timespec};
         let mut fds = [PollFd::new(&self.socket, PollFlags::IN)];
-        let ts = Timespec {
-            tv_sec: timeout.as_secs() as i64,
-            tv_nsec: i64::from(timeout.subsec_nanos()),
-        };
-        poll(&mut fds, Some(&ts)).map_err(io::Error::from)?;
+        // Too long to represent: wait without a limit.
+        let ts = Timespec::try_from(timeout).ok();
+        poll(&mut fds, ts.as_ref()).map_err(io::Error::from)?;
         Ok(())
     }
 }

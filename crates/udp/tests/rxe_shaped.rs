@@ -15,7 +15,9 @@ use oxrdma_core::{
 };
 use oxrdma_sim::pair::{connect_attrs, PairOptions};
 use oxrdma_udp::Device;
-use oxrdma_wire::{icrc, AethRepr, BthRepr, ExtHeaders, Opcode, PacketRepr, Psn, Syndrome};
+use oxrdma_wire::{
+    checksum, icrc, AethRepr, BthRepr, ExtHeaders, Opcode, PacketRepr, Psn, Syndrome,
+};
 use rustix::net::{AddressFamily, SendFlags, SocketType};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, OwnedFd};
@@ -90,21 +92,6 @@ struct Shape {
     dport: u16,
 }
 
-/// The one's-complement sum that IP and UDP checksums use.
-fn ones_sum(mut sum: u32, bytes: &[u8]) -> u32 {
-    for c in bytes.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    sum
-}
-
-fn fold(mut sum: u32) -> u16 {
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 /// The IP header (as rxe's kernel writes it) + UDP header + `roce` (BTH..ICRC), with the
 /// ICRC computed over exactly these headers.
 fn frame(shape: Shape, dst: IpAddr, roce: &mut [u8]) -> Vec<u8> {
@@ -113,7 +100,7 @@ fn frame(shape: Shape, dst: IpAddr, roce: &mut [u8]) -> Vec<u8> {
     udp[0..2].copy_from_slice(&RXE_SPORT.to_be_bytes());
     udp[2..4].copy_from_slice(&shape.dport.to_be_bytes());
     udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    let (mut ip_hdr, pseudo) = match (shape.src, dst) {
+    let (mut ip_hdr, addrs) = match (shape.src, dst) {
         (IpAddr::V6(s), IpAddr::V6(d)) => {
             let mut h = vec![0u8; 40];
             // Version 6, traffic class 0x12, flow label 0xabcde.
@@ -123,10 +110,8 @@ fn frame(shape: Shape, dst: IpAddr, roce: &mut [u8]) -> Vec<u8> {
             h[7] = 255;
             h[8..24].copy_from_slice(&s.octets());
             h[24..40].copy_from_slice(&d.octets());
-            let mut p = h[8..40].to_vec();
-            p.extend_from_slice(&u32::from(udp_len).to_be_bytes());
-            p.extend_from_slice(&[0, 0, 0, 17]);
-            (h, p)
+            let addrs = h[8..40].to_vec();
+            (h, addrs)
         }
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             let mut h = vec![0u8; 20];
@@ -139,12 +124,9 @@ fn frame(shape: Shape, dst: IpAddr, roce: &mut [u8]) -> Vec<u8> {
             h[9] = 17;
             h[12..16].copy_from_slice(&s.octets());
             h[16..20].copy_from_slice(&d.octets());
-            let sum = fold(ones_sum(0, &h));
-            h[10..12].copy_from_slice(&sum.to_be_bytes());
-            let mut p = h[12..20].to_vec();
-            p.extend_from_slice(&[0, 17]);
-            p.extend_from_slice(&udp_len.to_be_bytes());
-            (h, p)
+            checksum::fill_ipv4(&mut h);
+            let addrs = h[12..20].to_vec();
+            (h, addrs)
         }
         _ => unreachable!("one family per test"),
     };
@@ -155,11 +137,10 @@ fn frame(shape: Shape, dst: IpAddr, roce: &mut [u8]) -> Vec<u8> {
         *roce.last_mut().unwrap() ^= 0x5a;
     }
     if shape.udp_checksum {
-        let sum = ones_sum(ones_sum(ones_sum(0, &pseudo), &udp), roce);
-        let c = match fold(sum) {
-            0 => 0xffff,
-            c => c,
-        };
+        let mut datagram = udp.to_vec();
+        datagram.extend_from_slice(roce);
+        let (src, dst) = addrs.split_at(addrs.len() / 2);
+        let c = checksum::udp(src, dst, &datagram);
         udp[6..8].copy_from_slice(&c.to_be_bytes());
     }
     ip_hdr.extend_from_slice(&udp);

@@ -13,7 +13,7 @@ use crate::error::{need, Result, WireError};
 pub const ICRC_LEN: usize = 4;
 
 const UDP_LEN: usize = 8;
-const BTH_LEN: usize = 12;
+const BTH_LEN: usize = crate::bth::Bth::<&[u8]>::LEN;
 const IPV6_LEN: usize = 40;
 const IP_PROTO_UDP: u8 = 17;
 /// Largest IPv4 header (15 words) + UDP.

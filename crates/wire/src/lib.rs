@@ -10,6 +10,7 @@ pub mod aeth;
 pub mod atomic_ack_eth;
 pub mod atomic_eth;
 pub mod bth;
+pub mod checksum;
 pub mod deth;
 pub mod error;
 pub mod feth;

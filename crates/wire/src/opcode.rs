@@ -207,6 +207,12 @@ impl Opcode {
     pub const UD_SEND_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x65);
     pub const CNP: Opcode = Opcode(0x81);
 
+    /// The UC opcode with this RC SEND or RDMA WRITE opcode's operation and position (the
+    /// UC block is the RC one moved up by 0x20).
+    pub const fn rc_to_uc(self) -> Opcode {
+        Opcode(self.0 | 0x20)
+    }
+
     /// Every opcode oxrdma understands, in numeric order.
     pub fn all() -> impl Iterator<Item = Opcode> {
         (0..=u8::MAX).map(Opcode).filter(|op| op.info().is_ok())

@@ -16,13 +16,7 @@ fn work_request(side: &Side, args: &PerfArgs, i: usize, size: usize, inline: &[u
     } else {
         sge
     };
-    let opcode = match (args.verb, args.atomic) {
-        (Verb::Write, _) => WrOpcode::RdmaWrite,
-        (Verb::Read, _) => WrOpcode::RdmaRead,
-        (Verb::Send, _) => WrOpcode::Send,
-        (Verb::Atomic, AtomicOp::FetchAndAdd) => WrOpcode::AtomicFetchAndAdd,
-        (Verb::Atomic, AtomicOp::CmpAndSwap) => WrOpcode::AtomicCmpAndSwp,
-    };
+    let opcode = args.opcode();
     let mut wr = SendWr::new(0, opcode, data);
     (wr.remote_addr, wr.rkey) = (side.peers[i].addr, side.peers[i].rkey);
     // FETCH_ADD adds 1 (the server checks the sum); CMP_SWAP swaps 0 for 0, so every one

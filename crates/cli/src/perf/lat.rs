@@ -5,7 +5,7 @@
 use super::ctl::parse_word;
 use super::report::{bar, LatResult};
 use super::side::{Side, STALL};
-use super::{AtomicOp, PerfArgs, Verb};
+use super::{PerfArgs, Verb};
 use anyhow::bail;
 use oxrdma::{RecvWr, SendData, SendFlags, SendWr, WcOpcode, WrOpcode};
 use std::time::Instant;
@@ -85,11 +85,7 @@ fn ping(side: &Side, args: &PerfArgs, size: usize, i: u64) -> anyhow::Result<()>
     } else {
         SendData::Sges(vec![side.mr.sge(0, size)])
     };
-    let opcode = match args.verb {
-        Verb::Send => WrOpcode::Send,
-        _ => WrOpcode::RdmaWrite,
-    };
-    let mut wr = SendWr::new(i, opcode, data);
+    let mut wr = SendWr::new(i, args.opcode(), data);
     // Signal one in 16 so the send queue drains without a completion per message.
     wr.flags = if i % 16 == 0 {
         SendFlags::SIGNALED
@@ -106,11 +102,7 @@ fn ping(side: &Side, args: &PerfArgs, size: usize, i: u64) -> anyhow::Result<()>
 
 /// One READ or atomic, signaled.
 fn one_sided(side: &Side, args: &PerfArgs, size: usize, i: u64) -> anyhow::Result<()> {
-    let opcode = match (args.verb, args.atomic) {
-        (Verb::Read, _) => WrOpcode::RdmaRead,
-        (_, AtomicOp::FetchAndAdd) => WrOpcode::AtomicFetchAndAdd,
-        (_, AtomicOp::CmpAndSwap) => WrOpcode::AtomicCmpAndSwp,
-    };
+    let opcode = args.opcode();
     let mut wr = SendWr::new(i, opcode, SendData::Sges(vec![side.mr.sge(0, size)]));
     (wr.remote_addr, wr.rkey) = (side.peers[0].addr, side.peers[0].rkey);
     wr.compare_add = u64::from(opcode == WrOpcode::AtomicFetchAndAdd);

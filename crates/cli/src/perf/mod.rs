@@ -78,6 +78,18 @@ pub struct PerfArgs {
 }
 
 impl PerfArgs {
+    /// The WR opcode the test posts.
+    pub fn opcode(&self) -> oxrdma::WrOpcode {
+        use oxrdma::WrOpcode;
+        match (self.verb, self.atomic) {
+            (Verb::Write, _) => WrOpcode::RdmaWrite,
+            (Verb::Read, _) => WrOpcode::RdmaRead,
+            (Verb::Send, _) => WrOpcode::Send,
+            (Verb::Atomic, AtomicOp::FetchAndAdd) => WrOpcode::AtomicFetchAndAdd,
+            (Verb::Atomic, AtomicOp::CmpAndSwap) => WrOpcode::AtomicCmpAndSwp,
+        }
+    }
+
     /// The test's name, as perftest would call it (`write_bw`, `atomic_lat`, …).
     pub fn name(&self) -> String {
         let v = format!("{:?}", self.verb).to_lowercase();

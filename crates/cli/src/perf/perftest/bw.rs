@@ -4,7 +4,7 @@
 use super::res::{inc, Res};
 use crate::perf::report::{bar, BwResult, Progress};
 use crate::perf::side::STALL;
-use crate::perf::{AtomicOp, PerfArgs, Verb};
+use crate::perf::PerfArgs;
 use anyhow::bail;
 use oxrdma::{RecvWr, SendData, SendFlags, SendWr, WcOpcode, WrOpcode};
 use std::time::Instant;
@@ -37,22 +37,12 @@ pub struct Target {
     pub cache: usize,
 }
 
-fn opcode(args: &PerfArgs) -> WrOpcode {
-    match (args.verb, args.atomic) {
-        (Verb::Write, _) => WrOpcode::RdmaWrite,
-        (Verb::Read, _) => WrOpcode::RdmaRead,
-        (Verb::Send, _) => WrOpcode::Send,
-        (Verb::Atomic, AtomicOp::FetchAndAdd) => WrOpcode::AtomicFetchAndAdd,
-        (Verb::Atomic, AtomicOp::CmpAndSwap) => WrOpcode::AtomicCmpAndSwp,
-    }
-}
-
 /// Posts `iters` WRs with up to `depth` in flight and returns the measured bandwidth.
 pub fn client(res: &Res, args: &PerfArgs, size: usize, t: &Target) -> anyhow::Result<BwResult> {
     let iters = args.iters;
     let depth = u64::from(args.tx_depth).min(iters);
     let every = signal_every(size, depth);
-    let op = opcode(args);
+    let op = args.opcode();
     let pb = bar(args.progress, iters, &format!("{size} B"));
     let (mut posted, mut done) = (0u64, 0u64);
     let mut prog = Progress::default();
