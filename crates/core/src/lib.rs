@@ -4,6 +4,7 @@
 //! sockets, threads or clocks: drivers (UDP, the simulator) provide those.
 
 mod attr;
+mod build;
 mod completer;
 mod cq;
 mod drops;
@@ -11,6 +12,7 @@ mod engine;
 mod error;
 mod gid;
 mod keys;
+mod limits;
 pub mod memory;
 mod mr;
 mod mw;
@@ -27,9 +29,10 @@ mod wr;
 pub use attr::{mask, AddressVector, QpAttr, QpCap, QpInitAttr};
 pub use cq::CqRing;
 pub use drops::{RxDrop, RxDrops};
-pub use engine::{AtomicCap, DeviceAttr, Engine, EngineConfig, Stats, Transmit, MAX_PACKET};
+pub use engine::{Engine, EngineConfig, Stats, Transmit};
 pub use error::{Result, VerbsError};
 pub use gid::{rc_udp_sport, Gid};
+pub use limits::{AtomicCap, DeviceAttr, MAX_PACKET};
 pub use memory::SharedBuffer;
 pub use mr::MemoryRegion;
 pub use srq::SrqAttr;

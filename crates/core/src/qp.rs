@@ -186,6 +186,30 @@ impl Qp {
         (self.timeout != 0).then(|| 4096u64 << self.timeout)
     }
 
+    /// Whether a receive WQE is waiting for this QP (in its own queue or its SRQ).
+    pub(crate) fn has_recv(&self, ctx: &Ctx<'_>) -> bool {
+        match self.srq {
+            Some(s) => ctx.srqs.get(&s).is_some_and(|q| !q.queue.is_empty()),
+            None => !self.rq.is_empty(),
+        }
+    }
+
+    /// Takes the next receive WQE; from an SRQ, this may fire its limit event.
+    pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWr> {
+        match self.srq {
+            Some(s) => ctx.srqs.get_mut(&s)?.take(s, ctx.events),
+            None => self.rq.pop_front(),
+        }
+    }
+
+    /// Puts back a WQE a dropped message had started (UC), at the head.
+    pub(crate) fn return_recv(&mut self, ctx: &mut Ctx<'_>, wr: RecvWr) {
+        match self.srq.and_then(|s| ctx.srqs.get_mut(&s)) {
+            Some(q) => q.queue.push_front(wr),
+            None => self.rq.push_front(wr),
+        }
+    }
+
     /// (Re)starts the local ACK timeout from `now` (timeout 0: it never fires).
     pub fn restart_ack_timer(&mut self, now: Nanos) {
         let at = self.ack_timeout().map(|t| now + t);

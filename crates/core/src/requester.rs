@@ -1,45 +1,18 @@
 //! The requester: turns send WQEs into request packets, segmenting by path MTU, and
 //! rewinds for go-back-N retransmission.
 
+use crate::build::{bth, finish_packet};
 use crate::mr::gather;
 use crate::qp::{Ctx, Qp, SendWqe};
 use crate::timers::Timer;
 use crate::verbs::{Access, QpState, QpType, WcStatus, WrOpcode};
 use crate::wr::{SendData, SendWr};
-use oxrdma_wire::{
-    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr, Psn, RethRepr,
-};
+use oxrdma_wire::{AtomicEthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr, Psn, RethRepr};
 
 /// Most PSNs in flight (sent, not acknowledged) per QP.
 pub(crate) const WINDOW: u32 = 512;
 /// AckReq at least this often inside long messages (Linux rxe: every 64+ packets).
 pub(crate) const ACK_REQ_EVERY: u32 = 64;
-/// Largest message, as in the InfiniBand spec.
-pub(crate) const MAX_MESSAGE: u64 = 1 << 31;
-
-/// Writes ICRC placeholder and pad after a payload of `n` bytes at `hlen`; returns the
-/// packet length.
-pub(crate) fn finish_packet(buf: &mut [u8], hlen: usize, n: usize) -> usize {
-    let pad = usize::from(oxrdma_wire::packet::pad_for(n));
-    let end = hlen + n + pad + oxrdma_wire::icrc::ICRC_LEN;
-    buf[hlen + n..end].fill(0);
-    end
-}
-
-/// The BTH of a packet this QP sends.
-pub(crate) fn bth(qp: &Qp, opcode: Opcode, psn: Psn, ack_req: bool, solicited: bool) -> BthRepr {
-    BthRepr {
-        opcode,
-        solicited,
-        migreq: false,
-        pkey: oxrdma_wire::DEFAULT_PKEY,
-        fecn: false,
-        becn: false,
-        dest_qpn: qp.dest_qpn,
-        ack_req,
-        psn,
-    }
-}
 
 /// Opcode of a SEND/WRITE packet by QP type, operation and position.
 fn send_write_opcode(t: QpType, op: WrOpcode, first: bool, last: bool) -> Opcode {
@@ -139,7 +112,7 @@ impl Qp {
         let pd = self.pd;
         let first_psn = self.req.next_psn;
         let w = &self.sq[idx];
-        if w.len > MAX_MESSAGE {
+        if w.len > crate::limits::MAX_MESSAGE {
             return Err(WcStatus::LocLenErr);
         }
         let segs = match &w.wr.data {
@@ -279,7 +252,7 @@ impl Qp {
             && (self.req.since_ack_req + 1 >= ACK_REQ_EVERY
                 || self.req.una.distance_to(after) >= WINDOW);
         let solicited = next.ends_wqe && w.wr.flags.contains(crate::SendFlags::SOLICITED);
-        let mut bth = bth(self, next.opcode, psn, next.ack_req, solicited);
+        let mut bth = bth(self.dest_qpn, next.opcode, psn, next.ack_req, solicited);
         if let Some(ud) = w.wr.ud.filter(|_| self.qp_type == QpType::Ud) {
             bth.dest_qpn = ud.remote_qpn;
         }
@@ -303,7 +276,7 @@ impl Qp {
                 debug_assert!(ok);
             }
         }
-        let total = crate::requester::finish_packet(buf, hlen, n);
+        let total = finish_packet(buf, hlen, n);
         self.advance_cursor(after, &next);
         (total, next.ack_req)
     }

@@ -1,10 +1,10 @@
 //! The responder: accepts requests in PSN order, executes them against registered memory,
 //! consumes receive WQEs, and queues ACKs, NAKs, READ responses and atomic ACKs.
 
+use crate::build::{bth, finish_packet};
 use crate::drops::RxDrop;
 use crate::mr::{scatter, Segment};
 use crate::qp::{Ctx, Qp};
-use crate::requester::{bth, finish_packet};
 use crate::verbs::{Access, EventType, QpState, WcOpcode, WcStatus};
 use crate::wr::WorkCompletion;
 use oxrdma_wire::aeth::INVALID_CREDIT;
@@ -355,7 +355,7 @@ impl Qp {
             }
             let reth = pkt.ext.reth.ok_or(NakCode::InvalidRequest)?;
             let total = reth.dma_length as usize;
-            if u64::from(reth.dma_length) > crate::requester::MAX_MESSAGE {
+            if u64::from(reth.dma_length) > crate::limits::MAX_MESSAGE {
                 return Err(NakCode::InvalidRequest);
             }
             let seg = self.remote(
@@ -415,7 +415,7 @@ impl Qp {
     ) -> Result<ReadReply, NakCode> {
         let reth = pkt.ext.reth.ok_or(NakCode::InvalidRequest)?;
         let len = u64::from(reth.dma_length);
-        if len > crate::requester::MAX_MESSAGE {
+        if len > crate::limits::MAX_MESSAGE {
             return Err(NakCode::InvalidRequest);
         }
         let seg = self.remote(
@@ -580,7 +580,7 @@ impl Qp {
             }
         };
         let repr = PacketRepr {
-            bth: bth(self, opcode, psn, false, false),
+            bth: bth(self.dest_qpn, opcode, psn, false, false),
             ext,
             payload: &[],
         };

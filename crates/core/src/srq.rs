@@ -2,7 +2,6 @@
 //! tells the application to refill it.
 
 use crate::error::{Result, VerbsError};
-use crate::qp::{Ctx, Qp};
 use crate::verbs::{AsyncEvent, EventType};
 use crate::wr::RecvWr;
 use std::collections::VecDeque;
@@ -56,39 +55,18 @@ impl Srq {
         self.limit = limit;
         Ok(())
     }
-}
 
-impl Qp {
-    /// Whether a receive WQE is waiting for this QP (in its own queue or its SRQ).
-    pub(crate) fn has_recv(&self, ctx: &Ctx<'_>) -> bool {
-        match self.srq {
-            Some(s) => ctx.srqs.get(&s).is_some_and(|q| !q.queue.is_empty()),
-            None => !self.rq.is_empty(),
-        }
-    }
-
-    /// Takes the next receive WQE; from an SRQ, this may fire its limit event.
-    pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWr> {
-        let Some(s) = self.srq else {
-            return self.rq.pop_front();
-        };
-        let q = ctx.srqs.get_mut(&s)?;
-        let wr = q.queue.pop_front()?;
-        if q.limit > 0 && (q.queue.len() as u32) < q.limit {
-            q.limit = 0;
-            ctx.events.push_back(AsyncEvent::Srq {
-                srq: s,
+    /// Takes the next WQE for a QP of SRQ `id`; crossing the armed limit raises
+    /// SRQ_LIMIT_REACHED once (into `events`) and disarms it.
+    pub fn take(&mut self, id: u32, events: &mut VecDeque<AsyncEvent>) -> Option<RecvWr> {
+        let wr = self.queue.pop_front()?;
+        if self.limit > 0 && (self.queue.len() as u32) < self.limit {
+            self.limit = 0;
+            events.push_back(AsyncEvent::Srq {
+                srq: id,
                 event: EventType::SrqLimitReached,
             });
         }
         Some(wr)
-    }
-
-    /// Puts back a WQE a dropped message had started (UC), at the head.
-    pub(crate) fn return_recv(&mut self, ctx: &mut Ctx<'_>, wr: RecvWr) {
-        match self.srq.and_then(|s| ctx.srqs.get_mut(&s)) {
-            Some(q) => q.queue.push_front(wr),
-            None => self.rq.push_front(wr),
-        }
     }
 }

@@ -1,0 +1,34 @@
+//! Packet building that the requester and the responder share: the BTH every packet of a
+//! QP starts with, and the pad and ICRC space that end it.
+
+use oxrdma_wire::{BthRepr, Opcode, Psn};
+
+/// The BTH of a packet a QP sends to `dest_qpn`.
+pub(crate) fn bth(
+    dest_qpn: u32,
+    opcode: Opcode,
+    psn: Psn,
+    ack_req: bool,
+    solicited: bool,
+) -> BthRepr {
+    BthRepr {
+        opcode,
+        solicited,
+        migreq: false,
+        pkey: oxrdma_wire::DEFAULT_PKEY,
+        fecn: false,
+        becn: false,
+        dest_qpn,
+        ack_req,
+        psn,
+    }
+}
+
+/// Writes ICRC placeholder and pad after a payload of `n` bytes at `hlen`; returns the
+/// packet length.
+pub(crate) fn finish_packet(buf: &mut [u8], hlen: usize, n: usize) -> usize {
+    let pad = usize::from(oxrdma_wire::packet::pad_for(n));
+    let end = hlen + n + pad + oxrdma_wire::icrc::ICRC_LEN;
+    buf[hlen + n..end].fill(0);
+    end
+}

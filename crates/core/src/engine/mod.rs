@@ -1,0 +1,256 @@
+//! One engine per device: owns the verbs objects and drives every QP. Sans-IO: packets and
+//! time come in through `handle_packet` / `handle_timeout`, packets go out through
+//! `poll_transmit`, and `poll_timeout` says when to call back.
+
+use crate::attr::AddressVector;
+use crate::cq::Cq;
+use crate::drops::{RxDrop, RxDrops};
+use crate::gid::Gid;
+use crate::keys::MrTable;
+use crate::limits::{DeviceAttr, MAX_PACKET};
+use crate::qp::{Ctx, Qp};
+use crate::srq::Srq;
+use crate::timers::TimerQueue;
+use crate::verbs::{AsyncEvent, Mtu, QpType};
+use crate::Nanos;
+use oxrdma_wire::{Operation, PacketRepr, Transport};
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// What identifies a device on the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// The device's GID (its IP address).
+    pub gid: Gid,
+    /// The largest path MTU the port supports.
+    pub max_mtu: Mtu,
+    pub attr: DeviceAttr,
+}
+
+/// A packet `poll_transmit` wrote: `len` bytes at the start of the caller's buffer, to go to
+/// `dest` from UDP source port `src_port` (destination port 4791). The last 4 bytes are
+/// the ICRC, left zero for the driver to fill in once it knows the IP header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    pub dest: Gid,
+    pub src_port: u16,
+    pub len: usize,
+}
+
+/// Counters of what the engine did with received packets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub rx_packets: u64,
+    /// Received packets not acted on, by reason.
+    pub rx_drops: RxDrops,
+    pub tx_packets: u64,
+}
+
+/// The sans-IO RDMA engine of one device.
+#[derive(Debug)]
+pub struct Engine {
+    config: EngineConfig,
+    rng: ChaCha20Rng,
+    pds: BTreeSet<u32>,
+    next_pd: u32,
+    cqs: BTreeMap<u32, Cq>,
+    next_cq: u32,
+    mrs: MrTable,
+    qps: BTreeMap<u32, Qp>,
+    srqs: BTreeMap<u32, Srq>,
+    next_srq: u32,
+    /// Address handles: their PD and destination.
+    ahs: BTreeMap<u32, (u32, AddressVector)>,
+    next_ah: u32,
+    /// QPs that may have something to send, in round-robin order.
+    active: VecDeque<u32>,
+    /// Every QP's next deadline.
+    timers: TimerQueue,
+    events: VecDeque<AsyncEvent>,
+    stats: Stats,
+}
+
+/// The context a QP works in, borrowed field by field from the engine (so a QP borrowed
+/// from `self.qps` can use it).
+macro_rules! ctx {
+    ($e:ident, $now:expr) => {
+        Ctx {
+            now: $now,
+            mrs: &mut $e.mrs,
+            cqs: &mut $e.cqs,
+            srqs: &mut $e.srqs,
+            events: &mut $e.events,
+            drops: &mut $e.stats.rx_drops,
+        }
+    };
+}
+
+mod objects;
+mod qps;
+
+/// After an event on `qp`: queue it to transmit, and move it in the timer queue if its next
+/// deadline changed.
+fn touched(active: &mut VecDeque<u32>, timers: &mut TimerQueue, qp: &mut Qp) {
+    schedule(active, qp);
+    rearm(timers, qp);
+}
+
+fn rearm(timers: &mut TimerQueue, qp: &mut Qp) {
+    let next = qp.next_deadline();
+    timers.requeue(qp.qpn, qp.queued_deadline, next);
+    qp.queued_deadline = next;
+}
+
+fn schedule(active: &mut VecDeque<u32>, qp: &mut Qp) {
+    if !qp.scheduled {
+        qp.scheduled = true;
+        active.push_back(qp.qpn);
+    }
+}
+
+impl Engine {
+    /// A new engine. `seed` feeds the CSPRNG that draws keys, QPNs and PSNs: take it from the
+    /// OS in production, from the test's seed in simulation.
+    pub fn new(config: EngineConfig, seed: [u8; 32]) -> Engine {
+        Engine {
+            config,
+            rng: ChaCha20Rng::from_seed(seed),
+            pds: BTreeSet::new(),
+            next_pd: 1,
+            cqs: BTreeMap::new(),
+            next_cq: 1,
+            mrs: MrTable::default(),
+            qps: BTreeMap::new(),
+            ahs: BTreeMap::new(),
+            next_ah: 1,
+            srqs: BTreeMap::new(),
+            next_srq: 1,
+            active: VecDeque::new(),
+            timers: TimerQueue::default(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+    pub fn gid(&self) -> Gid {
+        self.config.gid
+    }
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// A random 24-bit PSN, for a QP's initial send PSN.
+    pub fn random_psn(&mut self) -> u32 {
+        self.rng.next_u32() & 0xff_ffff
+    }
+
+    /// A UDP payload that arrived from `src`, with its ICRC already checked by the driver.
+    pub fn handle_packet(&mut self, now: Nanos, src: Gid, data: &[u8]) {
+        self.stats.rx_packets += 1;
+        let drops = &mut self.stats.rx_drops;
+        let Ok(pkt) = PacketRepr::parse(data) else {
+            return drops.count(RxDrop::Malformed);
+        };
+        let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qpn) else {
+            return drops.count(RxDrop::UnknownQp);
+        };
+        let Ok(info) = pkt.bth.opcode.info() else {
+            return drops.count(RxDrop::Malformed);
+        };
+        match (info.transport, qp.qp_type) {
+            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) => {
+                if qp.av.map(|a| a.dgid) != Some(src) {
+                    return drops.count(RxDrop::WrongPeer);
+                }
+            }
+            (Transport::Ud, QpType::Ud) => {}
+            _ => return drops.count(RxDrop::WrongTransport),
+        }
+        let mut ctx = ctx!(self, now);
+        let result = match (qp.qp_type, info.operation) {
+            (QpType::Ud, _) => {
+                let grh = crate::ud::grh(src, self.config.gid, data.len());
+                qp.handle_datagram(&mut ctx, &pkt, src, &grh)
+            }
+            (QpType::Uc, _) => qp.handle_uc_request(&mut ctx, &pkt),
+            (
+                _,
+                Operation::Acknowledge | Operation::ReadResponse | Operation::AtomicAcknowledge,
+            ) => qp.handle_response(&mut ctx, &pkt),
+            _ => qp.handle_request(&mut ctx, &pkt),
+        };
+        if let Err(why) = result {
+            ctx.drop_packet(why);
+        }
+        touched(&mut self.active, &mut self.timers, qp);
+    }
+
+    /// Fires every timer due at `now` (only the QPs that are due are visited).
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        for qpn in self.timers.due(now) {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            let mut ctx = ctx!(self, now);
+            if qp.handle_timers(&mut ctx) {
+                schedule(&mut self.active, qp);
+            }
+            rearm(&mut self.timers, qp);
+        }
+    }
+
+    /// The earliest time `handle_timeout` has work to do.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        self.timers.next()
+    }
+
+    /// `poll_timeout` the slow way, by asking every QP: for tests that check the timer
+    /// queue never misses a change.
+    #[doc(hidden)]
+    pub fn poll_timeout_by_scan(&self) -> Option<Nanos> {
+        self.qps.values().filter_map(|q| q.next_deadline()).min()
+    }
+
+    /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`] bytes).
+    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        assert!(
+            buf.len() >= MAX_PACKET,
+            "poll_transmit needs a buffer of MAX_PACKET bytes"
+        );
+        while let Some(qpn) = self.active.pop_front() {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            qp.scheduled = false;
+            let mut ctx = ctx!(self, now);
+            let (len, dest) = match qp.next_response(buf) {
+                Some(len) => (Some(len), None),
+                None => {
+                    let (len, dest) = qp.next_request(&mut ctx, buf);
+                    (len, dest)
+                }
+            };
+            rearm(&mut self.timers, qp);
+            if let Some(len) = len {
+                schedule(&mut self.active, qp);
+                self.stats.tx_packets += 1;
+                let dest = dest.or(qp.av.map(|a| a.dgid)).unwrap_or_default();
+                return Some(Transmit {
+                    dest,
+                    src_port: qp.udp_sport,
+                    len,
+                });
+            }
+        }
+        None
+    }
+
+    /// The next asynchronous event, if any.
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+}
