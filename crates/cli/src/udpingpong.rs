@@ -21,7 +21,7 @@ const TOOL: &str = "ibv_ud_pingpong";
 /// ibv_ud_pingpong's Q_Key (its QP's own and the one it sends with).
 pub const QKEY: u32 = 0x1111_1111;
 /// The GRH area in front of every UD receive.
-const GRH: usize = oxrdma_core::ud::GRH_LEN;
+const GRH: usize = oxrdma_core::grh::GRH_LEN;
 // ibv_ud_pingpong's wr_ids (the RC tool has them the other way round).
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;

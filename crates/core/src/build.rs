@@ -1,6 +1,7 @@
 //! Packet building that the requester and the responder share: the BTH every packet of a
 //! QP starts with, and the pad and ICRC space that end it.
 
+use crate::verbs::Mtu;
 use oxrdma_wire::{BthRepr, Opcode, Psn};
 
 /// The BTH of a packet a QP sends to `dest_qpn`.
@@ -31,4 +32,9 @@ pub(crate) fn finish_packet(buf: &mut [u8], hlen: usize, n: usize) -> usize {
     let end = hlen + n + pad + oxrdma_wire::icrc::ICRC_LEN;
     buf[hlen + n..end].fill(0);
     end
+}
+
+/// PSNs a message of `len` bytes takes at path MTU `mtu` (at least one).
+pub(crate) fn packets_for(len: u64, mtu: Mtu) -> u32 {
+    len.div_ceil(mtu.bytes() as u64).max(1) as u32
 }

@@ -5,24 +5,21 @@
 
 mod attr;
 mod build;
-mod completer;
 mod cq;
+mod ctx;
 mod drops;
 mod engine;
 mod error;
 mod gid;
+pub mod grh;
 mod keys;
 mod limits;
 pub mod memory;
 mod mr;
 mod mw;
 mod qp;
-mod requester;
-mod responder;
 mod srq;
 mod timers;
-mod uc;
-pub mod ud;
 pub mod verbs;
 mod wr;
 

@@ -173,7 +173,7 @@ impl Engine {
         let mut ctx = ctx!(self, now);
         let result = match (qp.qp_type, info.operation) {
             (QpType::Ud, _) => {
-                let grh = crate::ud::grh(src, self.config.gid, data.len());
+                let grh = crate::grh::grh(src, self.config.gid, data.len());
                 qp.handle_datagram(&mut ctx, &pkt, src, &grh)
             }
             (QpType::Uc, _) => qp.handle_uc_request(&mut ctx, &pkt),

@@ -134,7 +134,7 @@ impl Engine {
             qp.udp_sport = rc_udp_sport(qpn, d);
         }
         if let Some(p) = attr.rq_psn {
-            qp.resp.epsn = Psn::new(p);
+            qp.resp.set_epsn(Psn::new(p));
         }
         if let Some(p) = attr.sq_psn {
             let p = Psn::new(p);
@@ -291,13 +291,13 @@ impl Engine {
                 "this QP receives from an SRQ: post there",
             ));
         }
-        if qp.rq.len() >= qp.cap.max_recv_wr as usize {
+        if qp.resp.rq_len() >= qp.cap.max_recv_wr as usize {
             return Err(VerbsError::Exhausted("receive queue is full"));
         }
         if wr.sges.len() > qp.cap.max_recv_sge as usize {
             return Err(VerbsError::InvalidArgument("more SGEs than max_recv_sge"));
         }
-        qp.rq.push_back(wr);
+        qp.resp.post_recv(wr);
         if qp.state == QpState::Err {
             let mut ctx = ctx!(self, 0);
             qp.flush(&mut ctx);

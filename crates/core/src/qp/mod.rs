@@ -2,48 +2,25 @@
 //! responder (in their own files) operate on this struct.
 
 use crate::attr::{AddressVector, QpCap, QpInitAttr};
-use crate::cq::Cq;
-use crate::drops::{RxDrop, RxDrops};
-use crate::keys::MrTable;
+pub(crate) use crate::ctx::Ctx;
+use crate::drops::RxDrop;
+use crate::gid::Gid;
+use crate::grh::GRH_LEN;
 use crate::mr::Segment;
-use crate::responder::RespState;
 use crate::timers::{Timer, TimerTable};
-use crate::verbs::{Access, AsyncEvent, EventType, Mtu, QpState, QpType, WcOpcode, WcStatus};
-use crate::wr::{RecvWr, SendWr, WorkCompletion};
+use crate::verbs::{Access, AsyncEvent, EventType, Mtu, QpState, QpType, WcStatus};
+use crate::wr::{SendWr, WorkCompletion};
 use crate::Nanos;
-use oxrdma_wire::Psn;
-use std::collections::{BTreeMap, VecDeque};
+use oxrdma_wire::{PacketRepr, Psn};
+use responder::{Fatal, QpView, Responder};
+use std::collections::VecDeque;
+
+mod completer;
+mod requester;
+mod responder;
 
 /// Tail-loss probes per stall before only the ACK timeout is left.
 const MAX_PROBES: u8 = 2;
-
-/// What a QP needs from the rest of the engine while it processes an event.
-pub(crate) struct Ctx<'a> {
-    pub now: Nanos,
-    pub mrs: &'a mut MrTable,
-    pub cqs: &'a mut BTreeMap<u32, Cq>,
-    pub srqs: &'a mut BTreeMap<u32, crate::srq::Srq>,
-    pub events: &'a mut VecDeque<AsyncEvent>,
-    pub drops: &'a mut RxDrops,
-}
-
-impl Ctx<'_> {
-    /// Counts a received packet that is not acted on.
-    pub fn drop_packet(&mut self, why: RxDrop) {
-        self.drops.count(why);
-    }
-
-    pub fn complete(&mut self, cq: u32, wc: WorkCompletion) {
-        if let Some(c) = self.cqs.get_mut(&cq) {
-            if c.push(wc) {
-                self.events.push_back(AsyncEvent::Cq {
-                    cq,
-                    event: EventType::CqErr,
-                });
-            }
-        }
-    }
-}
 
 /// A send WR as the requester tracks it.
 #[derive(Debug)]
@@ -136,9 +113,9 @@ pub(crate) struct Qp {
     pub dest_qpn: u32,
     pub udp_sport: u16,
     pub sq: VecDeque<SendWqe>,
-    pub rq: VecDeque<RecvWr>,
     pub req: ReqState,
-    pub resp: RespState,
+    /// The responder, with the QP's own receive queue.
+    pub resp: Responder,
     /// Waiting in the engine's transmit round-robin.
     pub scheduled: bool,
     /// The deadline under which the engine's timer queue holds this QP.
@@ -172,9 +149,8 @@ impl Qp {
             dest_qpn: 0,
             udp_sport: 0xc000,
             sq: VecDeque::new(),
-            rq: VecDeque::new(),
             req: ReqState::default(),
-            resp: RespState::default(),
+            resp: Responder::default(),
             scheduled: false,
             queued_deadline: None,
             drain_pending: false,
@@ -186,28 +162,67 @@ impl Qp {
         (self.timeout != 0).then(|| 4096u64 << self.timeout)
     }
 
-    /// Whether a receive WQE is waiting for this QP (in its own queue or its SRQ).
-    pub(crate) fn has_recv(&self, ctx: &Ctx<'_>) -> bool {
-        match self.srq {
-            Some(s) => ctx.srqs.get(&s).is_some_and(|q| !q.queue.is_empty()),
-            None => !self.rq.is_empty(),
+    /// What the responder needs to know of this QP.
+    pub fn view(&self) -> QpView {
+        QpView {
+            qpn: self.qpn,
+            dest_qpn: self.dest_qpn,
+            pd: self.pd,
+            recv_cq: self.recv_cq,
+            srq: self.srq,
+            state: self.state,
+            access: self.access,
+            mtu: self.mtu,
+            qkey: self.qkey,
+            max_dest_rd_atomic: self.max_dest_rd_atomic,
+            min_rnr_timer: self.min_rnr_timer,
         }
     }
 
-    /// Takes the next receive WQE; from an SRQ, this may fire its limit event.
-    pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWr> {
-        match self.srq {
-            Some(s) => ctx.srqs.get_mut(&s)?.take(s, ctx.events),
-            None => self.rq.pop_front(),
+    /// Goes to ERR when the responder says the QP must.
+    fn apply(&mut self, ctx: &mut Ctx<'_>, r: Result<Fatal, RxDrop>) -> Result<(), RxDrop> {
+        if let Some(event) = r? {
+            self.enter_error(ctx, Some(event));
         }
+        Ok(())
     }
 
-    /// Puts back a WQE a dropped message had started (UC), at the head.
-    pub(crate) fn return_recv(&mut self, ctx: &mut Ctx<'_>, wr: RecvWr) {
-        match self.srq.and_then(|s| ctx.srqs.get_mut(&s)) {
-            Some(q) => q.queue.push_front(wr),
-            None => self.rq.push_front(wr),
-        }
+    /// An RC request packet (the responder's); Err says why it was dropped.
+    pub(crate) fn handle_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+    ) -> Result<(), RxDrop> {
+        let r = self.resp.handle_request(ctx, &self.view(), pkt);
+        self.apply(ctx, r)
+    }
+
+    /// A UC request packet; Err says why it was dropped.
+    pub(crate) fn handle_uc_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+    ) -> Result<(), RxDrop> {
+        self.resp.handle_uc_request(ctx, &self.view(), pkt)
+    }
+
+    /// A datagram for this UD QP, from `src` with GRH area `grh`; Err says why it was
+    /// dropped.
+    pub(crate) fn handle_datagram(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketRepr<'_>,
+        src: Gid,
+        grh: &[u8; GRH_LEN],
+    ) -> Result<(), RxDrop> {
+        let r = self.resp.handle_datagram(ctx, &self.view(), pkt, src, grh);
+        self.apply(ctx, r)
+    }
+
+    /// The responder's next reply packet, written into `buf`; returns its length.
+    pub(crate) fn next_response(&mut self, buf: &mut [u8]) -> Option<usize> {
+        let v = self.view();
+        self.resp.next_response(&v, buf)
     }
 
     /// (Re)starts the local ACK timeout from `now` (timeout 0: it never fires).
@@ -297,28 +312,16 @@ impl Qp {
         while !self.sq.is_empty() {
             self.complete_front(ctx, WcStatus::WrFlushErr);
         }
-        if let Some(r) = self.resp.recv.take() {
-            self.flush_recv(ctx, r.wr_id);
-        }
-        while let Some(r) = self.rq.pop_front() {
-            self.flush_recv(ctx, r.wr_id);
-        }
-    }
-
-    fn flush_recv(&mut self, ctx: &mut Ctx<'_>, wr_id: u64) {
-        ctx.complete(
-            self.recv_cq,
-            WorkCompletion::new(wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn),
-        );
+        let v = self.view();
+        self.resp.flush(ctx, &v);
     }
 
     /// Back to RESET: queues are emptied without completions, as libibverbs specifies.
     pub fn reset(&mut self) {
         self.state = QpState::Reset;
         self.sq.clear();
-        self.rq.clear();
         self.req = ReqState::default();
-        self.resp = RespState::default();
+        self.resp = Responder::default();
     }
 
     /// The earliest deadline this QP is waiting for.

@@ -1,12 +1,12 @@
 //! The responder: accepts requests in PSN order, executes them against registered memory,
 //! consumes receive WQEs, and queues ACKs, NAKs, READ responses and atomic ACKs.
 
-use crate::build::{bth, finish_packet};
+use crate::build::{bth, finish_packet, packets_for};
+use crate::ctx::Ctx;
 use crate::drops::RxDrop;
 use crate::mr::{scatter, Segment};
-use crate::qp::{Ctx, Qp};
-use crate::verbs::{Access, EventType, QpState, WcOpcode, WcStatus};
-use crate::wr::WorkCompletion;
+use crate::verbs::{Access, EventType, Mtu, QpState, WcOpcode, WcStatus};
+use crate::wr::{RecvWr, WorkCompletion};
 use oxrdma_wire::aeth::INVALID_CREDIT;
 use oxrdma_wire::{
     AethRepr, AtomicAckEthRepr, ExtHeaders, NakCode, Opcode, OpcodeInfo, Operation, PacketRepr,
@@ -14,6 +14,9 @@ use oxrdma_wire::{
 };
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+
+mod uc;
+mod ud;
 
 /// Atomic results remembered for replaying duplicate atomics: twice the most a requester
 /// may have outstanding (max_qp_rd_atom), so a retransmitted atomic is always found.
@@ -69,21 +72,44 @@ enum Reply {
     Read(ReadReply),
 }
 
+/// The responder of one QP: its receive queue and everything it tracks of incoming
+/// requests and the replies it owes.
 #[derive(Debug, Default)]
-pub(crate) struct RespState {
+pub(crate) struct Responder {
+    /// Receive WQEs posted to the QP itself (not to an SRQ).
+    rq: VecDeque<RecvWr>,
     /// The only PSN accepted next.
-    pub epsn: Psn,
+    epsn: Psn,
     /// Messages completed (24-bit on the wire).
-    pub msn: u32,
+    msn: u32,
     /// A PSN-sequence NAK went out for the current gap.
     nak_sent: bool,
     /// UC: the message in progress lost a packet; drop the rest of it.
-    pub uc_dropping: bool,
-    pub recv: Option<RecvProgress>,
-    pub(crate) write: Option<WriteProgress>,
+    uc_dropping: bool,
+    recv: Option<RecvProgress>,
+    write: Option<WriteProgress>,
     replies: VecDeque<Reply>,
     atomics: VecDeque<(Psn, u64)>,
 }
+
+/// What the responder needs of its QP, read afresh for each event.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QpView {
+    pub qpn: u32,
+    pub dest_qpn: u32,
+    pub pd: u32,
+    pub recv_cq: u32,
+    pub srq: Option<u32>,
+    pub state: QpState,
+    pub access: Access,
+    pub mtu: Mtu,
+    pub qkey: u32,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+}
+
+/// A request the responder failed: its QP must go to ERR, raising this event.
+pub(crate) type Fatal = Option<EventType>;
 
 /// What happened to an in-order request.
 pub(crate) enum Outcome {
@@ -92,7 +118,7 @@ pub(crate) enum Outcome {
     Rnr,
 }
 
-impl RespState {
+impl Responder {
     /// The MSN once one more message is complete (24 bits on the wire).
     fn next_msn(&self) -> u32 {
         (self.msn + 1) & 0xff_ffff
@@ -146,19 +172,20 @@ const ACK: Syndrome = Syndrome::Ack {
     credits: INVALID_CREDIT,
 };
 
-impl Qp {
-    /// A request-type packet for this QP's responder.
-    /// Err says why it was dropped (requests that fail are NAKed, not dropped).
+impl Responder {
+    /// A request-type packet for this QP's responder. Err says why it was dropped;
+    /// `Ok(Some(event))`: it was NAKed and the QP must go to ERR raising `event`.
     pub(crate) fn handle_request(
         &mut self,
         ctx: &mut Ctx<'_>,
+        q: &QpView,
         pkt: &PacketRepr<'_>,
-    ) -> Result<(), RxDrop> {
-        if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+    ) -> Result<Fatal, RxDrop> {
+        if !matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
             return Err(RxDrop::QpState);
         }
         let psn = pkt.bth.psn;
-        let r = &mut self.resp;
+        let r = &mut *self;
         match psn.diff(r.epsn) {
             d if d > 0 => {
                 if !r.nak_sent {
@@ -169,22 +196,22 @@ impl Qp {
                 return Err(RxDrop::OutOfSequence);
             }
             d if d < 0 => {
-                self.duplicate(ctx, pkt);
-                return Ok(());
+                self.duplicate(ctx, q, pkt);
+                return Ok(None);
             }
             _ => {}
         }
         let info = pkt.bth.opcode.info().map_err(|_| RxDrop::Malformed)?;
         let result = match info.operation {
             Operation::Send | Operation::SendWithImm | Operation::SendWithInv => {
-                self.recv_send(ctx, pkt, &info)
+                self.recv_send(ctx, q, pkt, &info)
             }
-            Operation::Write | Operation::WriteWithImm => self.recv_write(ctx, pkt, &info),
-            Operation::ReadRequest => self.recv_read(ctx, pkt),
-            Operation::CompareSwap | Operation::FetchAdd => self.recv_atomic(ctx, pkt),
+            Operation::Write | Operation::WriteWithImm => self.recv_write(ctx, q, pkt, &info),
+            Operation::ReadRequest => self.recv_read(ctx, q, pkt),
+            Operation::CompareSwap | Operation::FetchAdd => self.recv_atomic(ctx, q, pkt),
             _ => Err(NakCode::InvalidRequest),
         };
-        let r = &mut self.resp;
+        let r = &mut *self;
         match result {
             Ok(Outcome::Accepted) => {
                 r.nak_sent = false;
@@ -202,7 +229,7 @@ impl Qp {
                 r.push_ack(
                     psn,
                     Syndrome::RnrNak {
-                        timer: self.min_rnr_timer,
+                        timer: q.min_rnr_timer,
                     },
                     msn,
                 );
@@ -215,77 +242,117 @@ impl Qp {
                     NakCode::InvalidRequest => EventType::QpReqErr,
                     _ => EventType::QpFatal,
                 };
-                self.enter_error(ctx, Some(event));
+                return Ok(Some(event));
             }
         }
-        Ok(())
+        Ok(None)
     }
 
-    pub(crate) fn recv_complete(
-        &self,
-        ctx: &mut Ctx<'_>,
-        wr_id: u64,
-        status: WcStatus,
-        op: WcOpcode,
-        len: usize,
-        imm: Option<u32>,
-    ) {
-        let wc = WorkCompletion {
-            byte_len: len as u32,
-            imm,
-            ..WorkCompletion::new(wr_id, status, op, self.qpn)
-        };
-        self.complete_recv(ctx, wc);
+    /// Posts a receive WQE to the QP's own queue (the engine checked its depth and SGEs).
+    pub(crate) fn post_recv(&mut self, wr: RecvWr) {
+        self.rq.push_back(wr);
+    }
+
+    /// Receive WQEs posted to the QP's own queue and not yet taken.
+    pub(crate) fn rq_len(&self) -> usize {
+        self.rq.len()
+    }
+
+    /// Whether a receive WQE is waiting for this QP (in its own queue or its SRQ).
+    pub(crate) fn has_recv(&self, ctx: &Ctx<'_>, q: &QpView) -> bool {
+        match q.srq {
+            Some(s) => ctx.srqs.get(&s).is_some_and(|srq| !srq.queue.is_empty()),
+            None => !self.rq.is_empty(),
+        }
+    }
+
+    /// Takes the next receive WQE; from an SRQ, this may fire its limit event.
+    pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>, q: &QpView) -> Option<RecvWr> {
+        match q.srq {
+            Some(s) => ctx.srqs.get_mut(&s)?.take(s, ctx.events),
+            None => self.rq.pop_front(),
+        }
+    }
+
+    /// Puts back a WQE a dropped message had started (UC), at the head.
+    pub(crate) fn return_recv(&mut self, ctx: &mut Ctx<'_>, q: &QpView, wr: RecvWr) {
+        match q.srq.and_then(|s| ctx.srqs.get_mut(&s)) {
+            Some(srq) => srq.queue.push_front(wr),
+            None => self.rq.push_front(wr),
+        }
+    }
+
+    /// The QP went to ERR: every receive it holds (one being filled, those queued)
+    /// completes with WR_FLUSH_ERR.
+    pub(crate) fn flush(&mut self, ctx: &mut Ctx<'_>, q: &QpView) {
+        let started = self.recv.take().map(|r| r.wr_id);
+        let queued: Vec<u64> = self.rq.drain(..).map(|r| r.wr_id).collect();
+        for wr_id in started.into_iter().chain(queued) {
+            let wc = WorkCompletion::new(wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, q.qpn);
+            ctx.complete(q.recv_cq, wc);
+        }
+    }
+
+    /// Sets the next PSN expected (modify QP's rq_psn).
+    pub(crate) fn set_epsn(&mut self, psn: Psn) {
+        self.epsn = psn;
+    }
+
+    /// Completes receive WQE `wr_id` with error `status`.
+    fn recv_failed(&self, ctx: &mut Ctx<'_>, q: &QpView, wr_id: u64, status: WcStatus) {
+        let wc = WorkCompletion::new(wr_id, status, WcOpcode::Recv, q.qpn);
+        self.complete_recv(ctx, q, wc);
     }
 
     /// Puts `wc`, a receive's completion, on the receive CQ (with the source QP added).
-    fn complete_recv(&self, ctx: &mut Ctx<'_>, wc: WorkCompletion) {
-        let src_qp = self.dest_qpn;
-        ctx.complete(self.recv_cq, WorkCompletion { src_qp, ..wc });
+    fn complete_recv(&self, ctx: &mut Ctx<'_>, q: &QpView, wc: WorkCompletion) {
+        let src_qp = q.dest_qpn;
+        ctx.complete(q.recv_cq, WorkCompletion { src_qp, ..wc });
     }
 
     /// Checks a packet's payload length against its position in the message.
-    fn length_ok(&self, info: &OpcodeInfo, n: usize) -> bool {
+    fn length_ok(q: &QpView, info: &OpcodeInfo, n: usize) -> bool {
         match info.position {
-            oxrdma_wire::Position::First | oxrdma_wire::Position::Middle => n == self.mtu.bytes(),
-            _ => n <= self.mtu.bytes(),
+            oxrdma_wire::Position::First | oxrdma_wire::Position::Middle => n == q.mtu.bytes(),
+            _ => n <= q.mtu.bytes(),
         }
     }
 
     pub(crate) fn recv_send(
         &mut self,
         ctx: &mut Ctx<'_>,
+        q: &QpView,
         pkt: &PacketRepr<'_>,
         info: &OpcodeInfo,
     ) -> Result<Outcome, NakCode> {
         if info.position.starts_message() {
-            if self.resp.recv.is_some() {
+            if self.recv.is_some() {
                 return Err(NakCode::InvalidRequest);
             }
-            let Some(wr) = self.take_recv(ctx) else {
+            let Some(wr) = self.take_recv(ctx, q) else {
                 return Ok(Outcome::Rnr);
             };
-            let Some(segs) = ctx.mrs.local(self.pd, &wr.sges, Access::LOCAL_WRITE) else {
-                self.recv_complete(ctx, wr.wr_id, WcStatus::LocProtErr, WcOpcode::Recv, 0, None);
+            let Some(segs) = ctx.mrs.local(q.pd, &wr.sges, Access::LOCAL_WRITE) else {
+                self.recv_failed(ctx, q, wr.wr_id, WcStatus::LocProtErr);
                 return Err(NakCode::RemoteOperationalError);
             };
-            self.resp.recv = Some(RecvProgress {
+            self.recv = Some(RecvProgress {
                 wr_id: wr.wr_id,
                 sges: wr.sges,
                 segs,
                 off: 0,
             });
         }
-        if !self.length_ok(info, pkt.payload.len()) {
+        if !Self::length_ok(q, info, pkt.payload.len()) {
             return Err(NakCode::InvalidRequest);
         }
-        let Some(rp) = self.resp.recv.as_mut() else {
+        let Some(rp) = self.recv.as_mut() else {
             return Err(NakCode::InvalidRequest);
         };
         if !scatter(&rp.segs, rp.off, pkt.payload) {
             let wr_id = rp.wr_id;
-            self.resp.recv = None;
-            self.recv_complete(ctx, wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0, None);
+            self.recv = None;
+            self.recv_failed(ctx, q, wr_id, WcStatus::LocLenErr);
             return Err(NakCode::InvalidRequest);
         }
         rp.off += pkt.payload.len();
@@ -296,21 +363,21 @@ impl Qp {
                 .ieth
                 .filter(|_| info.operation == Operation::SendWithInv);
             if let Some(rkey) = inv {
-                if !ctx.mrs.invalidate(self.pd, rkey, Some(self.qpn)) {
+                if !ctx.mrs.invalidate(q.pd, rkey, Some(q.qpn)) {
                     return Err(NakCode::InvalidRequest);
                 }
             }
-            let rp = self.resp.recv.take().expect("checked above");
+            let rp = self.recv.take().expect("checked above");
             let wc = WorkCompletion {
                 byte_len: rp.off as u32,
                 imm: pkt.ext.immdt,
                 invalidated_rkey: inv,
-                ..WorkCompletion::new(rp.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn)
+                ..WorkCompletion::new(rp.wr_id, WcStatus::Success, WcOpcode::Recv, q.qpn)
             };
-            self.complete_recv(ctx, wc);
-            self.resp.msn = self.resp.next_msn();
+            self.complete_recv(ctx, q, wc);
+            self.msn = self.next_msn();
         }
-        self.resp.epsn = self.resp.epsn.next();
+        self.epsn = self.epsn.next();
         Ok(Outcome::Accepted)
     }
 
@@ -319,6 +386,7 @@ impl Qp {
     fn remote(
         &self,
         ctx: &Ctx<'_>,
+        q: &QpView,
         rkey: u32,
         va: u64,
         len: u64,
@@ -327,11 +395,11 @@ impl Qp {
         if len == 0 {
             return Ok(None);
         }
-        if !self.access.contains(need) {
+        if !q.access.contains(need) {
             return Err(NakCode::RemoteAccessError);
         }
         ctx.mrs
-            .remote(self.pd, self.qpn, rkey, va, len, need)
+            .remote(q.pd, q.qpn, rkey, va, len, need)
             .map(Some)
             .ok_or(NakCode::RemoteAccessError)
     }
@@ -339,18 +407,19 @@ impl Qp {
     pub(crate) fn recv_write(
         &mut self,
         ctx: &mut Ctx<'_>,
+        q: &QpView,
         pkt: &PacketRepr<'_>,
         info: &OpcodeInfo,
     ) -> Result<Outcome, NakCode> {
         let n = pkt.payload.len();
         let ends = info.position.ends_message();
         let with_imm = info.operation == Operation::WriteWithImm;
-        if ends && with_imm && !self.has_recv(ctx) {
+        if ends && with_imm && !self.has_recv(ctx, q) {
             // Before touching anything, so the retried packet finds the same state.
             return Ok(Outcome::Rnr);
         }
         if info.position.starts_message() {
-            if self.resp.write.is_some() {
+            if self.write.is_some() {
                 return Err(NakCode::InvalidRequest);
             }
             let reth = pkt.ext.reth.ok_or(NakCode::InvalidRequest)?;
@@ -360,17 +429,18 @@ impl Qp {
             }
             let seg = self.remote(
                 ctx,
+                q,
                 reth.rkey,
                 reth.virtual_address,
                 total as u64,
                 Access::REMOTE_WRITE,
             )?;
-            self.resp.write = Some(WriteProgress { seg, off: 0, total });
+            self.write = Some(WriteProgress { seg, off: 0, total });
         }
-        if !self.length_ok(info, n) {
+        if !Self::length_ok(q, info, n) {
             return Err(NakCode::InvalidRequest);
         }
-        let Some(wp) = self.resp.write.as_ref() else {
+        let Some(wp) = self.write.as_ref() else {
             return Err(NakCode::InvalidRequest);
         };
         let fits = if ends {
@@ -384,25 +454,28 @@ impl Qp {
         if let Some(seg) = &wp.seg {
             seg.buffer.write(seg.offset + wp.off, pkt.payload);
         }
-        let wp = self.resp.write.as_mut().expect("checked above");
+        let wp = self.write.as_mut().expect("checked above");
         wp.off += n;
         if ends {
             let total = wp.total;
-            self.resp.write = None;
+            self.write = None;
             if with_imm {
-                let wr = self.take_recv(ctx).expect("checked above");
-                self.recv_complete(
-                    ctx,
-                    wr.wr_id,
-                    WcStatus::Success,
-                    WcOpcode::RecvRdmaWithImm,
-                    total,
-                    pkt.ext.immdt,
-                );
+                let wr = self.take_recv(ctx, q).expect("checked above");
+                let wc = WorkCompletion {
+                    byte_len: total as u32,
+                    imm: pkt.ext.immdt,
+                    ..WorkCompletion::new(
+                        wr.wr_id,
+                        WcStatus::Success,
+                        WcOpcode::RecvRdmaWithImm,
+                        q.qpn,
+                    )
+                };
+                self.complete_recv(ctx, q, wc);
             }
-            self.resp.msn = self.resp.next_msn();
+            self.msn = self.next_msn();
         }
-        self.resp.epsn = self.resp.epsn.next();
+        self.epsn = self.epsn.next();
         Ok(Outcome::Accepted)
     }
 
@@ -410,6 +483,7 @@ impl Qp {
     fn read_reply(
         &self,
         ctx: &Ctx<'_>,
+        q: &QpView,
         pkt: &PacketRepr<'_>,
         msn: u32,
     ) -> Result<ReadReply, NakCode> {
@@ -420,6 +494,7 @@ impl Qp {
         }
         let seg = self.remote(
             ctx,
+            q,
             reth.rkey,
             reth.virtual_address,
             len,
@@ -438,27 +513,37 @@ impl Qp {
         })
     }
 
-    fn recv_read(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> Result<Outcome, NakCode> {
-        if self.resp.reads_queued() >= usize::from(self.max_dest_rd_atomic.max(1)) {
+    fn recv_read(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        q: &QpView,
+        pkt: &PacketRepr<'_>,
+    ) -> Result<Outcome, NakCode> {
+        if self.reads_queued() >= usize::from(q.max_dest_rd_atomic.max(1)) {
             return Err(NakCode::InvalidRequest);
         }
-        let msn = self.resp.next_msn();
-        let mut reply = self.read_reply(ctx, pkt, msn)?;
+        let msn = self.next_msn();
+        let mut reply = self.read_reply(ctx, q, pkt, msn)?;
         reply.original = true;
-        let npkts = self.packets_for(reply.len as u64);
-        self.resp.msn = msn;
-        self.resp.replies.push_back(Reply::Read(reply));
-        self.resp.epsn = self.resp.epsn.add(npkts);
+        let npkts = packets_for(reply.len as u64, q.mtu);
+        self.msn = msn;
+        self.replies.push_back(Reply::Read(reply));
+        self.epsn = self.epsn.add(npkts);
         Ok(Outcome::Accepted)
     }
 
-    fn recv_atomic(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> Result<Outcome, NakCode> {
+    fn recv_atomic(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        q: &QpView,
+        pkt: &PacketRepr<'_>,
+    ) -> Result<Outcome, NakCode> {
         let a = pkt.ext.atomic_eth.ok_or(NakCode::InvalidRequest)?;
         if a.virtual_address % 8 != 0 {
             return Err(NakCode::InvalidRequest);
         }
         let seg = self
-            .remote(ctx, a.rkey, a.virtual_address, 8, Access::REMOTE_ATOMIC)?
+            .remote(ctx, q, a.rkey, a.virtual_address, 8, Access::REMOTE_ATOMIC)?
             .ok_or(NakCode::InvalidRequest)?;
         // A region whose iova is aligned but whose memory is not cannot do CPU atomics.
         let cell = seg
@@ -472,7 +557,7 @@ impl Qp {
         } else {
             cell.fetch_add(a.swap_add, Ordering::SeqCst)
         };
-        let r = &mut self.resp;
+        let r = &mut *self;
         r.msn = r.next_msn();
         let psn = pkt.bth.psn;
         if r.atomics.len() == ATOMIC_CACHE {
@@ -491,24 +576,24 @@ impl Qp {
     }
 
     /// Retransmitted requests: re-ACK, re-execute READs, replay atomics.
-    fn duplicate(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) {
+    fn duplicate(&mut self, ctx: &mut Ctx<'_>, q: &QpView, pkt: &PacketRepr<'_>) {
         let Ok(info) = pkt.bth.opcode.info() else {
             return;
         };
-        let msn = self.resp.msn;
+        let msn = self.msn;
         match info.operation {
             Operation::ReadRequest => {
-                let Ok(reply) = self.read_reply(ctx, pkt, msn) else {
+                let Ok(reply) = self.read_reply(ctx, q, pkt, msn) else {
                     return;
                 };
                 // The requester went back to this PSN and will resend everything after it, so
                 // replies queued for it and later PSNs are stale: drop them, cut READ streams.
-                self.resp.go_back(reply.first_psn);
-                self.resp.replies.push_back(Reply::Read(reply));
+                self.go_back(reply.first_psn);
+                self.replies.push_back(Reply::Read(reply));
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 let psn = pkt.bth.psn;
-                let r = &mut self.resp;
+                let r = &mut *self;
                 if let Some(&(_, original)) = r.atomics.iter().find(|(p, _)| *p == psn) {
                     r.replies.push_back(Reply::AtomicAck {
                         psn,
@@ -519,27 +604,27 @@ impl Qp {
                 }
             }
             _ if pkt.bth.ack_req => {
-                let psn = self.resp.epsn.sub(1);
-                self.resp.push_ack(psn, ACK, msn);
+                let psn = self.epsn.sub(1);
+                self.push_ack(psn, ACK, msn);
             }
             _ => {}
         }
     }
 
     /// The next reply packet, written into `buf`; returns its length.
-    pub(crate) fn next_response(&mut self, buf: &mut [u8]) -> Option<usize> {
-        if self.state == QpState::Reset {
+    pub(crate) fn next_response(&mut self, q: &QpView, buf: &mut [u8]) -> Option<usize> {
+        if q.state == QpState::Reset {
             return None;
         }
-        let mtu = self.mtu.bytes();
+        let mtu = q.mtu.bytes();
         // Drop READ streams that reached their cut.
-        while let Some(Reply::Read(r)) = self.resp.replies.front() {
+        while let Some(Reply::Read(r)) = self.replies.front() {
             if r.cut != Some(r.next_psn) {
                 break;
             }
-            self.resp.replies.pop_front();
+            self.replies.pop_front();
         }
-        let front = self.resp.replies.front_mut()?;
+        let front = self.replies.front_mut()?;
         let mut ext = ExtHeaders::default();
         let (opcode, psn, n, done) = match front {
             Reply::Ack { psn, syndrome, msn } => {
@@ -580,14 +665,14 @@ impl Qp {
             }
         };
         let repr = PacketRepr {
-            bth: bth(self.dest_qpn, opcode, psn, false, false),
+            bth: bth(q.dest_qpn, opcode, psn, false, false),
             ext,
             payload: &[],
         };
         let hlen = repr
             .emit_headers_for(n, buf)
             .expect("responder builds valid packets");
-        if let Some(Reply::Read(r)) = self.resp.replies.front_mut() {
+        if let Some(Reply::Read(r)) = self.replies.front_mut() {
             if let Some(seg) = &r.seg {
                 seg.buffer
                     .read(seg.offset + r.sent, &mut buf[hlen..hlen + n]);
@@ -596,7 +681,7 @@ impl Qp {
             r.next_psn = r.next_psn.next();
         }
         if done {
-            self.resp.replies.pop_front();
+            self.replies.pop_front();
         }
         Some(finish_packet(buf, hlen, n))
     }

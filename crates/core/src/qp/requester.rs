@@ -1,7 +1,7 @@
 //! The requester: turns send WQEs into request packets, segmenting by path MTU, and
 //! rewinds for go-back-N retransmission.
 
-use crate::build::{bth, finish_packet};
+use crate::build::{bth, finish_packet, packets_for};
 use crate::mr::gather;
 use crate::qp::{Ctx, Qp, SendWqe};
 use crate::timers::Timer;
@@ -87,12 +87,6 @@ fn atomic_request(wr: &SendWr) -> NextPacket {
 }
 
 impl Qp {
-    /// PSNs a WQE of `len` bytes consumes.
-    pub(crate) fn packets_for(&self, len: u64) -> u32 {
-        let mtu = self.mtu.bytes() as u64;
-        len.div_ceil(mtu).max(1) as u32
-    }
-
     /// May the WQE at `idx` start now (fence and max_rd_atomic)?
     fn may_start(&self, idx: usize) -> bool {
         let w = &self.sq[idx];
@@ -129,7 +123,7 @@ impl Qp {
         let npkts = if w.wr.opcode.is_atomic() {
             1
         } else {
-            self.packets_for(w.len)
+            packets_for(w.len, self.mtu)
         };
         let w = &mut self.sq[idx];
         w.segs = segs;
@@ -313,7 +307,7 @@ impl Qp {
             opcode: Opcode::RC_RDMA_READ_REQUEST,
             ext,
             payload: 0,
-            psns: self.packets_for(remaining),
+            psns: packets_for(remaining, self.mtu),
             ends_wqe: true,
             ack_req: true,
         }
