@@ -9,6 +9,7 @@
 //! way (on two cores, a third spinning thread only steals time from the two that matter).
 
 use crate::error::Result;
+use oxrdma_core::EngineConfig;
 use oxrdma_udp::Device;
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 use std::net::IpAddr;
@@ -29,11 +30,14 @@ const APP_CHECK: Duration = Duration::from_millis(1);
 
 /// State shared by the engine thread and the API objects.
 pub(crate) struct Shared {
-    pub dev: Mutex<Device>,
+    /// What never changes after the device opens (GID, active MTU, limits): read without a
+    /// lock.
+    pub facts: EngineConfig,
+    dev: Mutex<Device>,
     doorbell: OwnedFd,
     stop: AtomicBool,
     /// CQs armed with `req_notify`, and the channel to signal when they get an entry.
-    pub armed: Mutex<Vec<(u32, Arc<OwnedFd>)>>,
+    armed: Mutex<Vec<(u32, Arc<OwnedFd>)>>,
     /// When an application thread last drove the device (ns since `epoch`).
     app_drove_at: AtomicU64,
     /// Whether the engine thread is asleep waiting for packets or the doorbell.
@@ -41,11 +45,21 @@ pub(crate) struct Shared {
     epoch: Instant,
 }
 
+/// Locks `m`, poisoned or not: a panic while holding one of these locks would be a bug in
+/// the engine, and going on with the state as it is beats failing every later call.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Shared {
+    /// The device (lock order: this before `armed`).
     pub fn lock(&self) -> MutexGuard<'_, Device> {
-        // A panic while holding the lock would be a bug in the engine; keep going with the
-        // state as it is rather than poisoning every later call.
-        self.dev.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.dev)
+    }
+
+    /// The CQs armed for notification (taken after `dev` when both are needed).
+    pub fn armed(&self) -> MutexGuard<'_, Vec<(u32, Arc<OwnedFd>)>> {
+        lock(&self.armed)
     }
 
     /// Wakes the engine thread (after posting work).
@@ -108,11 +122,7 @@ impl std::fmt::Debug for Context {
 fn engine_thread(shared: Arc<Shared>) {
     let mut idle = 0u32;
     while !shared.stop.load(Ordering::Acquire) {
-        let armed = !shared
-            .armed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty();
+        let armed = !shared.armed().is_empty();
         if shared.app_active() && !armed {
             sleep_on(&[&shared.doorbell], APP_CHECK);
             drain(&shared.doorbell);
@@ -121,7 +131,7 @@ fn engine_thread(shared: Arc<Shared>) {
         let (moved, sleep) = {
             let mut dev = shared.lock();
             let moved = dev.poll().unwrap_or(0);
-            let mut armed = shared.armed.lock().unwrap_or_else(|p| p.into_inner());
+            let mut armed = shared.armed();
             armed.retain(|(cq, fd)| {
                 if dev.engine.cq_len(*cq) > 0 {
                     let _ = rustix::io::write(&**fd, &1u64.to_ne_bytes());
@@ -186,6 +196,7 @@ impl Context {
         let doorbell = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
             .map_err(std::io::Error::from)?;
         let shared = Arc::new(Shared {
+            facts: *dev.engine.config(),
             dev: Mutex::new(dev),
             doorbell,
             stop: AtomicBool::new(false),
@@ -212,7 +223,7 @@ impl Context {
 
     /// This device's GID (its IP address, IPv4 as `::ffff:a.b.c.d`).
     pub fn gid(&self) -> oxrdma_core::Gid {
-        self.shared().lock().port.gid()
+        self.shared().facts.gid
     }
 
     /// Writes every RoCEv2 packet this device sends or receives to a pcap file (raw IP
@@ -224,7 +235,7 @@ impl Context {
 
     /// The port's active MTU: the largest path MTU a QP may use (from the interface MTU).
     pub fn active_mtu(&self) -> oxrdma_core::Mtu {
-        self.shared().lock().engine.config().max_mtu
+        self.shared().facts.max_mtu
     }
 
     /// Every received packet dropped so far, by who dropped it (kernel, port, engine) and
@@ -235,7 +246,7 @@ impl Context {
 
     /// Device limits.
     pub fn attr(&self) -> oxrdma_core::DeviceAttr {
-        self.shared().lock().engine.config().attr
+        self.shared().facts.attr
     }
 
     /// A protection domain.

@@ -42,7 +42,7 @@ impl CompletionQueue {
     /// Asks for `channel` to become readable at the next completion (`ibv_req_notify_cq`).
     pub fn req_notify(&self, channel: &CompletionChannel) {
         let shared = self.ctx.shared();
-        let mut armed = shared.armed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut armed = shared.armed();
         armed.push((self.cq, channel.fd.clone()));
         drop(armed);
         shared.ring();
