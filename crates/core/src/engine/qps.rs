@@ -4,7 +4,6 @@
 use super::{touched, Engine};
 use crate::attr::{validate, AttrLimits, QpAttr, QpInitAttr};
 use crate::error::{Result, VerbsError};
-use crate::gid::rc_udp_sport;
 use crate::limits::MAX_MESSAGE;
 use crate::qp::{Ctx, Qp, SendWqe};
 use crate::verbs::{MwType, QpState, QpType, WrOpcode};
@@ -97,73 +96,9 @@ impl Engine {
             .qps
             .get_mut(&qpn)
             .ok_or(VerbsError::NotFound("queue pair"))?;
-        let from = qp.state;
-        let to = validate(qp.qp_type, from, attr, lim)?;
-        if let Some(a) = attr.qp_access_flags {
-            qp.access = a;
-        }
-        if let Some(k) = attr.qkey {
-            qp.qkey = k;
-        }
-        if let Some(av) = attr.ah_attr {
-            qp.av = Some(av);
-        }
-        if let Some(m) = attr.path_mtu {
-            qp.mtu = m;
-        }
-        if let Some(t) = attr.timeout {
-            qp.timeout = t;
-        }
-        if let Some(r) = attr.retry_cnt {
-            qp.retry_cnt = r;
-        }
-        if let Some(r) = attr.rnr_retry {
-            qp.rnr_retry = r;
-        }
-        if let Some(t) = attr.min_rnr_timer {
-            qp.min_rnr_timer = t;
-        }
-        if let Some(n) = attr.max_rd_atomic {
-            qp.max_rd_atomic = n;
-        }
-        if let Some(n) = attr.max_dest_rd_atomic {
-            qp.max_dest_rd_atomic = n;
-        }
-        if let Some(d) = attr.dest_qp_num {
-            qp.dest_qpn = d;
-            qp.udp_sport = rc_udp_sport(qpn, d);
-        }
-        if let Some(p) = attr.rq_psn {
-            qp.resp.set_epsn(Psn::new(p));
-        }
-        if let Some(p) = attr.sq_psn {
-            let p = Psn::new(p);
-            qp.req.next_psn = p;
-            qp.req.high_psn = p;
-            qp.req.una = p;
-        }
-        if to != QpState::Sqd {
-            qp.drain_pending = false;
-        }
-        match to {
-            QpState::Reset => qp.reset(),
-            QpState::Err => {
-                let mut ctx = ctx!(self, 0);
-                qp.enter_error(&mut ctx, None);
-            }
-            QpState::Sqd if from == QpState::Rts => {
-                qp.state = to;
-                qp.drain_pending = true;
-                let mut ctx = ctx!(self, 0);
-                qp.check_drained(&mut ctx);
-            }
-            QpState::Rts if from == QpState::Rtr => {
-                qp.req.retries_left = qp.retry_cnt;
-                qp.req.rnr_retries_left = qp.rnr_retry;
-                qp.state = to;
-            }
-            _ => qp.state = to,
-        }
+        let to = validate(qp.qp_type, qp.state, attr, lim)?;
+        let mut ctx = ctx!(self, 0);
+        qp.modify(&mut ctx, attr, to);
         touched(&mut self.active, &mut self.timers, qp);
         Ok(())
     }

@@ -1,9 +1,10 @@
 //! A queue pair: its attributes, queues and state machine. The requester, completer and
 //! responder (in their own files) operate on this struct.
 
-use crate::attr::{AddressVector, QpCap, QpInitAttr};
+use crate::attr::{AddressVector, QpAttr, QpCap, QpInitAttr};
 pub(crate) use crate::ctx::Ctx;
 use crate::drops::RxDrop;
+use crate::gid::rc_udp_sport;
 use crate::gid::Gid;
 use crate::grh::GRH_LEN;
 use crate::mr::Segment;
@@ -160,6 +161,73 @@ impl Qp {
     /// The local ACK timeout in nanoseconds, or None for "wait forever" (timeout 0).
     pub fn ack_timeout(&self) -> Option<Nanos> {
         (self.timeout != 0).then(|| 4096u64 << self.timeout)
+    }
+
+    /// `ibv_modify_qp` once `attr` has been validated for the transition to `to` (rules in
+    /// `attr.rs`): takes the attributes given and enters the new state.
+    pub(crate) fn modify(&mut self, ctx: &mut Ctx<'_>, attr: &QpAttr, to: QpState) {
+        let from = self.state;
+        if let Some(a) = attr.qp_access_flags {
+            self.access = a;
+        }
+        if let Some(k) = attr.qkey {
+            self.qkey = k;
+        }
+        if let Some(av) = attr.ah_attr {
+            self.av = Some(av);
+        }
+        if let Some(m) = attr.path_mtu {
+            self.mtu = m;
+        }
+        if let Some(t) = attr.timeout {
+            self.timeout = t;
+        }
+        if let Some(r) = attr.retry_cnt {
+            self.retry_cnt = r;
+        }
+        if let Some(r) = attr.rnr_retry {
+            self.rnr_retry = r;
+        }
+        if let Some(t) = attr.min_rnr_timer {
+            self.min_rnr_timer = t;
+        }
+        if let Some(n) = attr.max_rd_atomic {
+            self.max_rd_atomic = n;
+        }
+        if let Some(n) = attr.max_dest_rd_atomic {
+            self.max_dest_rd_atomic = n;
+        }
+        if let Some(d) = attr.dest_qp_num {
+            self.dest_qpn = d;
+            self.udp_sport = rc_udp_sport(self.qpn, d);
+        }
+        if let Some(p) = attr.rq_psn {
+            self.resp.set_epsn(Psn::new(p));
+        }
+        if let Some(p) = attr.sq_psn {
+            let p = Psn::new(p);
+            self.req.next_psn = p;
+            self.req.high_psn = p;
+            self.req.una = p;
+        }
+        if to != QpState::Sqd {
+            self.drain_pending = false;
+        }
+        match to {
+            QpState::Reset => self.reset(),
+            QpState::Err => self.enter_error(ctx, None),
+            QpState::Sqd if from == QpState::Rts => {
+                self.state = to;
+                self.drain_pending = true;
+                self.check_drained(ctx);
+            }
+            QpState::Rts if from == QpState::Rtr => {
+                self.req.retries_left = self.retry_cnt;
+                self.req.rnr_retries_left = self.rnr_retry;
+                self.state = to;
+            }
+            _ => self.state = to,
+        }
     }
 
     /// What the responder needs to know of this QP.
