@@ -127,11 +127,7 @@ impl Engine {
         if !self.cqs.contains_key(&cq) {
             return Err(VerbsError::NotFound("completion queue"));
         }
-        if self
-            .qps
-            .values()
-            .any(|q| q.send_cq == cq || q.recv_cq == cq)
-        {
+        if self.qps.values().any(|q| q.uses_cq(cq)) {
             return Err(VerbsError::Busy("completion queue is used by a QP"));
         }
         self.cqs.remove(&cq);

@@ -57,36 +57,36 @@ impl SendWqe {
 #[derive(Debug, Default)]
 pub(crate) struct ReqState {
     /// PSN of the next packet to send.
-    pub next_psn: Psn,
+    next_psn: Psn,
     /// One past the highest PSN ever sent.
-    pub high_psn: Psn,
+    high_psn: Psn,
     /// Oldest PSN not yet acknowledged (the completer's expected PSN).
-    pub una: Psn,
+    una: Psn,
     /// Index in the send queue of the WQE being sent, and byte offset into it.
-    pub idx: usize,
-    pub off: u64,
+    idx: usize,
+    off: u64,
     /// Packets sent since the last one with AckReq.
-    pub since_ack_req: u32,
-    pub retries_left: u8,
-    pub rnr_retries_left: u8,
+    since_ack_req: u32,
+    retries_left: u8,
+    rnr_retries_left: u8,
     /// The retransmit, RNR-wait and probe deadlines.
-    pub timers: TimerTable,
+    timers: TimerTable,
     /// While the RNR wait runs: the PSN to resume from.
-    pub rnr_psn: Psn,
+    rnr_psn: Psn,
     /// Set after a go-back triggered by an out-of-order response, so later out-of-order
     /// responses of the same burst do not trigger another.
-    pub retry_psn: Option<Psn>,
+    retry_psn: Option<Psn>,
     /// Smoothed round-trip time, from AckReq packets sent once (Karn's rule).
-    pub srtt: Option<Nanos>,
+    srtt: Option<Nanos>,
     /// The packet being timed for the next RTT sample: its PSN and when it left.
-    pub rtt_sample: Option<(Psn, Nanos)>,
+    rtt_sample: Option<(Psn, Nanos)>,
     /// Tail-loss probes sent in this stall (the Probe timer resends from `una` if nothing
     /// has moved, without spending retry_cnt: a lost last packet or ACK would otherwise wait
     /// a whole ACK timeout).
-    pub probes: u8,
+    probes: u8,
     /// While there is no RTT estimate: the timed packet a probe made ambiguous, and when
     /// the probe left (see `Qp::rtt_sample_for`).
-    pub probed_sample: Option<(Psn, Nanos)>,
+    probed_sample: Option<(Psn, Nanos)>,
 }
 
 #[derive(Debug)]
@@ -94,27 +94,27 @@ pub(crate) struct Qp {
     pub qpn: u32,
     pub qp_type: QpType,
     pub pd: u32,
-    pub send_cq: u32,
-    pub recv_cq: u32,
+    send_cq: u32,
+    recv_cq: u32,
     /// Receives come from this shared receive queue instead of the QP's own.
     pub srq: Option<u32>,
     pub cap: QpCap,
-    pub sq_sig_all: bool,
+    sq_sig_all: bool,
     pub state: QpState,
-    pub access: Access,
-    pub qkey: u32,
+    access: Access,
+    qkey: u32,
     pub av: Option<AddressVector>,
     pub mtu: Mtu,
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    pub rnr_retry: u8,
-    pub min_rnr_timer: u8,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    min_rnr_timer: u8,
     pub max_rd_atomic: u8,
-    pub max_dest_rd_atomic: u8,
-    pub dest_qpn: u32,
+    max_dest_rd_atomic: u8,
+    dest_qpn: u32,
     pub udp_sport: u16,
     pub sq: VecDeque<SendWqe>,
-    pub req: ReqState,
+    req: ReqState,
     /// The responder, with the QP's own receive queue.
     pub resp: Responder,
     /// Waiting in the engine's transmit round-robin.
@@ -122,7 +122,7 @@ pub(crate) struct Qp {
     /// The deadline under which the engine's timer queue holds this QP.
     pub queued_deadline: Option<Nanos>,
     /// In SQD, IBV_EVENT_SQ_DRAINED is still to be raised (once the started WQEs are done).
-    pub drain_pending: bool,
+    drain_pending: bool,
 }
 
 impl Qp {
@@ -228,6 +228,11 @@ impl Qp {
             }
             _ => self.state = to,
         }
+    }
+
+    /// Whether this QP completes to `cq` (so the CQ may not be destroyed).
+    pub fn uses_cq(&self, cq: u32) -> bool {
+        self.send_cq == cq || self.recv_cq == cq
     }
 
     /// What the responder needs to know of this QP.
