@@ -38,6 +38,8 @@ pub(crate) struct Shared {
     stop: AtomicBool,
     /// CQs armed with `req_notify`, and the channel to signal when they get an entry.
     armed: Mutex<Vec<(u32, Arc<OwnedFd>)>>,
+    /// Work was posted while another thread held `dev`: whoever holds it drives again.
+    pending: AtomicBool,
     /// When an application thread last drove the device (ns since `epoch`).
     app_drove_at: AtomicU64,
     /// Whether the engine thread is asleep waiting for packets or the doorbell.
@@ -51,10 +53,41 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The device, locked; on unlock, work posted meanwhile by threads that found it locked
+/// is driven (see `Shared::kick`).
+pub(crate) struct DeviceGuard<'a> {
+    shared: &'a Shared,
+    guard: Option<MutexGuard<'a, Device>>,
+}
+
+impl std::ops::Deref for DeviceGuard<'_> {
+    type Target = Device;
+    fn deref(&self) -> &Device {
+        self.guard.as_ref().expect("held until drop")
+    }
+}
+
+impl std::ops::DerefMut for DeviceGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Device {
+        self.guard.as_mut().expect("held until drop")
+    }
+}
+
+impl Drop for DeviceGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.shared.drive_pending();
+    }
+}
+
 impl Shared {
     /// The device (lock order: this before `armed`).
-    pub fn lock(&self) -> MutexGuard<'_, Device> {
-        lock(&self.dev)
+    pub fn lock(&self) -> DeviceGuard<'_> {
+        DeviceGuard {
+            shared: self,
+            guard: Some(lock(&self.dev)),
+        }
     }
 
     /// The CQs armed for notification (taken after `dev` when both are needed).
@@ -83,6 +116,47 @@ impl Shared {
         self.app_drove_at.store(self.now_ns(), Ordering::Relaxed);
         // A socket error here is the engine thread's to report; the packet is lost.
         let _ = dev.poll();
+    }
+
+    /// After posting: moves the new work from the calling thread if the device is free,
+    /// and otherwise leaves it to the thread that holds it, which drives once more (the
+    /// engine thread also answers doorbells). A posting thread never waits for the lock.
+    pub fn kick(&self) {
+        self.pending.store(true, Ordering::SeqCst);
+        // Pairs with the fence in `drive_pending`: either the holder sees `pending`
+        // after unlocking, or our try_lock sees the lock free.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.drive_pending();
+        self.ring_if_asleep();
+    }
+
+    /// Drives the device from this thread while work is pending and the lock is free.
+    fn drive_pending(&self) {
+        while self.pending.load(Ordering::SeqCst) {
+            let Some(mut dev) = self.try_lock_raw() else {
+                break;
+            };
+            self.pending.store(false, Ordering::SeqCst);
+            self.drive(&mut dev);
+            drop(dev);
+            std::sync::atomic::fence(Ordering::SeqCst);
+        }
+    }
+
+    /// The device, if no other thread holds it.
+    pub fn try_lock(&self) -> Option<DeviceGuard<'_>> {
+        self.try_lock_raw().map(|g| DeviceGuard {
+            shared: self,
+            guard: Some(g),
+        })
+    }
+
+    fn try_lock_raw(&self) -> Option<MutexGuard<'_, Device>> {
+        match self.dev.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     fn app_active(&self) -> bool {
@@ -129,7 +203,9 @@ fn engine_thread(shared: Arc<Shared>) {
             continue;
         }
         let (moved, sleep) = {
-            let mut dev = shared.lock();
+            // Not `shared.lock()`: this loop comes back to pending work by itself.
+            let mut dev = lock(&shared.dev);
+            shared.pending.store(false, Ordering::SeqCst);
             let moved = dev.poll().unwrap_or(0);
             let mut armed = shared.armed();
             armed.retain(|(cq, fd)| {
@@ -155,15 +231,18 @@ fn engine_thread(shared: Arc<Shared>) {
             continue;
         }
         idle = 0;
-        let dev = shared.lock();
+        let dev = lock(&shared.dev);
         let sock = dev.port.as_fd().try_clone_to_owned();
         drop(dev);
         let Ok(sock) = sock else { continue };
         // Announce the sleep before the last look for work, so a poster that misses the
         // flag has posted early enough for this look to see it.
         shared.asleep.store(true, Ordering::SeqCst);
-        let sleep = shared
-            .lock()
+        if shared.pending.load(Ordering::SeqCst) {
+            shared.asleep.store(false, Ordering::SeqCst);
+            continue;
+        }
+        let sleep = lock(&shared.dev)
             .next_timer_in()
             .map_or(sleep, |t| t.min(sleep));
         sleep_on(&[&sock, &shared.doorbell], sleep);
@@ -201,6 +280,7 @@ impl Context {
             doorbell,
             stop: AtomicBool::new(false),
             armed: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
             app_drove_at: AtomicU64::new(0),
             asleep: AtomicBool::new(false),
             epoch: Instant::now(),

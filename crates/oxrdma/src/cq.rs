@@ -19,8 +19,9 @@ impl CompletionQueue {
     /// Appends up to `max` completions to `out`, oldest first; returns how many.
     ///
     /// Completions are taken without locking anything. When the queue is empty the calling
-    /// thread moves packets itself before looking again, so a thread that busy-polls drives
-    /// the device directly instead of competing with the engine thread for the CPU.
+    /// thread moves packets itself before looking again, if no other thread is doing so,
+    /// so a thread that busy-polls drives the device directly instead of competing with the
+    /// engine thread for the CPU.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
         let before = out.len();
         while out.len() - before < max {
@@ -30,11 +31,13 @@ impl CompletionQueue {
             }
         }
         if out.len() == before {
+            // Another thread driving the device will bring the completions: no waiting.
             let shared = self.ctx.shared();
-            let mut dev = shared.lock();
-            shared.drive(&mut dev);
-            // Also moves completions that overflowed the ring into it.
-            out.extend(dev.engine.poll_cq(self.cq, max)?);
+            if let Some(mut dev) = shared.try_lock() {
+                shared.drive(&mut dev);
+                // Also moves completions that overflowed the ring into it.
+                out.extend(dev.engine.poll_cq(self.cq, max)?);
+            }
         }
         Ok(out.len() - before)
     }

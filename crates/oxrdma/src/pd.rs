@@ -106,11 +106,15 @@ impl ProtectionDomain {
             sq_sig_all: false,
             srq: srq.map(|s| s.srq),
         };
-        let qpn = self.ctx.shared().lock().engine.create_qp(self.pd, &init)?;
+        let mut dev = self.ctx.shared().lock();
+        let qpn = dev.engine.create_qp(self.pd, &init)?;
+        let post = dev.engine.qp_post(qpn)?;
+        drop(dev);
         Ok(crate::QueuePair {
             ctx: self.ctx.clone(),
             qpn,
             qp_type,
+            post,
         })
     }
 }

@@ -2,7 +2,8 @@
 
 use crate::context::Context;
 use crate::error::Result;
-use oxrdma_core::{AddressVector, Gid, Mtu, QpAttr, QpState, RecvWr, SendWr};
+use oxrdma_core::{AddressVector, Gid, Mtu, QpAttr, QpPost, QpState, RecvWr, SendWr};
+use std::sync::Arc;
 
 /// What the other side needs to connect to a QP (exchanged out of band).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +44,8 @@ pub struct QueuePair {
     pub(crate) ctx: Context,
     pub(crate) qpn: u32,
     pub(crate) qp_type: oxrdma_core::QpType,
+    /// Where work is posted, without the device lock.
+    pub(crate) post: Arc<QpPost>,
 }
 
 impl QueuePair {
@@ -66,8 +69,9 @@ impl QueuePair {
         Ok(())
     }
 
+    /// The QP's current state (read without the device lock).
     pub fn state(&self) -> Result<QpState> {
-        Ok(self.ctx.shared().lock().engine.qp_state(self.qpn)?)
+        Ok(self.post.state())
     }
 
     /// RESET → INIT → RTR → RTS towards `remote`, sending from PSN `my_psn` (RC or UC; the
@@ -123,15 +127,14 @@ impl QueuePair {
         })
     }
 
-    /// `ibv_post_send` of one WR. Its first packets leave from the calling thread, before
-    /// this returns (as a doorbell write starts a hardware NIC at once).
+    /// `ibv_post_send` of one WR: checked and queued on this QP alone, then the doorbell.
+    /// If no other thread is driving the device, its first packets leave from the calling
+    /// thread before this returns (as a doorbell write starts a hardware NIC at once);
+    /// otherwise that thread sends them. Threads posting on different QPs never wait for
+    /// each other.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
-        let shared = self.ctx.shared();
-        let mut dev = shared.lock();
-        dev.engine.post_send(self.qpn, wr)?;
-        shared.drive(&mut dev);
-        drop(dev);
-        shared.ring_if_asleep();
+        self.post.post_send(wr)?;
+        self.ctx.shared().kick();
         Ok(())
     }
 
@@ -147,7 +150,11 @@ impl QueuePair {
 
     /// `ibv_post_recv` of one WR.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        self.ctx.shared().lock().engine.post_recv(self.qpn, wr)?;
+        self.post.post_recv(wr)?;
+        if self.post.state() == QpState::Err {
+            // To be flushed.
+            self.ctx.shared().kick();
+        }
         Ok(())
     }
 }

@@ -8,7 +8,7 @@ use crate::drops::{RxDrop, RxDrops};
 use crate::gid::Gid;
 use crate::keys::MrTable;
 use crate::limits::{DeviceAttr, MAX_PACKET};
-use crate::qp::{Ctx, Qp};
+use crate::qp::{Ctx, Doorbells, Qp};
 use crate::srq::Srq;
 use crate::timers::TimerQueue;
 use crate::verbs::{AsyncEvent, Mtu, QpType};
@@ -17,6 +17,7 @@ use oxrdma_wire::{Operation, PacketRepr, Transport};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 /// What identifies a device on the network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +64,8 @@ pub struct Engine {
     /// Address handles: their PD and destination.
     ahs: BTreeMap<u32, (u32, AddressVector)>,
     next_ah: u32,
+    /// QPs that application threads posted send work on.
+    bells: Arc<Doorbells>,
     /// QPs that may have something to send, in round-robin order.
     active: VecDeque<u32>,
     /// Every QP's next deadline.
@@ -126,6 +129,7 @@ impl Engine {
             next_ah: 1,
             srqs: BTreeMap::new(),
             next_srq: 1,
+            bells: Arc::default(),
             active: VecDeque::new(),
             timers: TimerQueue::default(),
             events: VecDeque::new(),
@@ -146,6 +150,21 @@ impl Engine {
     /// A random 24-bit PSN, for a QP's initial send PSN.
     pub fn random_psn(&mut self) -> u32 {
         self.rng.next_u32() & 0xff_ffff
+    }
+
+    /// Answers the doorbells: each QP that application threads posted send work on takes
+    /// it into its send queue and is scheduled to transmit.
+    pub fn answer_doorbells(&mut self) {
+        while let Some(qpn) = self.bells.pop() {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            let (ahs, pd) = (&self.ahs, qp.pd);
+            let resolve = |ah| ahs.get(&ah).filter(|a| a.0 == pd).map(|a| a.1.dgid);
+            let mut ctx = ctx!(self, 0);
+            qp.take_posted(&mut ctx, resolve);
+            touched(&mut self.active, &mut self.timers, qp);
+        }
     }
 
     /// A UDP payload that arrived from `src`, with its ICRC already checked by the driver.
@@ -221,6 +240,7 @@ impl Engine {
             buf.len() >= MAX_PACKET,
             "poll_transmit needs a buffer of MAX_PACKET bytes"
         );
+        self.answer_doorbells();
         while let Some(qpn) = self.active.pop_front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;

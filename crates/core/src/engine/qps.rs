@@ -4,12 +4,11 @@
 use super::{touched, Engine};
 use crate::attr::{validate, AttrLimits, QpAttr, QpInitAttr};
 use crate::error::{Result, VerbsError};
-use crate::limits::MAX_MESSAGE;
-use crate::qp::{Ctx, Qp, SendWqe};
+use crate::qp::{Ctx, Qp, QpPost};
 use crate::verbs::{MwType, QpState, QpType, WrOpcode};
 use crate::wr::{MwBind, RecvWr, SendData, SendWr};
-use oxrdma_wire::Psn;
 use rand_core::RngCore;
+use std::sync::Arc;
 
 impl Engine {
     pub fn create_qp(&mut self, pd: u32, init: &QpInitAttr) -> Result<u32> {
@@ -61,7 +60,16 @@ impl Engine {
                 break q;
             }
         };
-        let mut qp = Qp::new(qpn, pd, init);
+        let max_ud = self.config.max_mtu.bytes() as u64;
+        let post = QpPost::new(
+            qpn,
+            init.qp_type,
+            init.cap,
+            init.srq.is_some(),
+            max_ud,
+            self.bells.clone(),
+        );
+        let mut qp = Qp::new(qpn, pd, init, Arc::new(post));
         if init.qp_type == QpType::Ud {
             // No path MTU for datagrams: a message is one packet of up to the port's MTU.
             qp.mtu = self.config.max_mtu;
@@ -97,146 +105,35 @@ impl Engine {
             .get_mut(&qpn)
             .ok_or(VerbsError::NotFound("queue pair"))?;
         let to = validate(qp.qp_type, qp.state, attr, lim)?;
+        // Work posted before the modify is taken in the state it was posted in.
+        self.answer_doorbells();
+        let qp = self.qps.get_mut(&qpn).expect("looked up above");
         let mut ctx = ctx!(self, 0);
         qp.modify(&mut ctx, attr, to);
         touched(&mut self.active, &mut self.timers, qp);
         Ok(())
     }
 
-    /// `ibv_post_send` of one WR. Errors are synchronous and leave the queue unchanged.
+    /// The posting side of `qpn`: application threads post through it without the engine
+    /// (see `QpPost`), and `answer_doorbells` takes their work.
+    pub fn qp_post(&self, qpn: u32) -> Result<Arc<QpPost>> {
+        self.qps
+            .get(&qpn)
+            .map(|q| q.post().clone())
+            .ok_or(VerbsError::NotFound("queue pair"))
+    }
+
+    /// `ibv_post_send` of one WR, taken at once. Errors are synchronous and queue nothing.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<()> {
-        let qp = self
-            .qps
-            .get_mut(&qpn)
-            .ok_or(VerbsError::NotFound("queue pair"))?;
-        if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Rtr) {
-            return Err(VerbsError::BadState {
-                qpn,
-                state: qp.state,
-                what: "post_send needs RTS",
-            });
-        }
-        if qp.sq.len() >= qp.cap.max_send_wr as usize {
-            return Err(VerbsError::Exhausted("send queue is full"));
-        }
-        let op = wr.opcode;
-        match &wr.data {
-            SendData::Sges(s) if s.len() > qp.cap.max_send_sge as usize => {
-                return Err(VerbsError::InvalidArgument("more SGEs than max_send_sge"));
-            }
-            SendData::Inline(d) if d.len() > qp.cap.max_inline_data as usize => {
-                return Err(VerbsError::InvalidArgument(
-                    "inline data longer than max_inline_data",
-                ));
-            }
-            SendData::Inline(_) if op.is_read_or_atomic() => {
-                return Err(VerbsError::InvalidArgument(
-                    "READ and atomics cannot be inline",
-                ));
-            }
-            _ => {}
-        }
-        let len = wr.length();
-        if op.is_atomic() && len != 8 {
-            return Err(VerbsError::InvalidArgument(
-                "atomics need 8 bytes of local memory",
-            ));
-        }
-        if op.is_read_or_atomic() && qp.max_rd_atomic == 0 {
-            return Err(VerbsError::InvalidArgument(
-                "READ/atomic on a QP with max_rd_atomic 0",
-            ));
-        }
-        if len > MAX_MESSAGE {
-            return Err(VerbsError::InvalidArgument(
-                "message longer than 2^31 bytes",
-            ));
-        }
-        let allowed = match qp.qp_type {
-            QpType::Rc => true,
-            QpType::Uc => !op.is_read_or_atomic() && op != WrOpcode::SendWithInv,
-            QpType::Ud => matches!(op, WrOpcode::Send | WrOpcode::SendWithImm),
-        };
-        if op == WrOpcode::BindMw && wr.bind.is_none() {
-            return Err(VerbsError::InvalidArgument("BIND_MW without a binding"));
-        }
-        if !allowed {
-            return Err(VerbsError::InvalidArgument(
-                "opcode not supported on this QP type",
-            ));
-        }
-        let mut ud_dest = None;
-        if qp.qp_type == QpType::Ud {
-            let ud = wr.ud.ok_or(VerbsError::InvalidArgument(
-                "a UD send needs a destination (address handle, QPN, Q_Key)",
-            ))?;
-            let &(ah_pd, av) = self
-                .ahs
-                .get(&ud.ah)
-                .ok_or(VerbsError::NotFound("address handle"))?;
-            if ah_pd != qp.pd {
-                return Err(VerbsError::InvalidArgument(
-                    "address handle of another protection domain",
-                ));
-            }
-            if ud.remote_qpn >= 1 << 24 {
-                return Err(VerbsError::InvalidArgument("remote QPN is 24-bit"));
-            }
-            if len > self.config.max_mtu.bytes() as u64 {
-                return Err(VerbsError::InvalidArgument(
-                    "UD messages fit in one packet: at most the port's MTU",
-                ));
-            }
-            ud_dest = Some(av.dgid);
-        }
-        qp.sq.push_back(SendWqe {
-            wr,
-            ud_dest,
-            len,
-            segs: Vec::new(),
-            started: false,
-            first_psn: Psn::new(0),
-            npkts: 0,
-            local_error: None,
-            local_done: None,
-        });
-        if qp.state == QpState::Err {
-            let mut ctx = ctx!(self, 0);
-            qp.flush(&mut ctx);
-        }
-        touched(&mut self.active, &mut self.timers, qp);
+        self.qp_post(qpn)?.post_send(wr)?;
+        self.answer_doorbells();
         Ok(())
     }
 
     /// `ibv_post_recv` of one WR.
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<()> {
-        let qp = self
-            .qps
-            .get_mut(&qpn)
-            .ok_or(VerbsError::NotFound("queue pair"))?;
-        if qp.state == QpState::Reset {
-            return Err(VerbsError::BadState {
-                qpn,
-                state: qp.state,
-                what: "post_recv needs INIT or later",
-            });
-        }
-        if qp.srq.is_some() {
-            return Err(VerbsError::InvalidArgument(
-                "this QP receives from an SRQ: post there",
-            ));
-        }
-        if qp.resp.rq_len() >= qp.cap.max_recv_wr as usize {
-            return Err(VerbsError::Exhausted("receive queue is full"));
-        }
-        if wr.sges.len() > qp.cap.max_recv_sge as usize {
-            return Err(VerbsError::InvalidArgument("more SGEs than max_recv_sge"));
-        }
-        qp.resp.post_recv(wr);
-        if qp.state == QpState::Err {
-            let mut ctx = ctx!(self, 0);
-            qp.flush(&mut ctx);
-        }
+        self.qp_post(qpn)?.post_recv(wr)?;
+        self.answer_doorbells();
         Ok(())
     }
 

@@ -1,7 +1,7 @@
 //! A queue pair: its attributes, queues and state machine. The requester, completer and
 //! responder (in their own files) operate on this struct.
 
-use crate::attr::{AddressVector, QpAttr, QpCap, QpInitAttr};
+use crate::attr::{AddressVector, QpAttr, QpInitAttr};
 pub(crate) use crate::ctx::Ctx;
 use crate::drops::RxDrop;
 use crate::gid::rc_udp_sport;
@@ -13,10 +13,13 @@ use crate::verbs::{Access, AsyncEvent, EventType, Mtu, QpState, QpType, WcStatus
 use crate::wr::{SendWr, WorkCompletion};
 use crate::Nanos;
 use oxrdma_wire::{PacketRepr, Psn};
+pub use post::{Doorbells, QpPost};
 use responder::{Fatal, QpView, Responder};
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 mod completer;
+mod post;
 mod requester;
 mod responder;
 
@@ -44,6 +47,19 @@ pub(crate) struct SendWqe {
 }
 
 impl SendWqe {
+    fn new(wr: SendWr, ud_dest: Option<Gid>) -> Self {
+        SendWqe {
+            len: wr.length(),
+            wr,
+            ud_dest,
+            segs: Vec::new(),
+            started: false,
+            first_psn: Psn::new(0),
+            npkts: 0,
+            local_error: None,
+            local_done: None,
+        }
+    }
     pub fn last_psn(&self) -> Psn {
         self.first_psn.add(self.npkts - 1)
     }
@@ -98,7 +114,6 @@ pub(crate) struct Qp {
     recv_cq: u32,
     /// Receives come from this shared receive queue instead of the QP's own.
     pub srq: Option<u32>,
-    pub cap: QpCap,
     sq_sig_all: bool,
     pub state: QpState,
     access: Access,
@@ -113,6 +128,9 @@ pub(crate) struct Qp {
     max_dest_rd_atomic: u8,
     dest_qpn: u32,
     pub udp_sport: u16,
+    /// The posting side shared with application threads (WRs wait there until taken).
+    post: Arc<QpPost>,
+    /// Send WQEs taken from `post`, until they complete.
     pub sq: VecDeque<SendWqe>,
     req: ReqState,
     /// The responder, with the QP's own receive queue.
@@ -126,7 +144,7 @@ pub(crate) struct Qp {
 }
 
 impl Qp {
-    pub fn new(qpn: u32, pd: u32, init: &QpInitAttr) -> Qp {
+    pub fn new(qpn: u32, pd: u32, init: &QpInitAttr, post: Arc<QpPost>) -> Qp {
         Qp {
             qpn,
             qp_type: init.qp_type,
@@ -134,7 +152,6 @@ impl Qp {
             send_cq: init.send_cq,
             recv_cq: init.recv_cq,
             srq: init.srq,
-            cap: init.cap,
             sq_sig_all: init.sq_sig_all,
             state: QpState::Reset,
             access: Access::empty(),
@@ -151,7 +168,8 @@ impl Qp {
             udp_sport: 0xc000,
             sq: VecDeque::new(),
             req: ReqState::default(),
-            resp: Responder::default(),
+            resp: Responder::new(post.clone()),
+            post,
             scheduled: false,
             queued_deadline: None,
             drain_pending: false,
@@ -193,6 +211,7 @@ impl Qp {
         }
         if let Some(n) = attr.max_rd_atomic {
             self.max_rd_atomic = n;
+            self.post.set_max_rd_atomic(n);
         }
         if let Some(n) = attr.max_dest_rd_atomic {
             self.max_dest_rd_atomic = n;
@@ -217,16 +236,45 @@ impl Qp {
             QpState::Reset => self.reset(),
             QpState::Err => self.enter_error(ctx, None),
             QpState::Sqd if from == QpState::Rts => {
-                self.state = to;
+                self.set_state(to);
                 self.drain_pending = true;
                 self.check_drained(ctx);
             }
             QpState::Rts if from == QpState::Rtr => {
                 self.req.retries_left = self.retry_cnt;
                 self.req.rnr_retries_left = self.rnr_retry;
-                self.state = to;
+                self.set_state(to);
             }
-            _ => self.state = to,
+            _ => self.set_state(to),
+        }
+    }
+
+    fn set_state(&mut self, s: QpState) {
+        self.state = s;
+        self.post.set_state(s);
+    }
+
+    /// The posting side, for application threads.
+    pub fn post(&self) -> &Arc<QpPost> {
+        &self.post
+    }
+
+    /// Answers the doorbell: takes the send WRs posted since the last time (resolving a UD
+    /// WR's address handle with `ah`), and flushes what was posted in ERR.
+    pub(crate) fn take_posted(&mut self, ctx: &mut Ctx<'_>, ah: impl Fn(u32) -> Option<Gid>) {
+        self.post.answer();
+        while let Some(wr) = self.post.sq.take() {
+            let dest = wr.ud.and_then(|u| ah(u.ah));
+            self.sq.push_back(SendWqe::new(wr, dest));
+        }
+        match self.state {
+            QpState::Err => self.flush(ctx),
+            // Posted in RTS, taken after a reset: discarded as the reset discards.
+            QpState::Reset | QpState::Init | QpState::Rtr => {
+                self.post.sq.retire(self.sq.len());
+                self.sq.clear();
+            }
+            _ => {}
         }
     }
 
@@ -307,6 +355,9 @@ impl Qp {
     /// Completes the front send WQE with `status` (if signalled or an error).
     pub fn complete_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
         let Some(w) = self.sq.pop_front() else { return };
+        // The slot is free before the completion can be seen, so the application may post
+        // again as soon as it polls it.
+        self.post.sq.retire(1);
         // The requester's cursor indexes the queue: shift it, or restart it if it pointed
         // at the WQE just removed.
         if self.req.idx == 0 {
@@ -362,7 +413,7 @@ impl Qp {
         if self.state == QpState::Err {
             return;
         }
-        self.state = QpState::Err;
+        self.set_state(QpState::Err);
         if let Some(event) = event {
             ctx.events.push_back(AsyncEvent::Qp {
                 qpn: self.qpn,
@@ -382,6 +433,9 @@ impl Qp {
 
     /// Completes everything queued with WR_FLUSH_ERR (used in and on entry to ERR).
     pub fn flush(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(wr) = self.post.sq.take() {
+            self.sq.push_back(SendWqe::new(wr, None));
+        }
         while !self.sq.is_empty() {
             self.complete_front(ctx, WcStatus::WrFlushErr);
         }
@@ -391,10 +445,12 @@ impl Qp {
 
     /// Back to RESET: queues are emptied without completions, as libibverbs specifies.
     pub fn reset(&mut self) {
-        self.state = QpState::Reset;
+        self.set_state(QpState::Reset);
+        self.post.sq.retire(self.sq.len());
         self.sq.clear();
+        self.post.sq.discard();
         self.req = ReqState::default();
-        self.resp = Responder::default();
+        self.resp.reset();
     }
 
     /// The earliest deadline this QP is waiting for.

@@ -109,6 +109,10 @@ impl Qp {
         if w.len > crate::limits::MAX_MESSAGE {
             return Err(WcStatus::LocLenErr);
         }
+        if self.qp_type == QpType::Ud && w.ud_dest.is_none() {
+            // Its address handle was destroyed, or is another PD's (rxe fails it the same way).
+            return Err(WcStatus::LocQpOpErr);
+        }
         let segs = match &w.wr.data {
             SendData::Inline(_) => Vec::new(),
             SendData::Sges(sges) => {

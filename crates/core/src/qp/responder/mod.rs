@@ -5,6 +5,7 @@ use crate::build::{bth, finish_packet, packets_for};
 use crate::ctx::Ctx;
 use crate::drops::RxDrop;
 use crate::mr::{scatter, Segment};
+use crate::qp::post::QpPost;
 use crate::verbs::{Access, EventType, Mtu, QpState, WcOpcode, WcStatus};
 use crate::wr::{RecvWr, WorkCompletion};
 use oxrdma_wire::aeth::INVALID_CREDIT;
@@ -14,6 +15,7 @@ use oxrdma_wire::{
 };
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 mod uc;
 mod ud;
@@ -74,10 +76,12 @@ enum Reply {
 
 /// The responder of one QP: its receive queue and everything it tracks of incoming
 /// requests and the replies it owes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Responder {
-    /// Receive WQEs posted to the QP itself (not to an SRQ).
-    rq: VecDeque<RecvWr>,
+    /// The QP's posting side: its receive queue (unless it uses an SRQ).
+    post: Arc<QpPost>,
+    /// Receive WQEs taken for a UC message that was dropped, to be used first.
+    returned: VecDeque<RecvWr>,
     /// The only PSN accepted next.
     epsn: Psn,
     /// Messages completed (24-bit on the wire).
@@ -248,21 +252,43 @@ impl Responder {
         Ok(None)
     }
 
-    /// Posts a receive WQE to the QP's own queue (the engine checked its depth and SGEs).
-    pub(crate) fn post_recv(&mut self, wr: RecvWr) {
-        self.rq.push_back(wr);
+    /// A responder taking receives from `post`'s queue.
+    pub(crate) fn new(post: Arc<QpPost>) -> Self {
+        Responder {
+            post,
+            returned: VecDeque::new(),
+            epsn: Psn::default(),
+            msn: 0,
+            nak_sent: false,
+            uc_dropping: false,
+            recv: None,
+            write: None,
+            replies: VecDeque::new(),
+            atomics: VecDeque::new(),
+        }
     }
 
-    /// Receive WQEs posted to the QP's own queue and not yet taken.
-    pub(crate) fn rq_len(&self) -> usize {
-        self.rq.len()
+    /// Back to RESET: everything posted is discarded without completions.
+    pub(crate) fn reset(&mut self) {
+        let held = self.returned.len() + usize::from(self.recv.is_some());
+        self.post.rq.discard();
+        self.post.rq.retire(held);
+        *self = Responder::new(self.post.clone());
+    }
+
+    /// A receive WQE of the QP's own queue is finished (its completion follows at once):
+    /// its slot is free for the next post.
+    fn release(&self, q: &QpView) {
+        if q.srq.is_none() {
+            self.post.rq.retire(1);
+        }
     }
 
     /// Whether a receive WQE is waiting for this QP (in its own queue or its SRQ).
     pub(crate) fn has_recv(&self, ctx: &Ctx<'_>, q: &QpView) -> bool {
         match q.srq {
             Some(s) => ctx.srqs.get(&s).is_some_and(|srq| !srq.queue.is_empty()),
-            None => !self.rq.is_empty(),
+            None => !self.returned.is_empty() || !self.post.rq.is_empty(),
         }
     }
 
@@ -270,7 +296,7 @@ impl Responder {
     pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>, q: &QpView) -> Option<RecvWr> {
         match q.srq {
             Some(s) => ctx.srqs.get_mut(&s)?.take(s, ctx.events),
-            None => self.rq.pop_front(),
+            None => self.returned.pop_front().or_else(|| self.post.rq.take()),
         }
     }
 
@@ -278,7 +304,7 @@ impl Responder {
     pub(crate) fn return_recv(&mut self, ctx: &mut Ctx<'_>, q: &QpView, wr: RecvWr) {
         match q.srq.and_then(|s| ctx.srqs.get_mut(&s)) {
             Some(srq) => srq.queue.push_front(wr),
-            None => self.rq.push_front(wr),
+            None => self.returned.push_front(wr),
         }
     }
 
@@ -286,9 +312,13 @@ impl Responder {
     /// completes with WR_FLUSH_ERR.
     pub(crate) fn flush(&mut self, ctx: &mut Ctx<'_>, q: &QpView) {
         let started = self.recv.take().map(|r| r.wr_id);
-        let queued: Vec<u64> = self.rq.drain(..).map(|r| r.wr_id).collect();
+        let mut queued: Vec<u64> = self.returned.drain(..).map(|r| r.wr_id).collect();
+        if q.srq.is_none() {
+            queued.extend(std::iter::from_fn(|| self.post.rq.take()).map(|r| r.wr_id));
+        }
         for wr_id in started.into_iter().chain(queued) {
             let wc = WorkCompletion::new(wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, q.qpn);
+            self.release(q);
             ctx.complete(q.recv_cq, wc);
         }
     }
@@ -307,6 +337,7 @@ impl Responder {
     /// Puts `wc`, a receive's completion, on the receive CQ (with the source QP added).
     fn complete_recv(&self, ctx: &mut Ctx<'_>, q: &QpView, wc: WorkCompletion) {
         let src_qp = q.dest_qpn;
+        self.release(q);
         ctx.complete(q.recv_cq, WorkCompletion { src_qp, ..wc });
     }
 

@@ -48,6 +48,7 @@ impl Responder {
             }
             Some(_) => WcStatus::LocLenErr,
         };
+        self.release(q);
         ctx.complete(
             q.recv_cq,
             WorkCompletion {
