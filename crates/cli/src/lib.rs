@@ -11,6 +11,7 @@ pub mod pingloop;
 pub mod pingpong;
 pub mod scale;
 pub mod sim;
+pub mod threads;
 pub mod udpingpong;
 
 /// Listens for the out-of-band TCP connection on every address, IPv6 and IPv4 (falling back

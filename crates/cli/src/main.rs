@@ -1,7 +1,7 @@
 //! `oxrdma`: the oxrdma command-line tool.
 
 use clap::{Parser, Subcommand};
-use oxrdma_cli::{decode, devinfo, pingpong, scale, sim, udpingpong};
+use oxrdma_cli::{decode, devinfo, pingpong, scale, sim, threads, udpingpong};
 use std::io;
 use std::process::ExitCode;
 
@@ -30,6 +30,9 @@ enum Command {
     /// What idle QPs cost: the idle driver pass and an 8 B WRITE's round trip with 1, 1,000
     /// and 10,000 idle connected QPs (ratios to the first count, same run).
     Scale(scale::ScaleArgs),
+    /// What posting from many threads costs: WRITE rates and post_send time with 1 and 4
+    /// threads, each posting on its own QP (ratios to the first count, same run).
+    Threads(threads::ThreadsArgs),
     /// Benchmark RDMA WRITE goodput in the simulator under packet loss, as a ratio to a
     /// lossless run with the same seed.
     SimBench(sim::BenchArgs),
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Command::Devinfo(a) => done(devinfo::devinfo(a.addr)),
         Command::Perf(p) => done(p.run()),
         Command::Scale(a) => scale::run(a).map(|_| true),
+        Command::Threads(a) => threads::run(a).map(|_| true),
         Command::SimBench(b) => sim::bench_cmd(b),
     };
     match result {

@@ -37,6 +37,9 @@ impl CompletionQueue {
                 shared.drive(&mut dev);
                 // Also moves completions that overflowed the ring into it.
                 out.extend(dev.engine.poll_cq(self.cq, max)?);
+            } else {
+                // Let the thread that drives run (cores may be fewer than threads).
+                std::thread::yield_now();
             }
         }
         Ok(out.len() - before)
