@@ -239,3 +239,58 @@ fn ud_without_a_receive_is_dropped_and_a_short_buffer_is_a_length_error() {
     let b = p.wcs(1);
     assert_eq!((b[0].wr_id, b[0].status), (2, WcStatus::LocLenErr));
 }
+
+#[test]
+fn ud_send_through_a_destroyed_address_handle_is_a_local_qp_error() {
+    let mut p = pair(QpType::Ud);
+    p.post_recv(1, 1, vec![p.b.sge(0, 2048)]);
+    let w = ud_send(&p, 5, 10, 0x1111_1111, None);
+    // The AH goes away after the post is accepted and before the engine takes the WR (as
+    // when the program destroys it with the WR outstanding): rxe fails it the same way.
+    let e = &mut p.world.nodes[0].engine;
+    let post = e.qp_post(p.a.qpn).unwrap();
+    post.post_send(w).unwrap();
+    e.destroy_ah(p.a.ah.unwrap()).unwrap();
+    p.run();
+    let wcs = p.wcs(0);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(5, WcStatus::LocQpOpErr)]
+    );
+    assert_eq!(post.state(), oxrdma_core::QpState::Err);
+    assert!(p.wcs(1).is_empty(), "nothing was sent");
+}
+
+#[test]
+fn the_send_queue_depth_counts_every_wr_until_it_completes() {
+    let mut p = Pair::new(&PairOptions {
+        qp_type: QpType::Rc,
+        cap: oxrdma_core::QpCap {
+            max_send_wr: 4,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let write = |p: &Pair, id| {
+        let mut w = SendWr::new(id, WrOpcode::RdmaWrite, SendData::Sges(vec![p.a.sge(0, 8)]));
+        (w.remote_addr, w.rkey) = (p.b.addr(0), p.b.mr.rkey);
+        w
+    };
+    let qpn = p.a.qpn;
+    for id in 0..4 {
+        let w = write(&p, id);
+        p.world.nodes[0].engine.post_send(qpn, w).unwrap();
+    }
+    let w = write(&p, 4);
+    let e = p.world.nodes[0].engine.post_send(qpn, w).unwrap_err();
+    assert!(e.to_string().contains("full"), "{e}");
+    p.run();
+    assert_eq!(p.wcs(0).len(), 4);
+    // Every slot is free again: four more fit, a fifth does not.
+    for id in 10..14 {
+        let w = write(&p, id);
+        p.world.nodes[0].engine.post_send(qpn, w).unwrap();
+    }
+    let w = write(&p, 14);
+    assert!(p.world.nodes[0].engine.post_send(qpn, w).is_err());
+}
