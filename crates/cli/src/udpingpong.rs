@@ -172,7 +172,7 @@ mod tests {
 
     #[test]
     fn wire_format_and_address_lines_match_ibv_ud_pingpong() {
-        // Values from /work/shared/vectors/rxe-pcap/logs/ud_pingpong.*.
+        // Values from tests/vectors/rxe/logs/ud_pingpong.*.
         let e = Endpoint {
             gid: Gid::from(std::net::Ipv4Addr::new(10, 77, 0, 2)),
             qpn: 0x14,

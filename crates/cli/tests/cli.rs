@@ -27,7 +27,7 @@ fn vector(name: &str) -> PathBuf {
     let dir = std::env::var_os("OXRDMA_RXE_PCAP_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/rxe-pcap")
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors/rxe")
         });
     dir.join(name)
 }

@@ -1,4 +1,4 @@
-//! Every RoCEv2 packet Linux rxe put on the wire in `shared/vectors/rxe-pcap` parses,
+//! Every RoCEv2 packet Linux rxe put on the wire in `tests/vectors/rxe` parses,
 //! re-emits byte for byte, and its ICRC verifies against the captured IP and UDP headers.
 //! Per-file and per-opcode counts are checked against the independent decoder's output
 //! (`decoded/*.txt`, written by `interop/analyze-pcap.py`).
@@ -13,11 +13,11 @@ fn vectors_dir() -> PathBuf {
     let dir = std::env::var_os("OXRDMA_RXE_PCAP_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/rxe-pcap")
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors/rxe")
         });
     assert!(
         dir.is_dir(),
-        "rxe captures not found at {} (set OXRDMA_RXE_PCAP_DIR to the shared/vectors/rxe-pcap folder)",
+        "rxe captures not found at {} (they ship in tests/vectors/rxe; OXRDMA_RXE_PCAP_DIR points elsewhere)",
         dir.display()
     );
     dir
