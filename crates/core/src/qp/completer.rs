@@ -4,10 +4,78 @@
 use crate::drops::RxDrop;
 use crate::mr::scatter;
 use crate::qp::{Ctx, Qp};
-use crate::timers::Timer;
+use crate::timers::{Timer, TimerTable};
 use crate::verbs::{QpState, WcStatus, WrOpcode};
+use crate::Nanos;
 use oxrdma_wire::aeth::rnr_timer_micros;
 use oxrdma_wire::{NakCode, Operation, PacketRepr, Psn, Syndrome};
+
+/// Tail-loss probes per stall before only the ACK timeout is left.
+const MAX_PROBES: u8 = 2;
+
+/// What the completer owns: how far the peer has acknowledged, the retry budgets, and
+/// every retransmission deadline. The requester reads `una` and the ACK timer through the
+/// methods below.
+#[derive(Debug, Default)]
+pub(crate) struct Completer {
+    /// Oldest PSN not yet acknowledged (the completer's expected PSN).
+    una: Psn,
+    retries_left: u8,
+    rnr_retries_left: u8,
+    /// The retransmit, RNR-wait and probe deadlines.
+    timers: TimerTable,
+    /// While the RNR wait runs: the PSN to resume from.
+    rnr_psn: Psn,
+    /// Set after a go-back triggered by an out-of-order response, so later out-of-order
+    /// responses of the same burst do not trigger another.
+    retry_psn: Option<Psn>,
+    /// Smoothed round-trip time, from AckReq packets sent once (Karn's rule).
+    srtt: Option<Nanos>,
+    /// Tail-loss probes sent in this stall (the Probe timer resends from `una` if nothing
+    /// has moved, without spending retry_cnt: a lost last packet or ACK would otherwise wait
+    /// a whole ACK timeout).
+    probes: u8,
+    /// While there is no RTT estimate: the timed packet a probe made ambiguous, and when
+    /// the probe left (see `Qp::rtt_sample_for`).
+    probed_sample: Option<(Psn, Nanos)>,
+}
+
+impl Completer {
+    /// The first PSN the requester will send is the first to be acknowledged.
+    pub(crate) fn start_at(&mut self, psn: Psn) {
+        self.una = psn;
+    }
+
+    /// Full retry budgets (on entering RTS, and after progress).
+    pub(crate) fn refill_retries(&mut self, retry_cnt: u8, rnr_retry: u8) {
+        self.retries_left = retry_cnt;
+        self.rnr_retries_left = rnr_retry;
+    }
+
+    /// Oldest PSN not yet acknowledged.
+    pub(crate) fn una(&self) -> Psn {
+        self.una
+    }
+
+    /// UC/UD: packets before `next` left and nothing waits for their ACK.
+    pub(crate) fn unreliable_sent(&mut self, next: Psn) {
+        self.una = next;
+        self.timers.stop(Timer::Retransmit);
+        self.timers.stop(Timer::Probe);
+    }
+
+    pub(crate) fn ack_timer_running(&self) -> bool {
+        self.timers.is_running(Timer::Retransmit)
+    }
+
+    pub(crate) fn stop_timers(&mut self) {
+        self.timers.stop_all();
+    }
+
+    pub(crate) fn next_deadline(&self) -> Option<Nanos> {
+        self.timers.next()
+    }
+}
 
 fn nak_status(code: NakCode) -> WcStatus {
     match code {
@@ -30,8 +98,8 @@ impl Qp {
             return Err(RxDrop::QpState);
         }
         let psn = pkt.bth.psn;
-        let outstanding = self.req.una.distance_to(self.req.high_psn);
-        if !psn.in_window(self.req.una, outstanding) {
+        let outstanding = self.comp.una.distance_to(self.req.high_psn());
+        if !psn.in_window(self.comp.una, outstanding) {
             return Err(RxDrop::StaleResponse);
         }
         let info = pkt.bth.opcode.info().map_err(|_| RxDrop::Malformed)?;
@@ -49,7 +117,7 @@ impl Qp {
                 self.ack_before(ctx, psn);
                 if self.state == QpState::Err || self.rnr_waiting_at() == Some(psn) {
                     // Dead, or the echo of an RNR NAK we are already waiting out.
-                } else if self.req.una == psn {
+                } else if self.comp.una == psn {
                     self.retry(ctx, psn);
                 } else {
                     // A READ or atomic before the NAKed PSN still lacks its response: resend
@@ -101,7 +169,7 @@ impl Qp {
 
     /// Everything before `psn` is acknowledged (a NAK's implicit ACK).
     fn ack_before(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
-        if psn != self.req.una {
+        if psn != self.comp.una {
             self.ack_through(ctx, psn.sub(1));
         }
     }
@@ -109,31 +177,30 @@ impl Qp {
     /// Records progress up to (not including) `una`: retry budgets refill, the timer
     /// restarts.
     fn advance_una(&mut self, ctx: &Ctx<'_>, una: Psn) {
-        if !self.req.una.before(una) {
+        if !self.comp.una.before(una) {
             return;
         }
         if let Some(sample) = self.rtt_sample_for(ctx.now, una) {
-            self.req.srtt = Some(self.req.srtt.map_or(sample, |s| (7 * s + sample) / 8));
+            self.comp.srtt = Some(self.comp.srtt.map_or(sample, |s| (7 * s + sample) / 8));
         }
-        self.req.una = una;
-        self.req.probes = 0;
-        self.req.retry_psn = None;
+        self.comp.una = una;
+        self.comp.probes = 0;
+        self.comp.retry_psn = None;
         if self.rnr_waiting_at().is_some_and(|p| p.before(una)) {
             // The PSN that met RNR got through after all (a late copy found a receive).
-            self.req.timers.stop(Timer::RnrWait);
+            self.comp.timers.stop(Timer::RnrWait);
         }
-        self.req.retries_left = self.retry_cnt;
-        self.req.rnr_retries_left = self.rnr_retry;
-        if self.req.next_psn.before(una) {
+        self.comp.refill_retries(self.retry_cnt, self.rnr_retry);
+        if self.req.next_psn().before(una) {
             // An ACK for packets we are about to resend: skip them.
             self.rewind(una);
         }
-        let deadline = if una == self.req.high_psn {
+        let deadline = if una == self.req.high_psn() {
             None
         } else {
             self.ack_timeout().map(|t| ctx.now + t)
         };
-        self.req.timers.set_or_stop(Timer::Retransmit, deadline);
+        self.comp.timers.set_or_stop(Timer::Retransmit, deadline);
         self.arm_probe(ctx.now);
     }
 
@@ -143,34 +210,33 @@ impl Qp {
     /// and no estimate would ever form. So, while there is none, an ACK for a probed packet
     /// is timed from the probe: exact if it answers the probe, short by at most the probe
     /// timeout if it answers the original.
-    fn rtt_sample_for(&mut self, now: crate::Nanos, una: Psn) -> Option<crate::Nanos> {
-        let r = &mut self.req;
-        if let Some((_, sent)) = r.rtt_sample.filter(|&(p, _)| p.before(una)) {
-            r.rtt_sample = None;
+    fn rtt_sample_for(&mut self, now: Nanos, una: Psn) -> Option<Nanos> {
+        if let Some(sent) = self.req.take_sample_before(una) {
             return Some(now.saturating_sub(sent));
         }
-        let (_, probe) = r.probed_sample.filter(|&(p, _)| p.before(una))?;
-        r.probed_sample = None;
-        r.srtt.is_none().then(|| now.saturating_sub(probe))
+        let c = &mut self.comp;
+        let (_, probe) = c.probed_sample.filter(|&(p, _)| p.before(una))?;
+        c.probed_sample = None;
+        c.srtt.is_none().then(|| now.saturating_sub(probe))
     }
 
     /// Resends from `from`, if the retry budget allows; otherwise fails the front WQE.
     pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, from: Psn) {
-        if self.req.retries_left == 0 {
+        if self.comp.retries_left == 0 {
             self.complete_front(ctx, WcStatus::RetryExcErr);
             self.enter_error(ctx, None);
             return;
         }
-        self.req.retries_left -= 1;
+        self.comp.retries_left -= 1;
         self.rewind(from);
         self.restart_ack_timer(ctx.now);
     }
 
     /// An out-of-order response means responses were lost: go back to `una`, once per burst.
     fn go_back_once(&mut self, ctx: &mut Ctx<'_>) {
-        if self.req.retry_psn != Some(self.req.una) {
-            self.req.retry_psn = Some(self.req.una);
-            self.retry(ctx, self.req.una);
+        if self.comp.retry_psn != Some(self.comp.una) {
+            self.comp.retry_psn = Some(self.comp.una);
+            self.retry(ctx, self.comp.una);
         }
     }
 
@@ -178,23 +244,23 @@ impl Qp {
         if self.state == QpState::Err || !self.sq.front().is_some_and(|w| w.holds(psn)) {
             return;
         }
-        if self.req.rnr_retries_left == 0 {
+        if self.comp.rnr_retries_left == 0 {
             self.complete_front(ctx, WcStatus::RnrRetryExcErr);
             self.enter_error(ctx, None);
             return;
         }
         if self.rnr_retry != 7 {
-            self.req.rnr_retries_left -= 1;
+            self.comp.rnr_retries_left -= 1;
         }
         let wait = u64::from(rnr_timer_micros(timer)) * 1000;
-        self.req.timers.set(Timer::RnrWait, ctx.now + wait);
-        self.req.rnr_psn = psn;
-        self.req.timers.stop(Timer::Retransmit);
+        self.comp.timers.set(Timer::RnrWait, ctx.now + wait);
+        self.comp.rnr_psn = psn;
+        self.comp.timers.stop(Timer::Retransmit);
     }
 
     /// Lines up a response at `psn` with the completer's expected PSN; false to drop it.
     fn in_order_response(&mut self, ctx: &mut Ctx<'_>, psn: Psn) -> bool {
-        if psn != self.req.una {
+        if psn != self.comp.una {
             let front_waits = self
                 .sq
                 .front()
@@ -206,7 +272,7 @@ impl Qp {
             // Sends/writes before it were implicitly acknowledged.
             self.ack_through(ctx, psn.sub(1));
         }
-        psn == self.req.una && self.state != QpState::Err
+        psn == self.comp.una && self.state != QpState::Err
     }
 
     fn read_response(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
@@ -268,36 +334,74 @@ impl Qp {
     /// Timer expiries: local ACK timeout and the end of an RNR wait.
     pub(crate) fn handle_timers(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let mut fired = false;
-        if self.req.timers.is_expired(Timer::RnrWait, ctx.now) {
-            self.req.timers.stop(Timer::RnrWait);
-            self.rewind(self.req.rnr_psn);
+        if self.comp.timers.is_expired(Timer::RnrWait, ctx.now) {
+            self.comp.timers.stop(Timer::RnrWait);
+            self.rewind(self.comp.rnr_psn);
             self.restart_ack_timer(ctx.now);
             fired = true;
         }
-        if self.req.timers.is_expired(Timer::Probe, ctx.now) {
+        if self.comp.timers.is_expired(Timer::Probe, ctx.now) {
             fired = true;
-            self.req.timers.stop(Timer::Probe);
-            if self.req.una != self.req.high_psn && self.rnr_waiting_at().is_none() {
-                self.req.probes += 1;
-                if self.req.srtt.is_none() {
-                    if let Some((p, _)) = self.req.rtt_sample {
-                        self.req.probed_sample = Some((p, ctx.now));
+            self.comp.timers.stop(Timer::Probe);
+            if self.comp.una != self.req.high_psn() && self.rnr_waiting_at().is_none() {
+                self.comp.probes += 1;
+                if self.comp.srtt.is_none() {
+                    if let Some(p) = self.req.timed_psn() {
+                        self.comp.probed_sample = Some((p, ctx.now));
                     }
                 }
-                let una = self.req.una;
+                let una = self.comp.una;
                 self.rewind(una);
                 self.arm_probe(ctx.now);
             }
         }
-        if self.req.timers.is_expired(Timer::Retransmit, ctx.now) {
+        if self.comp.timers.is_expired(Timer::Retransmit, ctx.now) {
             fired = true;
-            if self.req.una == self.req.high_psn {
-                self.req.timers.stop(Timer::Retransmit);
+            if self.comp.una == self.req.high_psn() {
+                self.comp.timers.stop(Timer::Retransmit);
             } else {
-                let una = self.req.una;
+                let una = self.comp.una;
                 self.retry(ctx, una);
             }
         }
         fired
+    }
+
+    /// (Re)starts the local ACK timeout from `now` (timeout 0: it never fires).
+    pub fn restart_ack_timer(&mut self, now: Nanos) {
+        let at = self.ack_timeout().map(|t| now + t);
+        self.comp.timers.set_or_stop(Timer::Retransmit, at);
+    }
+
+    /// The PSN an RNR NAK made us wait to resend, while we wait.
+    pub fn rnr_waiting_at(&self) -> Option<Psn> {
+        self.comp
+            .timers
+            .is_running(Timer::RnrWait)
+            .then_some(self.comp.rnr_psn)
+    }
+
+    /// How long to wait for progress before a tail-loss probe: three smoothed RTTs (at least
+    /// 20 us; 1 ms before the first sample), and never more than half the ACK timeout.
+    pub fn probe_timeout(&self) -> Nanos {
+        let pto = self.comp.srtt.map_or(1_000_000, |s| (3 * s).max(20_000));
+        self.ack_timeout().map_or(pto, |t| pto.min(t / 2))
+    }
+
+    /// (Re)arms the tail-loss probe while packets are outstanding.
+    /// Not while a READ or atomic is outstanding: a probe re-requests it, and the responder
+    /// then replays the whole remaining response (rxe does) — against a slow peer that
+    /// multiplied READ traffic twentyfold. Their losses are found by the gap in the
+    /// responses or, at the tail, by the ACK timeout.
+    pub fn arm_probe(&mut self, now: Nanos) {
+        let reading = self
+            .sq
+            .iter()
+            .take_while(|w| w.started)
+            .any(|w| w.wr.opcode.is_read_or_atomic());
+        let outstanding = self.comp.una != self.req.high_psn();
+        let probe = (outstanding && self.comp.probes < MAX_PROBES && !reading)
+            .then(|| now + self.probe_timeout());
+        self.comp.timers.set_or_stop(Timer::Probe, probe);
     }
 }

@@ -1,5 +1,6 @@
-//! A queue pair: its attributes, queues and state machine. The requester, completer and
-//! responder (in their own files) operate on this struct.
+//! A queue pair: its attributes, send queue and state machine. The requester, completer
+//! and responder each own their state (`Requester`, `Completer`, `Responder`), private to
+//! the file named after them; what one needs of another it asks through a method.
 
 use crate::attr::{AddressVector, QpAttr, QpInitAttr};
 pub(crate) use crate::ctx::Ctx;
@@ -8,12 +9,13 @@ use crate::gid::rc_udp_sport;
 use crate::gid::Gid;
 use crate::grh::GRH_LEN;
 use crate::mr::Segment;
-use crate::timers::{Timer, TimerTable};
 use crate::verbs::{Access, AsyncEvent, EventType, Mtu, QpState, QpType, WcStatus};
 use crate::wr::{SendWr, WorkCompletion};
 use crate::Nanos;
+use completer::Completer;
 use oxrdma_wire::{PacketRepr, Psn};
 pub use post::{Doorbells, QpPost};
+use requester::Requester;
 use responder::{Fatal, QpView, Responder};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -22,9 +24,6 @@ mod completer;
 mod post;
 mod requester;
 mod responder;
-
-/// Tail-loss probes per stall before only the ACK timeout is left.
-const MAX_PROBES: u8 = 2;
 
 /// A send WR as the requester tracks it.
 #[derive(Debug)]
@@ -69,42 +68,6 @@ impl SendWqe {
     }
 }
 
-/// Requester and completer state.
-#[derive(Debug, Default)]
-pub(crate) struct ReqState {
-    /// PSN of the next packet to send.
-    next_psn: Psn,
-    /// One past the highest PSN ever sent.
-    high_psn: Psn,
-    /// Oldest PSN not yet acknowledged (the completer's expected PSN).
-    una: Psn,
-    /// Index in the send queue of the WQE being sent, and byte offset into it.
-    idx: usize,
-    off: u64,
-    /// Packets sent since the last one with AckReq.
-    since_ack_req: u32,
-    retries_left: u8,
-    rnr_retries_left: u8,
-    /// The retransmit, RNR-wait and probe deadlines.
-    timers: TimerTable,
-    /// While the RNR wait runs: the PSN to resume from.
-    rnr_psn: Psn,
-    /// Set after a go-back triggered by an out-of-order response, so later out-of-order
-    /// responses of the same burst do not trigger another.
-    retry_psn: Option<Psn>,
-    /// Smoothed round-trip time, from AckReq packets sent once (Karn's rule).
-    srtt: Option<Nanos>,
-    /// The packet being timed for the next RTT sample: its PSN and when it left.
-    rtt_sample: Option<(Psn, Nanos)>,
-    /// Tail-loss probes sent in this stall (the Probe timer resends from `una` if nothing
-    /// has moved, without spending retry_cnt: a lost last packet or ACK would otherwise wait
-    /// a whole ACK timeout).
-    probes: u8,
-    /// While there is no RTT estimate: the timed packet a probe made ambiguous, and when
-    /// the probe left (see `Qp::rtt_sample_for`).
-    probed_sample: Option<(Psn, Nanos)>,
-}
-
 #[derive(Debug)]
 pub(crate) struct Qp {
     pub qpn: u32,
@@ -132,7 +95,10 @@ pub(crate) struct Qp {
     post: Arc<QpPost>,
     /// Send WQEs taken from `post`, until they complete.
     pub sq: VecDeque<SendWqe>,
-    req: ReqState,
+    /// The requester: its place in the send queue and the PSNs it has sent.
+    req: Requester,
+    /// The completer: what is acknowledged, retries, RNR waits, probes, the timers.
+    comp: Completer,
     /// The responder, with the QP's own receive queue.
     pub resp: Responder,
     /// Waiting in the engine's transmit round-robin.
@@ -167,7 +133,8 @@ impl Qp {
             dest_qpn: 0,
             udp_sport: 0xc000,
             sq: VecDeque::new(),
-            req: ReqState::default(),
+            req: Requester::default(),
+            comp: Completer::default(),
             resp: Responder::new(post.clone()),
             post,
             scheduled: false,
@@ -225,9 +192,8 @@ impl Qp {
         }
         if let Some(p) = attr.sq_psn {
             let p = Psn::new(p);
-            self.req.next_psn = p;
-            self.req.high_psn = p;
-            self.req.una = p;
+            self.req.start_at(p);
+            self.comp.start_at(p);
         }
         if to != QpState::Sqd {
             self.drain_pending = false;
@@ -241,8 +207,7 @@ impl Qp {
                 self.check_drained(ctx);
             }
             QpState::Rts if from == QpState::Rtr => {
-                self.req.retries_left = self.retry_cnt;
-                self.req.rnr_retries_left = self.rnr_retry;
+                self.comp.refill_retries(self.retry_cnt, self.rnr_retry);
                 self.set_state(to);
             }
             _ => self.set_state(to),
@@ -346,25 +311,13 @@ impl Qp {
         self.resp.next_response(&v, buf)
     }
 
-    /// (Re)starts the local ACK timeout from `now` (timeout 0: it never fires).
-    pub fn restart_ack_timer(&mut self, now: Nanos) {
-        let at = self.ack_timeout().map(|t| now + t);
-        self.req.timers.set_or_stop(Timer::Retransmit, at);
-    }
-
     /// Completes the front send WQE with `status` (if signalled or an error).
     pub fn complete_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
         let Some(w) = self.sq.pop_front() else { return };
         // The slot is free before the completion can be seen, so the application may post
         // again as soon as it polls it.
         self.post.sq.retire(1);
-        // The requester's cursor indexes the queue: shift it, or restart it if it pointed
-        // at the WQE just removed.
-        if self.req.idx == 0 {
-            self.req.off = 0;
-        } else {
-            self.req.idx -= 1;
-        }
+        self.req.front_removed();
         let signaled = self.sq_sig_all || w.wr.flags.contains(crate::SendFlags::SIGNALED);
         if status != WcStatus::Success || signaled {
             ctx.complete(
@@ -428,7 +381,7 @@ impl Qp {
                 event: EventType::QpLastWqeReached,
             });
         }
-        self.req.timers.stop_all();
+        self.comp.stop_timers();
     }
 
     /// Completes everything queued with WR_FLUSH_ERR (used in and on entry to ERR).
@@ -449,43 +402,13 @@ impl Qp {
         self.post.sq.retire(self.sq.len());
         self.sq.clear();
         self.post.sq.discard();
-        self.req = ReqState::default();
+        self.req = Requester::default();
+        self.comp = Completer::default();
         self.resp.reset();
     }
 
     /// The earliest deadline this QP is waiting for.
     pub fn next_deadline(&self) -> Option<Nanos> {
-        self.req.timers.next()
-    }
-
-    /// The PSN an RNR NAK made us wait to resend, while we wait.
-    pub fn rnr_waiting_at(&self) -> Option<Psn> {
-        self.req
-            .timers
-            .is_running(Timer::RnrWait)
-            .then_some(self.req.rnr_psn)
-    }
-
-    /// How long to wait for progress before a tail-loss probe: three smoothed RTTs (at least
-    /// 20 us; 1 ms before the first sample), and never more than half the ACK timeout.
-    pub fn probe_timeout(&self) -> Nanos {
-        let pto = self.req.srtt.map_or(1_000_000, |s| (3 * s).max(20_000));
-        self.ack_timeout().map_or(pto, |t| pto.min(t / 2))
-    }
-
-    /// (Re)arms the tail-loss probe while packets are outstanding.
-    /// Not while a READ or atomic is outstanding: a probe re-requests it, and the responder
-    /// then replays the whole remaining response (rxe does) — against a slow peer that
-    /// multiplied READ traffic twentyfold. Their losses are found by the gap in the
-    /// responses or, at the tail, by the ACK timeout.
-    pub fn arm_probe(&mut self, now: Nanos) {
-        let reading = self
-            .sq
-            .iter()
-            .take_while(|w| w.started)
-            .any(|w| w.wr.opcode.is_read_or_atomic());
-        let probe = (self.req.una != self.req.high_psn && self.req.probes < MAX_PROBES && !reading)
-            .then(|| now + self.probe_timeout());
-        self.req.timers.set_or_stop(Timer::Probe, probe);
+        self.comp.next_deadline()
     }
 }

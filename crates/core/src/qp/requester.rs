@@ -4,15 +4,72 @@
 use crate::build::{bth, finish_packet, packets_for};
 use crate::mr::gather;
 use crate::qp::{Ctx, Qp, SendWqe};
-use crate::timers::Timer;
 use crate::verbs::{Access, QpState, QpType, WcStatus, WrOpcode};
 use crate::wr::{SendData, SendWr};
+use crate::Nanos;
 use oxrdma_wire::{AtomicEthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr, Psn, RethRepr};
 
 /// Most PSNs in flight (sent, not acknowledged) per QP.
 pub(crate) const WINDOW: u32 = 512;
 /// AckReq at least this often inside long messages (Linux rxe: every 64+ packets).
 pub(crate) const ACK_REQ_EVERY: u32 = 64;
+
+/// What the requester owns: its place in the send queue and the PSNs it has sent. The
+/// completer reads the PSNs and the timed packet through the methods below.
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    /// PSN of the next packet to send.
+    next_psn: Psn,
+    /// One past the highest PSN ever sent.
+    high_psn: Psn,
+    /// Index in the send queue of the WQE being sent, and byte offset into it.
+    idx: usize,
+    off: u64,
+    /// Packets sent since the last one with AckReq.
+    since_ack_req: u32,
+    /// The packet being timed for the next RTT sample: its PSN and when it left.
+    rtt_sample: Option<(Psn, Nanos)>,
+}
+
+impl Requester {
+    /// The first PSN to send (modify QP's sq_psn).
+    pub(crate) fn start_at(&mut self, psn: Psn) {
+        self.next_psn = psn;
+        self.high_psn = psn;
+    }
+
+    pub(crate) fn next_psn(&self) -> Psn {
+        self.next_psn
+    }
+
+    /// One past the highest PSN ever sent: the end of what is outstanding.
+    pub(crate) fn high_psn(&self) -> Psn {
+        self.high_psn
+    }
+
+    /// The send queue lost its front WQE: the cursor indexes the queue, so shift it, or
+    /// restart it if it pointed at the WQE removed.
+    pub(crate) fn front_removed(&mut self) {
+        if self.idx == 0 {
+            self.off = 0;
+        } else {
+            self.idx -= 1;
+        }
+    }
+
+    /// The PSN of the packet being timed, if any.
+    pub(crate) fn timed_psn(&self) -> Option<Psn> {
+        self.rtt_sample.map(|(p, _)| p)
+    }
+
+    /// When the timed packet left, if it is before `una` (acknowledged); the sample is
+    /// used up.
+    pub(crate) fn take_sample_before(&mut self, una: Psn) -> Option<Nanos> {
+        let (_, sent) = self.rtt_sample.filter(|&(p, _)| p.before(una))?;
+        self.rtt_sample = None;
+        Some(sent)
+    }
+}
 
 /// Opcode of a SEND/WRITE packet by QP type, operation and position.
 fn send_write_opcode(t: QpType, op: WrOpcode, first: bool, last: bool) -> Opcode {
@@ -149,9 +206,7 @@ impl Qp {
         let len = self.next_request_inner(ctx, buf);
         if len.is_some() && self.qp_type != QpType::Rc {
             // Unreliable: nothing waits for an ACK. A WQE is done once its last packet left.
-            self.req.una = self.req.next_psn;
-            self.req.timers.stop(Timer::Retransmit);
-            self.req.timers.stop(Timer::Probe);
+            self.comp.unreliable_sent(self.req.next_psn);
             if self.req.idx > idx {
                 self.complete_front(ctx, WcStatus::Success);
             }
@@ -167,7 +222,7 @@ impl Qp {
             if self.rnr_waiting_at().is_some() || self.req.idx >= self.sq.len() {
                 return None;
             }
-            if self.req.una.distance_to(self.req.next_psn) >= WINDOW {
+            if self.comp.una().distance_to(self.req.next_psn) >= WINDOW {
                 return None;
             }
             let idx = self.req.idx;
@@ -196,7 +251,7 @@ impl Qp {
         if fresh && ack_req && self.req.rtt_sample.is_none() {
             self.req.rtt_sample = Some((psn, ctx.now));
         }
-        if !self.req.timers.is_running(Timer::Retransmit) {
+        if !self.comp.ack_timer_running() {
             self.restart_ack_timer(ctx.now);
         }
         self.arm_probe(ctx.now);
@@ -248,7 +303,7 @@ impl Qp {
         // and when the window fills.
         next.ack_req |= self.qp_type == QpType::Rc
             && (self.req.since_ack_req + 1 >= ACK_REQ_EVERY
-                || self.req.una.distance_to(after) >= WINDOW);
+                || self.comp.una().distance_to(after) >= WINDOW);
         let solicited = next.ends_wqe && w.wr.flags.contains(crate::SendFlags::SOLICITED);
         let mut bth = bth(self.dest_qpn, next.opcode, psn, next.ack_req, solicited);
         if let Some(ud) = w.wr.ud.filter(|_| self.qp_type == QpType::Ud) {
@@ -362,11 +417,8 @@ impl Qp {
     /// belonged to a WQE already completed, the first outstanding one after it).
     pub(crate) fn rewind(&mut self, from: Psn) {
         // Never before what the peer already acknowledged.
-        let from = if from.before(self.req.una) {
-            self.req.una
-        } else {
-            from
-        };
+        let una = self.comp.una();
+        let from = if from.before(una) { una } else { from };
         let mtu = self.mtu.bytes() as u64;
         let found = self
             .sq
