@@ -1,0 +1,172 @@
+//! The device, its context (with the operations the header's inline functions call
+//! through), and the device and port attributes.
+
+use super::objects::*;
+use super::pthread_mutex_t;
+use super::qp::ibv_qp;
+use super::wr::{ibv_recv_wr, ibv_send_wr, ibv_wc};
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+pub const IBV_SYSFS_NAME_MAX: usize = 64;
+pub const IBV_SYSFS_PATH_MAX: usize = 256;
+
+/// `struct _ibv_device_ops`: unused since rdma-core 14, kept for the layout.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct _ibv_device_ops {
+    pub _dummy1: Option<unsafe extern "C" fn(*mut ibv_device, c_int) -> *mut ibv_context>,
+    pub _dummy2: Option<unsafe extern "C" fn(*mut ibv_context)>,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_device {
+    pub _ops: _ibv_device_ops,
+    pub node_type: c_uint,
+    pub transport_type: c_uint,
+    pub name: [c_char; IBV_SYSFS_NAME_MAX],
+    pub dev_name: [c_char; IBV_SYSFS_NAME_MAX],
+    pub dev_path: [c_char; IBV_SYSFS_PATH_MAX],
+    pub ibdev_path: [c_char; IBV_SYSFS_PATH_MAX],
+}
+
+/// An entry nobody may call (the `_compat_*` slots).
+pub type compat_fn = Option<unsafe extern "C" fn() -> *mut c_void>;
+
+/// `struct ibv_context_ops`: `ibv_post_send`, `ibv_poll_cq` and the other inline verbs of
+/// the header call through these slots.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_context_ops {
+    pub _compat_query_device:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int>,
+    pub _compat_query_port:
+        Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut c_void) -> c_int>,
+    pub _compat_alloc_pd: compat_fn,
+    pub _compat_dealloc_pd: compat_fn,
+    pub _compat_reg_mr: compat_fn,
+    pub _compat_rereg_mr: compat_fn,
+    pub _compat_dereg_mr: compat_fn,
+    pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, c_uint) -> *mut ibv_mw>,
+    pub bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int>,
+    pub dealloc_mw: Option<unsafe extern "C" fn(*mut ibv_mw) -> c_int>,
+    pub _compat_create_cq: compat_fn,
+    pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int>,
+    pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
+    pub _compat_cq_event: compat_fn,
+    pub _compat_resize_cq: compat_fn,
+    pub _compat_destroy_cq: compat_fn,
+    pub _compat_create_srq: compat_fn,
+    pub _compat_modify_srq: compat_fn,
+    pub _compat_query_srq: compat_fn,
+    pub _compat_destroy_srq: compat_fn,
+    pub post_srq_recv: Option<
+        unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int,
+    >,
+    pub _compat_create_qp: compat_fn,
+    pub _compat_query_qp: compat_fn,
+    pub _compat_modify_qp: compat_fn,
+    pub _compat_destroy_qp: compat_fn,
+    pub post_send:
+        Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int>,
+    pub post_recv:
+        Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int>,
+    pub _compat_create_ah: compat_fn,
+    pub _compat_destroy_ah: compat_fn,
+    pub _compat_attach_mcast: compat_fn,
+    pub _compat_detach_mcast: compat_fn,
+    pub _compat_async_event: compat_fn,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_context {
+    pub device: *mut ibv_device,
+    pub ops: ibv_context_ops,
+    pub cmd_fd: c_int,
+    pub async_fd: c_int,
+    pub num_comp_vectors: c_int,
+    pub mutex: pthread_mutex_t,
+    /// `(void *)UINTPTR_MAX` marks a `verbs_context` in front of this one.
+    pub abi_compat: *mut c_void,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_device_attr {
+    pub fw_ver: [c_char; 64],
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: c_int,
+    pub max_qp_wr: c_int,
+    pub device_cap_flags: c_uint,
+    pub max_sge: c_int,
+    pub max_sge_rd: c_int,
+    pub max_cq: c_int,
+    pub max_cqe: c_int,
+    pub max_mr: c_int,
+    pub max_pd: c_int,
+    pub max_qp_rd_atom: c_int,
+    pub max_ee_rd_atom: c_int,
+    pub max_res_rd_atom: c_int,
+    pub max_qp_init_rd_atom: c_int,
+    pub max_ee_init_rd_atom: c_int,
+    pub atomic_cap: c_uint,
+    pub max_ee: c_int,
+    pub max_rdd: c_int,
+    pub max_mw: c_int,
+    pub max_raw_ipv6_qp: c_int,
+    pub max_raw_ethy_qp: c_int,
+    pub max_mcast_grp: c_int,
+    pub max_mcast_qp_attach: c_int,
+    pub max_total_mcast_qp_attach: c_int,
+    pub max_ah: c_int,
+    pub max_fmr: c_int,
+    pub max_map_per_fmr: c_int,
+    pub max_srq: c_int,
+    pub max_srq_wr: c_int,
+    pub max_srq_sge: c_int,
+    pub max_pkeys: u16,
+    pub local_ca_ack_delay: u8,
+    pub phys_port_cnt: u8,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ibv_port_attr {
+    pub state: c_uint,
+    pub max_mtu: c_uint,
+    pub active_mtu: c_uint,
+    pub gid_tbl_len: c_int,
+    pub port_cap_flags: u32,
+    pub max_msg_sz: u32,
+    pub bad_pkey_cntr: u32,
+    pub qkey_viol_cntr: u32,
+    pub pkey_tbl_len: u16,
+    pub lid: u16,
+    pub sm_lid: u16,
+    pub lmc: u8,
+    pub max_vl_num: u8,
+    pub sm_sl: u8,
+    pub subnet_timeout: u8,
+    pub init_type_reply: u8,
+    pub active_width: u8,
+    pub active_speed: u8,
+    pub phys_state: u8,
+    pub link_layer: u8,
+    pub flags: u8,
+    pub port_cap_flags2: u16,
+}
+
+/// `union ibv_gid`: 16 raw bytes (the `global` view is the same bytes as two big-endian
+/// 64-bit halves, which give it 8-byte alignment).
+#[repr(C, align(8))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ibv_gid {
+    pub raw: [u8; 16],
+}

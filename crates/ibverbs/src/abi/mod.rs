@@ -1,0 +1,26 @@
+//! rdma-core 44's structs, field for field, with the header's names (so a reader can hold
+//! them against `verbs.h`). Enums are their C representation (`u32`); unions that C leaves
+//! anonymous are named after their first member.
+
+#![allow(non_camel_case_types)]
+
+mod device;
+mod objects;
+mod qp;
+mod wr;
+
+pub use device::*;
+pub use objects::*;
+pub use qp::*;
+pub use wr::*;
+
+/// glibc's `pthread_mutex_t` on x86_64: 40 opaque bytes, 8-aligned. Programs never touch
+/// it; it is here for the offsets of what follows it.
+#[repr(C, align(8))]
+#[derive(Debug, Clone, Copy)]
+pub struct pthread_mutex_t(pub [u8; 40]);
+
+/// glibc's `pthread_cond_t` on x86_64: 48 opaque bytes, 8-aligned.
+#[repr(C, align(8))]
+#[derive(Debug, Clone, Copy)]
+pub struct pthread_cond_t(pub [u8; 48]);

@@ -1,0 +1,449 @@
+//! Every struct a compiled verbs program shares with the library has the size, alignment
+//! and field offsets of rdma-core 44's `infiniband/verbs.h`: this test lists the fields
+//! once, computes their offsets on the Rust side with `offset_of!`, writes a C program that
+//! prints the same from the real header, compiles it with the system compiler, and
+//! compares the two line by line.
+//!
+//! It needs Debian's libibverbs-dev (the header): without it the test says SKIPPED, and
+//! fails instead under `OXRDMA_CI` (which `.ci/run` sets after installing the package).
+
+use oxrdma_ibverbs::abi::*;
+use std::fmt::Write as _;
+use std::mem::{align_of, offset_of, size_of, size_of_val};
+use std::process::Command;
+
+/// One struct: its name in C, size and alignment, and (field, offset, size) for the
+/// listed fields. The C side checks the same names, so a field missing on either side, or
+/// named differently, fails to compile or to compare.
+struct Layout {
+    /// `struct` or `union`.
+    tag: &'static str,
+    name: &'static str,
+    size: usize,
+    align: usize,
+    fields: Vec<(&'static str, usize, usize)>,
+}
+
+/// `layout!(ibv_pd { context, handle })`; a field may be a C path (`wr.rdma.rkey`), and
+/// `rust_path => "c.path"` maps a Rust field onto a differently named C member.
+macro_rules! layout {
+    (union $t:ident $body:tt) => {
+        Layout { tag: "union", ..layout!($t $body) }
+    };
+    ($t:ident { $($f:ident $(. $g:ident)* $(=> $c:literal)?),* $(,)? }) => {{
+        let v = std::mem::MaybeUninit::<$t>::uninit();
+        let p = v.as_ptr();
+        Layout {
+            tag: "struct",
+            name: stringify!($t),
+            size: size_of::<$t>(),
+            align: align_of::<$t>(),
+            fields: vec![$((
+                layout!(@cname $f $(. $g)* $(=> $c)?),
+                offset_of!($t, $f $(. $g)*),
+                // SAFETY: only the address is taken, never the (uninitialised) value.
+                size_of_val(unsafe { &(*p).$f $(. $g)* }),
+            )),*],
+        }
+    }};
+    (@cname $f:ident $(. $g:ident)* => $c:literal) => { $c };
+    (@cname $f:ident $(. $g:ident)*) => { concat!(stringify!($f) $(, ".", stringify!($g))*) };
+}
+
+fn layouts() -> Vec<Layout> {
+    vec![
+        layout!(_ibv_device_ops { _dummy1, _dummy2 }),
+        layout!(ibv_device {
+            _ops,
+            node_type,
+            transport_type,
+            name,
+            dev_name,
+            dev_path,
+            ibdev_path
+        }),
+        layout!(ibv_context_ops {
+            _compat_query_device,
+            _compat_query_port,
+            _compat_alloc_pd,
+            _compat_dealloc_pd,
+            _compat_reg_mr,
+            _compat_rereg_mr,
+            _compat_dereg_mr,
+            alloc_mw,
+            bind_mw,
+            dealloc_mw,
+            _compat_create_cq,
+            poll_cq,
+            req_notify_cq,
+            _compat_cq_event,
+            _compat_resize_cq,
+            _compat_destroy_cq,
+            _compat_create_srq,
+            _compat_modify_srq,
+            _compat_query_srq,
+            _compat_destroy_srq,
+            post_srq_recv,
+            _compat_create_qp,
+            _compat_query_qp,
+            _compat_modify_qp,
+            _compat_destroy_qp,
+            post_send,
+            post_recv,
+            _compat_create_ah,
+            _compat_destroy_ah,
+            _compat_attach_mcast,
+            _compat_detach_mcast,
+            _compat_async_event
+        }),
+        layout!(ibv_context {
+            device,
+            ops,
+            cmd_fd,
+            async_fd,
+            num_comp_vectors,
+            mutex,
+            abi_compat
+        }),
+        layout!(ibv_device_attr {
+            fw_ver,
+            node_guid,
+            sys_image_guid,
+            max_mr_size,
+            page_size_cap,
+            vendor_id,
+            vendor_part_id,
+            hw_ver,
+            max_qp,
+            max_qp_wr,
+            device_cap_flags,
+            max_sge,
+            max_sge_rd,
+            max_cq,
+            max_cqe,
+            max_mr,
+            max_pd,
+            max_qp_rd_atom,
+            max_ee_rd_atom,
+            max_res_rd_atom,
+            max_qp_init_rd_atom,
+            max_ee_init_rd_atom,
+            atomic_cap,
+            max_ee,
+            max_rdd,
+            max_mw,
+            max_raw_ipv6_qp,
+            max_raw_ethy_qp,
+            max_mcast_grp,
+            max_mcast_qp_attach,
+            max_total_mcast_qp_attach,
+            max_ah,
+            max_fmr,
+            max_map_per_fmr,
+            max_srq,
+            max_srq_wr,
+            max_srq_sge,
+            max_pkeys,
+            local_ca_ack_delay,
+            phys_port_cnt
+        }),
+        layout!(ibv_port_attr {
+            state,
+            max_mtu,
+            active_mtu,
+            gid_tbl_len,
+            port_cap_flags,
+            max_msg_sz,
+            bad_pkey_cntr,
+            qkey_viol_cntr,
+            pkey_tbl_len,
+            lid,
+            sm_lid,
+            lmc,
+            max_vl_num,
+            sm_sl,
+            subnet_timeout,
+            init_type_reply,
+            active_width,
+            active_speed,
+            phys_state,
+            link_layer,
+            flags,
+            port_cap_flags2
+        }),
+        layout!(union ibv_gid { raw }),
+        layout!(ibv_pd { context, handle }),
+        layout!(ibv_mr {
+            context,
+            pd,
+            addr,
+            length,
+            handle,
+            lkey,
+            rkey
+        }),
+        layout!(ibv_mw {
+            context,
+            pd,
+            rkey,
+            handle,
+            type_ => "type"
+        }),
+        layout!(ibv_mw_bind_info {
+            mr,
+            addr,
+            length,
+            mw_access_flags
+        }),
+        layout!(ibv_mw_bind {
+            wr_id,
+            send_flags,
+            bind_info
+        }),
+        layout!(ibv_comp_channel {
+            context,
+            fd,
+            refcnt
+        }),
+        layout!(ibv_cq {
+            context,
+            channel,
+            cq_context,
+            handle,
+            cqe,
+            mutex,
+            cond,
+            comp_events_completed,
+            async_events_completed
+        }),
+        layout!(ibv_srq {
+            context,
+            srq_context,
+            pd,
+            handle,
+            mutex,
+            cond,
+            events_completed
+        }),
+        layout!(ibv_srq_attr {
+            max_wr,
+            max_sge,
+            srq_limit
+        }),
+        layout!(ibv_srq_init_attr { srq_context, attr }),
+        layout!(ibv_ah {
+            context,
+            pd,
+            handle
+        }),
+        layout!(ibv_global_route {
+            dgid,
+            flow_label,
+            sgid_index,
+            hop_limit,
+            traffic_class
+        }),
+        layout!(ibv_ah_attr {
+            grh,
+            dlid,
+            sl,
+            src_path_bits,
+            static_rate,
+            is_global,
+            port_num
+        }),
+        layout!(ibv_async_event {
+            element,
+            element.cq,
+            element.qp,
+            element.srq,
+            element.port_num,
+            event_type
+        }),
+        layout!(ibv_qp {
+            context,
+            qp_context,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            handle,
+            qp_num,
+            state,
+            qp_type,
+            mutex,
+            cond,
+            events_completed
+        }),
+        layout!(ibv_qp_cap {
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge,
+            max_recv_sge,
+            max_inline_data
+        }),
+        layout!(ibv_qp_init_attr {
+            qp_context,
+            send_cq,
+            recv_cq,
+            srq,
+            cap,
+            qp_type,
+            sq_sig_all
+        }),
+        layout!(ibv_qp_attr {
+            qp_state,
+            cur_qp_state,
+            path_mtu,
+            path_mig_state,
+            qkey,
+            rq_psn,
+            sq_psn,
+            dest_qp_num,
+            qp_access_flags,
+            cap,
+            ah_attr,
+            alt_ah_attr,
+            pkey_index,
+            alt_pkey_index,
+            en_sqd_async_notify,
+            sq_draining,
+            max_rd_atomic,
+            max_dest_rd_atomic,
+            min_rnr_timer,
+            port_num,
+            timeout,
+            retry_cnt,
+            rnr_retry,
+            alt_port_num,
+            alt_timeout,
+            rate_limit
+        }),
+        layout!(ibv_sge { addr, length, lkey }),
+        layout!(ibv_recv_wr {
+            wr_id,
+            next,
+            sg_list,
+            num_sge
+        }),
+        layout!(ibv_send_wr {
+            wr_id,
+            next,
+            sg_list,
+            num_sge,
+            opcode,
+            send_flags,
+            imm_data,
+            imm_data => "invalidate_rkey",
+            wr,
+            wr.rdma.remote_addr,
+            wr.rdma.rkey,
+            wr.atomic.remote_addr,
+            wr.atomic.compare_add,
+            wr.atomic.swap,
+            wr.atomic.rkey,
+            wr.ud.ah,
+            wr.ud.remote_qpn,
+            wr.ud.remote_qkey,
+            qp_type.remote_srqn => "qp_type.xrc.remote_srqn",
+            bind_mw.bind_mw.mw => "bind_mw.mw",
+            bind_mw.bind_mw.rkey => "bind_mw.rkey",
+            bind_mw.bind_mw.bind_info => "bind_mw.bind_info",
+            bind_mw.tso.hdr => "tso.hdr",
+            bind_mw.tso.hdr_sz => "tso.hdr_sz",
+            bind_mw.tso.mss => "tso.mss"
+        }),
+        layout!(ibv_wc {
+            wr_id,
+            status,
+            opcode,
+            vendor_err,
+            byte_len,
+            imm_data,
+            imm_data => "invalidated_rkey",
+            qp_num,
+            src_qp,
+            wc_flags,
+            pkey_index,
+            slid,
+            sl,
+            dlid_path_bits
+        }),
+    ]
+}
+
+/// The C program that prints the header's figures, in the order `expected` prints ours.
+fn c_program(all: &[Layout]) -> String {
+    let mut c = String::from(
+        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n\
+         #define S(n, t) printf(\"%s size %zu align %zu\\n\", n, sizeof(t), _Alignof(t))\n\
+         #define F(n, t, f) printf(\"%s.%s %zu %zu\\n\", n, #f, offsetof(t, f), sizeof(((t *)0)->f))\n\
+         int main(void) {\n",
+    );
+    for l in all {
+        let t = format!("{} {}", l.tag, l.name);
+        writeln!(c, "  S(\"{}\", {t});", l.name).unwrap();
+        for (f, _, _) in &l.fields {
+            writeln!(c, "  F(\"{}\", {t}, {f});", l.name).unwrap();
+        }
+    }
+    c.push_str("  return 0;\n}\n");
+    c
+}
+
+fn expected(all: &[Layout]) -> String {
+    let mut out = String::new();
+    for l in all {
+        writeln!(out, "{} size {} align {}", l.name, l.size, l.align).unwrap();
+        for (f, off, size) in &l.fields {
+            writeln!(out, "{}.{f} {off} {size}", l.name).unwrap();
+        }
+    }
+    out
+}
+
+#[test]
+fn every_shared_struct_matches_rdma_core_44() {
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        assert!(
+            std::env::var_os("OXRDMA_CI").is_none(),
+            "infiniband/verbs.h is missing: install libibverbs-dev"
+        );
+        eprintln!("SKIPPED: infiniband/verbs.h is missing (install libibverbs-dev)");
+        return;
+    }
+    let all = layouts();
+    let dir = std::env::temp_dir().join(format!("oxrdma-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, exe) = (dir.join("layout.c"), dir.join("layout"));
+    std::fs::write(&src, c_program(&all)).unwrap();
+    let cc = Command::new("cc")
+        .arg("-std=gnu11")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("a C compiler (cc)");
+    assert!(
+        cc.status.success(),
+        "the layout program does not compile against verbs.h:\n{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let run = Command::new(&exe).output().unwrap();
+    let theirs = String::from_utf8(run.stdout).unwrap();
+    let ours = expected(&all);
+    let _ = std::fs::remove_dir_all(&dir);
+    let diff: Vec<String> = ours
+        .lines()
+        .zip(theirs.lines())
+        .filter(|(a, b)| a != b)
+        .map(|(a, b)| format!("ours {a:40} header {b}"))
+        .collect();
+    assert!(
+        diff.is_empty() && ours.lines().count() == theirs.lines().count(),
+        "layouts differ from rdma-core's:\n{}",
+        diff.join("\n")
+    );
+    // The test must be able to fail: it checked a real number of fields.
+    assert!(ours.lines().count() > 250, "{} lines", ours.lines().count());
+}
