@@ -11,3 +11,5 @@
 //! API (no transport logic here).
 
 pub mod abi;
+pub mod device;
+mod exports;

@@ -170,3 +170,58 @@ pub struct ibv_port_attr {
 pub struct ibv_gid {
     pub raw: [u8; 16],
 }
+
+/// A `verbs_context` slot whose operation oxrdma does not offer (left NULL, so the
+/// header's inline verbs answer EOPNOTSUPP themselves) or has not typed yet.
+pub type op_fn = Option<unsafe extern "C" fn()>;
+
+/// `struct verbs_context`: the extended operations, placed in memory right before the
+/// `ibv_context` the program holds (found by `container_of` when `abi_compat` is
+/// `UINTPTR_MAX`). New slots were added at the top, so `sz` says how many exist.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct verbs_context {
+    pub query_port:
+        Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int>,
+    pub advise_mr: op_fn,
+    pub alloc_null_mr: op_fn,
+    pub read_counters: op_fn,
+    pub attach_counters_point_flow: op_fn,
+    pub create_counters: op_fn,
+    pub destroy_counters: op_fn,
+    pub reg_dm_mr: op_fn,
+    pub alloc_dm: op_fn,
+    pub free_dm: op_fn,
+    pub modify_flow_action_esp: op_fn,
+    pub destroy_flow_action: op_fn,
+    pub create_flow_action_esp: op_fn,
+    pub modify_qp_rate_limit: op_fn,
+    pub alloc_parent_domain: op_fn,
+    pub dealloc_td: op_fn,
+    pub alloc_td: op_fn,
+    pub modify_cq: op_fn,
+    pub post_srq_ops: op_fn,
+    pub destroy_rwq_ind_table: op_fn,
+    pub create_rwq_ind_table: op_fn,
+    pub destroy_wq: op_fn,
+    pub modify_wq: op_fn,
+    pub create_wq: op_fn,
+    pub query_rt_values: op_fn,
+    pub create_cq_ex: op_fn,
+    pub priv_: *mut c_void,
+    pub query_device_ex: op_fn,
+    pub ibv_destroy_flow: op_fn,
+    pub ABI_placeholder2: op_fn,
+    pub ibv_create_flow: op_fn,
+    pub ABI_placeholder1: op_fn,
+    pub open_qp: op_fn,
+    pub create_qp_ex: op_fn,
+    pub get_srq_num: op_fn,
+    pub create_srq_ex: op_fn,
+    pub open_xrcd: op_fn,
+    pub close_xrcd: op_fn,
+    pub _ABI_placeholder3: u64,
+    /// Bytes of this struct from the first slot in use to the end of `context`.
+    pub sz: usize,
+    pub context: ibv_context,
+}

@@ -2,7 +2,7 @@
 //! them against `verbs.h`). Enums are their C representation (`u32`); unions that C leaves
 //! anonymous are named after their first member.
 
-#![allow(non_camel_case_types)]
+#![allow(non_camel_case_types, non_snake_case)]
 
 mod device;
 mod objects;

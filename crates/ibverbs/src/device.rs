@@ -1,0 +1,176 @@
+//! The device list: which oxrdma devices this process sees, by name and address.
+//!
+//! `OXRDMA_DEVICES="oxr0=127.0.0.2,oxr1=[::1]"` names them. Without it, one device, `oxr0`,
+//! whose address is chosen when it is opened: the first loopback address 127.0.0.2,
+//! 127.0.0.3, … that no other process holds, so that both ends of a pingpong on one host
+//! find each other with nothing set (each end's GID says which address it took).
+
+use crate::abi::{ibv_device, IBV_SYSFS_NAME_MAX, IBV_SYSFS_PATH_MAX};
+use std::ffi::{c_char, c_int};
+use std::net::IpAddr;
+use std::sync::OnceLock;
+
+/// Where a device lives: a fixed address, or the first free loopback address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Addr {
+    Fixed(IpAddr),
+    FreeLoopback,
+}
+
+/// One device as the C side sees it, and what oxrdma needs to open it.
+#[derive(Debug)]
+pub struct Device {
+    /// First, so that a `*mut ibv_device` is a `*mut Device`.
+    pub ibv: ibv_device,
+    pub addr: Addr,
+}
+
+/// `OXRDMA_DEVICES`: `name=addr` pairs separated by commas; IPv6 addresses may be written
+/// in brackets.
+pub fn parse_devices(spec: &str) -> Result<Vec<(String, IpAddr)>, String> {
+    spec.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|item| {
+            let (name, addr) = item
+                .split_once('=')
+                .ok_or_else(|| format!("'{item}' is not name=address"))?;
+            let (name, addr) = (name.trim(), addr.trim());
+            if name.is_empty() || name.len() >= IBV_SYSFS_NAME_MAX {
+                return Err(format!("device name '{name}' is empty or too long"));
+            }
+            let bare = addr.trim_start_matches('[').trim_end_matches(']');
+            let ip = bare
+                .parse::<IpAddr>()
+                .map_err(|_| format!("'{addr}' (device {name}) is not an IP address"))?;
+            Ok((name.to_string(), ip))
+        })
+        .collect()
+}
+
+fn c_array<const N: usize>(s: &str) -> [c_char; N] {
+    let mut out = [0 as c_char; N];
+    for (o, b) in out.iter_mut().zip(s.bytes().take(N - 1)) {
+        *o = b as c_char;
+    }
+    out
+}
+
+fn device(name: &str, addr: Addr, index: usize) -> Device {
+    Device {
+        ibv: ibv_device {
+            _ops: crate::abi::_ibv_device_ops {
+                _dummy1: None,
+                _dummy2: None,
+            },
+            // IBV_NODE_CA and IBV_TRANSPORT_IB, as rxe reports (RoCE is the IB transport).
+            node_type: 1,
+            transport_type: 0,
+            name: c_array::<IBV_SYSFS_NAME_MAX>(name),
+            dev_name: c_array::<IBV_SYSFS_NAME_MAX>(&format!("uverbs{index}")),
+            dev_path: c_array::<IBV_SYSFS_PATH_MAX>(&format!(
+                "/sys/class/infiniband_verbs/uverbs{index}"
+            )),
+            ibdev_path: c_array::<IBV_SYSFS_PATH_MAX>(&format!("/sys/class/infiniband/{name}")),
+        },
+        addr,
+    }
+}
+
+/// The devices of this process, built once from the environment. A malformed
+/// `OXRDMA_DEVICES` leaves the list empty and says why on stderr once.
+pub fn devices() -> &'static [Device] {
+    static LIST: OnceLock<Vec<Device>> = OnceLock::new();
+    LIST.get_or_init(|| match std::env::var("OXRDMA_DEVICES") {
+        Ok(spec) => match parse_devices(&spec) {
+            Ok(list) => list
+                .iter()
+                .enumerate()
+                .map(|(i, (name, ip))| device(name, Addr::Fixed(*ip), i))
+                .collect(),
+            Err(e) => {
+                eprintln!("oxrdma: OXRDMA_DEVICES: {e}; no devices");
+                Vec::new()
+            }
+        },
+        Err(_) => vec![device("oxr0", Addr::FreeLoopback, 0)],
+    })
+}
+
+/// `ibv_get_device_list`: a NULL-terminated array the caller frees with
+/// `ibv_free_device_list`; `*num` (if given) gets the count.
+///
+/// # Safety
+/// `num` is NULL or points to a writable `int`.
+pub(crate) unsafe extern "C" fn get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
+    let list: Vec<*mut ibv_device> = devices()
+        .iter()
+        .map(|d| std::ptr::from_ref(&d.ibv).cast_mut())
+        .chain(std::iter::once(std::ptr::null_mut()))
+        .collect();
+    if !num.is_null() {
+        // SAFETY: the caller passes a valid int pointer or NULL (checked).
+        unsafe { *num = (list.len() - 1) as c_int };
+    }
+    Box::into_raw(list.into_boxed_slice()).cast()
+}
+
+/// `ibv_free_device_list`.
+///
+/// # Safety
+/// `list` is NULL or an array `ibv_get_device_list` returned, not freed before.
+pub(crate) unsafe extern "C" fn free_device_list(list: *mut *mut ibv_device) {
+    if list.is_null() {
+        return;
+    }
+    let mut n = 0;
+    // SAFETY: `list` came from `get_device_list`: NULL-terminated.
+    while !unsafe { *list.add(n) }.is_null() {
+        n += 1;
+    }
+    // SAFETY: the boxed slice `get_device_list` leaked, n entries plus the NULL.
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n + 1)) });
+}
+
+/// The `Device` behind a C pointer, if it is one of ours.
+pub fn lookup(dev: *const ibv_device) -> Option<&'static Device> {
+    devices()
+        .iter()
+        .find(|d| std::ptr::eq(std::ptr::from_ref(&d.ibv), dev))
+}
+
+/// `ibv_get_device_name`.
+pub(crate) extern "C" fn get_device_name(dev: *mut ibv_device) -> *const c_char {
+    match lookup(dev) {
+        Some(d) => d.ibv.name.as_ptr(),
+        None => std::ptr::null(),
+    }
+}
+
+/// `ibv_get_device_guid`: the node GUID in network order, made from the device's
+/// address (rxe makes it from the MAC address).
+pub(crate) extern "C" fn get_device_guid(dev: *mut ibv_device) -> u64 {
+    let Some(d) = lookup(dev) else { return 0 };
+    let tail: [u8; 4] = match d.addr {
+        Addr::Fixed(IpAddr::V4(a)) => a.octets(),
+        Addr::Fixed(IpAddr::V6(a)) => a.octets()[12..].try_into().unwrap_or([0; 4]),
+        Addr::FreeLoopback => [127, 0, 0, 0],
+    };
+    let g = [0x02, 0x0a, 0xd5, 0xff, tail[0], tail[1], tail[2], tail[3]];
+    u64::from_ne_bytes(g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oxrdma_devices_parses_names_and_addresses() {
+        let d = parse_devices("oxr0=127.0.0.2, oxr1=[::1]").unwrap();
+        assert_eq!(d[0], ("oxr0".into(), "127.0.0.2".parse().unwrap()));
+        assert_eq!(d[1], ("oxr1".into(), "::1".parse().unwrap()));
+        assert!(parse_devices("oxr0").unwrap_err().contains("name=address"));
+        assert!(parse_devices("oxr0=nowhere")
+            .unwrap_err()
+            .contains("not an IP"));
+    }
+}

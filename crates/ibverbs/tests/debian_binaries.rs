@@ -1,0 +1,91 @@
+//! Debian's own verbs tools, unmodified, on this library with only `LD_LIBRARY_PATH` set
+//! (and `OXRDMA_DEVICES` where a case says so). Needs Debian's ibverbs-utils: without it
+//! the tests say SKIPPED, and fail instead under `OXRDMA_CI` (`.ci/run` installs it).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A directory with `libibverbs.so.1` naming the library this test was built with
+/// (`cargo test` leaves it beside the test binary, in `target/<profile>/deps`).
+fn lib_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let so = exe.with_file_name("liboxrdma_ibverbs.so");
+        assert!(so.exists(), "the library was not built: {}", so.display());
+        let dir = std::env::temp_dir().join(format!("oxrdma-ibverbs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let link = dir.join("libibverbs.so.1");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&so, &link).unwrap();
+        dir
+    })
+    .clone()
+}
+
+/// Runs a Debian tool on our library, or None (after saying SKIPPED) if it is missing.
+fn run(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Output> {
+    let path = Path::new("/usr/bin").join(tool);
+    if !path.exists() {
+        assert!(
+            std::env::var_os("OXRDMA_CI").is_none(),
+            "{tool} is missing: install ibverbs-utils"
+        );
+        eprintln!("SKIPPED: {tool} is missing (install ibverbs-utils)");
+        return None;
+    }
+    let mut c = Command::new(path);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env_remove("OXRDMA_DEVICES");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    Some(c.output().unwrap())
+}
+
+#[test]
+fn ibv_devices_lists_one_device_with_nothing_configured() {
+    let Some(out) = run("ibv_devices", &[], &[]) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = text.lines().skip(2).collect();
+    assert_eq!(rows.len(), 1, "{text}");
+    assert!(rows[0].trim_start().starts_with("oxr0"), "{text}");
+}
+
+#[test]
+fn ibv_devices_lists_the_devices_oxrdma_devices_names() {
+    let env = [("OXRDMA_DEVICES", "oxr0=127.0.0.2,lab=[::1]")];
+    let Some(out) = run("ibv_devices", &[], &env) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let names: Vec<&str> = text
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(names, ["oxr0", "lab"], "{text}");
+    // GUIDs follow the address: 127.0.0.2 ends in 7f000002.
+    assert!(text.contains("7f000002"), "{text}");
+}
+
+#[test]
+fn a_malformed_oxrdma_devices_is_one_clear_message() {
+    let Some(out) = run("ibv_devices", &[], &[("OXRDMA_DEVICES", "oxr0=nowhere")]) else {
+        return;
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("OXRDMA_DEVICES") && err.contains("nowhere"),
+        "{err}"
+    );
+}
