@@ -15,6 +15,8 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets it"));
     if let Some(profile_dir) = out.ancestors().nth(3) {
         let link = profile_dir.join("libibverbs.so.1");
+        // Run again whenever the name has gone missing.
+        println!("cargo:rerun-if-changed={}", link.display());
         if std::fs::symlink_metadata(&link).is_err() {
             // Dangling until the library is linked, right after this script.
             let _ = std::os::unix::fs::symlink("liboxrdma_ibverbs.so", &link);

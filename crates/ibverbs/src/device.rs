@@ -159,6 +159,59 @@ pub(crate) extern "C" fn get_device_guid(dev: *mut ibv_device) -> u64 {
     u64::from_ne_bytes(g)
 }
 
+/// The device's name, as a Rust string.
+pub fn name(d: &Device) -> String {
+    let bytes: Vec<u8> = d
+        .ibv
+        .name
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// `ibv_read_sysfs_file(dir, file, buf, size)`: reads `dir/file` into `buf` without its
+/// trailing newline, NUL-terminated; the length read, or -1.
+///
+/// # Safety
+/// `dir` and `file` are NULL or C strings; `buf` is NULL or has `size` writable bytes.
+pub(crate) unsafe extern "C" fn read_sysfs_file(
+    dir: *const c_char,
+    file: *const c_char,
+    buf: *mut c_char,
+    size: usize,
+) -> c_int {
+    if dir.is_null() || file.is_null() || buf.is_null() || size == 0 {
+        return -1;
+    }
+    // SAFETY: C strings (caller's promise, not NULL).
+    let (d, f) = unsafe {
+        (
+            std::ffi::CStr::from_ptr(dir),
+            std::ffi::CStr::from_ptr(file),
+        )
+    };
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(d.to_bytes()))
+        .join(std::ffi::OsStr::from_bytes(f.to_bytes()));
+    let Ok(mut data) = std::fs::read(path) else {
+        return -1;
+    };
+    if data.last() == Some(&b'\n') {
+        data.pop();
+    }
+    if data.len() >= size {
+        return -1;
+    }
+    // SAFETY: `buf` has `size` > data.len() writable bytes (caller's promise).
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), buf.cast::<u8>(), data.len());
+        *buf.add(data.len()) = 0;
+    }
+    data.len() as c_int
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

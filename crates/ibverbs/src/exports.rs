@@ -20,11 +20,19 @@ macro_rules! export {
     )*};
 }
 
-use crate::device;
+use crate::{context, device};
 
 export! {
     ibv_get_device_list @ "IBVERBS_1.1" => device::get_device_list;
     ibv_free_device_list @ "IBVERBS_1.1" => device::free_device_list;
     ibv_get_device_name @ "IBVERBS_1.1" => device::get_device_name;
     ibv_get_device_guid @ "IBVERBS_1.1" => device::get_device_guid;
+    ibv_read_sysfs_file @ "IBVERBS_1.0" => device::read_sysfs_file;
+    ibv_open_device @ "IBVERBS_1.1" => context::open_device;
+    ibv_close_device @ "IBVERBS_1.1" => context::close_device;
+    ibv_query_device @ "IBVERBS_1.1" => context::query_device;
+    ibv_query_port @ "IBVERBS_1.1" => context::query_port;
+    ibv_query_gid @ "IBVERBS_1.1" => context::query_gid;
+    ibv_query_pkey @ "IBVERBS_1.1" => context::query_pkey;
+    ibv_query_gid_type @ "IBVERBS_PRIVATE_34" => context::query_gid_type;
 }

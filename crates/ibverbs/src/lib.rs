@@ -11,5 +11,6 @@
 //! API (no transport logic here).
 
 pub mod abi;
+pub mod context;
 pub mod device;
 mod exports;

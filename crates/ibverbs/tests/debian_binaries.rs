@@ -89,3 +89,79 @@ fn a_malformed_oxrdma_devices_is_one_clear_message() {
         "{err}"
     );
 }
+
+/// The GIDs `ibv_devinfo -v` printed.
+fn gids(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("GID["))
+        .filter_map(|l| l.split_once(':').map(|(_, g)| g.trim().to_string()))
+        .collect()
+}
+
+#[test]
+fn ibv_devinfo_describes_an_active_roce_v2_port() {
+    let Some(out) = run("ibv_devinfo", &["-v"], &[]) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "hca_id:\toxr0",
+        "PORT_ACTIVE (4)",
+        "link_layer:\t\tEthernet",
+        "active_mtu:\t\t4096 (5)",
+        "atomic_cap:\t\t\tATOMIC_GLOB (2)",
+    ] {
+        assert!(text.contains(want), "no '{want}' in\n{text}");
+    }
+    let g = gids(&text);
+    assert_eq!(g.len(), 1, "{text}");
+    assert!(
+        g[0].starts_with("::ffff:127.0.0.") && g[0].ends_with("RoCE v2"),
+        "{text}"
+    );
+}
+
+#[test]
+fn with_nothing_set_a_second_process_takes_the_next_free_loopback_address() {
+    // Hold 127.0.0.2 here (or find it held already): the tool must not get it.
+    let _held = oxrdma::Context::open("127.0.0.2".parse().unwrap());
+    let Some(out) = run("ibv_devinfo", &["-v"], &[]) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let g = gids(&text);
+    assert!(
+        g.len() == 1 && !g[0].starts_with("::ffff:127.0.0.2,"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_configured_address_in_use_is_one_clear_error_naming_it_and_the_variable() {
+    // A free port of our own, then the tool is pointed at it.
+    let ip = (40..90).map(|n| format!("127.0.0.{n}")).find_map(|a| {
+        oxrdma::Context::open(a.parse().unwrap())
+            .ok()
+            .map(|c| (a, c))
+    });
+    let (addr, _held) = ip.expect("a free loopback address in 127.0.0.40-89");
+    let env = [("OXRDMA_DEVICES", format!("oxr0={addr}"))];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let Some(out) = run("ibv_devinfo", &[], &env) else {
+        return;
+    };
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("oxrdma:")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains(&addr) && lines[0].contains("OXRDMA_DEVICES"),
+        "{err}"
+    );
+}

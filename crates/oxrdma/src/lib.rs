@@ -18,7 +18,7 @@ pub use connect::{exchange, PeerInfo};
 pub use context::Context;
 pub use cq::{CompletionChannel, CompletionQueue};
 pub use error::{Error, Result};
-pub use oxrdma_udp::RxDropReport;
+pub use oxrdma_udp::{BindError, RxDropReport};
 pub use pd::{AddressHandle, MemoryRegion, MemoryWindow, ProtectionDomain, SharedReceiveQueue};
 pub use qp::{ConnectOptions, Endpoint, QueuePair};
 

@@ -225,3 +225,17 @@ pub struct verbs_context {
     pub sz: usize,
     pub context: ibv_context,
 }
+
+impl ibv_context_ops {
+    /// Every slot empty.
+    // SAFETY: every field is an `Option` of a function pointer, for which all zeros is
+    // `None`.
+    pub const EMPTY: Self = unsafe { std::mem::zeroed() };
+}
+
+impl verbs_context {
+    /// Every slot empty, `sz` 0, the context zeroed.
+    // SAFETY: every field is an `Option` of a function pointer (all zeros: `None`), a raw
+    // pointer (null), an integer or byte array, or an `ibv_context` made of the same.
+    pub const EMPTY: Self = unsafe { std::mem::zeroed() };
+}
