@@ -54,25 +54,22 @@ impl Context {
 
 /// Opens the oxrdma context for `d`: its own address, or the first free loopback one.
 fn open_ox(d: &Device, name: &str) -> Result<oxrdma::Context, c_int> {
-    let fail = |ip: IpAddr, e: Error| {
-        let errno = match &e {
-            Error::Bind(BindError::InUse { .. }) => {
-                eprintln!(
-                    "oxrdma: device {name}: {ip} is in use by another process; give this one \
+    let fail = |ip: IpAddr, e: Error| match &e {
+        Error::Bind(BindError::InUse { .. }) => {
+            eprintln!(
+                "oxrdma: device {name}: {ip} is in use by another process; give this one \
                      its own address, e.g. OXRDMA_DEVICES={name}=127.0.0.9"
-                );
-                libc::EADDRINUSE
-            }
-            Error::Bind(BindError::NotLocal { .. }) => {
-                eprintln!("oxrdma: device {name}: {e} (see OXRDMA_DEVICES)");
-                libc::EADDRNOTAVAIL
-            }
-            _ => {
-                eprintln!("oxrdma: device {name}: {e}");
-                libc::ENODEV
-            }
-        };
-        errno
+            );
+            libc::EADDRINUSE
+        }
+        Error::Bind(BindError::NotLocal { .. }) => {
+            eprintln!("oxrdma: device {name}: {e} (see OXRDMA_DEVICES)");
+            libc::EADDRNOTAVAIL
+        }
+        _ => {
+            eprintln!("oxrdma: device {name}: {e}");
+            libc::ENODEV
+        }
     };
     match d.addr {
         Addr::Fixed(ip) => oxrdma::Context::open(ip).map_err(|e| fail(ip, e)),
@@ -161,7 +158,7 @@ pub(crate) unsafe extern "C" fn query_device(
         return libc::EINVAL;
     }
     let a = c.ox.attr();
-    let guid = crate::device::get_device_guid(c.vctx.context.device);
+    let guid = crate::device::guid(c.dev);
     let mut fw = [0; 64];
     for (o, b) in fw.iter_mut().zip(env!("CARGO_PKG_VERSION").bytes()) {
         *o = b as std::ffi::c_char;
@@ -285,6 +282,33 @@ unsafe extern "C" fn query_port_ex(
     unsafe { write_port_attr(ctx, port, attr.cast(), len) }
 }
 
+/// Writes entry `index` of one of port 1's tables (GIDs, GID types, P_Keys: one entry
+/// each) to `out`: 0, or -1 with errno EINVAL for an unknown context, port or index.
+///
+/// # Safety
+/// `ctx` is NULL or open; `out` is NULL or writable.
+unsafe fn write_port_entry<T>(
+    ctx: *mut ibv_context,
+    port: u8,
+    index: i64,
+    out: *mut T,
+    entry: impl FnOnce(&Context) -> T,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let c = unsafe { Context::from_ibv(ctx) };
+    match c {
+        Some(c) if port == 1 && index == 0 && !out.is_null() => {
+            // SAFETY: `out` is writable (caller's promise, not NULL).
+            unsafe { out.write(entry(c)) };
+            0
+        }
+        _ => {
+            set_errno(libc::EINVAL);
+            -1
+        }
+    }
+}
+
 /// `ibv_query_gid`: index 0 is the device's RoCE v2 GID (its address).
 ///
 /// # Safety
@@ -296,17 +320,7 @@ pub(crate) unsafe extern "C" fn query_gid(
     gid: *mut ibv_gid,
 ) -> c_int {
     // SAFETY: the caller's promise.
-    let Some(c) = (unsafe { Context::from_ibv(ctx) }) else {
-        set_errno(libc::EINVAL);
-        return -1;
-    };
-    if port != 1 || index != 0 || gid.is_null() {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: `gid` is writable (caller's promise, not NULL).
-    unsafe { gid.write(c.gid()) };
-    0
+    unsafe { write_port_entry(ctx, port, index.into(), gid, Context::gid) }
 }
 
 /// `ibv_query_gid_type` (IBVERBS_PRIVATE_34): every GID is RoCE v2
@@ -321,13 +335,7 @@ pub(crate) unsafe extern "C" fn query_gid_type(
     ty: *mut c_uint,
 ) -> c_int {
     // SAFETY: the caller's promise.
-    if unsafe { Context::from_ibv(ctx) }.is_none() || port != 1 || index != 0 || ty.is_null() {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: `ty` is writable (caller's promise, not NULL).
-    unsafe { ty.write(1) };
-    0
+    unsafe { write_port_entry(ctx, port, index.into(), ty, |_| 1) }
 }
 
 /// `ibv_query_pkey`: one P_Key, the default 0xffff.
@@ -341,11 +349,5 @@ pub(crate) unsafe extern "C" fn query_pkey(
     pkey: *mut u16,
 ) -> c_int {
     // SAFETY: the caller's promise.
-    if unsafe { Context::from_ibv(ctx) }.is_none() || port != 1 || index != 0 || pkey.is_null() {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: `pkey` is writable (caller's promise, not NULL).
-    unsafe { pkey.write(0xffff_u16.to_be()) };
-    0
+    unsafe { write_port_entry(ctx, port, index.into(), pkey, |_| 0xffff_u16.to_be()) }
 }

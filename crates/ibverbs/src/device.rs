@@ -146,10 +146,14 @@ pub(crate) extern "C" fn get_device_name(dev: *mut ibv_device) -> *const c_char 
     }
 }
 
-/// `ibv_get_device_guid`: the node GUID in network order, made from the device's
-/// address (rxe makes it from the MAC address).
+/// `ibv_get_device_guid`: 0 for a device that is not ours.
 pub(crate) extern "C" fn get_device_guid(dev: *mut ibv_device) -> u64 {
-    let Some(d) = lookup(dev) else { return 0 };
+    lookup(dev).map_or(0, guid)
+}
+
+/// The node GUID in network order, made from the device's address (rxe makes it from the
+/// MAC address).
+pub fn guid(d: &Device) -> u64 {
     let tail: [u8; 4] = match d.addr {
         Addr::Fixed(IpAddr::V4(a)) => a.octets(),
         Addr::Fixed(IpAddr::V6(a)) => a.octets()[12..].try_into().unwrap_or([0; 4]),

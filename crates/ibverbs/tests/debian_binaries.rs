@@ -44,17 +44,23 @@ fn run(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Output> {
     Some(c.output().unwrap())
 }
 
-#[test]
-fn ibv_devices_lists_one_device_with_nothing_configured() {
-    let Some(out) = run("ibv_devices", &[], &[]) else {
-        return;
-    };
-    let text = String::from_utf8_lossy(&out.stdout);
+/// Runs a tool that must succeed; its standard output, or None if it is missing.
+fn run_ok(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Option<String> {
+    let out = run(tool, args, env)?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "{text}{}",
+        "{tool} failed:\n{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    Some(text)
+}
+
+#[test]
+fn ibv_devices_lists_one_device_with_nothing_configured() {
+    let Some(text) = run_ok("ibv_devices", &[], &[]) else {
+        return;
+    };
     let rows: Vec<&str> = text.lines().skip(2).collect();
     assert_eq!(rows.len(), 1, "{text}");
     assert!(rows[0].trim_start().starts_with("oxr0"), "{text}");
@@ -63,11 +69,9 @@ fn ibv_devices_lists_one_device_with_nothing_configured() {
 #[test]
 fn ibv_devices_lists_the_devices_oxrdma_devices_names() {
     let env = [("OXRDMA_DEVICES", "oxr0=127.0.0.2,lab=[::1]")];
-    let Some(out) = run("ibv_devices", &[], &env) else {
+    let Some(text) = run_ok("ibv_devices", &[], &env) else {
         return;
     };
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
     let names: Vec<&str> = text
         .lines()
         .skip(2)
@@ -100,15 +104,9 @@ fn gids(text: &str) -> Vec<String> {
 
 #[test]
 fn ibv_devinfo_describes_an_active_roce_v2_port() {
-    let Some(out) = run("ibv_devinfo", &["-v"], &[]) else {
+    let Some(text) = run_ok("ibv_devinfo", &["-v"], &[]) else {
         return;
     };
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     for want in [
         "hca_id:\toxr0",
         "PORT_ACTIVE (4)",
@@ -130,11 +128,9 @@ fn ibv_devinfo_describes_an_active_roce_v2_port() {
 fn with_nothing_set_a_second_process_takes_the_next_free_loopback_address() {
     // Hold 127.0.0.2 here (or find it held already): the tool must not get it.
     let _held = oxrdma::Context::open("127.0.0.2".parse().unwrap());
-    let Some(out) = run("ibv_devinfo", &["-v"], &[]) else {
+    let Some(text) = run_ok("ibv_devinfo", &["-v"], &[]) else {
         return;
     };
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
     let g = gids(&text);
     assert!(
         g.len() == 1 && !g[0].starts_with("::ffff:127.0.0.2,"),
@@ -151,9 +147,8 @@ fn a_configured_address_in_use_is_one_clear_error_naming_it_and_the_variable() {
             .map(|c| (a, c))
     });
     let (addr, _held) = ip.expect("a free loopback address in 127.0.0.40-89");
-    let env = [("OXRDMA_DEVICES", format!("oxr0={addr}"))];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let Some(out) = run("ibv_devinfo", &[], &env) else {
+    let spec = format!("oxr0={addr}");
+    let Some(out) = run("ibv_devinfo", &[], &[("OXRDMA_DEVICES", &spec)]) else {
         return;
     };
     assert!(!out.status.success());
