@@ -235,10 +235,7 @@ impl Qp {
         match self.state {
             QpState::Err => self.flush(ctx),
             // Posted in RTS, taken after a reset: discarded as the reset discards.
-            QpState::Reset | QpState::Init | QpState::Rtr => {
-                self.post.sq.retire(self.sq.len());
-                self.sq.clear();
-            }
+            QpState::Reset | QpState::Init | QpState::Rtr => self.discard_send_queue(),
             _ => {}
         }
     }
@@ -396,12 +393,17 @@ impl Qp {
         self.resp.flush(ctx, &v);
     }
 
-    /// Back to RESET: queues are emptied without completions, as libibverbs specifies.
-    pub fn reset(&mut self) {
-        self.set_state(QpState::Reset);
+    /// Drops every send WR, taken or not, without completions, freeing their slots.
+    fn discard_send_queue(&mut self) {
         self.post.sq.retire(self.sq.len());
         self.sq.clear();
         self.post.sq.discard();
+    }
+
+    /// Back to RESET: queues are emptied without completions, as libibverbs specifies.
+    pub fn reset(&mut self) {
+        self.set_state(QpState::Reset);
+        self.discard_send_queue();
         self.req = Requester::default();
         self.comp = Completer::default();
         self.resp.reset();
