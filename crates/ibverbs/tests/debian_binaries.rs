@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 /// A directory with `libibverbs.so.1` naming the library this test was built with
 /// (`cargo test` leaves it beside the test binary, in `target/<profile>/deps`).
@@ -126,8 +127,17 @@ fn ibv_devinfo_describes_an_active_roce_v2_port() {
 
 #[test]
 fn with_nothing_set_a_second_process_takes_the_next_free_loopback_address() {
-    // Hold 127.0.0.2 here (or find it held already): the tool must not get it.
-    let _held = oxrdma::Context::open("127.0.0.2".parse().unwrap());
+    // Hold 127.0.0.2 here: the tool must not get it. A sibling test's ibv_devinfo may hold
+    // it for a moment (it takes the first free address too), so wait for it to let go; an
+    // address held longer is held by someone else, which serves the test as well.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let _held = loop {
+        match oxrdma::Context::open("127.0.0.2".parse().unwrap()) {
+            Ok(c) => break Some(c),
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Err(_) => break None,
+        }
+    };
     let Some(text) = run_ok("ibv_devinfo", &["-v"], &[]) else {
         return;
     };
