@@ -6,6 +6,7 @@
 
 use crate::abi::*;
 use crate::device::{lookup, Addr, Device};
+use crate::errno::set_errno;
 use oxrdma::{BindError, Error};
 use std::ffi::{c_int, c_uint, c_void};
 use std::mem::offset_of;
@@ -24,12 +25,6 @@ pub struct Context {
 /// What `ibv_port_attr` bytes rdma-core 44's exported `ibv_query_port` fills
 /// (`struct _compat_ibv_port_attr`: everything before `flags`).
 const COMPAT_PORT_ATTR_LEN: usize = offset_of!(ibv_port_attr, flags);
-
-/// Sets the C `errno`.
-pub(crate) fn set_errno(e: c_int) {
-    // SAFETY: __errno_location returns this thread's errno, always valid.
-    unsafe { *libc::__errno_location() = e };
-}
 
 impl Context {
     /// The context behind a program's `ibv_context *`.
@@ -111,7 +106,14 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_co
             sz: size_of::<verbs_context>(),
             context: ibv_context {
                 device: dev,
-                ops: ibv_context_ops::EMPTY,
+                ops: ibv_context_ops {
+                    poll_cq: Some(crate::cq::poll_cq),
+                    req_notify_cq: Some(crate::cq::req_notify_cq),
+                    post_send: Some(crate::qp::post_send),
+                    post_recv: Some(crate::qp::post_recv),
+                    post_srq_recv: Some(crate::srq::post_srq_recv),
+                    ..ibv_context_ops::EMPTY
+                },
                 cmd_fd: -1,
                 async_fd: -1,
                 num_comp_vectors: 1,
@@ -350,4 +352,69 @@ pub(crate) unsafe extern "C" fn query_pkey(
 ) -> c_int {
     // SAFETY: the caller's promise.
     unsafe { write_port_entry(ctx, port, index.into(), pkey, |_| 0xffff_u16.to_be()) }
+}
+
+/// Port 1's one GID table entry.
+fn gid_entry(c: &Context) -> ibv_gid_entry {
+    ibv_gid_entry {
+        gid: c.gid(),
+        gid_index: 0,
+        port_num: 1,
+        gid_type: 2, // IBV_GID_TYPE_ROCE_V2
+        ndev_ifindex: 0,
+    }
+}
+
+/// `_ibv_query_gid_ex` (what the header's `ibv_query_gid_ex` calls): 0, or EINVAL for an
+/// unknown context, port, flags or too small an entry, ENODATA for an empty index.
+///
+/// # Safety
+/// `ctx` is NULL or open; `entry` is NULL or has `entry_size` writable bytes.
+pub(crate) unsafe extern "C" fn query_gid_ex(
+    ctx: *mut ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(c) = (unsafe { Context::from_ibv(ctx) }) else {
+        return libc::EINVAL;
+    };
+    if port != 1 || flags != 0 || entry.is_null() || entry_size < size_of::<ibv_gid_entry>() {
+        return libc::EINVAL;
+    }
+    if index != 0 {
+        return libc::ENODATA;
+    }
+    // SAFETY: writable for at least the entry's size (caller's promise, checked above).
+    unsafe { entry.write(gid_entry(c)) };
+    0
+}
+
+/// `_ibv_query_gid_table`: the valid entries of every port (one), or -EINVAL.
+///
+/// # Safety
+/// `ctx` is NULL or open; `entries` is NULL or has `max` entries of `entry_size` bytes.
+pub(crate) unsafe extern "C" fn query_gid_table(
+    ctx: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    // SAFETY: the caller's promise.
+    let Some(c) = (unsafe { Context::from_ibv(ctx) }) else {
+        return -(libc::EINVAL as isize);
+    };
+    if flags != 0 || entries.is_null() || entry_size < size_of::<ibv_gid_entry>() {
+        return -(libc::EINVAL as isize);
+    }
+    if max == 0 {
+        return 0;
+    }
+    // SAFETY: room for at least one entry (caller's promise, `max` >= 1).
+    unsafe { entries.write(gid_entry(c)) };
+    1
 }

@@ -216,6 +216,14 @@ pub(crate) unsafe extern "C" fn read_sysfs_file(
     data.len() as c_int
 }
 
+/// `ibv_get_device_index` (1.9): the device's place in the list, or -1.
+pub(crate) extern "C" fn get_device_index(dev: *mut ibv_device) -> c_int {
+    devices()
+        .iter()
+        .position(|d| std::ptr::eq(&d.ibv, dev))
+        .map_or(-1, |i| i as c_int)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,16 @@
 //! API (no transport logic here).
 
 pub mod abi;
+mod ah;
 pub mod context;
+mod cq;
 pub mod device;
+mod errno;
 mod exports;
+mod object;
+mod pd;
+mod qp;
+mod srq;
+mod strings;
+mod stubs;
+mod work;

@@ -170,3 +170,83 @@ fn a_configured_address_in_use_is_one_clear_error_naming_it_and_the_variable() {
         "{err}"
     );
 }
+
+/// Runs `tool` as a server and as a client on this host (two processes, nothing set but
+/// `LD_LIBRARY_PATH`, TCP port `port` for their exchange), both must succeed, and both
+/// must report the same byte count. The client is retried while the server is not yet
+/// listening.
+fn pingpong(tool: &str, port: u16, args: &[&str]) {
+    if !Path::new("/usr/bin").join(tool).exists() {
+        run(tool, &[], &[]); // says SKIPPED, or fails under OXRDMA_CI
+        return;
+    }
+    let port = port.to_string();
+    let mut server_args = vec!["-p", &port];
+    server_args.extend_from_slice(args);
+    let server = {
+        let (tool, a) = (tool.to_string(), server_args.iter().map(|s| s.to_string()));
+        let a: Vec<String> = a.collect();
+        std::thread::spawn(move || {
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            run(&tool, &a, &[]).unwrap()
+        })
+    };
+    let mut client_args = server_args.clone();
+    client_args.push("localhost");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let client = loop {
+        let out = run(tool, &client_args, &[]).unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        if err.contains("Couldn't connect") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        break out;
+    };
+    let server = server.join().unwrap();
+    let text = |o: &Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let (s, c) = (text(&server), text(&client));
+    assert!(
+        server.status.success() && client.status.success(),
+        "{tool} {args:?}:\n--- server\n{s}--- client\n{c}"
+    );
+    let bytes = |t: &str| {
+        t.lines()
+            .find(|l| l.contains(" bytes in "))
+            .and_then(|l| l.split_whitespace().next())
+            .map(str::to_string)
+    };
+    assert!(bytes(&s).is_some(), "{s}");
+    assert_eq!(bytes(&s), bytes(&c), "--- server\n{s}--- client\n{c}");
+}
+
+#[test]
+fn ibv_rc_pingpong_runs_between_two_processes() {
+    pingpong("ibv_rc_pingpong", 18601, &["-g", "0", "-n", "200"]);
+}
+
+#[test]
+fn ibv_rc_pingpong_with_completion_events_and_small_messages() {
+    pingpong("ibv_rc_pingpong", 18602, &["-g", "0", "-n", "200", "-e", "-s", "64"]);
+}
+
+#[test]
+fn ibv_uc_pingpong_runs_between_two_processes() {
+    pingpong("ibv_uc_pingpong", 18603, &["-g", "0", "-n", "200"]);
+}
+
+#[test]
+fn ibv_ud_pingpong_runs_between_two_processes() {
+    pingpong("ibv_ud_pingpong", 18604, &["-g", "0", "-n", "200"]);
+}
+
+#[test]
+fn ibv_srq_pingpong_runs_between_two_processes() {
+    pingpong("ibv_srq_pingpong", 18605, &["-g", "0", "-n", "200"]);
+}

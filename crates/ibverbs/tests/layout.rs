@@ -62,6 +62,13 @@ fn layouts() -> Vec<Layout> {
             dev_path,
             ibdev_path
         }),
+        layout!(ibv_gid_entry {
+            gid,
+            gid_index,
+            port_num,
+            gid_type,
+            ndev_ifindex
+        }),
         layout!(ibv_context_ops {
             _compat_query_device,
             _compat_query_port,

@@ -8,6 +8,7 @@
 //! moves packets. While an application polls like that, the engine thread keeps out of its
 //! way (on two cores, a third spinning thread only steals time from the two that matter).
 
+use crate::cq::ChannelInner;
 use crate::error::Result;
 use oxrdma_core::EngineConfig;
 use oxrdma_udp::Device;
@@ -37,7 +38,7 @@ pub(crate) struct Shared {
     doorbell: OwnedFd,
     stop: AtomicBool,
     /// CQs armed with `req_notify`, and the channel to signal when they get an entry.
-    armed: Mutex<Vec<(u32, Arc<OwnedFd>)>>,
+    armed: Mutex<Vec<(u32, Arc<ChannelInner>)>>,
     /// Work was posted while another thread held `dev`: whoever holds it drives again.
     pending: AtomicBool,
     /// When an application thread last drove the device (ns since `epoch`).
@@ -91,7 +92,7 @@ impl Shared {
     }
 
     /// The CQs armed for notification (taken after `dev` when both are needed).
-    pub fn armed(&self) -> MutexGuard<'_, Vec<(u32, Arc<OwnedFd>)>> {
+    pub fn armed(&self) -> MutexGuard<'_, Vec<(u32, Arc<ChannelInner>)>> {
         lock(&self.armed)
     }
 
@@ -208,9 +209,9 @@ fn engine_thread(shared: Arc<Shared>) {
             shared.pending.store(false, Ordering::SeqCst);
             let moved = dev.poll().unwrap_or(0);
             let mut armed = shared.armed();
-            armed.retain(|(cq, fd)| {
+            armed.retain(|(cq, channel)| {
                 if dev.engine.cq_len(*cq) > 0 {
-                    let _ = rustix::io::write(&**fd, &1u64.to_ne_bytes());
+                    channel.notify(*cq);
                     false
                 } else {
                     true
@@ -335,6 +336,7 @@ impl Context {
         Ok(crate::ProtectionDomain {
             ctx: self.clone(),
             pd,
+            live: true,
         })
     }
 
@@ -348,15 +350,14 @@ impl Context {
             ctx: self.clone(),
             cq,
             ring,
+            live: true,
         })
     }
 
     /// A completion channel: a file descriptor that becomes readable when an armed CQ gets
     /// a completion (use it with epoll, poll or an async runtime).
     pub fn create_comp_channel(&self) -> Result<crate::CompletionChannel> {
-        let fd = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
-            .map_err(std::io::Error::from)?;
-        Ok(crate::CompletionChannel { fd: Arc::new(fd) })
+        crate::CompletionChannel::new()
     }
 
     /// The next asynchronous event (`ibv_get_async_event`, without waiting): CQ overflow, QP

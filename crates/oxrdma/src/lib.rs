@@ -10,6 +10,7 @@
 mod connect;
 mod context;
 mod cq;
+mod destroy;
 mod error;
 mod pd;
 mod qp;
@@ -19,11 +20,15 @@ pub use context::Context;
 pub use cq::{CompletionChannel, CompletionQueue};
 pub use error::{Error, Result};
 pub use oxrdma_udp::{BindError, RxDropReport};
-pub use pd::{AddressHandle, MemoryRegion, MemoryWindow, ProtectionDomain, SharedReceiveQueue};
+pub use pd::{
+    AddressHandle, MemoryRegion, MemoryWindow, ProtectionDomain, QpInit, SharedReceiveQueue,
+};
 pub use qp::{ConnectOptions, Endpoint, QueuePair};
 
+/// `enum ibv_qp_attr_mask` bits (what a [`QpAttr`] sets is its `mask()`).
+pub use oxrdma_core::mask as qp_attr_mask;
 pub use oxrdma_core::{
     Access, AddressVector, AsyncEvent, DeviceAttr, EventType, Gid, Mtu, MwBind, MwType, QpAttr,
     QpCap, QpState, QpType, RecvWr, RxDrop, RxDrops, SendData, SendFlags, SendWr, Sge, SrqAttr,
-    UdDest, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };

@@ -10,6 +10,7 @@ use std::sync::Arc;
 pub struct ProtectionDomain {
     pub(crate) ctx: Context,
     pub(crate) pd: u32,
+    pub(crate) live: bool,
 }
 
 impl ProtectionDomain {
@@ -24,18 +25,49 @@ impl ProtectionDomain {
             .into());
         }
         let buf = Arc::new(SharedBuffer::new(len)?);
+        self.register_buffer(buf, None, access)
+    }
+
+    /// Registers `len` bytes of the caller's memory at `ptr` (`ibv_reg_mr`): the engine
+    /// reads and writes them in place. Peers name the first byte `iova`.
+    ///
+    /// # Safety
+    /// The bytes must stay allocated and valid for reads and writes until the region is
+    /// destroyed, and every access to them by the caller while a transfer may touch them
+    /// is the caller's race to avoid (as with a hardware NIC).
+    pub unsafe fn register_raw(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MemoryRegion> {
+        // SAFETY: the caller's promise is the one `from_raw` asks for.
+        let buf = unsafe { SharedBuffer::from_raw(ptr, len) }.ok_or(
+            oxrdma_core::VerbsError::InvalidArgument("NULL address for a memory region"),
+        )?;
+        self.register_buffer(Arc::new(buf), Some(iova), access)
+    }
+
+    fn register_buffer(
+        &self,
+        buf: Arc<SharedBuffer>,
+        iova: Option<u64>,
+        access: Access,
+    ) -> Result<MemoryRegion> {
         let mr = self
             .ctx
             .shared()
             .lock()
             .engine
-            .reg_mr(self.pd, buf.clone(), None, access)?;
+            .reg_mr(self.pd, buf.clone(), iova, access)?;
         Ok(MemoryRegion {
             ctx: self.ctx.clone(),
             buf,
             lkey: mr.lkey,
             rkey: mr.rkey,
             addr: mr.iova,
+            live: true,
         })
     }
 
@@ -46,6 +78,7 @@ impl ProtectionDomain {
         Ok(MemoryWindow {
             ctx: self.ctx.clone(),
             handle,
+            live: true,
         })
     }
 
@@ -56,6 +89,7 @@ impl ProtectionDomain {
         Ok(AddressHandle {
             ctx: self.ctx.clone(),
             ah,
+            live: true,
         })
     }
 
@@ -75,6 +109,7 @@ impl ProtectionDomain {
         Ok(SharedReceiveQueue {
             ctx: self.ctx.clone(),
             srq,
+            live: true,
         })
     }
 
@@ -86,7 +121,7 @@ impl ProtectionDomain {
         qp_type: oxrdma_core::QpType,
         cap: oxrdma_core::QpCap,
     ) -> Result<crate::QueuePair> {
-        self.create_qp_on_srq(send_cq, recv_cq, qp_type, cap, None)
+        self.create_qp_with(send_cq, recv_cq, QpInit::new(qp_type, cap))
     }
 
     /// [`Self::create_qp`], taking its receives from `srq` when given (RC and UD).
@@ -98,31 +133,61 @@ impl ProtectionDomain {
         cap: oxrdma_core::QpCap,
         srq: Option<&SharedReceiveQueue>,
     ) -> Result<crate::QueuePair> {
-        let init = oxrdma_core::QpInitAttr {
-            qp_type,
+        let init = QpInit {
+            srq,
+            ..QpInit::new(qp_type, cap)
+        };
+        self.create_qp_with(send_cq, recv_cq, init)
+    }
+
+    /// [`Self::create_qp`] with every option of `ibv_qp_init_attr`.
+    pub fn create_qp_with(
+        &self,
+        send_cq: &crate::CompletionQueue,
+        recv_cq: &crate::CompletionQueue,
+        init: QpInit<'_>,
+    ) -> Result<crate::QueuePair> {
+        let attr = oxrdma_core::QpInitAttr {
+            qp_type: init.qp_type,
             send_cq: send_cq.cq,
             recv_cq: recv_cq.cq,
-            cap,
-            sq_sig_all: false,
-            srq: srq.map(|s| s.srq),
+            cap: init.cap,
+            sq_sig_all: init.sq_sig_all,
+            srq: init.srq.map(|s| s.srq),
         };
         let mut dev = self.ctx.shared().lock();
-        let qpn = dev.engine.create_qp(self.pd, &init)?;
+        let qpn = dev.engine.create_qp(self.pd, &attr)?;
         let post = dev.engine.qp_post(qpn)?;
         drop(dev);
         Ok(crate::QueuePair {
             ctx: self.ctx.clone(),
             qpn,
-            qp_type,
+            qp_type: init.qp_type,
             post,
         })
     }
 }
 
-impl Drop for ProtectionDomain {
-    fn drop(&mut self) {
-        // Busy while MRs or QPs remain: like ibv_dealloc_pd, that is the caller's ordering.
-        let _ = self.ctx.shared().lock().engine.dealloc_pd(self.pd);
+/// How to make a queue pair (`struct ibv_qp_init_attr` without the CQs).
+#[derive(Debug, Clone, Copy)]
+pub struct QpInit<'a> {
+    pub qp_type: oxrdma_core::QpType,
+    pub cap: oxrdma_core::QpCap,
+    /// Take receives from this shared receive queue (RC, UD).
+    pub srq: Option<&'a SharedReceiveQueue>,
+    /// Every send WR completes, whatever its SIGNALED flag says.
+    pub sq_sig_all: bool,
+}
+
+impl QpInit<'_> {
+    /// A QP of `qp_type` with `cap`, its own receive queue, signaled sends only.
+    pub fn new(qp_type: oxrdma_core::QpType, cap: oxrdma_core::QpCap) -> Self {
+        QpInit {
+            qp_type,
+            cap,
+            srq: None,
+            sq_sig_all: false,
+        }
     }
 }
 
@@ -142,6 +207,7 @@ pub struct MemoryRegion {
     rkey: u32,
     /// The address of the first byte as peers name it.
     addr: u64,
+    live: bool,
 }
 
 impl MemoryRegion {
@@ -195,17 +261,12 @@ impl MemoryRegion {
     }
 }
 
-impl Drop for MemoryRegion {
-    fn drop(&mut self) {
-        let _ = self.ctx.shared().lock().engine.dereg_mr(self.lkey);
-    }
-}
-
 /// A destination for UD sends; name it in [`oxrdma_core::UdDest`] via [`AddressHandle::id`].
 #[derive(Debug)]
 pub struct AddressHandle {
     ctx: Context,
     ah: u32,
+    live: bool,
 }
 
 impl AddressHandle {
@@ -214,17 +275,12 @@ impl AddressHandle {
     }
 }
 
-impl Drop for AddressHandle {
-    fn drop(&mut self) {
-        let _ = self.ctx.shared().lock().engine.destroy_ah(self.ah);
-    }
-}
-
 /// A pool of receive WQEs shared by QPs (`ibv_srq`).
 #[derive(Debug)]
 pub struct SharedReceiveQueue {
     ctx: Context,
     srq: u32,
+    live: bool,
 }
 
 impl SharedReceiveQueue {
@@ -248,17 +304,12 @@ impl SharedReceiveQueue {
     }
 }
 
-impl Drop for SharedReceiveQueue {
-    fn drop(&mut self) {
-        let _ = self.ctx.shared().lock().engine.destroy_srq(self.srq);
-    }
-}
-
 /// A memory window: remote access to part of a region, under its own rkey.
 #[derive(Debug)]
 pub struct MemoryWindow {
     ctx: Context,
     handle: u32,
+    live: bool,
 }
 
 impl MemoryWindow {
@@ -283,12 +334,6 @@ impl MemoryWindow {
     }
 }
 
-impl Drop for MemoryWindow {
-    fn drop(&mut self) {
-        let _ = self.ctx.shared().lock().engine.dealloc_mw(self.handle);
-    }
-}
-
 impl MemoryRegion {
     /// A binding of `mw` to `[off, off+len)` of this region with remote rights `access`
     /// and the window's next rkey (for `QueuePair::bind_mw` or a BIND_MW work request).
@@ -308,4 +353,17 @@ impl MemoryRegion {
             access,
         }
     }
+}
+
+crate::destroy::destroy_with! {
+    /// `ibv_dealloc_pd`: busy while regions, windows, AHs, SRQs or QPs remain in it.
+    ProtectionDomain.pd => dealloc_pd;
+    /// `ibv_dereg_mr`: busy while memory windows are bound to it.
+    MemoryRegion.lkey => dereg_mr;
+    /// `ibv_destroy_ah`.
+    AddressHandle.ah => destroy_ah;
+    /// `ibv_destroy_srq`: busy while a QP uses it.
+    SharedReceiveQueue.srq => destroy_srq;
+    /// `ibv_dealloc_mw`.
+    MemoryWindow.handle => dealloc_mw;
 }

@@ -53,6 +53,10 @@ impl QueuePair {
         self.qpn
     }
 
+    pub fn qp_type(&self) -> oxrdma_core::QpType {
+        self.qp_type
+    }
+
     /// This QP's endpoint, with `psn` as its initial send PSN.
     pub fn endpoint(&self, psn: u32) -> Endpoint {
         Endpoint {
@@ -67,6 +71,12 @@ impl QueuePair {
         self.ctx.shared().lock().engine.modify_qp(self.qpn, attr)?;
         self.ctx.shared().ring();
         Ok(())
+    }
+
+    /// `ibv_query_qp`: every attribute as it stands, the capacities, and whether every
+    /// send WR is signaled (`sq_sig_all`).
+    pub fn query(&self) -> Result<(QpAttr, oxrdma_core::QpCap, bool)> {
+        Ok(self.ctx.shared().lock().engine.query_qp(self.qpn)?)
     }
 
     /// The QP's current state (read without the device lock).

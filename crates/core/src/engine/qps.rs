@@ -2,7 +2,7 @@
 //! posting, with every argument checked before anything is queued.
 
 use super::{touched, Engine};
-use crate::attr::{validate, AttrLimits, QpAttr, QpInitAttr};
+use crate::attr::{validate, AttrLimits, QpAttr, QpCap, QpInitAttr};
 use crate::error::{Result, VerbsError};
 use crate::qp::{Ctx, Qp, QpPost};
 use crate::verbs::{MwType, QpState, QpType, WrOpcode};
@@ -92,6 +92,15 @@ impl Engine {
             .get(&qpn)
             .map(|q| q.state)
             .ok_or(VerbsError::NotFound("queue pair"))
+    }
+
+    /// `ibv_query_qp`: the attributes, the capacities and whether every send is signaled.
+    pub fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpCap, bool)> {
+        let qp = self
+            .qps
+            .get(&qpn)
+            .ok_or(VerbsError::NotFound("queue pair"))?;
+        Ok((qp.query(), qp.post().cap(), qp.sq_sig_all()))
     }
 
     /// `ibv_modify_qp`: validates the attributes for the transition, then applies them.

@@ -214,6 +214,37 @@ impl Qp {
         }
     }
 
+    /// `ibv_query_qp`: every attribute as it stands (the PSNs are the next to send and the
+    /// next expected).
+    pub fn query(&self) -> QpAttr {
+        let rc = self.qp_type == QpType::Rc;
+        let rc_only = |v| rc.then_some(v);
+        QpAttr {
+            qp_state: Some(self.state),
+            cur_qp_state: Some(self.state),
+            qp_access_flags: Some(self.access),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            qkey: Some(self.qkey),
+            ah_attr: self.av,
+            path_mtu: Some(self.mtu),
+            timeout: rc_only(self.timeout),
+            retry_cnt: rc_only(self.retry_cnt),
+            rnr_retry: rc_only(self.rnr_retry),
+            rq_psn: Some(self.resp.epsn().value()),
+            max_rd_atomic: rc_only(self.max_rd_atomic),
+            min_rnr_timer: rc_only(self.min_rnr_timer),
+            sq_psn: Some(self.req.next_psn().value()),
+            max_dest_rd_atomic: rc_only(self.max_dest_rd_atomic),
+            dest_qp_num: Some(self.dest_qpn),
+        }
+    }
+
+    /// Whether every send WR completes, signaled or not.
+    pub fn sq_sig_all(&self) -> bool {
+        self.sq_sig_all
+    }
+
     fn set_state(&mut self, s: QpState) {
         self.state = s;
         self.post.set_state(s);

@@ -128,6 +128,11 @@ impl QpPost {
         }
     }
 
+    /// The capacities the QP was created with.
+    pub fn cap(&self) -> QpCap {
+        self.cap
+    }
+
     pub fn qpn(&self) -> u32 {
         self.qpn
     }

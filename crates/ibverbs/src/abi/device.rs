@@ -171,6 +171,19 @@ pub struct ibv_gid {
     pub raw: [u8; 16],
 }
 
+/// One GID table entry (`ibv_query_gid_ex`, `ibv_query_gid_table`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ibv_gid_entry {
+    pub gid: ibv_gid,
+    pub gid_index: u32,
+    pub port_num: u32,
+    /// `enum ibv_gid_type`: 2 is RoCE v2 (unlike sysfs's numbering in
+    /// `ibv_query_gid_type`).
+    pub gid_type: u32,
+    pub ndev_ifindex: u32,
+}
+
 /// A `verbs_context` slot whose operation oxrdma does not offer (left NULL, so the
 /// header's inline verbs answer EOPNOTSUPP themselves) or has not typed yet.
 pub type op_fn = Option<unsafe extern "C" fn()>;

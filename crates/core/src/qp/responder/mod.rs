@@ -328,6 +328,11 @@ impl Responder {
         self.epsn = psn;
     }
 
+    /// The next PSN expected (query QP's rq_psn).
+    pub(crate) fn epsn(&self) -> Psn {
+        self.epsn
+    }
+
     /// Completes receive WQE `wr_id` with error `status`.
     fn recv_failed(&self, ctx: &mut Ctx<'_>, q: &QpView, wr_id: u64, status: WcStatus) {
         let wc = WorkCompletion::new(wr_id, status, WcOpcode::Recv, q.qpn);

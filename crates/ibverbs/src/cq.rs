@@ -1,0 +1,252 @@
+//! Completion queues and channels: `ibv_create_comp_channel`, `ibv_destroy_comp_channel`,
+//! `ibv_create_cq`, `ibv_destroy_cq`, `ibv_get_cq_event`, `ibv_ack_cq_events`, and the
+//! `poll_cq` and `req_notify_cq` ops the header's inline verbs call.
+
+use crate::abi::*;
+use crate::context::Context;
+use crate::errno::{errno_of, ptr_or_errno, set_errno};
+use crate::object::Obj;
+use crate::work::write_wc;
+use oxrdma::{CompletionChannel, CompletionQueue};
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::Mutex;
+
+/// A completion channel and the CQs that report to it, by handle (its events name
+/// handles; the program wants its `ibv_cq *`).
+#[derive(Debug)]
+pub struct Channel {
+    ch: CompletionChannel,
+    cqs: Mutex<HashMap<u32, usize>>,
+}
+
+impl Channel {
+    fn cqs(&self) -> std::sync::MutexGuard<'_, HashMap<u32, usize>> {
+        self.cqs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A CQ and the channel it reports to (NULL for none).
+#[derive(Debug)]
+pub struct Cq {
+    cq: CompletionQueue,
+    channel: *mut ibv_comp_channel,
+}
+
+pub type ChannelObj = Obj<ibv_comp_channel, Channel>;
+pub type CqObj = Obj<ibv_cq, Cq>;
+
+impl Cq {
+    pub fn ox(&self) -> &CompletionQueue {
+        &self.cq
+    }
+}
+
+/// `ibv_create_comp_channel`: its `fd` works with poll and epoll, and blocks reads until
+/// an armed CQ has a completion (unless made non-blocking).
+///
+/// # Safety
+/// `ctx` is NULL or open.
+pub(crate) unsafe extern "C" fn create_comp_channel(
+    ctx: *mut ibv_context,
+) -> *mut ibv_comp_channel {
+    // SAFETY: the caller's promise.
+    let r = match unsafe { Context::from_ibv(ctx) } {
+        None => Err(libc::EINVAL),
+        Some(c) => match c.ox.create_comp_channel() {
+            Ok(ch) => {
+                use std::os::fd::{AsFd, AsRawFd};
+                let ibv = ibv_comp_channel {
+                    context: ctx,
+                    fd: ch.as_fd().as_raw_fd(),
+                    refcnt: 0,
+                };
+                let cqs = Mutex::new(HashMap::new());
+                Ok(ChannelObj::into_raw(ibv, Channel { ch, cqs }))
+            }
+            Err(e) => Err(errno_of(&e)),
+        },
+    };
+    ptr_or_errno(r)
+}
+
+/// `ibv_destroy_comp_channel`: EBUSY while CQs report to it.
+///
+/// # Safety
+/// `channel` is NULL or created and not used by another thread.
+pub(crate) unsafe extern "C" fn destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    // SAFETY: the caller's promise.
+    unsafe {
+        ChannelObj::destroy(channel, |c| {
+            if c.cqs().is_empty() {
+                Ok(())
+            } else {
+                let busy = oxrdma::VerbsError::Busy("CQs still report to the channel");
+                Err((c, busy.into()))
+            }
+        })
+    }
+}
+
+/// `ibv_create_cq`: `cqe` entries (1..=max_cqe), one completion vector.
+///
+/// # Safety
+/// `ctx` is NULL or open; `channel` is NULL or a channel of `ctx`.
+pub(crate) unsafe extern "C" fn create_cq(
+    ctx: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    // SAFETY: the caller's promise.
+    let c = unsafe { Context::from_ibv(ctx) };
+    // SAFETY: the caller's promise.
+    let ch = unsafe { ChannelObj::get(channel) };
+    let r = match c {
+        None => Err(libc::EINVAL),
+        Some(_) if cqe < 1 || comp_vector != 0 => Err(libc::EINVAL),
+        Some(c) => match c.ox.create_cq(cqe as u32) {
+            Ok(cq) => {
+                let handle = cq.handle();
+                let ibv = ibv_cq {
+                    context: ctx,
+                    channel,
+                    cq_context,
+                    handle,
+                    cqe,
+                    mutex: pthread_mutex_t([0; 40]),
+                    cond: pthread_cond_t([0; 48]),
+                    comp_events_completed: 0,
+                    async_events_completed: 0,
+                };
+                let p = CqObj::into_raw(ibv, Cq { cq, channel });
+                if let Some(ch) = ch {
+                    ch.ox().cqs().insert(handle, p as usize);
+                }
+                Ok(p)
+            }
+            Err(e) => Err(errno_of(&e)),
+        },
+    };
+    ptr_or_errno(r)
+}
+
+/// `ibv_destroy_cq`: EBUSY while a QP uses it.
+///
+/// # Safety
+/// `cq` is NULL or created and not used by another thread.
+pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
+    // SAFETY: the caller's promise.
+    unsafe {
+        CqObj::destroy(cq, |c| {
+            let Cq { cq, channel } = c;
+            let handle = cq.handle();
+            match cq.try_destroy() {
+                Ok(()) => {
+                    // SAFETY: a CQ's channel outlives it (destroying it is EBUSY before).
+                    if let Some(ch) = ChannelObj::get(channel) {
+                        ch.ox().cqs().remove(&handle);
+                    }
+                    Ok(())
+                }
+                Err((cq, e)) => Err((Cq { cq, channel }, e)),
+            }
+        })
+    }
+}
+
+/// `ops.poll_cq`: up to `n` completions into `wc`; their number, or -1 for a bad CQ.
+///
+/// # Safety
+/// `cq` is NULL or created; `wc` has room for `n` entries.
+pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(c) = (unsafe { CqObj::get(cq) }) else {
+        return -1;
+    };
+    if n <= 0 || wc.is_null() {
+        return if n == 0 { 0 } else { -1 };
+    }
+    let mut i = 0usize;
+    let r = c.ox().cq.poll_each(n as usize, |w| {
+        // SAFETY: `i < n`: poll_each hands out at most `n` completions, and `wc` has
+        // room for `n` (caller's promise).
+        unsafe { write_wc(wc.add(i), &w) };
+        i += 1;
+    });
+    match r {
+        Ok(k) => k as c_int,
+        Err(_) => -1,
+    }
+}
+
+/// `ops.req_notify_cq`: the CQ's channel becomes readable at its next completion (any
+/// completion, solicited or not: waking more often than asked is allowed, never less).
+///
+/// # Safety
+/// `cq` is NULL or created.
+pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(c) = (unsafe { CqObj::get(cq) }) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: a CQ's channel outlives it.
+    if let Some(ch) = unsafe { ChannelObj::get(c.ox().channel) } {
+        c.ox().cq.req_notify(&ch.ox().ch);
+    }
+    0
+}
+
+/// `ibv_get_cq_event`: waits for the next event of the channel (unless its fd was made
+/// non-blocking: then -1 with EAGAIN) and says which CQ it is for.
+///
+/// # Safety
+/// `channel` is NULL or created; `cq` and `cq_context` are writable.
+pub(crate) unsafe extern "C" fn get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(ch) = (unsafe { ChannelObj::get(channel) }) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    if cq.is_null() || cq_context.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    loop {
+        let handle = match ch.ox().ch.get_event() {
+            Ok(Some(h)) => h,
+            Ok(None) => {
+                set_errno(libc::EAGAIN);
+                return -1;
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                return -1;
+            }
+        };
+        // An event of a CQ destroyed since: not for anyone; wait for the next.
+        let Some(&p) = ch.ox().cqs().get(&handle) else {
+            continue;
+        };
+        let p = p as *mut ibv_cq;
+        // SAFETY: `p` is a live CQ of this channel (destroying it removes it from the
+        // map); `cq` and `cq_context` are writable (caller's promise, not NULL).
+        unsafe {
+            *cq = p;
+            *cq_context = (*p).cq_context;
+        }
+        return 0;
+    }
+}
+
+/// `ibv_ack_cq_events`: nothing to release here (destroying a CQ does not wait for its
+/// events to be acknowledged).
+///
+/// # Safety
+/// Any arguments (none is touched).
+pub(crate) unsafe extern "C" fn ack_cq_events(_cq: *mut ibv_cq, _nevents: u32) {}

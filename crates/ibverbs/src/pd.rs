@@ -1,0 +1,170 @@
+//! Protection domains and memory regions: `ibv_alloc_pd`, `ibv_dealloc_pd`, `ibv_reg_mr`,
+//! `ibv_reg_mr_iova2`, `ibv_rereg_mr`, `ibv_dereg_mr`. A region is the program's own
+//! buffer: the engine reads and writes it in place.
+
+use crate::abi::*;
+use crate::context::Context;
+use crate::errno::{errno_of, ptr_or_errno, set_errno};
+use crate::object::Obj;
+use oxrdma::{Access, MemoryRegion, ProtectionDomain};
+use std::ffi::{c_int, c_uint, c_void};
+
+pub type Pd = Obj<ibv_pd, ProtectionDomain>;
+pub type Mr = Obj<ibv_mr, MemoryRegion>;
+
+/// `IBV_ACCESS_OPTIONAL_RANGE`: flags a provider may ignore (relaxed ordering and the
+/// like); rdma-core drops those it does not know.
+const ACCESS_OPTIONAL: c_uint = 0x3ff0_0000;
+/// `IBV_ACCESS_ON_DEMAND`: ODP, which oxrdma does not offer.
+const ACCESS_ON_DEMAND: c_uint = 1 << 6;
+
+/// `ibv_alloc_pd`.
+///
+/// # Safety
+/// `ctx` is NULL or open.
+pub(crate) unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    // SAFETY: the caller's promise.
+    let r = match unsafe { Context::from_ibv(ctx) } {
+        None => Err(libc::EINVAL),
+        Some(c) => match c.ox.alloc_pd() {
+            Ok(pd) => Ok(Pd::into_raw(
+                ibv_pd {
+                    context: ctx,
+                    handle: 0,
+                },
+                pd,
+            )),
+            Err(e) => Err(errno_of(&e)),
+        },
+    };
+    ptr_or_errno(r)
+}
+
+/// `ibv_dealloc_pd`: EBUSY while anything is still in it.
+///
+/// # Safety
+/// `pd` is NULL or allocated and not used by another thread.
+pub(crate) unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    // SAFETY: the caller's promise.
+    unsafe { Pd::destroy(pd, ProtectionDomain::try_destroy) }
+}
+
+/// The access flags oxrdma implements, from the C ones.
+fn access(flags: c_uint) -> Result<Access, c_int> {
+    let flags = flags & !ACCESS_OPTIONAL;
+    if flags & ACCESS_ON_DEMAND != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    if flags & !Access::ALL.0 != 0 {
+        return Err(libc::EINVAL);
+    }
+    Ok(Access(flags))
+}
+
+/// Registers `len` bytes at `addr` that peers address from `iova`.
+///
+/// # Safety
+/// `pd` is NULL or allocated; `addr..addr+len` is the program's memory, valid until the
+/// region is deregistered.
+unsafe fn reg(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    flags: c_uint,
+) -> Result<*mut ibv_mr, c_int> {
+    // SAFETY: the caller's promise.
+    let p = unsafe { Pd::get(pd) }.ok_or(libc::EINVAL)?;
+    let access = access(flags)?;
+    // The kernel refuses an empty region, and an iova whose offset in its page differs
+    // from the address's.
+    if len == 0 || addr.is_null() || (addr as u64 ^ iova) & 0xfff != 0 {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's promise: the bytes stay valid until `dereg_mr`, which drops
+    // the region.
+    let mr =
+        unsafe { p.ox().register_raw(addr.cast(), len, iova, access) }.map_err(|e| errno_of(&e))?;
+    // SAFETY: `ibv()` points into the live PD; `context` is set once at allocation.
+    let context = unsafe { (*p.ibv()).context };
+    let ibv = ibv_mr {
+        context,
+        pd,
+        addr,
+        length: len,
+        handle: 0,
+        lkey: mr.lkey(),
+        rkey: mr.rkey(),
+    };
+    Ok(Mr::into_raw(ibv, mr))
+}
+
+/// `ibv_reg_mr`: peers address the region by its virtual addresses.
+///
+/// # Safety
+/// As `reg`.
+pub(crate) unsafe extern "C" fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: the caller's promise.
+    ptr_or_errno(unsafe { reg(pd, addr, len, addr as u64, access as c_uint) })
+}
+
+/// `ibv_reg_mr_iova2`.
+///
+/// # Safety
+/// As `reg`.
+pub(crate) unsafe extern "C" fn reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    // SAFETY: the caller's promise.
+    ptr_or_errno(unsafe { reg(pd, addr, len, iova, access) })
+}
+
+/// `ibv_reg_mr_iova` (1.7): as `ibv_reg_mr_iova2` with int flags.
+///
+/// # Safety
+/// As `reg`.
+pub(crate) unsafe extern "C" fn reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: the caller's promise.
+    ptr_or_errno(unsafe { reg(pd, addr, len, iova, access as c_uint) })
+}
+
+/// `ibv_dereg_mr`: EBUSY while memory windows are bound to it.
+///
+/// # Safety
+/// `mr` is NULL or registered and not used by another thread.
+pub(crate) unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
+    // SAFETY: the caller's promise.
+    unsafe { Mr::destroy(mr, MemoryRegion::try_destroy) }
+}
+
+/// `ibv_rereg_mr`: not offered, as rxe offers none: errno EOPNOTSUPP and
+/// `IBV_REREG_MR_ERR_INPUT` (the old region stays valid, unchanged).
+///
+/// # Safety
+/// Any arguments (none is touched).
+pub(crate) unsafe extern "C" fn rereg_mr(
+    _mr: *mut ibv_mr,
+    _flags: c_int,
+    _pd: *mut ibv_pd,
+    _addr: *mut c_void,
+    _len: usize,
+    _access: c_int,
+) -> c_int {
+    set_errno(libc::EOPNOTSUPP);
+    -1
+}

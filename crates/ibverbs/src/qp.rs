@@ -1,0 +1,362 @@
+//! Queue pairs: `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_destroy_qp`, and
+//! the `post_send` and `post_recv` ops the header's inline verbs call.
+
+use crate::abi::*;
+use crate::cq::CqObj;
+use crate::errno::{errno_of, ptr_or_errno};
+use crate::object::Obj;
+use crate::pd::Pd;
+use crate::srq::SrqObj;
+use crate::work::{post_list, recv_wr, send_wr};
+use oxrdma::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, QueuePair};
+use std::ffi::{c_int, c_uint};
+
+pub type QpObj = Obj<ibv_qp, QueuePair>;
+
+/// `enum ibv_qp_attr_mask` bits beyond those `QpAttr` carries.
+mod mask {
+    pub const EN_SQD_ASYNC_NOTIFY: u32 = 1 << 2;
+    pub const ALT_PATH: u32 = 1 << 14;
+    pub const PATH_MIG_STATE: u32 = 1 << 18;
+}
+
+fn qp_type(t: c_uint) -> Result<QpType, c_int> {
+    match t {
+        2 => Ok(QpType::Rc),
+        3 => Ok(QpType::Uc),
+        4 => Ok(QpType::Ud),
+        // rxe refuses the others (raw packet, XRC, driver QPs) with EINVAL.
+        _ => Err(libc::EINVAL),
+    }
+}
+
+fn qp_state(s: c_uint) -> Result<QpState, c_int> {
+    Ok(match s {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        4 => QpState::Sqd,
+        5 => QpState::Sqe,
+        6 => QpState::Err,
+        _ => return Err(libc::EINVAL),
+    })
+}
+
+/// `ibv_create_qp`: writes the capacities the QP got back into `attr.cap`.
+///
+/// # Safety
+/// `pd` is NULL or allocated; `attr` is NULL or readable and writable, its CQs and SRQ
+/// NULL or created.
+pub(crate) unsafe extern "C" fn create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    // SAFETY: the caller's promise.
+    ptr_or_errno(unsafe { create(pd, attr) })
+}
+
+/// # Safety
+/// As `create_qp`.
+unsafe fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c_int> {
+    // SAFETY: the caller's promise.
+    let p = unsafe { Pd::get(pd) }.ok_or(libc::EINVAL)?;
+    // SAFETY: the caller's promise.
+    let a = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
+    let t = qp_type(a.qp_type)?;
+    // SAFETY: the caller's promise.
+    let send_cq = unsafe { CqObj::get(a.send_cq) }.ok_or(libc::EINVAL)?;
+    // SAFETY: the caller's promise.
+    let recv_cq = unsafe { CqObj::get(a.recv_cq) }.ok_or(libc::EINVAL)?;
+    // SAFETY: the caller's promise.
+    let srq = unsafe { SrqObj::get(a.srq) };
+    let cap = QpCap {
+        max_send_wr: a.cap.max_send_wr,
+        max_recv_wr: a.cap.max_recv_wr,
+        max_send_sge: a.cap.max_send_sge,
+        max_recv_sge: a.cap.max_recv_sge,
+        max_inline_data: a.cap.max_inline_data,
+    };
+    let init = QpInit {
+        srq: srq.map(|s| s.ox()),
+        sq_sig_all: a.sq_sig_all != 0,
+        ..QpInit::new(t, cap)
+    };
+    let qp = p
+        .ox()
+        .create_qp_with(send_cq.ox().ox(), recv_cq.ox().ox(), init)
+        .map_err(|e| errno_of(&e))?;
+    // SAFETY: `ibv()` points into the live PD.
+    let context = unsafe { (*p.ibv()).context };
+    let ibv = ibv_qp {
+        context,
+        qp_context: a.qp_context,
+        pd,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        handle: 0,
+        qp_num: qp.qpn(),
+        state: QpState::Reset as u32,
+        qp_type: a.qp_type,
+        mutex: pthread_mutex_t([0; 40]),
+        cond: pthread_cond_t([0; 48]),
+        events_completed: 0,
+    };
+    Ok(QpObj::into_raw(ibv, qp))
+}
+
+/// `ibv_destroy_qp`.
+///
+/// # Safety
+/// `qp` is NULL or created and not used by another thread.
+pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
+    // SAFETY: the caller's promise.
+    unsafe {
+        QpObj::destroy(qp, |q| {
+            drop(q);
+            Ok(())
+        })
+    }
+}
+
+/// `v` if `mask` has `bit`.
+fn given<T>(mask: u32, bit: u32, v: T) -> Option<T> {
+    (mask & bit != 0).then_some(v)
+}
+
+/// The attributes `mask` names in `a`.
+fn qp_attr(a: &ibv_qp_attr, m: u32) -> Result<QpAttr, c_int> {
+    use oxrdma::qp_attr_mask::*;
+    // Alternate paths, migration and the drained event do not exist on one RoCE port:
+    // taken and ignored. CAP, RATE_LIMIT and unknown bits are refused, as rxe does.
+    let ignored = mask::ALT_PATH | mask::PATH_MIG_STATE | mask::EN_SQD_ASYNC_NOTIFY;
+    let known = ignored
+        | STATE
+        | CUR_STATE
+        | ACCESS_FLAGS
+        | PKEY_INDEX
+        | PORT
+        | QKEY
+        | AV
+        | PATH_MTU
+        | TIMEOUT
+        | RETRY_CNT
+        | RNR_RETRY
+        | RQ_PSN
+        | MAX_QP_RD_ATOMIC
+        | MIN_RNR_TIMER
+        | SQ_PSN
+        | MAX_DEST_RD_ATOMIC
+        | DEST_QPN;
+    if m & !known != 0 {
+        return Err(libc::EINVAL);
+    }
+    let on = |bit: u32| m & bit != 0;
+    let av = if on(AV) {
+        // RoCE needs a GRH: the kernel refuses an address without one.
+        if a.ah_attr.is_global == 0 {
+            return Err(libc::EINVAL);
+        }
+        Some(AddressVector {
+            dgid: Gid(a.ah_attr.grh.dgid.raw),
+        })
+    } else {
+        None
+    };
+    Ok(QpAttr {
+        qp_state: on(STATE).then(|| qp_state(a.qp_state)).transpose()?,
+        cur_qp_state: on(CUR_STATE)
+            .then(|| qp_state(a.cur_qp_state))
+            .transpose()?,
+        qp_access_flags: given(m, ACCESS_FLAGS, oxrdma::Access(a.qp_access_flags)),
+        pkey_index: given(m, PKEY_INDEX, a.pkey_index),
+        port_num: given(m, PORT, a.port_num),
+        qkey: given(m, QKEY, a.qkey),
+        ah_attr: av,
+        path_mtu: on(PATH_MTU)
+            .then(|| Mtu::from_ibv(a.path_mtu).ok_or(libc::EINVAL))
+            .transpose()?,
+        timeout: given(m, TIMEOUT, a.timeout),
+        retry_cnt: given(m, RETRY_CNT, a.retry_cnt),
+        rnr_retry: given(m, RNR_RETRY, a.rnr_retry),
+        rq_psn: given(m, RQ_PSN, a.rq_psn),
+        max_rd_atomic: given(m, MAX_QP_RD_ATOMIC, a.max_rd_atomic),
+        min_rnr_timer: given(m, MIN_RNR_TIMER, a.min_rnr_timer),
+        sq_psn: given(m, SQ_PSN, a.sq_psn),
+        max_dest_rd_atomic: given(m, MAX_DEST_RD_ATOMIC, a.max_dest_rd_atomic),
+        dest_qp_num: given(m, DEST_QPN, a.dest_qp_num),
+    })
+}
+
+/// `ibv_modify_qp`: 0, or the errno (EINVAL for a transition or mask that rdma-core on
+/// rxe refuses).
+///
+/// # Safety
+/// `qp` is NULL or created; `attr` is NULL or readable.
+pub(crate) unsafe extern "C" fn modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let (Some(q), Some(a)) = (unsafe { QpObj::get(qp) }, unsafe { attr.as_ref() }) else {
+        return libc::EINVAL;
+    };
+    let attr = match qp_attr(a, mask as u32) {
+        Ok(v) => v,
+        Err(e) => return e,
+    };
+    if let Err(e) = q.ox().modify(&attr) {
+        return errno_of(&e);
+    }
+    if let Some(s) = attr.qp_state {
+        // SAFETY: `ibv()` points into the live QP; the program reads `state` as
+        // rdma-core keeps it: the last state it modified the QP to.
+        unsafe { (*q.ibv()).state = s as u32 };
+    }
+    0
+}
+
+/// `ibv_query_qp`: every attribute (whatever `mask` asks for, as rxe fills them all) and
+/// the creation attributes.
+///
+/// # Safety
+/// `qp` is NULL or created; `attr` and `init` are NULL or writable.
+pub(crate) unsafe extern "C" fn query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(q) = (unsafe { QpObj::get(qp) }) else {
+        return libc::EINVAL;
+    };
+    if attr.is_null() || init.is_null() {
+        return libc::EINVAL;
+    }
+    let (a, cap, sig_all) = match q.ox().query() {
+        Ok(v) => v,
+        Err(e) => return errno_of(&e),
+    };
+    let cap = ibv_qp_cap {
+        max_send_wr: cap.max_send_wr,
+        max_recv_wr: cap.max_recv_wr,
+        max_send_sge: cap.max_send_sge,
+        max_recv_sge: cap.max_recv_sge,
+        max_inline_data: cap.max_inline_data,
+    };
+    let state = a.qp_state.unwrap_or(QpState::Reset) as u32;
+    let mut ah = ibv_ah_attr {
+        port_num: 1,
+        ..Default::default()
+    };
+    if let Some(av) = a.ah_attr {
+        ah.is_global = 1;
+        ah.grh.dgid = ibv_gid { raw: av.dgid.0 };
+        ah.grh.hop_limit = 1;
+    }
+    let out = ibv_qp_attr {
+        qp_state: state,
+        cur_qp_state: state,
+        path_mtu: a.path_mtu.map_or(0, |m| m as u32),
+        path_mig_state: 0, // IBV_MIG_MIGRATED
+        qkey: a.qkey.unwrap_or(0),
+        rq_psn: a.rq_psn.unwrap_or(0),
+        sq_psn: a.sq_psn.unwrap_or(0),
+        dest_qp_num: a.dest_qp_num.unwrap_or(0),
+        qp_access_flags: a.qp_access_flags.map_or(0, |f| f.0),
+        cap,
+        ah_attr: ah,
+        alt_ah_attr: ibv_ah_attr::default(),
+        pkey_index: 0,
+        alt_pkey_index: 0,
+        en_sqd_async_notify: 0,
+        sq_draining: 0,
+        max_rd_atomic: a.max_rd_atomic.unwrap_or(0),
+        max_dest_rd_atomic: a.max_dest_rd_atomic.unwrap_or(0),
+        min_rnr_timer: a.min_rnr_timer.unwrap_or(0),
+        port_num: 1,
+        timeout: a.timeout.unwrap_or(0),
+        retry_cnt: a.retry_cnt.unwrap_or(0),
+        rnr_retry: a.rnr_retry.unwrap_or(0),
+        alt_port_num: 0,
+        alt_timeout: 0,
+        rate_limit: 0,
+    };
+    // SAFETY: `ibv()` points into the live QP; the fields were set at creation.
+    let b = unsafe { *q.ibv() };
+    let init_out = ibv_qp_init_attr {
+        qp_context: b.qp_context,
+        send_cq: b.send_cq,
+        recv_cq: b.recv_cq,
+        srq: b.srq,
+        cap,
+        qp_type: b.qp_type,
+        sq_sig_all: c_int::from(sig_all),
+    };
+    // SAFETY: both writable (caller's promise, not NULL).
+    unsafe {
+        attr.write(out);
+        init.write(init_out);
+    }
+    0
+}
+
+/// `ops.post_send`: each WR checked and queued in order; the first that fails is named
+/// in `bad` with its errno (EINVAL in a state that cannot send, ENOMEM when the queue is
+/// full), and the ones after it are not posted.
+///
+/// # Safety
+/// `qp` is NULL or created; `wr` is a readable list; `bad` is NULL or writable.
+pub(crate) unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(q) = (unsafe { QpObj::get(qp) }) else {
+        return libc::EINVAL;
+    };
+    let ud = q.ox().qp_type() == QpType::Ud;
+    // SAFETY: the caller's promise.
+    unsafe {
+        post_list(
+            wr,
+            bad,
+            |w| w.next,
+            |w| {
+                let w = send_wr(w, ud)?;
+                q.ox().post_send(w).map_err(|e| errno_of(&e))
+            },
+        )
+    }
+}
+
+/// `ops.post_recv`, as `post_send` for receives.
+///
+/// # Safety
+/// `qp` is NULL or created; `wr` is a readable list; `bad` is NULL or writable.
+pub(crate) unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(q) = (unsafe { QpObj::get(qp) }) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: the caller's promise.
+    unsafe {
+        post_list(
+            wr,
+            bad,
+            |w| w.next,
+            |w| {
+                let w = recv_wr(w)?;
+                q.ox().post_recv(w).map_err(|e| errno_of(&e))
+            },
+        )
+    }
+}

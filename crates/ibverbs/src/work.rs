@@ -1,0 +1,222 @@
+//! Work requests and completions between their C form and oxrdma's.
+
+use crate::abi::*;
+use crate::object::Obj;
+use oxrdma::{
+    AddressHandle, MemoryRegion, MemoryWindow, MwBind, RecvWr, SendData, SendFlags, SendWr, Sge,
+    UdDest, WorkCompletion, WrOpcode,
+};
+use std::ffi::c_int;
+
+/// `IBV_WC_GRH`, `IBV_WC_WITH_IMM`, `IBV_WC_WITH_INV`.
+const WC_GRH: u32 = 1;
+const WC_WITH_IMM: u32 = 2;
+const WC_WITH_INV: u32 = 4;
+
+/// Writes `w` as an `ibv_wc`.
+///
+/// # Safety
+/// `out` is writable.
+pub(crate) unsafe fn write_wc(out: *mut ibv_wc, w: &WorkCompletion) {
+    let mut flags = 0;
+    let mut imm = 0;
+    if let Some(i) = w.imm {
+        flags |= WC_WITH_IMM;
+        // The header's imm_data is the wire's bytes (big-endian).
+        imm = i.to_be();
+    }
+    if let Some(k) = w.invalidated_rkey {
+        flags |= WC_WITH_INV;
+        imm = k;
+    }
+    if w.src_gid.is_some() {
+        flags |= WC_GRH;
+    }
+    let wc = ibv_wc {
+        wr_id: w.wr_id,
+        status: w.status as u32,
+        opcode: w.opcode as u32,
+        vendor_err: 0,
+        byte_len: w.byte_len,
+        imm_data: imm,
+        qp_num: w.qp_num,
+        src_qp: w.src_qp,
+        wc_flags: flags,
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    };
+    // SAFETY: the caller's promise.
+    unsafe { out.write(wc) };
+}
+
+/// The SGEs of a C work request.
+///
+/// # Safety
+/// `sg_list` has `num_sge` readable entries (or `num_sge` is 0).
+unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<Vec<Sge>, c_int> {
+    if num_sge < 0 || (num_sge > 0 && sg_list.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    if num_sge == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the caller's promise.
+    let list = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
+    Ok(list
+        .iter()
+        .map(|s| Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        })
+        .collect())
+}
+
+/// Inline data bigger than this is refused before it is copied (the QP's own limit,
+/// far smaller, is checked when the WR is posted).
+const INLINE_COPY_LIMIT: u64 = 1 << 16;
+
+/// The bytes an inline WR's SGEs point at, copied now (`IBV_SEND_INLINE`: the buffer
+/// need not be registered and may be reused as soon as the post returns).
+///
+/// # Safety
+/// Each SGE's `addr` has `length` readable bytes.
+unsafe fn inline_bytes(list: &[Sge]) -> Result<Vec<u8>, c_int> {
+    let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
+    if total > INLINE_COPY_LIMIT {
+        return Err(libc::EINVAL);
+    }
+    let mut v = Vec::with_capacity(total as usize);
+    for s in list.iter().filter(|s| s.length > 0) {
+        // SAFETY: the caller's promise.
+        let b = unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };
+        v.extend_from_slice(b);
+    }
+    Ok(v)
+}
+
+fn wr_opcode(op: u32) -> Result<WrOpcode, c_int> {
+    Ok(match op {
+        0 => WrOpcode::RdmaWrite,
+        1 => WrOpcode::RdmaWriteWithImm,
+        2 => WrOpcode::Send,
+        3 => WrOpcode::SendWithImm,
+        4 => WrOpcode::RdmaRead,
+        5 => WrOpcode::AtomicCmpAndSwp,
+        6 => WrOpcode::AtomicFetchAndAdd,
+        7 => WrOpcode::LocalInv,
+        8 => WrOpcode::BindMw,
+        9 => WrOpcode::SendWithInv,
+        // TSO, atomic write, flush and driver opcodes.
+        _ => return Err(libc::EINVAL),
+    })
+}
+
+/// One C send WR as oxrdma's (the `next` link is the caller's to follow).
+///
+/// # Safety
+/// `w` is a readable WR whose SGE list, inline bytes, address handle, window and region
+/// pointers are what the program's verbs gave it (or NULL where unused).
+pub(crate) unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Result<SendWr, c_int> {
+    let opcode = wr_opcode(w.opcode)?;
+    let flags = SendFlags(w.send_flags);
+    // SAFETY: the caller's promise.
+    let list = unsafe { sges(w.sg_list, w.num_sge) }?;
+    let data = if flags.contains(SendFlags::INLINE) && !opcode.is_read_or_atomic() {
+        // SAFETY: the caller's promise.
+        SendData::Inline(unsafe { inline_bytes(&list) }?)
+    } else {
+        SendData::Sges(list)
+    };
+    let mut out = SendWr::new(w.wr_id, opcode, data);
+    out.flags = flags;
+    match opcode {
+        WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm => out.imm = u32::from_be(w.imm_data),
+        WrOpcode::SendWithInv | WrOpcode::LocalInv => out.invalidate_rkey = w.imm_data,
+        _ => {}
+    }
+    if opcode.is_atomic() {
+        // SAFETY: the union's `atomic` member is the live one for atomics.
+        let a = unsafe { w.wr.atomic };
+        out.remote_addr = a.remote_addr;
+        out.rkey = a.rkey;
+        out.compare_add = a.compare_add;
+        out.swap = a.swap;
+    } else if matches!(
+        opcode,
+        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::RdmaRead
+    ) {
+        // SAFETY: `rdma` is the live member for RDMA operations.
+        let r = unsafe { w.wr.rdma };
+        out.remote_addr = r.remote_addr;
+        out.rkey = r.rkey;
+    }
+    if ud {
+        // SAFETY: `ud` is the live member on a UD QP.
+        let u = unsafe { w.wr.ud };
+        // SAFETY: the program's AH pointer (caller's promise).
+        let ah = unsafe { Obj::<ibv_ah, AddressHandle>::get(u.ah) }.ok_or(libc::EINVAL)?;
+        out.ud = Some(UdDest {
+            ah: ah.ox().id(),
+            remote_qpn: u.remote_qpn,
+            remote_qkey: u.remote_qkey,
+        });
+    }
+    if opcode == WrOpcode::BindMw {
+        // SAFETY: `bind_mw` is the live member for BIND_MW.
+        let b = unsafe { w.bind_mw.bind_mw };
+        // SAFETY: the program's window and region pointers (caller's promise).
+        let mw = unsafe { Obj::<ibv_mw, MemoryWindow>::get(b.mw) }.ok_or(libc::EINVAL)?;
+        // SAFETY: as above.
+        let mr = unsafe { Obj::<ibv_mr, MemoryRegion>::get(b.bind_info.mr) };
+        out.bind = Some(MwBind {
+            mw: mw.ox().handle(),
+            rkey: b.rkey,
+            lkey: mr.map_or(0, |m| m.ox().lkey()),
+            addr: b.bind_info.addr,
+            length: b.bind_info.length,
+            access: oxrdma::Access(b.bind_info.mw_access_flags),
+        });
+    }
+    Ok(out)
+}
+
+/// One C receive WR as oxrdma's.
+///
+/// # Safety
+/// `w` is readable and its SGE list has `num_sge` readable entries.
+pub(crate) unsafe fn recv_wr(w: &ibv_recv_wr) -> Result<RecvWr, c_int> {
+    Ok(RecvWr {
+        wr_id: w.wr_id,
+        // SAFETY: the caller's promise.
+        sges: unsafe { sges(w.sg_list, w.num_sge) }?,
+    })
+}
+
+/// Walks a C WR list, handing each WR to `post`; on the first failure points `bad` at
+/// that WR and returns its errno (the WRs before it are posted, those after are not).
+///
+/// # Safety
+/// `first` is NULL or a readable list linked by `next(w)`; `bad` is NULL or writable.
+pub(crate) unsafe fn post_list<W>(
+    first: *mut W,
+    bad: *mut *mut W,
+    next: impl Fn(&W) -> *mut W,
+    mut post: impl FnMut(&W) -> Result<(), c_int>,
+) -> c_int {
+    let mut w = first;
+    // SAFETY: the caller's promise: each `w` is NULL or readable.
+    while let Some(r) = unsafe { w.as_ref() } {
+        if let Err(e) = post(r) {
+            if !bad.is_null() {
+                // SAFETY: writable (caller's promise, not NULL).
+                unsafe { *bad = w };
+            }
+            return e;
+        }
+        w = next(r);
+    }
+    0
+}
