@@ -233,7 +233,11 @@ fn ibv_rc_pingpong_runs_between_two_processes() {
 
 #[test]
 fn ibv_rc_pingpong_with_completion_events_and_small_messages() {
-    pingpong("ibv_rc_pingpong", 18602, &["-g", "0", "-n", "200", "-e", "-s", "64"]);
+    pingpong(
+        "ibv_rc_pingpong",
+        18602,
+        &["-g", "0", "-n", "200", "-e", "-s", "64"],
+    );
 }
 
 #[test]

@@ -6,7 +6,10 @@
 //!
 //! Application threads do NIC work too: posting transmits at once, and polling an empty CQ
 //! moves packets. While an application polls like that, the engine thread keeps out of its
-//! way (on two cores, a third spinning thread only steals time from the two that matter).
+//! way (on two cores, a third spinning thread only steals time from the two that matter),
+//! but it still wakes for packets the application leaves waiting: the target of an RDMA
+//! WRITE may be spinning on its memory without calling in (ib_write_lat does), and
+//! one-sided operations must progress without the target's CPU.
 
 use crate::cq::ChannelInner;
 use crate::error::Result;
@@ -26,6 +29,9 @@ const IDLE_SPINS: u32 = 200;
 const MAX_SLEEP: Duration = Duration::from_millis(50);
 /// An application that drove the device this recently is busy-polling.
 const APP_ACTIVE_NS: u64 = 200_000;
+/// Packets that wait while no application thread has driven the device for this long are
+/// delivered by the engine thread, even while the application is otherwise busy.
+const APP_GRACE_NS: u64 = 10_000;
 /// How often the engine thread looks again while an application drives the device.
 const APP_CHECK: Duration = Duration::from_millis(1);
 
@@ -160,6 +166,12 @@ impl Shared {
         }
     }
 
+    /// Whether no application thread has driven the device for `ns`.
+    fn app_idle_for(&self, ns: u64) -> bool {
+        let at = self.app_drove_at.load(Ordering::Relaxed);
+        self.now_ns().saturating_sub(at) >= ns
+    }
+
     fn app_active(&self) -> bool {
         let at = self.app_drove_at.load(Ordering::Relaxed);
         at != 0 && self.now_ns().saturating_sub(at) < APP_ACTIVE_NS
@@ -196,12 +208,26 @@ impl std::fmt::Debug for Context {
 
 fn engine_thread(shared: Arc<Shared>) {
     let mut idle = 0u32;
+    // The socket, to sleep on (the device keeps it open while this thread lives).
+    let sock = lock(&shared.dev).port.as_fd().try_clone_to_owned();
+    let Ok(sock) = sock else {
+        return;
+    };
     while !shared.stop.load(Ordering::Acquire) {
         let armed = !shared.armed().is_empty();
         if shared.app_active() && !armed {
-            sleep_on(&[&shared.doorbell], APP_CHECK);
+            // The application drives the device; deliver only what it leaves waiting
+            // (it may be spinning on memory for an RDMA WRITE to land, as ib_write_lat
+            // does, and one-sided operations must not need the target to call in).
+            let readable = sleep_on(&[&sock, &shared.doorbell], APP_CHECK);
             drain(&shared.doorbell);
-            continue;
+            if !readable {
+                continue;
+            }
+            if !shared.app_idle_for(APP_GRACE_NS) {
+                std::thread::yield_now();
+                continue;
+            }
         }
         let (moved, sleep) = {
             // Not `shared.lock()`: this loop comes back to pending work by itself.
@@ -232,10 +258,6 @@ fn engine_thread(shared: Arc<Shared>) {
             continue;
         }
         idle = 0;
-        let dev = lock(&shared.dev);
-        let sock = dev.port.as_fd().try_clone_to_owned();
-        drop(dev);
-        let Ok(sock) = sock else { continue };
         // Announce the sleep before the last look for work, so a poster that misses the
         // flag has posted early enough for this look to see it.
         shared.asleep.store(true, Ordering::SeqCst);
@@ -252,12 +274,13 @@ fn engine_thread(shared: Arc<Shared>) {
     }
 }
 
-/// Sleeps until one of `fds` is readable or `timeout` passes.
-fn sleep_on(fds: &[&OwnedFd], timeout: Duration) {
+/// Sleeps until one of `fds` is readable or `timeout` passes; whether the first is.
+fn sleep_on(fds: &[&OwnedFd], timeout: Duration) -> bool {
     let mut pfds: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(*f, PollFlags::IN)).collect();
     // Too long to represent: wait without a limit.
     let ts = Timespec::try_from(timeout).ok();
     let _ = poll(&mut pfds, ts.as_ref());
+    pfds[0].revents().contains(PollFlags::IN)
 }
 
 /// Clears the doorbell's count.
