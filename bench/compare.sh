@@ -3,6 +3,9 @@
 # measured in the same run, rounds interleaved, medians and ratios printed:
 #   - 64 KiB WRITE bandwidth   vs  iperf3 single-stream TCP (127.0.0.1)
 #   - 8 B WRITE half round trip vs  sockperf UDP ping-pong (p50 one-way), spinning both ends
+# and the C library (target/release/libibverbs.so.1) under Debian's perftest, two
+# processes, next to `oxrdma perf` for the same test: ib_write_bw -s 65536 and
+# ib_write_lat -s 8 (t_typical, perftest's median half round trip).
 # Installs iperf3 and sockperf from Debian if missing (needs root). Servers are started on
 # random ports on 127.0.0.1 and stopped by PID.
 #   bash bench/compare.sh            # REPS=5 rounds by default
@@ -12,16 +15,25 @@ REPS=${REPS:-5}
 need=()
 command -v iperf3 >/dev/null || need+=(iperf3)
 command -v sockperf >/dev/null || need+=(sockperf)
+command -v ib_write_bw >/dev/null || need+=(perftest)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-cargo build --release -q -p oxrdma-cli
+cargo build --release -q -p oxrdma-cli -p oxrdma-ibverbs
 ox=./target/release/oxrdma
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
+# perftest TOOL ARGS...: server and client on this host over the C library; the client's output.
+perftest() {
+  local port=$(( 30000 + RANDOM % 9000 ))
+  LD_LIBRARY_PATH=$PWD/target/release "$@" -p "$port" >/dev/null 2>&1 & local spid=$!; pids+=($spid)
+  sleep 0.3
+  LD_LIBRARY_PATH=$PWD/target/release "$@" -p "$port" localhost
+  wait "$spid" 2>/dev/null || true
+}
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-tcp=(); udp=(); bw=(); lat=()
+tcp=(); udp=(); bw=(); lat=(); cbw=(); clat=()
 for r in $(seq "$REPS"); do
   p=$(( 20000 + RANDOM % 9000 ))
   iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null 2>&1 & pids+=($!)
@@ -34,7 +46,9 @@ for r in $(seq "$REPS"); do
   kill "$spid" 2>/dev/null || true
   bw+=("$($ox perf write-bw --loopback -s 65536 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
   lat+=("$($ox perf write-lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
-  echo "round $r: tcp ${tcp[-1]} Gb/s, oxrdma write-bw ${bw[-1]} Gb/s, udp p50 ${udp[-1]} us, oxrdma write-lat ${lat[-1]} us" >&2
+  cbw+=("$(perftest ib_write_bw -s 65536 -n 20000 --report_gbits | awk '$1 == "65536" {print $4}')")
+  clat+=("$(perftest ib_write_lat -s 8 -n 20000 | awk '$1 == "8" {print $5}')")
+  echo "round $r: tcp ${tcp[-1]} Gb/s, oxrdma write-bw ${bw[-1]} Gb/s, C ib_write_bw ${cbw[-1]} Gb/s, udp p50 ${udp[-1]} us, oxrdma write-lat ${lat[-1]} us, C ib_write_lat ${clat[-1]} us" >&2
 done
 T=$(printf '%s\n' "${tcp[@]}" | median); B=$(printf '%s\n' "${bw[@]}" | median)
 U=$(printf '%s\n' "${udp[@]}" | median); L=$(printf '%s\n' "${lat[@]}" | median)
@@ -43,3 +57,6 @@ printf '%-44s %10.3f Gb/s\n' "iperf3 TCP single stream (127.0.0.1)" "$T"
 printf '%-44s %10.3f Gb/s   ratio %.3f (target >= 1.0)\n' "oxrdma 64 KiB RDMA WRITE bandwidth" "$B" "$(echo "$B / $T" | bc -l)"
 printf '%-44s %10.3f us\n' "sockperf UDP ping-pong p50 one-way, spinning" "$U"
 printf '%-44s %10.3f us     ratio %.3f (target <= 1.2)\n' "oxrdma 8 B RDMA WRITE half round trip p50" "$L" "$(echo "$L / $U" | bc -l)"
+CB=$(printf '%s\n' "${cbw[@]}" | median); CL=$(printf '%s\n' "${clat[@]}" | median)
+printf '%-44s %10.3f Gb/s   ratio to oxrdma perf %.3f (target >= 0.95)\n' "C library: perftest ib_write_bw -s 65536" "$CB" "$(echo "$CB / $B" | bc -l)"
+printf '%-44s %10.3f us     ratio to oxrdma perf %.3f (target <= 1.05)\n' "C library: perftest ib_write_lat -s 8" "$CL" "$(echo "$CL / $L" | bc -l)"

@@ -89,6 +89,9 @@ impl std::fmt::Debug for UdpPort {
     }
 }
 
+/// The receive buffer a port asks for when it may (CAP_NET_ADMIN).
+const RCVBUF_WANTED: usize = 32 << 20;
+
 impl UdpPort {
     /// Binds `ip`:4791.
     pub fn bind(ip: IpAddr) -> Result<UdpPort, BindError> {
@@ -111,8 +114,12 @@ impl UdpPort {
         } else {
             accept_zero_udp_checksums(&socket).map_err(io_err)?;
         }
-        // Bursts of MTU packets: give the kernel room (it caps these at rmem_max/wmem_max).
-        let _ = sockopt::set_socket_recv_buffer_size(&socket, 4 << 20);
+        // Bursts of MTU packets: give the kernel room. It caps SO_RCVBUF at rmem_max (4 MiB
+        // on Debian); with CAP_NET_ADMIN, take more, so that a UC or UD burst of a whole
+        // 8 MiB message (2,048 packets, which nothing retransmits) is not dropped.
+        if sockopt::set_socket_recv_buffer_size_force(&socket, RCVBUF_WANTED).is_err() {
+            let _ = sockopt::set_socket_recv_buffer_size(&socket, 4 << 20);
+        }
         let _ = sockopt::set_socket_send_buffer_size(&socket, 4 << 20);
         socket.set_nonblocking(true).map_err(io_err)?;
         Ok(UdpPort {

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Debian 12's unmodified verbs programs (ibverbs-utils, perftest) on oxrdma's
+# libibverbs.so.1, with nothing set but LD_LIBRARY_PATH: each pingpong and perftest case
+# runs as two processes on this host (server, then client to localhost), must exit 0 on
+# both sides, and both sides must report the same byte counts. Prints a PASS/FAIL table;
+# exits 1 on any FAIL.
+#
+#   bash tests/verbs-binaries/run.sh [filter]     (after `cargo build --release`)
+#
+# OXRDMA_LIB_DIR names the directory holding libibverbs.so.1 (default target/release).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+lib=${OXRDMA_LIB_DIR:-$PWD/target/release}
+filter=${1:-}
+if [ ! -e "$lib/libibverbs.so.1" ]; then
+  echo "no $lib/libibverbs.so.1: run cargo build --release first" >&2
+  exit 1
+fi
+for t in ibv_devices ibv_rc_pingpong ib_write_bw; do
+  command -v $t >/dev/null || { echo "$t is missing: apt-get install ibverbs-utils perftest" >&2; exit 1; }
+done
+export LD_LIBRARY_PATH=$lib
+unset OXRDMA_DEVICES
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+port=$((20000 + RANDOM % 20000))
+pass=0; fail=0; results=()
+
+report() { # name ok detail
+  if [ "$2" = 1 ]; then pass=$((pass + 1)); results+=("PASS  $1"); else fail=$((fail + 1)); results+=("FAIL  $1  ($3)"); fi
+}
+
+# The "#bytes #iterations" rows of a perftest table, or the "N bytes in" of a pingpong.
+counts() { awk '/^ *[0-9]+ +[0-9]+ /{print $1, $2} / bytes in /{print $1}' "$1" | sort; }
+
+# pair NAME TOOL ARGS...: server and client of one case.
+pair() {
+  local name=$1; shift
+  [ -n "$filter" ] && [[ "$name" != *$filter* ]] && return
+  port=$((port + 1))
+  local s=$out/s.$port c=$out/c.$port
+  timeout 300 "$@" -p $port >"$s" 2>&1 &
+  local spid=$!
+  local crc=1
+  for _ in $(seq 50); do
+    sleep 0.1
+    timeout 300 "$@" -p $port localhost >"$c" 2>&1
+    crc=$?
+    grep -qE "Couldn't connect|Unable to open file descriptor for socket connection" "$c" || break
+  done
+  wait $spid; local src=$?
+  local sc cc
+  sc=$(counts "$s"); cc=$(counts "$c")
+  if [ $src -ne 0 ] || [ $crc -ne 0 ]; then
+    report "$name" 0 "exit server $src client $crc: $(grep -v '^ *$' "$c" "$s" | grep -iE 'fail|error|couldn|unable' | head -2 | tr '\n' ' ')"
+  elif [ -z "$cc$sc" ]; then
+    report "$name" 0 "no results printed"
+  elif [ -n "$sc" ] && [ -n "$cc" ] && [ -n "$(comm -23 <(echo "$sc") <(echo "$cc"))" ]; then
+    # Every row the server prints must be the client's too (a write or read bandwidth
+    # server prints only the last size).
+    report "$name" 0 "byte counts differ: server [$(echo $sc)] client [$(echo $cc)]"
+  else
+    report "$name" 1
+  fi
+}
+
+# single NAME TOOL ARGS...: one process that must succeed.
+single() {
+  local name=$1; shift
+  [ -n "$filter" ] && [[ "$name" != *$filter* ]] && return
+  if "$@" >"$out/single" 2>&1; then report "$name" 1; else report "$name" 0 "exit $?"; fi
+}
+
+single "ibv_devices" ibv_devices
+single "ibv_devinfo -v" ibv_devinfo -v
+pair "ibv_rc_pingpong" ibv_rc_pingpong -g 0
+pair "ibv_rc_pingpong -e" ibv_rc_pingpong -g 0 -e
+pair "ibv_uc_pingpong" ibv_uc_pingpong -g 0
+pair "ibv_ud_pingpong" ibv_ud_pingpong -g 0
+pair "ibv_srq_pingpong" ibv_srq_pingpong -g 0
+# No XRC: the server must fail at once, cleanly (an error message, no signal).
+if [ -z "$filter" ] || [[ "ibv_xsrq_pingpong" == *$filter* ]]; then
+  timeout 30 ibv_xsrq_pingpong -g 0 -p $((port + 999)) >"$out/x" 2>&1; rc=$?
+  if [ $rc -ne 0 ] && [ $rc -lt 124 ] && [ -s "$out/x" ]; then report "ibv_xsrq_pingpong fails cleanly (no XRC)" 1
+  else report "ibv_xsrq_pingpong fails cleanly (no XRC)" 0 "exit $rc: $(head -c 200 "$out/x")"; fi
+fi
+
+# perftest: every test, each connection type it offers, all sizes; bandwidth also -q 4.
+for test in write read send atomic; do
+  case $test in
+    write) types="RC UC" ;;
+    send) types="RC UC UD" ;;
+    *) types="RC" ;;
+  esac
+  # Atomics have one size (8 B): perftest refuses -a for them.
+  all=-a; [ $test = atomic ] && all=
+  for c in $types; do
+    pair "ib_${test}_bw -c $c $all" ib_${test}_bw -c $c $all -n 100
+    pair "ib_${test}_lat -c $c $all" ib_${test}_lat -c $c $all -n 100
+  done
+  pair "ib_${test}_bw -q 4" ib_${test}_bw -q 4 -n 1000
+done
+
+printf '%s\n' "${results[@]}"
+echo "verbs binaries: $pass passed, $fail failed"
+[ $fail -eq 0 ]
