@@ -89,6 +89,24 @@ pub mod mask {
     pub const SQ_PSN: u32 = 1 << 16;
     pub const MAX_DEST_RD_ATOMIC: u32 = 1 << 17;
     pub const DEST_QPN: u32 = 1 << 20;
+    /// Every bit a `QpAttr` can carry.
+    pub const CARRIED: u32 = STATE
+        | CUR_STATE
+        | ACCESS_FLAGS
+        | PKEY_INDEX
+        | PORT
+        | QKEY
+        | AV
+        | PATH_MTU
+        | TIMEOUT
+        | RETRY_CNT
+        | RNR_RETRY
+        | RQ_PSN
+        | MAX_QP_RD_ATOMIC
+        | MIN_RNR_TIMER
+        | SQ_PSN
+        | MAX_DEST_RD_ATOMIC
+        | DEST_QPN;
 }
 
 const NAMES: [(u32, &str); 17] = [

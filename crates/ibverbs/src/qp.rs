@@ -7,7 +7,7 @@ use crate::errno::{errno_of, ptr_or_errno};
 use crate::object::Obj;
 use crate::pd::Pd;
 use crate::srq::SrqObj;
-use crate::work::{post_list, recv_wr, send_wr};
+use crate::work::{post_list, post_recv_list, send_wr};
 use oxrdma::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, QueuePair};
 use std::ffi::{c_int, c_uint};
 
@@ -131,24 +131,7 @@ fn qp_attr(a: &ibv_qp_attr, m: u32) -> Result<QpAttr, c_int> {
     // Alternate paths, migration and the drained event do not exist on one RoCE port:
     // taken and ignored. CAP, RATE_LIMIT and unknown bits are refused, as rxe does.
     let ignored = mask::ALT_PATH | mask::PATH_MIG_STATE | mask::EN_SQD_ASYNC_NOTIFY;
-    let known = ignored
-        | STATE
-        | CUR_STATE
-        | ACCESS_FLAGS
-        | PKEY_INDEX
-        | PORT
-        | QKEY
-        | AV
-        | PATH_MTU
-        | TIMEOUT
-        | RETRY_CNT
-        | RNR_RETRY
-        | RQ_PSN
-        | MAX_QP_RD_ATOMIC
-        | MIN_RNR_TIMER
-        | SQ_PSN
-        | MAX_DEST_RD_ATOMIC
-        | DEST_QPN;
+    let known = ignored | CARRIED;
     if m & !known != 0 {
         return Err(libc::EINVAL);
     }
@@ -322,15 +305,9 @@ pub(crate) unsafe extern "C" fn post_send(
     let ud = q.ox().qp_type() == QpType::Ud;
     // SAFETY: the caller's promise.
     unsafe {
-        post_list(
-            wr,
-            bad,
-            |w| w.next,
-            |w| {
-                let w = send_wr(w, ud)?;
-                q.ox().post_send(w).map_err(|e| errno_of(&e))
-            },
-        )
+        post_list(wr, bad, |w| {
+            q.ox().post_send(send_wr(w, ud)?).map_err(|e| errno_of(&e))
+        })
     }
 }
 
@@ -348,15 +325,5 @@ pub(crate) unsafe extern "C" fn post_recv(
         return libc::EINVAL;
     };
     // SAFETY: the caller's promise.
-    unsafe {
-        post_list(
-            wr,
-            bad,
-            |w| w.next,
-            |w| {
-                let w = recv_wr(w)?;
-                q.ox().post_recv(w).map_err(|e| errno_of(&e))
-            },
-        )
-    }
+    unsafe { post_recv_list(wr, bad, |w| q.ox().post_recv(w)) }
 }

@@ -5,7 +5,7 @@ use crate::abi::*;
 use crate::errno::{errno_of, ptr_or_errno};
 use crate::object::Obj;
 use crate::pd::Pd;
-use crate::work::{post_list, recv_wr};
+use crate::work::post_recv_list;
 use oxrdma::SharedReceiveQueue;
 use std::ffi::c_int;
 
@@ -122,15 +122,5 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
         return libc::EINVAL;
     };
     // SAFETY: the caller's promise.
-    unsafe {
-        post_list(
-            wr,
-            bad,
-            |w| w.next,
-            |w| {
-                let w = recv_wr(w)?;
-                s.ox().post_recv(w).map_err(|e| errno_of(&e))
-            },
-        )
-    }
+    unsafe { post_recv_list(wr, bad, |w| s.ox().post_recv(w)) }
 }

@@ -1,6 +1,7 @@
 //! Work requests and completions between their C form and oxrdma's.
 
 use crate::abi::*;
+use crate::errno::errno_of;
 use crate::object::Obj;
 use oxrdma::{
     AddressHandle, MemoryRegion, MemoryWindow, MwBind, RecvWr, SendData, SendFlags, SendWr, Sge,
@@ -187,7 +188,7 @@ pub(crate) unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Result<SendWr, c_int>
 ///
 /// # Safety
 /// `w` is readable and its SGE list has `num_sge` readable entries.
-pub(crate) unsafe fn recv_wr(w: &ibv_recv_wr) -> Result<RecvWr, c_int> {
+unsafe fn recv_wr(w: &ibv_recv_wr) -> Result<RecvWr, c_int> {
     Ok(RecvWr {
         wr_id: w.wr_id,
         // SAFETY: the caller's promise.
@@ -195,15 +196,31 @@ pub(crate) unsafe fn recv_wr(w: &ibv_recv_wr) -> Result<RecvWr, c_int> {
     })
 }
 
+/// A C work request list: each WR names the next.
+pub(crate) trait Linked {
+    fn next(&self) -> *mut Self;
+}
+
+impl Linked for ibv_send_wr {
+    fn next(&self) -> *mut Self {
+        self.next
+    }
+}
+
+impl Linked for ibv_recv_wr {
+    fn next(&self) -> *mut Self {
+        self.next
+    }
+}
+
 /// Walks a C WR list, handing each WR to `post`; on the first failure points `bad` at
 /// that WR and returns its errno (the WRs before it are posted, those after are not).
 ///
 /// # Safety
-/// `first` is NULL or a readable list linked by `next(w)`; `bad` is NULL or writable.
-pub(crate) unsafe fn post_list<W>(
+/// `first` is NULL or a readable list; `bad` is NULL or writable.
+pub(crate) unsafe fn post_list<W: Linked>(
     first: *mut W,
     bad: *mut *mut W,
-    next: impl Fn(&W) -> *mut W,
     mut post: impl FnMut(&W) -> Result<(), c_int>,
 ) -> c_int {
     let mut w = first;
@@ -216,7 +233,25 @@ pub(crate) unsafe fn post_list<W>(
             }
             return e;
         }
-        w = next(r);
+        w = r.next();
     }
     0
+}
+
+/// `post_list` for receive WRs (a QP's or an SRQ's), each converted and given to `post`.
+///
+/// # Safety
+/// As `post_list`, and each WR's SGE list is readable.
+pub(crate) unsafe fn post_recv_list(
+    first: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    post: impl Fn(RecvWr) -> oxrdma::Result<()>,
+) -> c_int {
+    let post_one = |w: &ibv_recv_wr| {
+        // SAFETY: the caller's promise.
+        let w = unsafe { recv_wr(w) }?;
+        post(w).map_err(|e| errno_of(&e))
+    };
+    // SAFETY: the caller's promise.
+    unsafe { post_list(first, bad, post_one) }
 }

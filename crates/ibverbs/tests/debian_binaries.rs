@@ -184,8 +184,8 @@ fn pingpong(tool: &str, port: u16, args: &[&str]) {
     let mut server_args = vec!["-p", &port];
     server_args.extend_from_slice(args);
     let server = {
-        let (tool, a) = (tool.to_string(), server_args.iter().map(|s| s.to_string()));
-        let a: Vec<String> = a.collect();
+        let tool = tool.to_string();
+        let a: Vec<String> = server_args.iter().map(|s| s.to_string()).collect();
         std::thread::spawn(move || {
             let a: Vec<&str> = a.iter().map(String::as_str).collect();
             run(&tool, &a, &[]).unwrap()
