@@ -1,6 +1,8 @@
 //! Latency tests, one message in flight on the first QP. Write and send are ping-pongs
 //! (each side answers the other's message; half the round trip is reported); read and
 //! atomic time one WR from post to completion while the server's CPU stays out of it.
+//! Write waits as ib_write_lat does: each WRITE signaled and its completion polled, then
+//! the last byte of the peer's WRITE awaited in memory without calling in.
 
 use super::ctl::parse_word;
 use super::report::{bar, LatResult};
@@ -32,13 +34,16 @@ fn wait(side: &mut Side, size: usize, what: Wait, ctl_too: bool) -> anyhow::Resu
     let mut spins = 0u32;
     loop {
         if let Wait::Byte(v) = what {
+            // The target of a WRITE leaves the device alone while it waits, as
+            // ib_write_lat's does: the bytes must land without its CPU calling in.
             let mut b = [0u8];
             side.mr.read(landing + size - 1, &mut b);
             if b[0] == v {
                 return Ok(true);
             }
+        } else {
+            side.poll(&mut wcs)?;
         }
-        side.poll(&mut wcs)?;
         for w in &wcs {
             match (&what, w.opcode) {
                 (Wait::Recv, WcOpcode::Recv) => {
@@ -86,8 +91,9 @@ fn ping(side: &Side, args: &PerfArgs, size: usize, i: u64) -> anyhow::Result<()>
         SendData::Sges(vec![side.mr.sge(0, size)])
     };
     let mut wr = SendWr::new(i, args.opcode(), data);
-    // Signal one in 16 so the send queue drains without a completion per message.
-    wr.flags = if i % 16 == 0 {
+    // Signal one in 16 sends so the send queue drains without a completion per message;
+    // every WRITE is signaled and waited for, as ib_write_lat does.
+    wr.flags = if i % 16 == 0 || args.verb == Verb::Write {
         SendFlags::SIGNALED
     } else {
         SendFlags::empty()
@@ -137,6 +143,9 @@ pub fn client(side: &mut Side, args: &PerfArgs, size: usize) -> anyhow::Result<L
         let t = Instant::now();
         if pingpong {
             ping(side, args, size, i)?;
+            if args.verb == Verb::Write {
+                wait(side, size, Wait::Own, false)?;
+            }
             let what = match args.verb {
                 Verb::Send => Wait::Recv,
                 _ => Wait::Byte(i as u8),
@@ -190,6 +199,9 @@ pub fn server(side: &mut Side, args: &PerfArgs, size: usize, iters: u64) -> anyh
             break;
         }
         ping(side, args, size, i)?;
+        if args.verb == Verb::Write {
+            wait(side, size, Wait::Own, false)?;
+        }
         answered = i;
         if iters != 0 && answered == iters {
             side.ctl.expect("done")?;
