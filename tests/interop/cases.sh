@@ -9,6 +9,8 @@
 #                  (and it equals the expected 2*size*iters when EXPECT is set)
 #           perf:  both exit 0 and the last result row ("#bytes #iterations ...", perftest's
 #                  and oxrdma perf's) on each side is exactly EXPECT="SIZE ITERS"
+#           perf1: as perf for the client; the server (passive in READ and atomic latency
+#                  tests) prints no result row
 #           rc:    both exit 0
 #   NETEM   "" or netem arguments applied to the guest's eth0 egress for this
 #           case (and, if OXR_NETEM_HOST=1, to tap0 in the namespace too)
@@ -113,3 +115,47 @@ for tool_sub in ib_write_bw:write-bw ib_send_bw:send-bw ib_read_bw:read-bw ib_at
     s=65536; [ "${tool_sub%%:*}" = ib_atomic_bw ] && s=8
     pf_case "${tool_sub%%:*}" "${tool_sub#*:}" "$s" 200 "" "${OXR_PERF_STATE:-on}" "_v6" v6
 done
+
+# --- Debian's own binaries on oxrdma's libibverbs.so.1 <-> the same binaries on rxe -------
+# The host runs unmodified ibverbs-utils and perftest with only LD_LIBRARY_PATH ($OXR_LIB,
+# where libibverbs.so.1 is) and OXRDMA_DEVICES (device oxr0 at the host's address, GID
+# index 0) set; the guest runs them on rxe0. Both roles. CHECK as above: pingpongs' byte
+# totals agree (and equal 2*size*iters where the program counts that way), perftest's last
+# result row is SIZE ITERS on both sides.
+C_ENV4="OXRDMA_DEVICES=oxr0=\$HOST_IP LD_LIBRARY_PATH=\$OXR_LIB"
+C_ENV6="OXRDMA_DEVICES=oxr0=[\$HOST_IP6] LD_LIBRARY_PATH=\$OXR_LIB"
+c_pp() {  # c_pp TOOL SIZE ITERS TAG [v6]: one pingpong, both roles
+    local tool=$1 s=$2 n=$3 tag=$4 idx=IDX4 env=$C_ENV4 mtu="-m $MTU_ARG" g h
+    [ "${5:-}" = v6 ] && { idx=IDX6; env=$C_ENV6; }
+    [ "$tool" = ibv_ud_pingpong ] && mtu=""     # UD: one datagram per message, no -m
+    g="$tool -d rxe0 -g \$$idx $mtu -s $s -n $n"
+    h="$env $tool -d oxr0 -g 0 $mtu -s $s -n $n"
+    # ibv_srq_pingpong runs 16 QPs and counts its own way: only the totals must agree.
+    EXPECT=$((2 * s * n)); [ "$tool" = ibv_srq_pingpong ] && EXPECT=""
+    tcase "c_${tool#ibv_}$tag/lib-client/s$s" on guest 120 bytes "" "$g"               "$h \"\$GUEST_IP\""
+    tcase "c_${tool#ibv_}$tag/lib-server/s$s" on host  120 bytes "" "$g \"\$HOST_IP\"" "$h"
+    EXPECT=""
+}
+c_pp ibv_rc_pingpong 4096 100 ""
+c_pp ibv_uc_pingpong 4096 100 ""
+c_pp ibv_ud_pingpong 1024 100 ""
+c_pp ibv_srq_pingpong 4096 50 ""
+c_pp ibv_rc_pingpong 4096 100 _v6 v6
+c_perf() {  # c_perf TOOL SIZE ITERS TAG [v6]: one perftest test, both roles
+    local tool=$1 s=$2 n=$3 tag=$4 idx=IDX4 env=$C_ENV4 sz="-s $2" g h
+    [ "${5:-}" = v6 ] && { idx=IDX6; env=$C_ENV6; }
+    case $tool in ib_atomic_*) sz="" ;; esac
+    g="$tool -d rxe0 -x \$$idx -F -m $MTU_ARG $sz -n $n"
+    h="$env $tool -d oxr0 -x 0 -F -m $MTU_ARG $sz -n $n"
+    case $tool in *_bw) g="$g --report_gbits"; h="$h --report_gbits" ;; esac
+    local chk=perf; case $tool in ib_read_lat|ib_atomic_lat) chk=perf1 ;; esac
+    EXPECT="$s $n"
+    tcase "c_$tool$tag/lib-client/s$s" on guest 180 $chk "" "$g"               "$h \"\$GUEST_IP\""
+    tcase "c_$tool$tag/lib-server/s$s" on host  180 $chk "" "$g \"\$HOST_IP\"" "$h"
+    EXPECT=""
+}
+for tool in ib_write_bw ib_read_bw ib_send_bw; do c_perf $tool 65536 200 ""; done
+c_perf ib_atomic_bw 8 200 ""
+for tool in ib_write_lat ib_read_lat ib_send_lat; do c_perf $tool 8 200 ""; done
+c_perf ib_atomic_lat 8 200 ""
+c_perf ib_write_bw 65536 200 _v6 v6

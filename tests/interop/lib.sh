@@ -27,7 +27,7 @@ oxr_accel_args() {
 }
 
 # Host packages the harness needs (installed with apt-get when missing).
-HOST_PKGS="qemu-system-x86 mmdebstrap e2fsprogs tshark socat iproute2 tcpdump iputils-ping"
+HOST_PKGS="qemu-system-x86 mmdebstrap e2fsprogs tshark socat iproute2 tcpdump iputils-ping ibverbs-utils perftest"
 need_host_pkgs() {
     local p missing=()
     for p in $HOST_PKGS; do

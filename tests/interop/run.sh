@@ -49,19 +49,22 @@ need_host_pkgs || die "cannot install host packages ($HOST_PKGS)"
 if [ -n "${OXRDMA_BIN:-}" ]; then
     OXR=$OXRDMA_BIN
 else
-    log "building oxrdma: cargo build --release -p oxrdma-cli"
+    log "building oxrdma: cargo build --release -p oxrdma-cli -p oxrdma-ibverbs"
     cargo=$(command -v cargo || true)
     [ -z "$cargo" ] && [ -n "${SUDO_USER:-}" ] && cargo=$(eval echo "~$SUDO_USER")/.cargo/bin/cargo
     [ -x "$cargo" ] || die "cargo not found; set OXRDMA_BIN=/path/to/oxrdma"
     if [ -n "${SUDO_USER:-}" ]; then
-        (cd "$REPO_DIR" && sudo -u "$SUDO_USER" "$cargo" build --release -p oxrdma-cli) || die "cargo build failed"
+        (cd "$REPO_DIR" && sudo -u "$SUDO_USER" "$cargo" build --release -p oxrdma-cli -p oxrdma-ibverbs) || die "cargo build failed"
     else
-        (cd "$REPO_DIR" && "$cargo" build --release -p oxrdma-cli) || die "cargo build failed"
+        (cd "$REPO_DIR" && "$cargo" build --release -p oxrdma-cli -p oxrdma-ibverbs) || die "cargo build failed"
     fi
     OXR=$REPO_DIR/target/release/oxrdma
 fi
 [ -x "$OXR" ] || die "oxrdma binary $OXR not executable"
 OXR=$(readlink -f "$OXR")
+# Debian's binaries on oxrdma's C library (the c_* cases) load libibverbs.so.1 from here.
+OXR_LIB=${OXR_LIB:-$(dirname "$OXR")}
+[ -e "$OXR_LIB/libibverbs.so.1" ] || log "WARNING: no $OXR_LIB/libibverbs.so.1 (cargo build --release -p oxrdma-ibverbs): the c_* cases will fail"
 bash "$HERE/build-guest.sh" || die "guest build failed"
 
 RUN=$W/runs/$(date +%Y%m%d-%H%M%S)
@@ -115,7 +118,7 @@ if ! start_guest; then
     tail -20 "$RUN/console.1.log"; print_table; exit 1
 fi
 row "setup/guest-boot" PASS $((SECONDS - t0)) "$(oxr_accel), kernel $KERNEL, RoCE v2 GID index IPv4 $IDX4, IPv6 $IDX6"
-export OXR HOST_IP GUEST_IP HOST_IP6 GUEST_IP6
+export OXR OXR_LIB HOST_IP GUEST_IP HOST_IP6 GUEST_IP6
 t0=$SECONDS
 if ip netns exec "$NS" ping -c 2 -W 3 "$GUEST_IP" > "$RUN/ping.log" 2>&1; then
     row "setup/ping" PASS $((SECONDS - t0)) "$HOST_IP -> $GUEST_IP"
@@ -201,6 +204,14 @@ exit \$r"
     # verdict
     res=PASS; det="host rc $hrc, guest rc $grc"
     [ "$hrc" = 0 ] && [ "$grc" = 0 ] || res=FAIL
+    if [ "$chk" = perf1 ]; then
+        # READ and atomic latency: the server stays passive and prints no result row
+        local cr sr cout=$d/host.out sout=$d/guest.out
+        [ "$first" = host ] && { cout=$d/guest.out; sout=$d/host.out; }
+        cr=$(perf_row "$cout"); sr=$(perf_row "$sout")
+        det="$det; client row '${cr:-?}', server row '${sr:-none}'"
+        [ -n "$cr" ] && [ "$cr" = "$exp" ] && [ -z "$sr" ] || { res=FAIL; det="$det (expected '$exp' and none)"; }
+    fi
     if [ "$chk" = perf ]; then
         # the last result row on each side: "#bytes #iterations ..." (perftest's and oxrdma's)
         local hr gr; hr=$(perf_row "$d/host.out"); gr=$(perf_row "$d/guest.out")
