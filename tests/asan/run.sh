@@ -3,7 +3,7 @@
 # liboxrdma_ibverbs.so instrumented (nightly, -Zsanitizer=address) and runs:
 #   1. the Rust tests of the crates with `unsafe` at a boundary (oxrdma-ibverbs: its unit
 #      and layout tests; oxrdma: foreign memory, shared buffers), instrumented;
-#   2. the project's C programs (tests/c/misuse.c, examples/rc_verbs.c) compiled with
+#   2. the project's C programs (tests/c/misuse.c and extended.c, examples/rc_verbs.c) built with
 #      gcc -fsanitize=address, leak checking on;
 #   3. Debian's unmodified pingpongs and perftest on the instrumented library, with gcc's
 #      ASan runtime preloaded (they are not instrumented; the library is).
@@ -47,7 +47,7 @@ unset RUSTFLAGS RUSTDOCFLAGS
 [ -e "$lib/libibverbs.so.1" ] || { echo "asan: no $lib/libibverbs.so.1" >&2; exit 1; }
 
 echo "== the project's C programs, instrumented"
-for src in crates/ibverbs/tests/c/misuse.c examples/rc_verbs.c; do
+for src in crates/ibverbs/tests/c/misuse.c crates/ibverbs/tests/c/extended.c examples/rc_verbs.c; do
   exe=$out/$(basename "$src" .c)
   if ! gcc -fsanitize=address -g -Wall -Werror -o "$exe" "$src" -libverbs 2>"$out/cc"; then
     report "$src" 0 "does not compile: $(head -c 200 "$out/cc")"; continue
@@ -77,6 +77,7 @@ pair() { # NAME TOOL ARGS...: server, then client to localhost; both exit 0, no 
 }
 pair "ibv_rc_pingpong" ibv_rc_pingpong -g 0 -n 200
 pair "ibv_rc_pingpong -e" ibv_rc_pingpong -g 0 -e -n 200
+pair "ibv_rc_pingpong -N" ibv_rc_pingpong -g 0 -N -n 200
 pair "ibv_uc_pingpong" ibv_uc_pingpong -g 0 -n 200
 pair "ibv_ud_pingpong" ibv_ud_pingpong -g 0 -n 200
 pair "ibv_srq_pingpong" ibv_srq_pingpong -g 0 -n 100

@@ -75,6 +75,7 @@ single "ibv_devices" ibv_devices
 single "ibv_devinfo -v" ibv_devinfo -v
 pair "ibv_rc_pingpong" ibv_rc_pingpong -g 0
 pair "ibv_rc_pingpong -e" ibv_rc_pingpong -g 0 -e
+pair "ibv_rc_pingpong -N" ibv_rc_pingpong -g 0 -N
 pair "ibv_uc_pingpong" ibv_uc_pingpong -g 0
 pair "ibv_ud_pingpong" ibv_ud_pingpong -g 0
 pair "ibv_srq_pingpong" ibv_srq_pingpong -g 0

@@ -103,6 +103,8 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_co
     let ctx = Box::new(Context {
         vctx: verbs_context {
             query_port: Some(query_port_ex),
+            create_cq_ex: Some(crate::cq_ex::create_cq_ex),
+            create_qp_ex: Some(crate::qp_ex::create_qp_ex),
             sz: size_of::<verbs_context>(),
             context: ibv_context {
                 device: dev,

@@ -26,20 +26,32 @@ impl Channel {
     }
 }
 
-/// A CQ and the channel it reports to (NULL for none).
+/// A CQ, the channel it reports to (NULL for none), and the completion the extended
+/// polling API is looking at.
 #[derive(Debug)]
 pub struct Cq {
     cq: CompletionQueue,
     channel: *mut ibv_comp_channel,
+    pub(crate) current: Box<Mutex<Option<ibv_wc>>>,
 }
 
 pub type ChannelObj = Obj<ibv_comp_channel, Channel>;
-pub type CqObj = Obj<ibv_cq, Cq>;
+/// Every CQ is allocated as an `ibv_cq_ex`, whose start is the `ibv_cq`.
+pub type CqObj = Obj<ibv_cq_ex, Cq>;
 
 impl Cq {
     pub fn ox(&self) -> &CompletionQueue {
         &self.cq
     }
+}
+
+/// The CQ behind a program's `ibv_cq *`.
+///
+/// # Safety
+/// `p` is NULL or a CQ this library created and the program has not destroyed.
+pub(crate) unsafe fn cq_of<'a>(p: *mut ibv_cq) -> Option<&'a CqObj> {
+    // SAFETY: the caller's promise; the `ibv_cq` is the start of the `ibv_cq_ex`.
+    unsafe { CqObj::get(p.cast()) }
 }
 
 /// `ibv_create_comp_channel`: its `fd` works with poll and epoll, and blocks reads until
@@ -99,37 +111,60 @@ pub(crate) unsafe extern "C" fn create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
+    let Ok(cqe) = u32::try_from(cqe) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
     // SAFETY: the caller's promise.
-    let c = unsafe { Context::from_ibv(ctx) };
+    let r = unsafe { new_cq(ctx, cqe, cq_context, channel, comp_vector, None) };
+    ptr_or_errno(r.map(ibv_cq_ex::as_cq))
+}
+
+/// A CQ of `ctx`; `poll` fills in the extended polling functions (`ibv_create_cq_ex`).
+///
+/// # Safety
+/// As `create_cq`.
+pub(crate) unsafe fn new_cq(
+    ctx: *mut ibv_context,
+    cqe: u32,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+    poll: Option<fn(&mut ibv_cq_ex)>,
+) -> Result<*mut ibv_cq_ex, c_int> {
+    // SAFETY: the caller's promise.
+    let c = unsafe { Context::from_ibv(ctx) }.ok_or(libc::EINVAL)?;
     // SAFETY: the caller's promise.
     let ch = unsafe { ChannelObj::get(channel) };
-    let r = match c {
-        None => Err(libc::EINVAL),
-        Some(_) if cqe < 1 || comp_vector != 0 => Err(libc::EINVAL),
-        Some(c) => match c.ox.create_cq(cqe as u32) {
-            Ok(cq) => {
-                let handle = cq.handle();
-                let ibv = ibv_cq {
-                    context: ctx,
-                    channel,
-                    cq_context,
-                    handle,
-                    cqe,
-                    mutex: pthread_mutex_t([0; 40]),
-                    cond: pthread_cond_t([0; 48]),
-                    comp_events_completed: 0,
-                    async_events_completed: 0,
-                };
-                let p = CqObj::into_raw(ibv, Cq { cq, channel });
-                if let Some(ch) = ch {
-                    ch.ox().cqs().insert(handle, p as usize);
-                }
-                Ok(p)
-            }
-            Err(e) => Err(errno_of(&e)),
-        },
+    if cqe < 1 || comp_vector != 0 {
+        return Err(libc::EINVAL);
+    }
+    let cq = c.ox.create_cq(cqe).map_err(|e| errno_of(&e))?;
+    let handle = cq.handle();
+    let mut ibv = ibv_cq_ex {
+        context: ctx,
+        channel,
+        cq_context,
+        handle,
+        cqe: cqe as c_int,
+        ..ibv_cq_ex::EMPTY
     };
-    ptr_or_errno(r)
+    if let Some(f) = poll {
+        f(&mut ibv);
+    }
+    let current = Box::new(Mutex::new(None));
+    let p = CqObj::into_raw(
+        ibv,
+        Cq {
+            cq,
+            channel,
+            current,
+        },
+    );
+    if let Some(ch) = ch {
+        ch.ox().cqs().insert(handle, p as usize);
+    }
+    Ok(p)
 }
 
 /// `ibv_destroy_cq`: EBUSY while a QP uses it.
@@ -139,8 +174,12 @@ pub(crate) unsafe extern "C" fn create_cq(
 pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
     // SAFETY: the caller's promise.
     unsafe {
-        CqObj::destroy(cq, |c| {
-            let Cq { cq, channel } = c;
+        CqObj::destroy(cq.cast(), |c| {
+            let Cq {
+                cq,
+                channel,
+                current,
+            } = c;
             let handle = cq.handle();
             match cq.try_destroy() {
                 Ok(()) => {
@@ -150,7 +189,14 @@ pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
                     }
                     Ok(())
                 }
-                Err((cq, e)) => Err((Cq { cq, channel }, e)),
+                Err((cq, e)) => Err((
+                    Cq {
+                        cq,
+                        channel,
+                        current,
+                    },
+                    e,
+                )),
             }
         })
     }
@@ -162,7 +208,7 @@ pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
 /// `cq` is NULL or created; `wc` has room for `n` entries.
 pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     // SAFETY: the caller's promise.
-    let Some(c) = (unsafe { CqObj::get(cq) }) else {
+    let Some(c) = (unsafe { cq_of(cq) }) else {
         return -1;
     };
     if n <= 0 || wc.is_null() {
@@ -188,7 +234,7 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_
 /// `cq` is NULL or created.
 pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
     // SAFETY: the caller's promise.
-    let Some(c) = (unsafe { CqObj::get(cq) }) else {
+    let Some(c) = (unsafe { cq_of(cq) }) else {
         return libc::EINVAL;
     };
     // SAFETY: a CQ's channel outlives it.

@@ -49,7 +49,7 @@ macro_rules! export_data {
 }
 
 use crate::stubs::{no_object, not_supported, nothing};
-use crate::{ah, context, cq, device, pd, qp, srq, strings, stubs};
+use crate::{ah, context, cq, device, pd, qp, qp_ex, srq, strings, stubs};
 
 export! {
     // Devices and contexts.
@@ -95,7 +95,7 @@ export! {
     ibv_modify_qp @ "IBVERBS_1.1" => qp::modify_qp;
     ibv_query_qp @ "IBVERBS_1.1" => qp::query_qp;
     ibv_destroy_qp @ "IBVERBS_1.1" => qp::destroy_qp;
-    ibv_qp_to_qp_ex @ "IBVERBS_1.6" => no_object;
+    ibv_qp_to_qp_ex @ "IBVERBS_1.6" => qp_ex::qp_to_qp_ex;
     ibv_create_srq @ "IBVERBS_1.1" => srq::create_srq;
     ibv_modify_srq @ "IBVERBS_1.1" => srq::modify_srq;
     ibv_query_srq @ "IBVERBS_1.1" => srq::query_srq;

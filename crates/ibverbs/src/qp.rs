@@ -2,16 +2,43 @@
 //! the `post_send` and `post_recv` ops the header's inline verbs call.
 
 use crate::abi::*;
-use crate::cq::CqObj;
+use crate::cq::cq_of;
 use crate::errno::{errno_of, ptr_or_errno};
 use crate::object::Obj;
 use crate::pd::Pd;
+use crate::qp_ex::Batch;
 use crate::srq::SrqObj;
 use crate::work::{post_list, post_recv_list, send_wr};
 use oxrdma::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, QueuePair};
 use std::ffi::{c_int, c_uint};
+use std::sync::Mutex;
 
-pub type QpObj = Obj<ibv_qp, QueuePair>;
+/// A QP and, if `ibv_create_qp_ex` made it, the work requests its extended send API
+/// (`ibv_wr_start` … `ibv_wr_complete`) is building.
+#[derive(Debug)]
+pub struct Qp {
+    qp: QueuePair,
+    pub(crate) ex: Option<Mutex<Batch>>,
+}
+
+impl std::ops::Deref for Qp {
+    type Target = QueuePair;
+    fn deref(&self) -> &QueuePair {
+        &self.qp
+    }
+}
+
+/// Every QP is allocated as an `ibv_qp_ex` (whose start is the `ibv_qp`).
+pub type QpObj = Obj<qp_ex_newest, Qp>;
+
+/// The QP behind a program's `ibv_qp *`.
+///
+/// # Safety
+/// `p` is NULL or a QP this library created and the program has not destroyed.
+pub(crate) unsafe fn qp_of<'a>(p: *mut ibv_qp) -> Option<&'a QpObj> {
+    // SAFETY: the caller's promise; the `ibv_qp` is the start of the `qp_ex_newest`.
+    unsafe { QpObj::get(p.cast()) }
+}
 
 /// `enum ibv_qp_attr_mask` bits beyond those `QpAttr` carries.
 mod mask {
@@ -53,21 +80,28 @@ pub(crate) unsafe extern "C" fn create_qp(
     attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
     // SAFETY: the caller's promise.
-    ptr_or_errno(unsafe { create(pd, attr) })
+    let r = unsafe { attr.as_mut() }.ok_or(libc::EINVAL);
+    // SAFETY: the caller's promise.
+    ptr_or_errno(r.and_then(|a| unsafe { new_qp(pd, a, None) }))
 }
 
+/// A QP of `pd` as `a` describes it (its capacities written back); `ex` fills in the
+/// extended send API (`ibv_create_qp_ex` with send_ops_flags).
+///
 /// # Safety
-/// As `create_qp`.
-unsafe fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c_int> {
+/// `pd` is NULL or allocated; `a`'s CQs and SRQ are NULL or created.
+pub(crate) unsafe fn new_qp(
+    pd: *mut ibv_pd,
+    a: &mut ibv_qp_init_attr,
+    ex: Option<fn(&mut ibv_qp_ex)>,
+) -> Result<*mut ibv_qp, c_int> {
     // SAFETY: the caller's promise.
     let p = unsafe { Pd::get(pd) }.ok_or(libc::EINVAL)?;
-    // SAFETY: the caller's promise.
-    let a = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
     let t = qp_type(a.qp_type)?;
     // SAFETY: the caller's promise.
-    let send_cq = unsafe { CqObj::get(a.send_cq) }.ok_or(libc::EINVAL)?;
+    let send_cq = unsafe { cq_of(a.send_cq) }.ok_or(libc::EINVAL)?;
     // SAFETY: the caller's promise.
-    let recv_cq = unsafe { CqObj::get(a.recv_cq) }.ok_or(libc::EINVAL)?;
+    let recv_cq = unsafe { cq_of(a.recv_cq) }.ok_or(libc::EINVAL)?;
     // SAFETY: the caller's promise.
     let srq = unsafe { SrqObj::get(a.srq) };
     let cap = QpCap {
@@ -88,7 +122,7 @@ unsafe fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mut ib
         .map_err(|e| errno_of(&e))?;
     // SAFETY: `ibv()` points into the live PD.
     let context = unsafe { (*p.ibv()).context };
-    let ibv = ibv_qp {
+    let qp_base = ibv_qp {
         context,
         qp_context: a.qp_context,
         pd,
@@ -103,7 +137,18 @@ unsafe fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mut ib
         cond: pthread_cond_t([0; 48]),
         events_completed: 0,
     };
-    Ok(QpObj::into_raw(ibv, qp))
+    let mut ibv = qp_ex_newest {
+        ex: ibv_qp_ex {
+            qp_base,
+            ..ibv_qp_ex::EMPTY
+        },
+        wr_flush: None,
+    };
+    if let Some(f) = ex {
+        f(&mut ibv.ex);
+    }
+    let ex = ex.map(|_| Mutex::new(Batch::default()));
+    Ok(QpObj::into_raw(ibv, Qp { qp, ex }).cast())
 }
 
 /// `ibv_destroy_qp`.
@@ -113,7 +158,7 @@ unsafe fn create(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<*mut ib
 pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: the caller's promise.
     unsafe {
-        QpObj::destroy(qp, |q| {
+        QpObj::destroy(qp.cast(), |q| {
             drop(q);
             Ok(())
         })
@@ -183,7 +228,7 @@ pub(crate) unsafe extern "C" fn modify_qp(
     mask: c_int,
 ) -> c_int {
     // SAFETY: the caller's promise.
-    let (Some(q), Some(a)) = (unsafe { QpObj::get(qp) }, unsafe { attr.as_ref() }) else {
+    let (Some(q), Some(a)) = (unsafe { qp_of(qp) }, unsafe { attr.as_ref() }) else {
         return libc::EINVAL;
     };
     let attr = match qp_attr(a, mask as u32) {
@@ -196,7 +241,7 @@ pub(crate) unsafe extern "C" fn modify_qp(
     if let Some(s) = attr.qp_state {
         // SAFETY: `ibv()` points into the live QP; the program reads `state` as
         // rdma-core keeps it: the last state it modified the QP to.
-        unsafe { (*q.ibv()).state = s as u32 };
+        unsafe { (*q.ibv()).ex.qp_base.state = s as u32 };
     }
     0
 }
@@ -213,7 +258,7 @@ pub(crate) unsafe extern "C" fn query_qp(
     init: *mut ibv_qp_init_attr,
 ) -> c_int {
     // SAFETY: the caller's promise.
-    let Some(q) = (unsafe { QpObj::get(qp) }) else {
+    let Some(q) = (unsafe { qp_of(qp) }) else {
         return libc::EINVAL;
     };
     if attr.is_null() || init.is_null() {
@@ -269,7 +314,7 @@ pub(crate) unsafe extern "C" fn query_qp(
         rate_limit: 0,
     };
     // SAFETY: `ibv()` points into the live QP; the fields were set at creation.
-    let b = unsafe { *q.ibv() };
+    let b = unsafe { (*q.ibv()).ex.qp_base };
     let init_out = ibv_qp_init_attr {
         qp_context: b.qp_context,
         send_cq: b.send_cq,
@@ -299,7 +344,7 @@ pub(crate) unsafe extern "C" fn post_send(
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
     // SAFETY: the caller's promise.
-    let Some(q) = (unsafe { QpObj::get(qp) }) else {
+    let Some(q) = (unsafe { qp_of(qp) }) else {
         return libc::EINVAL;
     };
     let ud = q.ox().qp_type() == QpType::Ud;
@@ -321,7 +366,7 @@ pub(crate) unsafe extern "C" fn post_recv(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     // SAFETY: the caller's promise.
-    let Some(q) = (unsafe { QpObj::get(qp) }) else {
+    let Some(q) = (unsafe { qp_of(qp) }) else {
         return libc::EINVAL;
     };
     // SAFETY: the caller's promise.

@@ -84,7 +84,7 @@ const INLINE_COPY_LIMIT: u64 = 1 << 16;
 ///
 /// # Safety
 /// Each SGE's `addr` has `length` readable bytes.
-unsafe fn inline_bytes(list: &[Sge]) -> Result<Vec<u8>, c_int> {
+pub(crate) unsafe fn inline_bytes(list: &[Sge]) -> Result<Vec<u8>, c_int> {
     let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
     if total > INLINE_COPY_LIMIT {
         return Err(libc::EINVAL);
@@ -98,7 +98,7 @@ unsafe fn inline_bytes(list: &[Sge]) -> Result<Vec<u8>, c_int> {
     Ok(v)
 }
 
-fn wr_opcode(op: u32) -> Result<WrOpcode, c_int> {
+pub(crate) fn wr_opcode(op: u32) -> Result<WrOpcode, c_int> {
     Ok(match op {
         0 => WrOpcode::RdmaWrite,
         1 => WrOpcode::RdmaWriteWithImm,
@@ -158,30 +158,56 @@ pub(crate) unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Result<SendWr, c_int>
         // SAFETY: `ud` is the live member on a UD QP.
         let u = unsafe { w.wr.ud };
         // SAFETY: the program's AH pointer (caller's promise).
-        let ah = unsafe { Obj::<ibv_ah, AddressHandle>::get(u.ah) }.ok_or(libc::EINVAL)?;
-        out.ud = Some(UdDest {
-            ah: ah.ox().id(),
-            remote_qpn: u.remote_qpn,
-            remote_qkey: u.remote_qkey,
-        });
+        out.ud = Some(unsafe { ud_dest(u.ah, u.remote_qpn, u.remote_qkey) }?);
     }
     if opcode == WrOpcode::BindMw {
         // SAFETY: `bind_mw` is the live member for BIND_MW.
         let b = unsafe { w.bind_mw.bind_mw };
         // SAFETY: the program's window and region pointers (caller's promise).
-        let mw = unsafe { Obj::<ibv_mw, MemoryWindow>::get(b.mw) }.ok_or(libc::EINVAL)?;
-        // SAFETY: as above.
-        let mr = unsafe { Obj::<ibv_mr, MemoryRegion>::get(b.bind_info.mr) };
-        out.bind = Some(MwBind {
-            mw: mw.ox().handle(),
-            rkey: b.rkey,
-            lkey: mr.map_or(0, |m| m.ox().lkey()),
-            addr: b.bind_info.addr,
-            length: b.bind_info.length,
-            access: oxrdma::Access(b.bind_info.mw_access_flags),
-        });
+        out.bind = Some(unsafe { mw_bind(b.mw, b.rkey, &b.bind_info) }?);
     }
     Ok(out)
+}
+
+/// A type 2 window's bind as oxrdma's.
+///
+/// # Safety
+/// `mw` and `info.mr` are NULL or the program's window and region.
+pub(crate) unsafe fn mw_bind(
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: &ibv_mw_bind_info,
+) -> Result<MwBind, c_int> {
+    // SAFETY: the caller's promise.
+    let mw = unsafe { Obj::<ibv_mw, MemoryWindow>::get(mw) }.ok_or(libc::EINVAL)?;
+    // SAFETY: as above.
+    let mr = unsafe { Obj::<ibv_mr, MemoryRegion>::get(info.mr) };
+    Ok(MwBind {
+        mw: mw.ox().handle(),
+        rkey,
+        lkey: mr.map_or(0, |m| m.ox().lkey()),
+        addr: info.addr,
+        length: info.length,
+        access: oxrdma::Access(info.mw_access_flags),
+    })
+}
+
+/// The address handle behind a program's `ibv_ah *`, as a UD destination.
+///
+/// # Safety
+/// `ah` is NULL or an address handle the program created.
+pub(crate) unsafe fn ud_dest(
+    ah: *mut ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) -> Result<UdDest, c_int> {
+    // SAFETY: the caller's promise.
+    let ah = unsafe { Obj::<ibv_ah, AddressHandle>::get(ah) }.ok_or(libc::EINVAL)?;
+    Ok(UdDest {
+        ah: ah.ox().id(),
+        remote_qpn,
+        remote_qkey,
+    })
 }
 
 /// One C receive WR as oxrdma's.

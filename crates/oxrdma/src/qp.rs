@@ -148,6 +148,19 @@ impl QueuePair {
         Ok(())
     }
 
+    /// The capacities the QP was created with (read without the engine).
+    pub fn cap(&self) -> oxrdma_core::QpCap {
+        self.post.cap()
+    }
+
+    /// The extended send API's `ibv_wr_start` … `ibv_wr_complete`: all of `wrs`, in order,
+    /// or none of them (the error says why).
+    pub fn post_send_batch(&self, wrs: Vec<SendWr>) -> Result<()> {
+        self.post.post_send_batch(wrs)?;
+        self.ctx.shared().kick();
+        Ok(())
+    }
+
     /// `ibv_bind_mw` (type 1 windows): the bind runs in order on this QP's send queue and
     /// completes there (IBV_WC_BIND_MW) when `signaled`.
     pub fn bind_mw(&self, wr_id: u64, signaled: bool, bind: oxrdma_core::MwBind) -> Result<()> {

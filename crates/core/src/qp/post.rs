@@ -42,11 +42,18 @@ impl<T> Ring<T> {
 
     /// Queues `v` if a slot is free.
     fn push(&self, v: T) -> bool {
+        self.push_all(std::iter::once(v), 1)
+    }
+
+    /// Queues the `n` items of `v` if `n` slots are free, and nothing otherwise.
+    fn push_all(&self, v: impl IntoIterator<Item = T>, n: u32) -> bool {
         let reserved = self
             .free
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| f.checked_sub(1));
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| f.checked_sub(n));
         if reserved.is_ok() {
-            self.queue.push(v);
+            for x in v {
+                self.queue.push(x);
+            }
         }
         reserved.is_ok()
     }
@@ -146,6 +153,34 @@ impl QpPost {
     /// synchronous and queue nothing. A WR that cannot be executed for a reason found later
     /// (a bad lkey, a vanished address handle) completes with an error status.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        self.check_sendable()?;
+        self.check_send(&wr)?;
+        if !self.sq.push(wr) {
+            return Err(VerbsError::Exhausted("send queue is full"));
+        }
+        self.ring();
+        Ok(())
+    }
+
+    /// The extended send API's `ibv_wr_complete`: every WR of `wrs` checked and queued,
+    /// in order, or (on the first error) none of them.
+    pub fn post_send_batch(&self, wrs: Vec<SendWr>) -> Result<()> {
+        self.check_sendable()?;
+        for wr in &wrs {
+            self.check_send(wr)?;
+        }
+        let n = u32::try_from(wrs.len()).unwrap_or(u32::MAX);
+        if !self.sq.push_all(wrs, n) {
+            return Err(VerbsError::Exhausted("send queue is full"));
+        }
+        if n > 0 {
+            self.ring();
+        }
+        Ok(())
+    }
+
+    /// Posting sends needs RTS (or a later state that flushes).
+    fn check_sendable(&self) -> Result<()> {
         let state = self.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(VerbsError::BadState {
@@ -154,11 +189,6 @@ impl QpPost {
                 what: "post_send needs RTS",
             });
         }
-        self.check_send(&wr)?;
-        if !self.sq.push(wr) {
-            return Err(VerbsError::Exhausted("send queue is full"));
-        }
-        self.ring();
         Ok(())
     }
 
@@ -314,5 +344,37 @@ mod tests {
         p.answer();
         p.post_send(wr()).unwrap();
         assert_eq!(bells.pop(), Some(7));
+    }
+
+    #[test]
+    fn a_batch_is_posted_whole_or_not_at_all() {
+        let bells = Arc::new(Doorbells::default());
+        let cap = QpCap {
+            max_send_wr: 3,
+            max_inline_data: 4,
+            ..QpCap::default()
+        };
+        let p = QpPost::new(7, QpType::Rc, cap, false, 4096, bells.clone());
+        let wr = |id, n| SendWr::new(id, WrOpcode::RdmaWrite, SendData::Inline(vec![0; n]));
+        assert!(
+            p.post_send_batch(vec![wr(1, 1)]).is_err(),
+            "RESET cannot send"
+        );
+        p.set_state(QpState::Rts);
+        // The second WR's inline data is over the limit: the first is not queued either.
+        assert!(p.post_send_batch(vec![wr(1, 1), wr(2, 5)]).is_err());
+        // Four WRs in a queue of three: none queued.
+        let four = (1..=4).map(|i| wr(i, 1)).collect();
+        assert!(matches!(
+            p.post_send_batch(four),
+            Err(VerbsError::Exhausted(_))
+        ));
+        assert!(p.sq.is_empty() && bells.pop().is_none());
+        p.post_send_batch(vec![wr(1, 1), wr(2, 1), wr(3, 1)])
+            .unwrap();
+        let ids: Vec<u64> = std::iter::from_fn(|| p.sq.take())
+            .map(|w| w.wr_id)
+            .collect();
+        assert_eq!((ids, bells.pop()), (vec![1, 2, 3], Some(7)));
     }
 }

@@ -1,6 +1,7 @@
 //! The device, its context (with the operations the header's inline functions call
 //! through), and the device and port attributes.
 
+use super::ex::{ibv_cq_ex, ibv_cq_init_attr_ex, ibv_qp_init_attr_ex};
 use super::objects::*;
 use super::pthread_mutex_t;
 use super::qp::ibv_qp;
@@ -220,7 +221,8 @@ pub struct verbs_context {
     pub modify_wq: op_fn,
     pub create_wq: op_fn,
     pub query_rt_values: op_fn,
-    pub create_cq_ex: op_fn,
+    pub create_cq_ex:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex>,
     pub priv_: *mut c_void,
     pub query_device_ex: op_fn,
     pub ibv_destroy_flow: op_fn,
@@ -228,7 +230,8 @@ pub struct verbs_context {
     pub ibv_create_flow: op_fn,
     pub ABI_placeholder1: op_fn,
     pub open_qp: op_fn,
-    pub create_qp_ex: op_fn,
+    pub create_qp_ex:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp>,
     pub get_srq_num: op_fn,
     pub create_srq_ex: op_fn,
     pub open_xrcd: op_fn,

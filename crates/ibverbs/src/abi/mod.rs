@@ -5,11 +5,13 @@
 #![allow(non_camel_case_types, non_snake_case)]
 
 mod device;
+mod ex;
 mod objects;
 mod qp;
 mod wr;
 
 pub use device::*;
+pub use ex::*;
 pub use objects::*;
 pub use qp::*;
 pub use wr::*;
