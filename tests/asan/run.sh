@@ -3,7 +3,7 @@
 # liboxrdma_ibverbs.so instrumented (nightly, -Zsanitizer=address) and runs:
 #   1. the Rust tests of the crates with `unsafe` at a boundary (oxrdma-ibverbs: its unit
 #      and layout tests; oxrdma: foreign memory, shared buffers), instrumented;
-#   2. the project's C programs (tests/c/misuse.c and extended.c, examples/rc_verbs.c) built with
+#   2. the project's C programs (tests/c/*.c, examples/rc_verbs.c) built with
 #      gcc -fsanitize=address, leak checking on;
 #   3. Debian's unmodified pingpongs and perftest on the instrumented library, with gcc's
 #      ASan runtime preloaded (they are not instrumented; the library is).
@@ -47,7 +47,8 @@ unset RUSTFLAGS RUSTDOCFLAGS
 [ -e "$lib/libibverbs.so.1" ] || { echo "asan: no $lib/libibverbs.so.1" >&2; exit 1; }
 
 echo "== the project's C programs, instrumented"
-for src in crates/ibverbs/tests/c/misuse.c crates/ibverbs/tests/c/extended.c examples/rc_verbs.c; do
+for src in crates/ibverbs/tests/c/misuse.c crates/ibverbs/tests/c/extended.c \
+  crates/ibverbs/tests/c/async_events.c examples/rc_verbs.c; do
   exe=$out/$(basename "$src" .c)
   if ! gcc -fsanitize=address -g -Wall -Werror -o "$exe" "$src" -libverbs 2>"$out/cc"; then
     report "$src" 0 "does not compile: $(head -c 200 "$out/cc")"; continue

@@ -5,12 +5,14 @@
 //! Ethernet link layer, the active MTU of the interface, one RoCE v2 GID (the address).
 
 use crate::abi::*;
+use crate::async_event::Registry;
 use crate::device::{lookup, Addr, Device};
 use crate::errno::set_errno;
 use oxrdma::{BindError, Error};
 use std::ffi::{c_int, c_uint, c_void};
 use std::mem::offset_of;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Mutex;
 
 /// One open device: the `verbs_context` the program sees (its `context` member is the
 /// `ibv_context *` it holds), and the oxrdma context behind it.
@@ -20,6 +22,8 @@ pub struct Context {
     pub vctx: verbs_context,
     pub ox: oxrdma::Context,
     pub dev: &'static Device,
+    /// The CQs, QPs and SRQs its asynchronous events may name.
+    pub objects: Mutex<Registry>,
 }
 
 /// What `ibv_port_attr` bytes rdma-core 44's exported `ibv_query_port` fills
@@ -100,6 +104,10 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_co
             return std::ptr::null_mut();
         }
     };
+    let async_fd = {
+        use std::os::fd::AsRawFd;
+        ox.async_fd().as_raw_fd()
+    };
     let ctx = Box::new(Context {
         vctx: verbs_context {
             query_port: Some(query_port_ex),
@@ -117,7 +125,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_co
                     ..ibv_context_ops::EMPTY
                 },
                 cmd_fd: -1,
-                async_fd: -1,
+                async_fd,
                 num_comp_vectors: 1,
                 // PTHREAD_MUTEX_INITIALIZER is all zeros in glibc.
                 mutex: pthread_mutex_t([0; 40]),
@@ -127,6 +135,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_co
         },
         ox,
         dev: d,
+        objects: Mutex::new(Registry::default()),
     });
     let ctx = Box::leak(ctx);
     &mut ctx.vctx.context

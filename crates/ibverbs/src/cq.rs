@@ -3,6 +3,7 @@
 //! `poll_cq` and `req_notify_cq` ops the header's inline verbs call.
 
 use crate::abi::*;
+use crate::async_event::registry;
 use crate::context::Context;
 use crate::errno::{errno_of, ptr_or_errno, set_errno};
 use crate::object::Obj;
@@ -164,6 +165,11 @@ pub(crate) unsafe fn new_cq(
     if let Some(ch) = ch {
         ch.ox().cqs().insert(handle, p as usize);
     }
+    c.objects
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .cqs
+        .insert(handle, p as usize);
     Ok(p)
 }
 
@@ -172,6 +178,8 @@ pub(crate) unsafe fn new_cq(
 /// # Safety
 /// `cq` is NULL or created and not used by another thread.
 pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
+    // SAFETY: the caller's promise: NULL or a live CQ.
+    let ctx = unsafe { cq.as_ref() }.map_or(std::ptr::null_mut(), |c| c.context);
     // SAFETY: the caller's promise.
     unsafe {
         CqObj::destroy(cq.cast(), |c| {
@@ -186,6 +194,10 @@ pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
                     // SAFETY: a CQ's channel outlives it (destroying it is EBUSY before).
                     if let Some(ch) = ChannelObj::get(channel) {
                         ch.ox().cqs().remove(&handle);
+                    }
+                    // SAFETY: the CQ's context is open while the CQ lives.
+                    if let Some(mut r) = registry(ctx) {
+                        r.cqs.remove(&handle);
                     }
                     Ok(())
                 }

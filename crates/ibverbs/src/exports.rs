@@ -49,7 +49,7 @@ macro_rules! export_data {
 }
 
 use crate::stubs::{no_object, not_supported, nothing};
-use crate::{ah, context, cq, device, pd, qp, qp_ex, srq, strings, stubs};
+use crate::{ah, async_event, context, cq, device, pd, qp, qp_ex, srq, strings, stubs};
 
 export! {
     // Devices and contexts.
@@ -70,6 +70,8 @@ export! {
     ibv_query_pkey @ "IBVERBS_1.1" => context::query_pkey;
     ibv_get_pkey_index @ "IBVERBS_1.5" => stubs::get_pkey_index;
     ibv_query_gid_type @ "IBVERBS_PRIVATE_34" => context::query_gid_type;
+    ibv_get_async_event @ "IBVERBS_1.1" => async_event::get_async_event;
+    ibv_ack_async_event @ "IBVERBS_1.1" => async_event::ack_async_event;
     // Protection domains and memory.
     ibv_alloc_pd @ "IBVERBS_1.1" => pd::alloc_pd;
     ibv_dealloc_pd @ "IBVERBS_1.1" => pd::dealloc_pd;

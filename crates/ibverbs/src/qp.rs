@@ -2,6 +2,7 @@
 //! the `post_send` and `post_recv` ops the header's inline verbs call.
 
 use crate::abi::*;
+use crate::async_event::registry;
 use crate::cq::cq_of;
 use crate::errno::{errno_of, ptr_or_errno};
 use crate::object::Obj;
@@ -148,7 +149,13 @@ pub(crate) unsafe fn new_qp(
         f(&mut ibv.ex);
     }
     let ex = ex.map(|_| Mutex::new(Batch::default()));
-    Ok(QpObj::into_raw(ibv, Qp { qp, ex }).cast())
+    let qpn = qp.qpn();
+    let p = QpObj::into_raw(ibv, Qp { qp, ex }).cast::<ibv_qp>();
+    // SAFETY: the PD's context is open.
+    if let Some(mut r) = unsafe { registry(context) } {
+        r.qps.insert(qpn, p as usize);
+    }
+    Ok(p)
 }
 
 /// `ibv_destroy_qp`.
@@ -156,13 +163,22 @@ pub(crate) unsafe fn new_qp(
 /// # Safety
 /// `qp` is NULL or created and not used by another thread.
 pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
+    // SAFETY: the caller's promise: NULL or a live QP.
+    let named = unsafe { qp.as_ref() }.map(|q| (q.context, q.qp_num));
     // SAFETY: the caller's promise.
-    unsafe {
+    let r = unsafe {
         QpObj::destroy(qp.cast(), |q| {
             drop(q);
             Ok(())
         })
+    };
+    if let (0, Some((ctx, qpn))) = (r, named) {
+        // SAFETY: the QP's context is open while the QP lives.
+        if let Some(mut reg) = unsafe { registry(ctx) } {
+            reg.qps.remove(&qpn);
+        }
     }
+    r
 }
 
 /// `v` if `mask` has `bit`.

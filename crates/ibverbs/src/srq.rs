@@ -2,6 +2,7 @@
 //! `ibv_destroy_srq`, and the `post_srq_recv` op.
 
 use crate::abi::*;
+use crate::async_event::registry;
 use crate::errno::{errno_of, ptr_or_errno};
 use crate::object::Obj;
 use crate::pd::Pd;
@@ -42,7 +43,13 @@ pub(crate) unsafe extern "C" fn create_srq(
                 cond: pthread_cond_t([0; 48]),
                 events_completed: 0,
             };
-            SrqObj::into_raw(ibv, srq)
+            let id = srq.id();
+            let s = SrqObj::into_raw(ibv, srq);
+            // SAFETY: the PD's context is open.
+            if let Some(mut reg) = unsafe { registry(ibv.context) } {
+                reg.srqs.insert(id, s as usize);
+            }
+            s
         });
     ptr_or_errno(r)
 }
@@ -104,8 +111,20 @@ pub(crate) unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_
 /// # Safety
 /// `srq` is NULL or created and not used by another thread.
 pub(crate) unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
+    // SAFETY: the caller's promise: NULL or a live SRQ.
+    let named = unsafe { SrqObj::get(srq) }.map(|s| {
+        // SAFETY: `ibv()` is the live SRQ's struct.
+        (unsafe { (*s.ibv()).context }, s.ox().id())
+    });
     // SAFETY: the caller's promise.
-    unsafe { SrqObj::destroy(srq, SharedReceiveQueue::try_destroy) }
+    let r = unsafe { SrqObj::destroy(srq, SharedReceiveQueue::try_destroy) };
+    if let (0, Some((ctx, id))) = (r, named) {
+        // SAFETY: the SRQ's context is open while the SRQ lives.
+        if let Some(mut reg) = unsafe { registry(ctx) } {
+            reg.srqs.remove(&id);
+        }
+    }
+    r
 }
 
 /// `ops.post_srq_recv`.

@@ -13,6 +13,7 @@
 
 use crate::cq::ChannelInner;
 use crate::error::Result;
+use crate::events::Events;
 use oxrdma_core::EngineConfig;
 use oxrdma_udp::Device;
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
@@ -52,6 +53,8 @@ pub(crate) struct Shared {
     /// Whether the engine thread is asleep waiting for packets or the doorbell.
     asleep: AtomicBool,
     epoch: Instant,
+    /// Asynchronous events, taken from the engine whenever a thread lets go of it.
+    pub events: Events,
 }
 
 /// Locks `m`, poisoned or not: a panic while holding one of these locks would be a bug in
@@ -82,6 +85,9 @@ impl std::ops::DerefMut for DeviceGuard<'_> {
 
 impl Drop for DeviceGuard<'_> {
     fn drop(&mut self) {
+        if let Some(dev) = self.guard.as_mut() {
+            self.shared.collect_events(dev);
+        }
         drop(self.guard.take());
         std::sync::atomic::fence(Ordering::SeqCst);
         self.shared.drive_pending();
@@ -123,6 +129,15 @@ impl Shared {
         self.app_drove_at.store(self.now_ns(), Ordering::Relaxed);
         // A socket error here is the engine thread's to report; the packet is lost.
         let _ = dev.poll();
+        self.collect_events(dev);
+    }
+
+    /// Moves the engine's asynchronous events to `events` (where the program takes them
+    /// without the device lock, and its descriptor says they wait).
+    fn collect_events(&self, dev: &mut Device) {
+        while let Some(e) = dev.engine.poll_event() {
+            self.events.push(e);
+        }
     }
 
     /// After posting: moves the new work from the calling thread if the device is free,
@@ -234,6 +249,7 @@ fn engine_thread(shared: Arc<Shared>) {
             let mut dev = lock(&shared.dev);
             shared.pending.store(false, Ordering::SeqCst);
             let moved = dev.poll().unwrap_or(0);
+            shared.collect_events(&mut dev);
             let mut armed = shared.armed();
             armed.retain(|(cq, channel)| {
                 if dev.engine.cq_len(*cq) > 0 {
@@ -308,6 +324,7 @@ impl Context {
             app_drove_at: AtomicU64::new(0),
             asleep: AtomicBool::new(false),
             epoch: Instant::now(),
+            events: Events::new()?,
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -383,10 +400,27 @@ impl Context {
         crate::CompletionChannel::new()
     }
 
-    /// The next asynchronous event (`ibv_get_async_event`, without waiting): CQ overflow, QP
-    /// errors, SRQ limit reached, last WQE reached.
+    /// The next asynchronous event, without waiting: CQ overflow, QP errors and
+    /// communication established, SRQ limit reached, last WQE reached.
     pub fn poll_event(&self) -> Option<oxrdma_core::AsyncEvent> {
-        self.shared().lock().engine.poll_event()
+        let shared = self.shared();
+        // Events the engine holds are moved out when the lock is let go.
+        drop(shared.try_lock());
+        shared.events.pop()
+    }
+
+    /// The next asynchronous event (`ibv_get_async_event`): waits for one, unless
+    /// [`Context::async_fd`] was made non-blocking (then `Ok(None)` when none waits).
+    pub fn get_async_event(&self) -> Result<Option<oxrdma_core::AsyncEvent>> {
+        drop(self.shared().try_lock());
+        self.shared().events.wait()
+    }
+
+    /// A descriptor readable exactly while asynchronous events wait
+    /// (`ibv_context.async_fd`).
+    pub fn async_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.shared().events.as_fd()
     }
 
     /// A random 24-bit PSN from the device's CSPRNG.

@@ -12,6 +12,7 @@ mod context;
 mod cq;
 mod destroy;
 mod error;
+mod events;
 mod pd;
 mod qp;
 

@@ -284,6 +284,11 @@ pub struct SharedReceiveQueue {
 }
 
 impl SharedReceiveQueue {
+    /// The number its asynchronous events carry ([`oxrdma_core::AsyncEvent::Srq`]).
+    pub fn id(&self) -> u32 {
+        self.srq
+    }
+
     /// `ibv_post_srq_recv` of one WR.
     pub fn post_recv(&self, wr: oxrdma_core::RecvWr) -> Result<()> {
         self.ctx

@@ -6,24 +6,11 @@
  * (nothing posted), a plain QP's ibv_qp_to_qp_ex (NULL), and the options rxe does not
  * offer (EOPNOTSUPP). Prints "PASS <case>" per case; exits 1 at the first failure.
  */
+#include "common.h"
 #include <errno.h>
-#include <infiniband/verbs.h>
 #include <inttypes.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 #define LEN 4096
-
-#define CHECK(cond, ...)                                                               \
-	do {                                                                           \
-		if (!(cond)) {                                                         \
-			fprintf(stderr, "FAIL: " __VA_ARGS__);                         \
-			fprintf(stderr, "\n");                                         \
-			exit(1);                                                       \
-		}                                                                      \
-	} while (0)
 
 struct side {
 	struct ibv_context *ctx;
@@ -80,40 +67,7 @@ static void open_side(struct ibv_device *dev, struct side *s)
 
 static void connect_to(struct side *s, struct side *peer)
 {
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.port_num = 1,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-				   IBV_ACCESS_REMOTE_ATOMIC,
-	};
-	CHECK(ibv_modify_qp(s->qp, &a,
-			    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
-	      "modify to INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer->qp->qp_num;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = peer->gid;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	CHECK(ibv_modify_qp(s->qp, &a,
-			    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				    IBV_QP_MIN_RNR_TIMER) == 0,
-	      "modify to RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 4;
-	CHECK(ibv_modify_qp(s->qp, &a,
-			    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				    IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
-	      "modify to RTS");
+	connect_rc(s->qp, peer->qp->qp_num, peer->gid);
 }
 
 /* What one completion said, read with the extended polling API. */
@@ -124,13 +78,6 @@ struct done {
 	uint32_t byte_len, qp_num, imm;
 	unsigned int flags;
 };
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
 
 /* Up to `max` completions of `cq` within `secs` seconds; how many. */
 static int poll_ex(struct ibv_cq_ex *cq, struct done *out, int max, double secs)
