@@ -49,7 +49,7 @@ macro_rules! export_data {
 }
 
 use crate::stubs::{no_object, not_supported, nothing};
-use crate::{ah, async_event, context, cq, device, pd, qp, qp_ex, srq, strings, stubs};
+use crate::{ah, async_event, context, cq, device, pd, qp, qp_ex, rate, srq, strings, stubs};
 
 export! {
     // Devices and contexts.
@@ -116,6 +116,23 @@ export! {
     ibv_copy_path_rec_from_kern @ "IBVERBS_1.0" => nothing;
     ibv_copy_path_rec_to_kern @ "IBVERBS_1.0" => nothing;
     ibv_copy_qp_attr_from_kern @ "IBVERBS_1.0" => nothing;
+    // Static rates.
+    ibv_rate_to_mult @ "IBVERBS_1.0" => rate::rate_to_mult;
+    mult_to_ibv_rate @ "IBVERBS_1.0" => rate::mult_to_rate;
+    ibv_rate_to_mbps @ "IBVERBS_1.1" => rate::rate_to_mbps;
+    mbps_to_ibv_rate @ "IBVERBS_1.1" => rate::mbps_to_rate;
+    // Not offered: sharing objects between processes by the kernel's file descriptor,
+    // dma-buf memory, device memory; no ordering promise beyond the spec's.
+    ibv_import_device @ "IBVERBS_1.10" => no_object;
+    ibv_import_pd @ "IBVERBS_1.10" => no_object;
+    ibv_import_mr @ "IBVERBS_1.10" => no_object;
+    ibv_unimport_pd @ "IBVERBS_1.10" => nothing;
+    ibv_unimport_mr @ "IBVERBS_1.10" => nothing;
+    ibv_reg_dmabuf_mr @ "IBVERBS_1.12" => no_object;
+    ibv_import_dm @ "IBVERBS_1.13" => no_object;
+    ibv_unimport_dm @ "IBVERBS_1.13" => nothing;
+    ibv_query_qp_data_in_order @ "IBVERBS_1.14" => stubs::no_order_promise;
+    ibv_register_driver @ "IBVERBS_1.1" => nothing;
     // Words.
     ibv_wc_status_str @ "IBVERBS_1.1" => strings::wc_status_str;
     ibv_node_type_str @ "IBVERBS_1.1" => strings::node_type_str;

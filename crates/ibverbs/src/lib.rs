@@ -23,6 +23,7 @@ mod object;
 mod pd;
 mod qp;
 mod qp_ex;
+mod rate;
 mod srq;
 mod strings;
 mod stubs;

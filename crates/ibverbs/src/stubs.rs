@@ -31,6 +31,12 @@ pub(crate) extern "C" fn is_fork_initialized() -> c_int {
     2
 }
 
+/// `ibv_query_qp_data_in_order`: 0, no promise beyond the spec's (rxe's provider has no
+/// such operation, for which rdma-core answers the same).
+pub(crate) extern "C" fn no_order_promise() -> c_int {
+    0
+}
+
 /// `ibv_get_sysfs_path`.
 pub(crate) extern "C" fn sysfs_path() -> *const c_char {
     c"/sys".as_ptr()
