@@ -143,11 +143,14 @@ pub(crate) unsafe fn new_cq(
     let cq = c.ox.create_cq(cqe).map_err(|e| errno_of(&e))?;
     let handle = cq.handle();
     let mut ibv = ibv_cq_ex {
-        context: ctx,
-        channel,
-        cq_context,
-        handle,
-        cqe: cqe as c_int,
+        cq: ibv_cq {
+            context: ctx,
+            channel,
+            cq_context,
+            handle,
+            cqe: cqe as c_int,
+            ..ibv_cq_ex::EMPTY.cq
+        },
         ..ibv_cq_ex::EMPTY
     };
     if let Some(f) = poll {

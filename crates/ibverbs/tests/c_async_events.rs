@@ -7,12 +7,5 @@ mod common;
 
 #[test]
 fn async_events_reach_c_on_a_pollable_descriptor() {
-    let Some(out) = common::compile_and_run("crates/ibverbs/tests/c/async_events.c") else {
-        return;
-    };
-    let text = common::text(&out);
-    assert!(out.status.success(), "{text}");
-    assert!(!text.contains("FAIL"), "{text}");
-    let passed = text.lines().filter(|l| l.starts_with("PASS ")).count();
-    assert_eq!(passed, 4, "{text}");
+    common::assert_all_pass("crates/ibverbs/tests/c/async_events.c", 4);
 }

@@ -8,12 +8,5 @@ mod common;
 
 #[test]
 fn the_extended_verbs_work_from_c() {
-    let Some(out) = common::compile_and_run("crates/ibverbs/tests/c/extended.c") else {
-        return;
-    };
-    let text = common::text(&out);
-    assert!(out.status.success(), "{text}");
-    assert!(!text.contains("FAIL"), "{text}");
-    let passed = text.lines().filter(|l| l.starts_with("PASS ")).count();
-    assert_eq!(passed, 7, "{text}");
+    common::assert_all_pass("crates/ibverbs/tests/c/extended.c", 7);
 }

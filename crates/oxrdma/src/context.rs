@@ -129,7 +129,6 @@ impl Shared {
         self.app_drove_at.store(self.now_ns(), Ordering::Relaxed);
         // A socket error here is the engine thread's to report; the packet is lost.
         let _ = dev.poll();
-        self.collect_events(dev);
     }
 
     /// Moves the engine's asynchronous events to `events` (where the program takes them
@@ -160,6 +159,8 @@ impl Shared {
             };
             self.pending.store(false, Ordering::SeqCst);
             self.drive(&mut dev);
+            // A raw guard: `DeviceGuard`'s drop would do this.
+            self.collect_events(&mut dev);
             drop(dev);
             std::sync::atomic::fence(Ordering::SeqCst);
         }

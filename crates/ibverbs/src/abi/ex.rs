@@ -4,7 +4,6 @@
 use super::objects::{ibv_ah, ibv_comp_channel, ibv_cq, ibv_mw, ibv_mw_bind_info, ibv_pd};
 use super::qp::{ibv_qp, ibv_qp_cap};
 use super::wr::ibv_sge;
-use super::{device::ibv_context, pthread_cond_t, pthread_mutex_t};
 use std::ffi::{c_int, c_uint, c_void};
 
 #[repr(C)]
@@ -16,20 +15,13 @@ pub struct ibv_poll_cq_attr {
 /// A `read_*` member of `ibv_cq_ex`.
 pub type cq_read<T> = Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> T>;
 
-/// `struct ibv_cq_ex`: `ibv_cq`'s members (so `ibv_cq_ex_to_cq` is a cast), then the
-/// current completion's status and wr_id and the polling functions.
+/// `struct ibv_cq_ex`: `ibv_cq`'s members (the header repeats them; here they are the
+/// `ibv_cq` itself, so `ibv_cq_ex_to_cq` is a cast), then the current completion's status
+/// and wr_id and the polling functions.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ibv_cq_ex {
-    pub context: *mut ibv_context,
-    pub channel: *mut ibv_comp_channel,
-    pub cq_context: *mut c_void,
-    pub handle: u32,
-    pub cqe: c_int,
-    pub mutex: pthread_mutex_t,
-    pub cond: pthread_cond_t,
-    pub comp_events_completed: u32,
-    pub async_events_completed: u32,
+    pub cq: ibv_cq,
     pub comp_mask: u32,
     pub status: c_uint,
     pub wr_id: u64,

@@ -56,3 +56,18 @@ pub fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Compiles and runs `source`, a program that prints "PASS <case>" per case and exits 1 at
+/// the first failure, and checks that it printed `cases` PASS lines (a crash part-way
+/// would leave fewer), no FAIL, and exited 0.
+#[allow(dead_code)] // The C example's test checks its own lines instead.
+pub fn assert_all_pass(source: &str, cases: usize) {
+    let Some(out) = compile_and_run(source) else {
+        return;
+    };
+    let text = text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("FAIL"), "{text}");
+    let passed = text.lines().filter(|l| l.starts_with("PASS ")).count();
+    assert_eq!(passed, cases, "{text}");
+}
