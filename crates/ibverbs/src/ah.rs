@@ -10,9 +10,6 @@ use std::ffi::c_int;
 
 pub type AhObj = Obj<ibv_ah, AddressHandle>;
 
-/// `IBV_WC_GRH`.
-const WC_GRH: u32 = 1;
-
 /// `ibv_create_ah`: RoCE needs the GRH (`is_global`), as the kernel insists.
 ///
 /// # Safety
@@ -82,7 +79,7 @@ pub(crate) unsafe extern "C" fn init_ah_from_wc(
         return -1;
     };
     // RoCE: without a GRH there is no address to answer.
-    if w.wc_flags & WC_GRH == 0 || attr.is_null() {
+    if w.wc_flags & IBV_WC_GRH == 0 || attr.is_null() {
         set_errno(libc::EINVAL);
         return -1;
     }

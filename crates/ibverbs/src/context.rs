@@ -122,6 +122,9 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_co
                     post_send: Some(crate::qp::post_send),
                     post_recv: Some(crate::qp::post_recv),
                     post_srq_recv: Some(crate::srq::post_srq_recv),
+                    alloc_mw: Some(crate::mw::alloc_mw),
+                    bind_mw: Some(crate::mw::bind_mw),
+                    dealloc_mw: Some(crate::mw::dealloc_mw),
                     ..ibv_context_ops::EMPTY
                 },
                 cmd_fd: -1,

@@ -9,7 +9,6 @@ use crate::errno::ptr_or_errno;
 use std::ffi::{c_int, c_uint, c_void};
 
 /// `enum ibv_cq_init_attr_mask`.
-const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1;
 /// `IBV_WC_EX_WITH_*` that rxe offers: byte_len, imm, qp_num, src_qp, slid, sl,
 /// dlid_path_bits (no timestamps, VLAN, flow tag or tag matching).
 const SUPPORTED_WC_FLAGS: u64 = 0x7f;
@@ -28,7 +27,7 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
         None => Err(libc::EINVAL),
         // A parent domain (IBV_CQ_INIT_ATTR_MASK_PD) needs ibv_alloc_parent_domain, which
         // is not offered.
-        Some(a) if a.comp_mask & !CQ_INIT_ATTR_MASK_FLAGS != 0 => Err(libc::EOPNOTSUPP),
+        Some(a) if a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 => Err(libc::EOPNOTSUPP),
         Some(a) if a.wc_flags & !SUPPORTED_WC_FLAGS != 0 => Err(libc::EOPNOTSUPP),
         // SAFETY: the caller's promise. The flags (single-threaded, ignore overrun) ask
         // for nothing this CQ does not already do.

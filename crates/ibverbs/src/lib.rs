@@ -1,14 +1,13 @@
 //! oxrdma as `libibverbs.so.1`: rdma-core 44's C ABI, so that unmodified verbs programs
 //! (ibv_devinfo, ibv_rc_pingpong, perftest) run on oxrdma.
 //!
-//! This first part holds the ABI: every struct a compiled program touches, laid out
-//! exactly as rdma-core 44's `infiniband/verbs.h` lays it out on x86_64 Linux
-//! (`tests/layout.rs` compiles a C program against the real header and compares every
-//! size and offset). The structs are written by hand rather than generated with bindgen:
-//! bindgen would need libclang on every machine that builds the library, while the test
+//! `abi` holds every struct a compiled program touches, laid out exactly as rdma-core
+//! 44's `infiniband/verbs.h` lays it out on x86_64 Linux (`tests/layout.rs` compiles a
+//! C program against the real header and compares every size and offset). The structs are
+//! written by hand rather than generated with bindgen: bindgen would need libclang on every machine that builds the library, while the test
 //! needs only the header and a C compiler, and proves the same thing. The entry points
-//! come next, as a thin translation onto the `oxrdma`
-//! API (no transport logic here).
+//! (one file per verbs object) are a thin translation onto the `oxrdma` API: no
+//! transport logic here.
 
 pub mod abi;
 mod ah;
@@ -19,6 +18,7 @@ mod cq_ex;
 pub mod device;
 mod errno;
 mod exports;
+mod mw;
 mod object;
 mod pd;
 mod qp;

@@ -12,12 +12,6 @@ use std::ffi::{c_int, c_uint, c_void};
 pub type Pd = Obj<ibv_pd, ProtectionDomain>;
 pub type Mr = Obj<ibv_mr, MemoryRegion>;
 
-/// `IBV_ACCESS_OPTIONAL_RANGE`: flags a provider may ignore (relaxed ordering and the
-/// like); rdma-core drops those it does not know.
-const ACCESS_OPTIONAL: c_uint = 0x3ff0_0000;
-/// `IBV_ACCESS_ON_DEMAND`: ODP, which oxrdma does not offer.
-const ACCESS_ON_DEMAND: c_uint = 1 << 6;
-
 /// `ibv_alloc_pd`.
 ///
 /// # Safety
@@ -51,8 +45,8 @@ pub(crate) unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
 
 /// The access flags oxrdma implements, from the C ones.
 fn access(flags: c_uint) -> Result<Access, c_int> {
-    let flags = flags & !ACCESS_OPTIONAL;
-    if flags & ACCESS_ON_DEMAND != 0 {
+    let flags = flags & !IBV_ACCESS_OPTIONAL_RANGE;
+    if flags & IBV_ACCESS_ON_DEMAND != 0 {
         return Err(libc::EOPNOTSUPP);
     }
     if flags & !Access::ALL.0 != 0 {

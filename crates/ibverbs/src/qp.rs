@@ -41,13 +41,6 @@ pub(crate) unsafe fn qp_of<'a>(p: *mut ibv_qp) -> Option<&'a QpObj> {
     unsafe { QpObj::get(p.cast()) }
 }
 
-/// `enum ibv_qp_attr_mask` bits beyond those `QpAttr` carries.
-mod mask {
-    pub const EN_SQD_ASYNC_NOTIFY: u32 = 1 << 2;
-    pub const ALT_PATH: u32 = 1 << 14;
-    pub const PATH_MIG_STATE: u32 = 1 << 18;
-}
-
 fn qp_type(t: c_uint) -> Result<QpType, c_int> {
     match t {
         2 => Ok(QpType::Rc),
@@ -191,7 +184,7 @@ fn qp_attr(a: &ibv_qp_attr, m: u32) -> Result<QpAttr, c_int> {
     use oxrdma::qp_attr_mask::*;
     // Alternate paths, migration and the drained event do not exist on one RoCE port:
     // taken and ignored. CAP, RATE_LIMIT and unknown bits are refused, as rxe does.
-    let ignored = mask::ALT_PATH | mask::PATH_MIG_STATE | mask::EN_SQD_ASYNC_NOTIFY;
+    let ignored = IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY;
     let known = ignored | CARRIED;
     if m & !known != 0 {
         return Err(libc::EINVAL);

@@ -20,11 +20,6 @@ pub struct Batch {
     err: c_int,
 }
 
-/// `enum ibv_qp_init_attr_mask` bits rxe takes.
-const INIT_ATTR_PD: u32 = 1;
-const INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
-const INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
-
 /// `enum ibv_qp_create_send_ops_flags` each QP type offers (rxe's, without atomic write
 /// and flush, which oxrdma does not have).
 const RC_SEND_OPS: u64 = 0x3ff;
@@ -53,14 +48,15 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
 }
 
 fn check_init_attr(a: &ibv_qp_init_attr_ex) -> Result<(), c_int> {
-    let known = INIT_ATTR_PD | INIT_ATTR_CREATE_FLAGS | INIT_ATTR_SEND_OPS_FLAGS;
+    let known =
+        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     if a.comp_mask & !known != 0 {
         return Err(libc::EOPNOTSUPP);
     }
-    if a.comp_mask & INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+    if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
         return Err(libc::EOPNOTSUPP);
     }
-    if a.comp_mask & INIT_ATTR_SEND_OPS_FLAGS != 0 {
+    if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
         let offered = match a.qp_type {
             2 => RC_SEND_OPS,
             3 => UC_SEND_OPS,
@@ -72,7 +68,7 @@ fn check_init_attr(a: &ibv_qp_init_attr_ex) -> Result<(), c_int> {
         }
     }
     // Without a PD only an XRC target QP could be made: no XRC.
-    if a.comp_mask & INIT_ATTR_PD == 0 {
+    if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
         return Err(libc::EINVAL);
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! `ibv_rate_to_mult`, `mult_to_ibv_rate`, `ibv_rate_to_mbps`, `mbps_to_ibv_rate`: the
 //! static rate enum against multiples of 2.5 Gb/s and against Mb/s, rdma-core's tables.
 
+use crate::abi::IBV_RATE_MAX;
 use std::ffi::c_int;
 
 /// (`enum ibv_rate`, multiple of 2.5 Gb/s or 0 where it is none, Mb/s).
@@ -30,9 +31,6 @@ const RATES: [(c_int, c_int, c_int); 23] = [
     (24, 480, 1275000),
 ];
 
-/// `IBV_RATE_MAX`: what an unknown multiple or speed maps to.
-const RATE_MAX: c_int = 0;
-
 pub(crate) extern "C" fn rate_to_mult(rate: c_int) -> c_int {
     RATES
         .iter()
@@ -44,7 +42,7 @@ pub(crate) extern "C" fn mult_to_rate(mult: c_int) -> c_int {
     RATES
         .iter()
         .find(|r| r.1 == mult && mult != 0)
-        .map_or(RATE_MAX, |r| r.0)
+        .map_or(IBV_RATE_MAX, |r| r.0)
 }
 
 pub(crate) extern "C" fn rate_to_mbps(rate: c_int) -> c_int {
@@ -52,7 +50,10 @@ pub(crate) extern "C" fn rate_to_mbps(rate: c_int) -> c_int {
 }
 
 pub(crate) extern "C" fn mbps_to_rate(mbps: c_int) -> c_int {
-    RATES.iter().find(|r| r.2 == mbps).map_or(RATE_MAX, |r| r.0)
+    RATES
+        .iter()
+        .find(|r| r.2 == mbps)
+        .map_or(IBV_RATE_MAX, |r| r.0)
 }
 
 #[cfg(test)]

@@ -12,10 +12,6 @@ use std::ffi::c_int;
 
 pub type SrqObj = Obj<ibv_srq, SharedReceiveQueue>;
 
-/// `IBV_SRQ_MAX_WR` and `IBV_SRQ_LIMIT`.
-const SRQ_MAX_WR: c_int = 1;
-const SRQ_LIMIT: c_int = 2;
-
 /// `ibv_create_srq`.
 ///
 /// # Safety
@@ -68,10 +64,10 @@ pub(crate) unsafe extern "C" fn modify_srq(
     let (Some(s), Some(a)) = (unsafe { SrqObj::get(srq) }, unsafe { attr.as_ref() }) else {
         return libc::EINVAL;
     };
-    if mask & !SRQ_LIMIT != 0 || mask & SRQ_MAX_WR != 0 {
+    if mask & !IBV_SRQ_LIMIT != 0 || mask & IBV_SRQ_MAX_WR != 0 {
         return libc::EINVAL;
     }
-    if mask & SRQ_LIMIT != 0 {
+    if mask & IBV_SRQ_LIMIT != 0 {
         if let Err(e) = s.ox().arm(a.srq_limit) {
             return errno_of(&e);
         }

@@ -9,11 +9,6 @@ use oxrdma::{
 };
 use std::ffi::c_int;
 
-/// `IBV_WC_GRH`, `IBV_WC_WITH_IMM`, `IBV_WC_WITH_INV`.
-const WC_GRH: u32 = 1;
-const WC_WITH_IMM: u32 = 2;
-const WC_WITH_INV: u32 = 4;
-
 /// Writes `w` as an `ibv_wc`.
 ///
 /// # Safety
@@ -22,16 +17,16 @@ pub(crate) unsafe fn write_wc(out: *mut ibv_wc, w: &WorkCompletion) {
     let mut flags = 0;
     let mut imm = 0;
     if let Some(i) = w.imm {
-        flags |= WC_WITH_IMM;
+        flags |= IBV_WC_WITH_IMM;
         // The header's imm_data is the wire's bytes (big-endian).
         imm = i.to_be();
     }
     if let Some(k) = w.invalidated_rkey {
-        flags |= WC_WITH_INV;
+        flags |= IBV_WC_WITH_INV;
         imm = k;
     }
     if w.src_gid.is_some() {
-        flags |= WC_GRH;
+        flags |= IBV_WC_GRH;
     }
     let wc = ibv_wc {
         wr_id: w.wr_id,

@@ -592,3 +592,125 @@ fn every_shared_struct_matches_rdma_core_44() {
     // The test must be able to fail: it checked a real number of fields.
     assert!(ours.lines().count() > 250, "{} lines", ours.lines().count());
 }
+
+/// Each enum value the library uses by number, as (the header's name, our value): the
+/// library's named constants and the numbers oxrdma's own types share with the header.
+fn constants() -> Vec<(&'static str, i64)> {
+    use oxrdma::{Access, SendFlags, WcOpcode as O, WcStatus as S, WrOpcode as W};
+    macro_rules! named {
+        ($($c:ident),* $(,)?) => { vec![$((stringify!($c), $c as i64)),*] };
+    }
+    let mut v = named!(
+        IBV_WC_GRH,
+        IBV_WC_WITH_IMM,
+        IBV_WC_WITH_INV,
+        IBV_ACCESS_ZERO_BASED,
+        IBV_ACCESS_ON_DEMAND,
+        IBV_ACCESS_OPTIONAL_RANGE,
+        IBV_QP_EN_SQD_ASYNC_NOTIFY,
+        IBV_QP_ALT_PATH,
+        IBV_QP_PATH_MIG_STATE,
+        IBV_QP_INIT_ATTR_PD,
+        IBV_QP_INIT_ATTR_CREATE_FLAGS,
+        IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+        IBV_CQ_INIT_ATTR_MASK_FLAGS,
+        IBV_SRQ_MAX_WR,
+        IBV_SRQ_LIMIT,
+        IBV_MW_TYPE_1,
+        IBV_MW_TYPE_2,
+        IBV_RATE_MAX,
+    );
+    let shared: [(&str, i64); 40] = [
+        ("IBV_ACCESS_LOCAL_WRITE", Access::LOCAL_WRITE.0.into()),
+        ("IBV_ACCESS_REMOTE_WRITE", Access::REMOTE_WRITE.0.into()),
+        ("IBV_ACCESS_REMOTE_READ", Access::REMOTE_READ.0.into()),
+        ("IBV_ACCESS_REMOTE_ATOMIC", Access::REMOTE_ATOMIC.0.into()),
+        ("IBV_ACCESS_MW_BIND", Access::MW_BIND.0.into()),
+        ("IBV_SEND_FENCE", SendFlags::FENCE.0.into()),
+        ("IBV_SEND_SIGNALED", SendFlags::SIGNALED.0.into()),
+        ("IBV_SEND_SOLICITED", SendFlags::SOLICITED.0.into()),
+        ("IBV_SEND_INLINE", SendFlags::INLINE.0.into()),
+        ("IBV_WR_RDMA_WRITE", W::RdmaWrite as i64),
+        ("IBV_WR_RDMA_WRITE_WITH_IMM", W::RdmaWriteWithImm as i64),
+        ("IBV_WR_SEND", W::Send as i64),
+        ("IBV_WR_SEND_WITH_IMM", W::SendWithImm as i64),
+        ("IBV_WR_RDMA_READ", W::RdmaRead as i64),
+        ("IBV_WR_ATOMIC_CMP_AND_SWP", W::AtomicCmpAndSwp as i64),
+        ("IBV_WR_ATOMIC_FETCH_AND_ADD", W::AtomicFetchAndAdd as i64),
+        ("IBV_WR_LOCAL_INV", W::LocalInv as i64),
+        ("IBV_WR_BIND_MW", W::BindMw as i64),
+        ("IBV_WR_SEND_WITH_INV", W::SendWithInv as i64),
+        ("IBV_WC_SEND", O::Send as i64),
+        ("IBV_WC_RDMA_WRITE", O::RdmaWrite as i64),
+        ("IBV_WC_RDMA_READ", O::RdmaRead as i64),
+        ("IBV_WC_COMP_SWAP", O::CompSwap as i64),
+        ("IBV_WC_FETCH_ADD", O::FetchAdd as i64),
+        ("IBV_WC_BIND_MW", O::BindMw as i64),
+        ("IBV_WC_LOCAL_INV", O::LocalInv as i64),
+        ("IBV_WC_RECV", O::Recv as i64),
+        ("IBV_WC_RECV_RDMA_WITH_IMM", O::RecvRdmaWithImm as i64),
+        ("IBV_WC_SUCCESS", S::Success as i64),
+        ("IBV_WC_LOC_LEN_ERR", S::LocLenErr as i64),
+        ("IBV_WC_LOC_QP_OP_ERR", S::LocQpOpErr as i64),
+        ("IBV_WC_LOC_PROT_ERR", S::LocProtErr as i64),
+        ("IBV_WC_WR_FLUSH_ERR", S::WrFlushErr as i64),
+        ("IBV_WC_MW_BIND_ERR", S::MwBindErr as i64),
+        ("IBV_WC_REM_INV_REQ_ERR", S::RemInvReqErr as i64),
+        ("IBV_WC_REM_ACCESS_ERR", S::RemAccessErr as i64),
+        ("IBV_WC_REM_OP_ERR", S::RemOpErr as i64),
+        ("IBV_WC_RETRY_EXC_ERR", S::RetryExcErr as i64),
+        ("IBV_WC_RNR_RETRY_EXC_ERR", S::RnrRetryExcErr as i64),
+        ("IBV_WC_GENERAL_ERR", S::GeneralErr as i64),
+    ];
+    v.extend(shared);
+    v
+}
+
+#[test]
+fn every_constant_matches_rdma_core_44() {
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        assert!(
+            std::env::var_os("OXRDMA_CI").is_none(),
+            "infiniband/verbs.h is missing: install libibverbs-dev"
+        );
+        eprintln!("SKIPPED: infiniband/verbs.h is missing (install libibverbs-dev)");
+        return;
+    }
+    let all = constants();
+    let mut c =
+        String::from("#include <stdio.h>\n#include <infiniband/verbs.h>\nint main(void) {\n");
+    let mut ours = String::new();
+    for (name, value) in &all {
+        writeln!(c, "  printf(\"{name} %lld\\n\", (long long){name});").unwrap();
+        writeln!(ours, "{name} {value}").unwrap();
+    }
+    c.push_str("  return 0;\n}\n");
+    let dir = std::env::temp_dir().join(format!("oxrdma-consts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, exe) = (dir.join("consts.c"), dir.join("consts"));
+    std::fs::write(&src, c).unwrap();
+    let cc = Command::new("cc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let theirs = String::from_utf8(Command::new(&exe).output().unwrap().stdout).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let diff: Vec<String> = ours
+        .lines()
+        .zip(theirs.lines())
+        .filter(|(a, b)| a != b)
+        .map(|(a, b)| format!("ours {a:40} header {b}"))
+        .collect();
+    assert!(
+        diff.is_empty() && theirs.lines().count() == all.len(),
+        "constants differ from rdma-core's:\n{}",
+        diff.join("\n")
+    );
+}

@@ -4,12 +4,14 @@
 
 #![allow(non_camel_case_types, non_snake_case)]
 
+mod consts;
 mod device;
 mod ex;
 mod objects;
 mod qp;
 mod wr;
 
+pub use consts::*;
 pub use device::*;
 pub use ex::*;
 pub use objects::*;
