@@ -1,11 +1,13 @@
 //! The device list: which oxrdma devices this process sees, by name and address.
 //!
-//! `OXRDMA_DEVICES="oxr0=127.0.0.2,oxr1=[::1]"` names them. Without it, one device, `oxr0`,
+//! The configuration names them (`config.rs`: `OXRDMA_DEVICES` or a file). Without any,
+//! one device, `oxr0`,
 //! whose address is chosen when it is opened: the first loopback address 127.0.0.2,
 //! 127.0.0.3, … that no other process holds, so that both ends of a pingpong on one host
 //! find each other with nothing set (each end's GID says which address it took).
 
 use crate::abi::{ibv_device, IBV_SYSFS_NAME_MAX, IBV_SYSFS_PATH_MAX};
+use crate::config;
 use std::ffi::{c_char, c_int};
 use std::net::IpAddr;
 use std::sync::OnceLock;
@@ -23,28 +25,6 @@ pub struct Device {
     /// First, so that a `*mut ibv_device` is a `*mut Device`.
     pub ibv: ibv_device,
     pub addr: Addr,
-}
-
-/// `OXRDMA_DEVICES`: `name=addr` pairs separated by commas; IPv6 addresses may be written
-/// in brackets.
-pub fn parse_devices(spec: &str) -> Result<Vec<(String, IpAddr)>, String> {
-    spec.split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|item| {
-            let (name, addr) = item
-                .split_once('=')
-                .ok_or_else(|| format!("'{item}' is not name=address"))?;
-            let (name, addr) = (name.trim(), addr.trim());
-            if name.is_empty() || name.len() >= IBV_SYSFS_NAME_MAX {
-                return Err(format!("device name '{name}' is empty or too long"));
-            }
-            let bare = addr.trim_start_matches('[').trim_end_matches(']');
-            let ip = bare
-                .parse::<IpAddr>()
-                .map_err(|_| format!("'{addr}' (device {name}) is not an IP address"))?;
-            Ok((name.to_string(), ip))
-        })
-        .collect()
 }
 
 fn c_array<const N: usize>(s: &str) -> [c_char; N] {
@@ -76,23 +56,21 @@ fn device(name: &str, addr: Addr, index: usize) -> Device {
     }
 }
 
-/// The devices of this process, built once from the environment. A malformed
-/// `OXRDMA_DEVICES` leaves the list empty and says why on stderr once.
+/// The devices of this process, built once from the configuration. A malformed one
+/// leaves the list empty and says why on stderr once.
 pub fn devices() -> &'static [Device] {
     static LIST: OnceLock<Vec<Device>> = OnceLock::new();
-    LIST.get_or_init(|| match std::env::var("OXRDMA_DEVICES") {
-        Ok(spec) => match parse_devices(&spec) {
-            Ok(list) => list
-                .iter()
-                .enumerate()
-                .map(|(i, (name, ip))| device(name, Addr::Fixed(*ip), i))
-                .collect(),
-            Err(e) => {
-                eprintln!("oxrdma: OXRDMA_DEVICES: {e}; no devices");
-                Vec::new()
-            }
-        },
-        Err(_) => vec![device("oxr0", Addr::FreeLoopback, 0)],
+    LIST.get_or_init(|| match config::configured() {
+        Ok(Some(list)) => list
+            .iter()
+            .enumerate()
+            .map(|(i, (name, ip))| device(name, Addr::Fixed(*ip), i))
+            .collect(),
+        Ok(None) => vec![device("oxr0", Addr::FreeLoopback, 0)],
+        Err(e) => {
+            eprintln!("oxrdma: {e}; no devices");
+            Vec::new()
+        }
     })
 }
 
@@ -222,20 +200,4 @@ pub(crate) extern "C" fn get_device_index(dev: *mut ibv_device) -> c_int {
         .iter()
         .position(|d| std::ptr::eq(&d.ibv, dev))
         .map_or(-1, |i| i as c_int)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn oxrdma_devices_parses_names_and_addresses() {
-        let d = parse_devices("oxr0=127.0.0.2, oxr1=[::1]").unwrap();
-        assert_eq!(d[0], ("oxr0".into(), "127.0.0.2".parse().unwrap()));
-        assert_eq!(d[1], ("oxr1".into(), "::1".parse().unwrap()));
-        assert!(parse_devices("oxr0").unwrap_err().contains("name=address"));
-        assert!(parse_devices("oxr0=nowhere")
-            .unwrap_err()
-            .contains("not an IP"));
-    }
 }

@@ -38,7 +38,10 @@ fn run(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Output> {
     let mut c = Command::new(path);
     c.args(args)
         .env("LD_LIBRARY_PATH", lib_dir())
-        .env_remove("OXRDMA_DEVICES");
+        .env_remove("OXRDMA_DEVICES")
+        .env_remove("OXRDMA_CONFIG")
+        // No user configuration file: the directory has no `oxrdma/`.
+        .env("XDG_CONFIG_HOME", lib_dir());
     for (k, v) in env {
         c.env(k, v);
     }
@@ -91,6 +94,72 @@ fn a_malformed_oxrdma_devices_is_one_clear_message() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("OXRDMA_DEVICES") && err.contains("nowhere"),
+        "{err}"
+    );
+}
+
+/// The device names `ibv_devices` listed.
+fn device_names(text: &str) -> Vec<&str> {
+    text.lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect()
+}
+
+#[test]
+fn a_configuration_file_names_devices_and_oxrdma_devices_overrides_it() {
+    let dir = lib_dir().join("config");
+    std::fs::create_dir_all(dir.join("oxrdma")).unwrap();
+    let file = dir.join("oxrdma/devices.conf");
+    std::fs::write(
+        &file,
+        "# two devices
+file0 = 127.0.0.7
+file1 = [::1]  # v6
+",
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let Some(text) = run_ok("ibv_devices", &[], &[("OXRDMA_CONFIG", path)]) else {
+        return;
+    };
+    assert_eq!(device_names(&text), ["file0", "file1"], "{text}");
+    assert!(text.contains("7f000007"), "{text}");
+    // The same file found as the user's, with no variable naming it.
+    let home = dir.to_str().unwrap();
+    let text = run_ok("ibv_devices", &[], &[("XDG_CONFIG_HOME", home)]).unwrap();
+    assert_eq!(device_names(&text), ["file0", "file1"], "{text}");
+    let env = [
+        ("OXRDMA_CONFIG", path),
+        ("OXRDMA_DEVICES", "env0=127.0.0.8"),
+    ];
+    let text = run_ok("ibv_devices", &[], &env).unwrap();
+    assert_eq!(device_names(&text), ["env0"], "{text}");
+    // A bad line: one message naming the file and the line, and no devices.
+    std::fs::write(
+        &file,
+        "file0 = 127.0.0.7
+file1 127.0.0.8
+",
+    )
+    .unwrap();
+    let out = run("ibv_devices", &[], &[("OXRDMA_CONFIG", path)]).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{path}:2: 'file1 127.0.0.8'")),
+        "{err}"
+    );
+    assert!(device_names(&String::from_utf8_lossy(&out.stdout)).is_empty());
+    let missing = dir.join("missing.conf");
+    let out = run(
+        "ibv_devices",
+        &[],
+        &[("OXRDMA_CONFIG", missing.to_str().unwrap())],
+    )
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("missing.conf") && err.contains("No such file"),
         "{err}"
     );
 }
