@@ -375,7 +375,7 @@ fn gid_entry(c: &Context) -> ibv_gid_entry {
         gid_index: 0,
         port_num: 1,
         gid_type: 2, // IBV_GID_TYPE_ROCE_V2
-        ndev_ifindex: 0,
+        ndev_ifindex: c.ox.ifindex(),
     }
 }
 
@@ -407,7 +407,8 @@ pub(crate) unsafe extern "C" fn query_gid_ex(
     0
 }
 
-/// `_ibv_query_gid_table`: the valid entries of every port (one), or -EINVAL.
+/// `_ibv_query_gid_table`: the valid entries of every port (one), or -EINVAL (also for
+/// an array with no room).
 ///
 /// # Safety
 /// `ctx` is NULL or open; `entries` is NULL or has `max` entries of `entry_size` bytes.
@@ -422,11 +423,9 @@ pub(crate) unsafe extern "C" fn query_gid_table(
     let Some(c) = (unsafe { Context::from_ibv(ctx) }) else {
         return -(libc::EINVAL as isize);
     };
-    if flags != 0 || entries.is_null() || entry_size < size_of::<ibv_gid_entry>() {
+    // The kernel refuses an array too short for the table, as an empty one.
+    if flags != 0 || entries.is_null() || entry_size < size_of::<ibv_gid_entry>() || max == 0 {
         return -(libc::EINVAL as isize);
-    }
-    if max == 0 {
-        return 0;
     }
     // SAFETY: room for at least one entry (caller's promise, `max` >= 1).
     unsafe { entries.write(gid_entry(c)) };

@@ -41,6 +41,8 @@ pub(crate) struct Shared {
     /// What never changes after the device opens (GID, active MTU, limits): read without a
     /// lock.
     pub facts: EngineConfig,
+    /// The index of the network interface holding the address (0: none found).
+    pub ifindex: u32,
     dev: Mutex<Device>,
     doorbell: OwnedFd,
     stop: AtomicBool,
@@ -317,6 +319,7 @@ impl Context {
             .map_err(std::io::Error::from)?;
         let shared = Arc::new(Shared {
             facts: *dev.engine.config(),
+            ifindex: dev.ifindex,
             dev: Mutex::new(dev),
             doorbell,
             stop: AtomicBool::new(false),
@@ -353,6 +356,12 @@ impl Context {
     pub fn capture_to(&self, path: &std::path::Path) -> Result<()> {
         self.shared().lock().port.capture_to(path)?;
         Ok(())
+    }
+
+    /// The index of the network interface that holds the device's address (the GID
+    /// table's `ndev_ifindex`), or 0 if none is found.
+    pub fn ifindex(&self) -> u32 {
+        self.shared().ifindex
     }
 
     /// The port's active MTU: the largest path MTU a QP may use (from the interface MTU).

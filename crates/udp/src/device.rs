@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 pub struct Device {
     pub engine: Engine,
     pub port: UdpPort,
+    /// The index of the network interface holding the address (0 if none is found).
+    pub ifindex: u32,
     start: Instant,
     tx: TxBatch,
     rx: RxBatch,
@@ -37,6 +39,7 @@ impl Device {
         Ok(Device {
             engine: Engine::new(config, seed),
             port,
+            ifindex: crate::mtu::interface_index(ip).unwrap_or(0),
             start: Instant::now(),
             tx: TxBatch::default(),
             rx: RxBatch::default(),

@@ -1,5 +1,6 @@
-//! The port's active MTU, from the MTU of the network interface that holds its address, as
-//! Linux RoCE devices derive it.
+//! The network interface that holds a port's address: its MTU, from which the port's
+//! active MTU follows as Linux RoCE devices derive it, and its index (the GID table's
+//! `ndev_ifindex`).
 
 use oxrdma_core::Mtu;
 use std::net::IpAddr;
@@ -21,7 +22,7 @@ pub fn active_mtu(if_mtu: u32) -> Mtu {
 /// The MTU of the interface that has address `ip`, if it can be found (any 127.x.y.z is
 /// the loopback interface's, though only 127.0.0.1 is listed on it).
 pub fn interface_mtu(ip: IpAddr) -> Option<u32> {
-    let name = interface_of(ip).or_else(|| ip.is_loopback().then(|| "lo".to_string()))?;
+    let name = interface_name(ip)?;
     // Asked of the kernel (SIOCGIFMTU) rather than read from /sys, which shows the
     // interfaces of the namespace it was mounted in, not necessarily ours.
     let sock = std::net::UdpSocket::bind((ip, 0)).ok()?;
@@ -45,7 +46,20 @@ pub fn interface_mtu(ip: IpAddr) -> Option<u32> {
     Some(unsafe { req.ifr_ifru.ifru_mtu } as u32)
 }
 
-/// The name of the interface holding `ip` (getifaddrs(3)).
+/// The index of the interface that has address `ip`, if it can be found.
+pub fn interface_index(ip: IpAddr) -> Option<u32> {
+    let name = std::ffi::CString::new(interface_name(ip)?).ok()?;
+    // SAFETY: `name` is a NUL-terminated string alive for the call.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    (index != 0).then_some(index)
+}
+
+/// The interface holding `ip`; any loopback address is `lo`'s.
+fn interface_name(ip: IpAddr) -> Option<String> {
+    interface_of(ip).or_else(|| ip.is_loopback().then(|| "lo".to_string()))
+}
+
+/// The name of the interface listing `ip` (getifaddrs(3)).
 fn interface_of(ip: IpAddr) -> Option<String> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a list it allocates into `head`; freed below.
@@ -118,5 +132,16 @@ mod tests {
         assert!(lo >= 1280, "{lo}");
         assert_eq!(interface_mtu("127.0.0.9".parse().unwrap()), Some(lo));
         assert_eq!(interface_mtu("192.0.2.77".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn loopback_addresses_are_lo_s_index() {
+        // SAFETY: a NUL-terminated literal.
+        let lo = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
+        assert_ne!(lo, 0);
+        for ip in ["127.0.0.1", "127.0.0.9", "::1"] {
+            assert_eq!(interface_index(ip.parse().unwrap()), Some(lo), "{ip}");
+        }
+        assert_eq!(interface_index("192.0.2.77".parse().unwrap()), None);
     }
 }
