@@ -111,6 +111,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_co
     let ctx = Box::new(Context {
         vctx: verbs_context {
             query_port: Some(query_port_ex),
+            query_device_ex: Some(query_device_ex),
             create_cq_ex: Some(crate::cq_ex::create_cq_ex),
             create_qp_ex: Some(crate::qp_ex::create_qp_ex),
             sz: size_of::<verbs_context>(),
@@ -158,21 +159,8 @@ pub(crate) unsafe extern "C" fn close_device(ctx: *mut ibv_context) -> c_int {
     0
 }
 
-/// `ibv_query_device`.
-///
-/// # Safety
-/// `ctx` is NULL or open; `attr` is NULL or writable.
-pub(crate) unsafe extern "C" fn query_device(
-    ctx: *mut ibv_context,
-    attr: *mut ibv_device_attr,
-) -> c_int {
-    // SAFETY: the caller's promise.
-    let Some(c) = (unsafe { Context::from_ibv(ctx) }) else {
-        return libc::EINVAL;
-    };
-    if attr.is_null() {
-        return libc::EINVAL;
-    }
+/// The device's attributes, as rxe words them.
+fn device_attr(c: &Context) -> ibv_device_attr {
     let a = c.ox.attr();
     let guid = crate::device::guid(c.dev);
     let mut fw = [0; 64];
@@ -180,7 +168,7 @@ pub(crate) unsafe extern "C" fn query_device(
         *o = b as std::ffi::c_char;
     }
     let n = |v: u32| v.min(i32::MAX as u32) as c_int;
-    let out = ibv_device_attr {
+    ibv_device_attr {
         fw_ver: fw,
         node_guid: guid,
         sys_image_guid: guid,
@@ -224,9 +212,59 @@ pub(crate) unsafe extern "C" fn query_device(
         max_pkeys: 1,
         local_ca_ack_delay: 15,
         phys_port_cnt: 1,
+    }
+}
+
+/// `ibv_query_device`.
+///
+/// # Safety
+/// `ctx` is NULL or open; `attr` is NULL or writable.
+pub(crate) unsafe extern "C" fn query_device(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_device_attr,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(c) = (unsafe { Context::from_ibv(ctx) }) else {
+        return libc::EINVAL;
     };
+    if attr.is_null() {
+        return libc::EINVAL;
+    }
     // SAFETY: `attr` is writable (caller's promise, not NULL).
-    unsafe { attr.write(out) };
+    unsafe { attr.write(device_attr(c)) };
+    0
+}
+
+/// `verbs_context.query_device_ex` (behind the header's `ibv_query_device_ex`): the
+/// attributes with the extended ones oxrdma has (the capability flags in 64 bits, the
+/// port count), everything it lacks zero; the first `attr_size` bytes of them, or EINVAL
+/// if that does not reach past `orig_attr`.
+///
+/// # Safety
+/// `ctx` is NULL or open; `attr` is NULL or has `attr_size` writable bytes.
+unsafe extern "C" fn query_device_ex(
+    ctx: *mut ibv_context,
+    _input: *const c_void,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(c) = (unsafe { Context::from_ibv(ctx) }) else {
+        return libc::EINVAL;
+    };
+    if attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
+        return libc::EINVAL;
+    }
+    let orig_attr = device_attr(c);
+    // SAFETY: all zeros is a valid ibv_device_attr_ex (integers and arrays of them).
+    let mut ex: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+    ex.device_cap_flags_ex = u64::from(orig_attr.device_cap_flags);
+    ex.phys_port_cnt_ex = 1;
+    ex.orig_attr = orig_attr;
+    let n = attr_size.min(size_of::<ibv_device_attr_ex>());
+    // SAFETY: `attr` has `attr_size` >= `n` writable bytes (caller's promise); `ex` is a
+    // local of at least `n` bytes; they cannot overlap.
+    unsafe { std::ptr::copy_nonoverlapping((&raw const ex).cast::<u8>(), attr.cast(), n) };
     0
 }
 

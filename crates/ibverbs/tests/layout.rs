@@ -155,6 +155,36 @@ fn layouts() -> Vec<Layout> {
             sz,
             context
         }),
+        layout!(ibv_odp_caps {
+            general_caps,
+            per_transport_caps
+        }),
+        layout!(ibv_rss_caps {
+            supported_qpts,
+            max_rwq_indirection_tables,
+            max_rwq_indirection_table_size,
+            rx_hash_fields_mask,
+            rx_hash_function
+        }),
+        layout!(ibv_device_attr_ex {
+            orig_attr,
+            comp_mask,
+            odp_caps,
+            completion_timestamp_mask,
+            hca_core_clock,
+            device_cap_flags_ex,
+            tso_caps,
+            rss_caps,
+            max_wq_type_rq,
+            packet_pacing_caps,
+            raw_packet_caps,
+            tm_caps,
+            cq_mod_caps,
+            max_dm_size,
+            pci_atomic_caps,
+            xrc_odp_caps,
+            phys_port_cnt_ex
+        }),
         layout!(ibv_device_attr {
             fw_ver,
             node_guid,

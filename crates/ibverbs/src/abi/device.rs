@@ -189,6 +189,50 @@ pub struct ibv_gid_entry {
 /// header's inline verbs answer EOPNOTSUPP themselves) or has not typed yet.
 pub type op_fn = Option<unsafe extern "C" fn()>;
 
+/// `struct ibv_odp_caps`: on-demand paging, which oxrdma does not offer.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ibv_odp_caps {
+    pub general_caps: u64,
+    /// rc, uc, ud.
+    pub per_transport_caps: [u32; 3],
+}
+
+/// `struct ibv_rss_caps`: receive-side scaling (raw packet QPs), not offered.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ibv_rss_caps {
+    pub supported_qpts: u32,
+    pub max_rwq_indirection_tables: u32,
+    pub max_rwq_indirection_table_size: u32,
+    pub rx_hash_fields_mask: u64,
+    pub rx_hash_function: u8,
+}
+
+/// `struct ibv_device_attr_ex`. The capability structs for what oxrdma lacks (TSO, packet
+/// pacing, tag matching, CQ moderation, PCI atomics) are kept as their words: all zero.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_device_attr_ex {
+    pub orig_attr: ibv_device_attr,
+    pub comp_mask: u32,
+    pub odp_caps: ibv_odp_caps,
+    pub completion_timestamp_mask: u64,
+    pub hca_core_clock: u64,
+    pub device_cap_flags_ex: u64,
+    pub tso_caps: [u32; 2],
+    pub rss_caps: ibv_rss_caps,
+    pub max_wq_type_rq: u32,
+    pub packet_pacing_caps: [u32; 3],
+    pub raw_packet_caps: u32,
+    pub tm_caps: [u32; 5],
+    pub cq_mod_caps: [u16; 2],
+    pub max_dm_size: u64,
+    pub pci_atomic_caps: [u16; 3],
+    pub xrc_odp_caps: u32,
+    pub phys_port_cnt_ex: u32,
+}
+
 /// `struct verbs_context`: the extended operations, placed in memory right before the
 /// `ibv_context` the program holds (found by `container_of` when `abi_compat` is
 /// `UINTPTR_MAX`). New slots were added at the top, so `sz` says how many exist.
@@ -224,7 +268,14 @@ pub struct verbs_context {
     pub create_cq_ex:
         Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex>,
     pub priv_: *mut c_void,
-    pub query_device_ex: op_fn,
+    pub query_device_ex: Option<
+        unsafe extern "C" fn(
+            *mut ibv_context,
+            *const c_void,
+            *mut ibv_device_attr_ex,
+            usize,
+        ) -> c_int,
+    >,
     pub ibv_destroy_flow: op_fn,
     pub ABI_placeholder2: op_fn,
     pub ibv_create_flow: op_fn,

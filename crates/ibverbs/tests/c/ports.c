@@ -1,4 +1,5 @@
-/* The port and its GID table from C, as rxe reports them for an Ethernet device: an
+/* The device, the port and its GID table from C: ibv_query_device_ex as rxe fills it
+ * (the capability flags in 64 bits, the port count, nothing of what is not offered); as rxe reports them for an Ethernet device: an
  * active port with link layer Ethernet and one P_Key; one GID, RoCE v2, the device's
  * address, whose entry (ibv_query_gid_ex, ibv_query_gid_table) names the interface that
  * holds it (loopback here); what lies beyond the table answers as rdma-core does.
@@ -6,6 +7,7 @@
  */
 #include "common.h"
 #include <errno.h>
+#include <inttypes.h>
 #include <net/if.h>
 
 int main(void)
@@ -15,6 +17,27 @@ int main(void)
 	CHECK(list && n > 0, "no RDMA device");
 	struct ibv_context *ctx = ibv_open_device(list[0]);
 	CHECK(ctx, "ibv_open_device");
+
+	struct ibv_device_attr da;
+	struct ibv_device_attr_ex ax;
+	memset(&ax, 0xee, sizeof(ax));
+	CHECK(ibv_query_device(ctx, &da) == 0, "ibv_query_device");
+	CHECK(ibv_query_device_ex(ctx, NULL, &ax) == 0, "ibv_query_device_ex");
+	struct ibv_device_attr *o = &ax.orig_attr;
+	CHECK(strcmp(o->fw_ver, da.fw_ver) == 0 && o->node_guid == da.node_guid &&
+		      o->max_mr_size == da.max_mr_size && o->max_qp == da.max_qp &&
+		      o->max_qp_wr == da.max_qp_wr && o->device_cap_flags == da.device_cap_flags &&
+		      o->max_cqe == da.max_cqe && o->max_mw == da.max_mw &&
+		      o->atomic_cap == da.atomic_cap && o->max_srq_wr == da.max_srq_wr &&
+		      o->phys_port_cnt == 1 && da.phys_port_cnt == 1,
+	      "orig_attr is ibv_query_device's");
+	CHECK(ax.device_cap_flags_ex == da.device_cap_flags && ax.phys_port_cnt_ex == 1 &&
+		      ax.comp_mask == 0 && ax.odp_caps.general_caps == 0 && ax.max_dm_size == 0 &&
+		      ax.tso_caps.max_tso == 0 && ax.raw_packet_caps == 0,
+	      "extended: flags %" PRIx64 " ports %u", ax.device_cap_flags_ex, ax.phys_port_cnt_ex);
+	struct ibv_query_device_ex_input in = { .comp_mask = 1 };
+	CHECK(ibv_query_device_ex(ctx, &in, &ax) == EINVAL, "an unknown input mask");
+	printf("PASS ibv_query_device_ex: the attributes, flags in 64 bits, one port\n");
 
 	struct ibv_port_attr pa;
 	CHECK(ibv_query_port(ctx, 1, &pa) == 0, "ibv_query_port");
