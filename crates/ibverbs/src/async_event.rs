@@ -5,28 +5,9 @@
 use crate::abi::*;
 use crate::context::Context;
 use crate::errno::errno_of;
+use crate::registry::{lookup, Kind};
 use oxrdma::AsyncEvent;
-use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::MutexGuard;
-
-/// The program's CQ, QP and SRQ pointers by the numbers events carry.
-#[derive(Debug, Default)]
-pub struct Registry {
-    pub cqs: HashMap<u32, usize>,
-    pub qps: HashMap<u32, usize>,
-    pub srqs: HashMap<u32, usize>,
-}
-
-/// The registry of the context `ctx`, if it is one.
-///
-/// # Safety
-/// `ctx` is NULL or an open context.
-pub(crate) unsafe fn registry<'a>(ctx: *mut ibv_context) -> Option<MutexGuard<'a, Registry>> {
-    // SAFETY: the caller's promise.
-    let c = unsafe { Context::from_ibv(ctx) }?;
-    Some(c.objects.lock().unwrap_or_else(|p| p.into_inner()))
-}
 
 /// `ibv_get_async_event`: waits for the next event (unless `async_fd` was made
 /// non-blocking: then -1 with EAGAIN) and names its object. Events of objects destroyed
@@ -59,19 +40,17 @@ pub(crate) unsafe extern "C" fn get_async_event(
                 return -1;
             }
         };
-        let objects = c.objects.lock().unwrap_or_else(|p| p.into_inner());
-        let (map, id, kind) = match e {
-            AsyncEvent::Cq { cq, event } => (&objects.cqs, cq, event),
-            AsyncEvent::Qp { qpn, event } => (&objects.qps, qpn, event),
-            AsyncEvent::Srq { srq, event } => (&objects.srqs, srq, event),
+        let (of, id, kind) = match e {
+            AsyncEvent::Cq { cq, event } => (Kind::Cq, cq, event),
+            AsyncEvent::Qp { qpn, event } => (Kind::Qp, qpn, event),
+            AsyncEvent::Srq { srq, event } => (Kind::Srq, srq, event),
         };
-        let Some(&p) = map.get(&id) else {
+        // SAFETY: `ctx` is open (checked above).
+        let Some(p) = (unsafe { lookup(ctx, of, id) }) else {
             continue;
         };
         let out = ibv_async_event {
-            element: ibv_async_event_element {
-                cq: p as *mut ibv_cq,
-            },
+            element: ibv_async_event_element { cq: p },
             event_type: kind as c_uint,
         };
         // SAFETY: writable (caller's promise, not NULL). The union's members are all

@@ -5,9 +5,9 @@
 //! Ethernet link layer, the active MTU of the interface, one RoCE v2 GID (the address).
 
 use crate::abi::*;
-use crate::async_event::Registry;
 use crate::device::{lookup, Addr, Device};
 use crate::errno::set_errno;
+use crate::registry::Registry;
 use oxrdma::{BindError, Error};
 use std::ffi::{c_int, c_uint, c_void};
 use std::mem::offset_of;
@@ -22,7 +22,7 @@ pub struct Context {
     pub vctx: verbs_context,
     pub ox: oxrdma::Context,
     pub dev: &'static Device,
-    /// The CQs, QPs and SRQs its asynchronous events may name.
+    /// Its CQs, QPs and SRQs by the numbers events name them by (`registry.rs`).
     pub objects: Mutex<Registry>,
 }
 

@@ -3,28 +3,22 @@
 //! `poll_cq` and `req_notify_cq` ops the header's inline verbs call.
 
 use crate::abi::*;
-use crate::async_event::registry;
 use crate::context::Context;
 use crate::errno::{errno_of, ptr_or_errno, set_errno};
 use crate::object::Obj;
+use crate::registry::{forget, lookup, remember, Kind};
 use crate::work::write_wc;
 use oxrdma::{CompletionChannel, CompletionQueue};
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// A completion channel and the CQs that report to it, by handle (its events name
-/// handles; the program wants its `ibv_cq *`).
+/// A completion channel and how many CQs report to it. Its events name a CQ by handle;
+/// the program's `ibv_cq *` comes from the context's registry.
 #[derive(Debug)]
 pub struct Channel {
     ch: CompletionChannel,
-    cqs: Mutex<HashMap<u32, usize>>,
-}
-
-impl Channel {
-    fn cqs(&self) -> std::sync::MutexGuard<'_, HashMap<u32, usize>> {
-        self.cqs.lock().unwrap_or_else(|p| p.into_inner())
-    }
+    cqs: AtomicUsize,
 }
 
 /// A CQ, the channel it reports to (NULL for none), and the completion the extended
@@ -74,7 +68,7 @@ pub(crate) unsafe extern "C" fn create_comp_channel(
                     fd: ch.as_fd().as_raw_fd(),
                     refcnt: 0,
                 };
-                let cqs = Mutex::new(HashMap::new());
+                let cqs = AtomicUsize::new(0);
                 Ok(ChannelObj::into_raw(ibv, Channel { ch, cqs }))
             }
             Err(e) => Err(errno_of(&e)),
@@ -91,7 +85,7 @@ pub(crate) unsafe extern "C" fn destroy_comp_channel(channel: *mut ibv_comp_chan
     // SAFETY: the caller's promise.
     unsafe {
         ChannelObj::destroy(channel, |c| {
-            if c.cqs().is_empty() {
+            if c.cqs.load(Ordering::Acquire) == 0 {
                 Ok(())
             } else {
                 let busy = oxrdma::VerbsError::Busy("CQs still report to the channel");
@@ -104,7 +98,7 @@ pub(crate) unsafe extern "C" fn destroy_comp_channel(channel: *mut ibv_comp_chan
 /// `ibv_create_cq`: `cqe` entries (1..=max_cqe), one completion vector.
 ///
 /// # Safety
-/// `ctx` is NULL or open; `channel` is NULL or a channel of `ctx`.
+/// `ctx` is NULL or open; `channel` is NULL or a channel (of `ctx`, or EBADF).
 pub(crate) unsafe extern "C" fn create_cq(
     ctx: *mut ibv_context,
     cqe: c_int,
@@ -140,6 +134,12 @@ pub(crate) unsafe fn new_cq(
     if cqe < 1 || comp_vector != 0 {
         return Err(libc::EINVAL);
     }
+    // A channel of another context: as the kernel, which looks for it among the
+    // context's descriptors. (It would hear of CQs its context cannot name.)
+    // SAFETY: `ibv()` is the live channel's struct.
+    if ch.is_some_and(|ch| unsafe { (*ch.ibv()).context } != ctx) {
+        return Err(libc::EBADF);
+    }
     let cq = c.ox.create_cq(cqe).map_err(|e| errno_of(&e))?;
     let handle = cq.handle();
     let mut ibv = ibv_cq_ex {
@@ -166,13 +166,10 @@ pub(crate) unsafe fn new_cq(
         },
     );
     if let Some(ch) = ch {
-        ch.ox().cqs().insert(handle, p as usize);
+        ch.ox().cqs.fetch_add(1, Ordering::AcqRel);
     }
-    c.objects
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .cqs
-        .insert(handle, p as usize);
+    // SAFETY: `ctx` is open (checked above).
+    unsafe { remember(ctx, Kind::Cq, handle, p) };
     Ok(p)
 }
 
@@ -196,12 +193,10 @@ pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
                 Ok(()) => {
                     // SAFETY: a CQ's channel outlives it (destroying it is EBUSY before).
                     if let Some(ch) = ChannelObj::get(channel) {
-                        ch.ox().cqs().remove(&handle);
+                        ch.ox().cqs.fetch_sub(1, Ordering::AcqRel);
                     }
                     // SAFETY: the CQ's context is open while the CQ lives.
-                    if let Some(mut r) = registry(ctx) {
-                        r.cqs.remove(&handle);
-                    }
+                    forget(ctx, Kind::Cq, handle);
                     Ok(())
                 }
                 Err((cq, e)) => Err((
@@ -291,12 +286,12 @@ pub(crate) unsafe extern "C" fn get_cq_event(
             }
         };
         // An event of a CQ destroyed since: not for anyone; wait for the next.
-        let Some(&p) = ch.ox().cqs().get(&handle) else {
+        // SAFETY: the channel's context is open while the channel lives.
+        let Some(p) = (unsafe { lookup::<ibv_cq>((*ch.ibv()).context, Kind::Cq, handle) }) else {
             continue;
         };
-        let p = p as *mut ibv_cq;
-        // SAFETY: `p` is a live CQ of this channel (destroying it removes it from the
-        // map); `cq` and `cq_context` are writable (caller's promise, not NULL).
+        // SAFETY: `p` is a live CQ of the channel's context (destroying it forgets it);
+        // `cq` and `cq_context` are writable (caller's promise, not NULL).
         unsafe {
             *cq = p;
             *cq_context = (*p).cq_context;

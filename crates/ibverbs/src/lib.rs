@@ -25,6 +25,7 @@ mod pd;
 mod qp;
 mod qp_ex;
 mod rate;
+mod registry;
 mod srq;
 mod strings;
 mod stubs;

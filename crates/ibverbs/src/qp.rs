@@ -2,12 +2,12 @@
 //! the `post_send` and `post_recv` ops the header's inline verbs call.
 
 use crate::abi::*;
-use crate::async_event::registry;
 use crate::cq::cq_of;
 use crate::errno::{errno_of, ptr_or_errno};
 use crate::object::Obj;
 use crate::pd::Pd;
 use crate::qp_ex::Batch;
+use crate::registry::{forget, remember, Kind};
 use crate::srq::SrqObj;
 use crate::work::{post_list, post_recv_list, send_wr};
 use oxrdma::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, QueuePair};
@@ -145,9 +145,7 @@ pub(crate) unsafe fn new_qp(
     let qpn = qp.qpn();
     let p = QpObj::into_raw(ibv, Qp { qp, ex }).cast::<ibv_qp>();
     // SAFETY: the PD's context is open.
-    if let Some(mut r) = unsafe { registry(context) } {
-        r.qps.insert(qpn, p as usize);
-    }
+    unsafe { remember(context, Kind::Qp, qpn, p) };
     Ok(p)
 }
 
@@ -167,9 +165,7 @@ pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
     };
     if let (0, Some((ctx, qpn))) = (r, named) {
         // SAFETY: the QP's context is open while the QP lives.
-        if let Some(mut reg) = unsafe { registry(ctx) } {
-            reg.qps.remove(&qpn);
-        }
+        unsafe { forget(ctx, Kind::Qp, qpn) };
     }
     r
 }

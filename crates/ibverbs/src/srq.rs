@@ -2,10 +2,10 @@
 //! `ibv_destroy_srq`, and the `post_srq_recv` op.
 
 use crate::abi::*;
-use crate::async_event::registry;
 use crate::errno::{errno_of, ptr_or_errno};
 use crate::object::Obj;
 use crate::pd::Pd;
+use crate::registry::{forget, remember, Kind};
 use crate::work::post_recv_list;
 use oxrdma::SharedReceiveQueue;
 use std::ffi::c_int;
@@ -42,9 +42,7 @@ pub(crate) unsafe extern "C" fn create_srq(
             let id = srq.id();
             let s = SrqObj::into_raw(ibv, srq);
             // SAFETY: the PD's context is open.
-            if let Some(mut reg) = unsafe { registry(ibv.context) } {
-                reg.srqs.insert(id, s as usize);
-            }
+            unsafe { remember(ibv.context, Kind::Srq, id, s) };
             s
         });
     ptr_or_errno(r)
@@ -116,9 +114,7 @@ pub(crate) unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
     let r = unsafe { SrqObj::destroy(srq, SharedReceiveQueue::try_destroy) };
     if let (0, Some((ctx, id))) = (r, named) {
         // SAFETY: the SRQ's context is open while the SRQ lives.
-        if let Some(mut reg) = unsafe { registry(ctx) } {
-            reg.srqs.remove(&id);
-        }
+        unsafe { forget(ctx, Kind::Srq, id) };
     }
     r
 }

@@ -154,6 +154,20 @@ int main(void)
 	EXPECT("ibv_open_device of a foreign pointer is NULL with ENODEV",
 	       !ibv_open_device((struct ibv_device *)buf) && errno == ENODEV, "errno %d", errno);
 
+	/* A completion channel of another context: the kernel finds no such channel in the
+	 * CQ's context and answers EBADF. */
+	struct ibv_context *other = ibv_open_device(list[0]);
+	struct ibv_comp_channel *och = other ? ibv_create_comp_channel(other) : NULL;
+	errno = 0;
+	struct ibv_cq *xcq = och ? ibv_create_cq(ctx, 4, NULL, och, 0) : NULL;
+	EXPECT("ibv_create_cq on another context's channel is NULL with EBADF",
+	       och && !xcq && errno == EBADF, "channel %p cq %p errno %d", (void *)och,
+	       (void *)xcq, errno);
+	if (och)
+		ibv_destroy_comp_channel(och);
+	if (other)
+		ibv_close_device(other);
+
 	/* GID and port indexes. */
 	union ibv_gid gid;
 	errno = 0;
