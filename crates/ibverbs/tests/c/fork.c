@@ -11,6 +11,16 @@
 
 #define LEN 65536
 
+/* Set in a child that leaves by exit(): it still holds its parent's objects, which
+ * LeakSanitizer (under tests/asan) would report as leaks; its hook asks it not to. */
+static int in_child;
+#ifdef __SANITIZE_ADDRESS__
+int __lsan_is_turned_off(void)
+{
+	return in_child;
+}
+#endif
+
 struct side {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
@@ -142,6 +152,7 @@ int main(void)
 		CHECK(pid >= 0, "fork");
 		if (pid == 0) {
 			/* exit() runs atexit handlers and flushes stdio; _exit() runs nothing. */
+			in_child = 1;
 			if (i == 0)
 				exit(0);
 			_exit(0);
