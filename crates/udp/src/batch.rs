@@ -1,10 +1,12 @@
-//! Batched datagram I/O: up to [`BATCH`] packets per system call (`sendmmsg`, `recvmmsg`),
-//! so a burst of MTU packets or a train of small WRITEs costs one kernel crossing, not one
-//! per packet.
+//! Batched datagram I/O: up to [`BATCH`] messages per system call (`sendmmsg`,
+//! `recvmmsg`), each message one packet or, with UDP GSO and GRO, a run of packets to or
+//! from one peer (`gso.rs`), so a burst of MTU packets or a train of small WRITEs costs one
+//! kernel crossing, not one per packet.
 
 use oxrdma_core::MAX_PACKET;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
+use std::ops::Range;
 
 /// Packets per system call.
 pub const BATCH: usize = 32;
@@ -52,41 +54,157 @@ impl TxBatch {
         &mut self.buf[i * MAX_PACKET..i * MAX_PACKET + self.len[i]]
     }
 
-    /// Sends packets `from..count` with one `sendmmsg`; returns how many the kernel took
-    /// (at least one unless it returned an error).
-    pub fn send(&self, socket: &UdpSocket, from: usize) -> io::Result<usize> {
-        use rustix::net::{sendmmsg, MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
-        let n = self.count - from;
-        let addrs: Vec<SocketAddrAny> = (from..self.count)
-            .map(|i| SocketAddrAny::from(self.dest[i].expect("pushed slots have a destination")))
-            .collect();
-        let iovs: Vec<[io::IoSlice<'_>; 1]> = (from..self.count)
-            .map(|i| {
-                [io::IoSlice::new(
-                    &self.buf[i * MAX_PACKET..i * MAX_PACKET + self.len[i]],
-                )]
-            })
-            .collect();
-        let mut controls: Vec<SendAncillaryBuffer<'_, '_, '_>> =
-            (0..n).map(|_| SendAncillaryBuffer::default()).collect();
-        let mut msgs: Vec<MMsgHdr<'_>> = addrs
-            .iter()
-            .zip(&iovs)
-            .zip(controls.iter_mut())
-            .map(|((a, iov), c)| MMsgHdr::new_with_addr(a, iov, c))
-            .collect();
-        Ok(sendmmsg(socket, &mut msgs, SendFlags::DONTWAIT)?)
+    /// The packets' lengths and destinations, slot by slot.
+    pub fn lens(&self) -> &[usize] {
+        &self.len[..self.count]
+    }
+    pub fn dests(&self) -> &[Option<SocketAddr>] {
+        &self.dest[..self.count]
+    }
+
+    /// Sends `runs` (each a range of slots going to one peer, see [`crate::gso::runs`])
+    /// with one `sendmmsg`, a run of more than one packet as one message the kernel cuts
+    /// into them (`UDP_SEGMENT`); returns how many runs the kernel took (at least one
+    /// unless it returned an error).
+    pub fn send(&self, socket: &UdpSocket, runs: &[Range<usize>]) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let n = runs.len().min(BATCH);
+        let base = self.buf.as_ptr();
+        // One iovec per slot: a run's message gathers its slots' packets back to back.
+        let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|i| libc::iovec {
+            iov_base: base.wrapping_add(i * MAX_PACKET).cast_mut().cast(),
+            iov_len: self.len[i],
+        });
+        let mut names: [(libc::sockaddr_storage, libc::socklen_t); BATCH] =
+            // SAFETY: all-zero bytes are a valid sockaddr_storage.
+            std::array::from_fn(|_| (unsafe { std::mem::zeroed() }, 0));
+        let mut controls = [Segment::default(); BATCH];
+        let mut msgs: [libc::mmsghdr; BATCH] =
+            // SAFETY: all-zero bytes are a valid mmsghdr (null pointers, zero lengths).
+            std::array::from_fn(|_| unsafe { std::mem::zeroed() });
+        for (k, r) in runs.iter().take(n).enumerate() {
+            let dest = self.dest[r.start].expect("pushed slots have a destination");
+            names[k] = sockaddr_of(dest);
+            let h = &mut msgs[k].msg_hdr;
+            h.msg_name = (&raw mut names[k].0).cast();
+            h.msg_namelen = names[k].1;
+            h.msg_iov = &raw mut iovs[r.start];
+            h.msg_iovlen = r.len();
+            if r.len() > 1 {
+                controls[k] = Segment::new(self.len[r.start]);
+                h.msg_control = (&raw mut controls[k]).cast();
+                h.msg_controllen = std::mem::size_of::<Segment>();
+            }
+        }
+        // SAFETY: every pointer in `msgs` (names, iovecs, controls, and the slots the
+        // iovecs name inside `self.buf`) points into memory alive and not otherwise
+        // borrowed for the call; each iovec's length stays within its slot; the kernel
+        // only reads them.
+        let sent = unsafe {
+            libc::sendmmsg(
+                socket.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                n as u32,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if sent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(sent as usize)
     }
 }
 
-/// Room for a batch of received datagrams.
+/// The control message that asks for segmentation at `seg` bytes (`UDP_SEGMENT`): a
+/// `cmsghdr` followed by the size, padded as `CMSG_SPACE` pads it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Segment {
+    hdr: libc::cmsghdr,
+    size: u16,
+    _pad: [u8; 6],
+}
+
+impl Default for Segment {
+    fn default() -> Self {
+        Segment::new(0)
+    }
+}
+
+impl Segment {
+    fn new(seg: usize) -> Self {
+        // SAFETY: all-zero bytes are a valid cmsghdr.
+        let mut hdr: libc::cmsghdr = unsafe { std::mem::zeroed() };
+        hdr.cmsg_level = libc::SOL_UDP;
+        hdr.cmsg_type = libc::UDP_SEGMENT;
+        hdr.cmsg_len = std::mem::size_of::<libc::cmsghdr>() + std::mem::size_of::<u16>();
+        Segment {
+            hdr,
+            size: seg as u16,
+            _pad: [0; 6],
+        }
+    }
+}
+
+/// `a` as the kernel takes it.
+fn sockaddr_of(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero bytes are a valid sockaddr_storage.
+    let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match a {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: a sockaddr_storage is large and aligned enough for a sockaddr_in.
+            unsafe { (&raw mut s).cast::<libc::sockaddr_in>().write(sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above, for a sockaddr_in6.
+            unsafe { (&raw mut s).cast::<libc::sockaddr_in6>().write(sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (s, len as libc::socklen_t)
+}
+
+/// Room for one received message: one RoCE packet, or with GRO up to 64 KiB of them.
+const GRO_SLOT: usize = 1 << 16;
+
+/// Room for the control message that says a received message holds segments of one size
+/// (`UDP_GRO`, an int), with space to spare.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+struct GroControl([u8; 64]);
+
+/// Room for a batch of received datagrams. With GRO, one message may hold many packets
+/// of one peer back to back; the batch lists each packet (a segment) on its own.
 pub struct RxBatch {
     buf: Vec<u8>,
+    /// Bytes per message slot.
+    slot: usize,
     /// Source addresses as the kernel writes them (kept: zeroing them on every call cost
     /// more than the system call when spinning).
     names: Vec<libc::sockaddr_storage>,
-    pub len: [usize; BATCH],
-    pub from: [Option<SocketAddr>; BATCH],
+    controls: Vec<GroControl>,
+    /// The packets of the last receive: where each starts in `buf`, its length, its
+    /// source (None: unknown, or refused by the port).
+    segs: Vec<(usize, usize, Option<SocketAddr>)>,
+    /// How many packets the last receive brought.
     pub count: usize,
 }
 
@@ -97,46 +215,68 @@ impl std::fmt::Debug for RxBatch {
 }
 
 impl Default for RxBatch {
+    /// Room for GRO messages.
     fn default() -> Self {
-        RxBatch {
-            buf: vec![0; BATCH * RX_SLOT],
-            // SAFETY: all-zero bytes are a valid sockaddr_storage.
-            names: vec![unsafe { std::mem::zeroed() }; BATCH],
-            len: [0; BATCH],
-            from: [None; BATCH],
-            count: 0,
-        }
+        RxBatch::new(true)
     }
 }
 
 impl RxBatch {
-    /// Datagram `i` of the last receive.
-    pub fn datagram(&self, i: usize) -> &[u8] {
-        &self.buf[i * RX_SLOT..i * RX_SLOT + self.len[i]]
+    /// Room for [`BATCH`] messages: of up to 64 KiB each with `gro`, else of one packet.
+    pub fn new(gro: bool) -> Self {
+        let slot = if gro { GRO_SLOT } else { RX_SLOT };
+        RxBatch {
+            buf: vec![0; BATCH * slot],
+            slot,
+            // SAFETY: all-zero bytes are a valid sockaddr_storage.
+            names: vec![unsafe { std::mem::zeroed() }; BATCH],
+            controls: vec![GroControl([0; 64]); BATCH],
+            segs: Vec::with_capacity(BATCH),
+            count: 0,
+        }
     }
 
-    /// Receives up to [`BATCH`] waiting datagrams with one `recvmmsg`, without blocking.
-    /// `Ok(0)`: nothing was waiting.
+    /// Packet `i` of the last receive.
+    pub fn datagram(&self, i: usize) -> &[u8] {
+        let (at, len, _) = self.segs[i];
+        &self.buf[at..at + len]
+    }
+
+    /// Where packet `i` came from; None if unknown or refused.
+    pub fn from(&self, i: usize) -> Option<SocketAddr> {
+        self.segs[i].2
+    }
+
+    /// Marks packet `i` refused (its ICRC failed): it has no source any more.
+    pub fn refuse(&mut self, i: usize) {
+        self.segs[i].2 = None;
+    }
+
+    /// Receives up to [`BATCH`] waiting messages with one `recvmmsg`, without blocking, and
+    /// lists their packets. `Ok(0)`: nothing was waiting.
     pub fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
         use std::os::fd::AsRawFd;
         self.count = 0;
+        self.segs.clear();
         let name_len = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-        // One base pointer for all slots (the buffer holds BATCH slots of RX_SLOT bytes).
+        let slot = self.slot;
+        // One base pointer for all slots (the buffer holds BATCH slots of `slot` bytes).
         let base = self.buf.as_mut_ptr();
         let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|i| libc::iovec {
-            iov_base: base.wrapping_add(i * RX_SLOT).cast(),
-            iov_len: RX_SLOT,
+            iov_base: base.wrapping_add(i * slot).cast(),
+            iov_len: slot,
         });
         let names = self.names.as_mut_ptr();
+        let controls = self.controls.as_mut_ptr();
         let mut msgs: [libc::mmsghdr; BATCH] = std::array::from_fn(|i| libc::mmsghdr {
             msg_hdr: libc::msghdr {
-                // In bounds: `names` has BATCH entries.
+                // In bounds: `names` and `controls` have BATCH entries.
                 msg_name: names.wrapping_add(i).cast(),
                 msg_namelen: name_len,
                 msg_iov: std::ptr::null_mut(),
                 msg_iovlen: 1,
-                msg_control: std::ptr::null_mut(),
-                msg_controllen: 0,
+                msg_control: controls.wrapping_add(i).cast(),
+                msg_controllen: std::mem::size_of::<GroControl>(),
                 msg_flags: 0,
             },
             msg_len: 0,
@@ -144,8 +284,8 @@ impl RxBatch {
         for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
             m.msg_hdr.msg_iov = iov;
         }
-        // SAFETY: every pointer in `msgs` (names, iovecs and the buffers they name) points
-        // into memory owned by this function, `self.names` or `self.buf`, alive and not
+        // SAFETY: every pointer in `msgs` (names, controls, iovecs and the buffers they
+        // name) points into memory owned by this function or `self`, alive and not
         // otherwise borrowed for the duration of the call; the kernel writes at most the
         // lengths given.
         let n = unsafe {
@@ -164,14 +304,46 @@ impl RxBatch {
                 _ => Err(e),
             };
         }
-        let n = n as usize;
-        for (i, m) in msgs.iter().take(n).enumerate() {
-            self.len[i] = (m.msg_len as usize).min(RX_SLOT);
-            self.from[i] = sockaddr(&self.names[i]);
+        for (i, m) in msgs.iter().take(n as usize).enumerate() {
+            let len = (m.msg_len as usize).min(slot);
+            let from = sockaddr(&self.names[i]);
+            // SAFETY: the kernel filled `msg_control` up to `msg_controllen` (in bounds
+            // of `self.controls[i]`).
+            let seg = unsafe { gro_segment(&m.msg_hdr) }.unwrap_or(len).max(1);
+            let mut at = 0;
+            while at < len {
+                let l = seg.min(len - at);
+                self.segs.push((i * slot + at, l, from));
+                at += l;
+            }
+            if len == 0 {
+                self.segs.push((i * slot, 0, from));
+            }
         }
-        self.count = n;
-        Ok(n)
+        self.count = self.segs.len();
+        Ok(self.count)
     }
+}
+
+/// The segment size of a message GRO glued together, from its `UDP_GRO` control message.
+///
+/// # Safety
+/// `h`'s control buffer holds what the kernel wrote, `msg_controllen` bytes of it.
+unsafe fn gro_segment(h: &libc::msghdr) -> Option<usize> {
+    // SAFETY: the caller's promise; CMSG_FIRSTHDR and CMSG_NXTHDR stay within it.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(h) };
+    while !c.is_null() {
+        // SAFETY: `c` is a control message header within the buffer.
+        let cm = unsafe { &*c };
+        if cm.cmsg_level == libc::SOL_UDP && cm.cmsg_type == libc::UDP_GRO {
+            // SAFETY: a UDP_GRO message carries an int, possibly unaligned.
+            let v = unsafe { libc::CMSG_DATA(c).cast::<libc::c_int>().read_unaligned() };
+            return usize::try_from(v).ok().filter(|&v| v > 0);
+        }
+        // SAFETY: as above.
+        c = unsafe { libc::CMSG_NXTHDR(h, c) };
+    }
+    None
 }
 
 /// The IPv4 or IPv6 address in `s`, if it is one.

@@ -28,6 +28,7 @@ impl Device {
     /// Opens the device for `ip` (port 4791). `seed` feeds the engine's CSPRNG.
     pub fn open(ip: IpAddr, seed: [u8; 32]) -> Result<Device, BindError> {
         let port = UdpPort::bind(ip)?;
+        let port_gro = port.gro();
         // Packets that would not fit the interface cannot be sent with DF set.
         let max_mtu = crate::mtu::interface_mtu(ip).map_or(Mtu::Mtu4096, crate::mtu::active_mtu);
         let config = EngineConfig {
@@ -42,7 +43,7 @@ impl Device {
             ifindex: crate::mtu::interface_index(ip).unwrap_or(0),
             start: Instant::now(),
             tx: TxBatch::default(),
-            rx: RxBatch::default(),
+            rx: RxBatch::new(port_gro),
             kernel_at_open: kernel.read(),
             kernel,
         })
@@ -89,7 +90,7 @@ impl Device {
             while self.port.recv_batch(&mut self.rx)? > 0 {
                 let now = self.now();
                 for i in 0..self.rx.count {
-                    if let Some(src) = self.rx.from[i] {
+                    if let Some(src) = self.rx.from(i) {
                         self.engine
                             .handle_packet(now, Gid::from(src.ip()), self.rx.datagram(i));
                     }

@@ -5,6 +5,7 @@ pub mod batch;
 mod capture;
 pub mod device;
 mod drops;
+pub mod gso;
 mod kernel;
 pub mod mtu;
 pub mod port;

@@ -2,12 +2,14 @@
 //!
 //! ICRCs: on send, the kernel builds the IP header, so the ICRC is computed over the header
 //! it will send: IPv4 with DF set and Identification 0 (an unconnected socket with
-//! `IP_PMTUDISC_DO` sends ID 0 on Linux), the socket's own UDP source port. On receive the
+//! `IP_PMTUDISC_DO` sends ID 0 on Linux; segment k of a GSO message gets ID k, see
+//! `gso.rs`), the socket's own UDP source port. On receive the
 //! socket shows neither the IP header nor the IPv4 ID: IPv6 packets are checked exactly;
 //! IPv4 packets are checked with the ID solved from the ICRC (see
 //! `oxrdma_wire::icrc_id`): a packet passes only if some ID makes its ICRC right.
 
 use crate::batch::{RxBatch, TxBatch};
+use crate::gso;
 use oxrdma_core::Gid;
 use oxrdma_wire::{icrc, icrc_id, ROCE_V2_PORT};
 use rustix::net::sockopt;
@@ -45,16 +47,20 @@ const UDP_NO_CHECK6_RX: libc::c_int = 102;
 /// RoCEv2 packet so (the ICRC protects it; RFC 6935 allows zero checksums for tunnels),
 /// and without this the kernel drops each one as a checksum error before we see it.
 fn accept_zero_udp_checksums(socket: &UdpSocket) -> io::Result<()> {
+    set_udp_option(socket, UDP_NO_CHECK6_RX, 1)
+}
+
+/// Sets the integer UDP-level socket option `name`.
+fn set_udp_option(socket: &UdpSocket, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let on: libc::c_int = 1;
     // SAFETY: a valid socket descriptor, and an option value that is a live c_int of the
     // length passed.
     let rc = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
             libc::IPPROTO_UDP,
-            UDP_NO_CHECK6_RX,
-            (&on as *const libc::c_int).cast(),
+            name,
+            (&raw const value).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
@@ -63,6 +69,37 @@ fn accept_zero_udp_checksums(socket: &UdpSocket) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Whether `OXRDMA_UDP_OFFLOAD` leaves segmentation offload on (anything but `0`).
+fn offload_wanted() -> bool {
+    std::env::var_os("OXRDMA_UDP_OFFLOAD").is_none_or(|v| v != "0")
+}
+
+/// Whether the kernel knows `UDP_SEGMENT` (Linux 4.18 and later).
+fn gso_offered(socket: &UdpSocket) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid descriptor; `v` and `len` are live and sized as passed.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_SEGMENT,
+            (&raw mut v).cast(),
+            &mut len,
+        )
+    };
+    rc == 0
+}
+
+/// The errors with which a kernel refuses to segment a message on its route.
+fn gso_refused(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP)
+    )
 }
 
 fn is_icmp_error(e: &io::Error) -> bool {
@@ -81,6 +118,12 @@ pub struct UdpPort {
     pub stats: PortStats,
     /// Writes every packet sent and received (as raw IP) to a pcap file.
     capture: Option<crate::capture::Capture>,
+    /// Runs of packets to one peer go as one message (UDP GSO), where the kernel offers it.
+    gso: bool,
+    /// The kernel may hand over runs of packets from one peer as one message (UDP GRO).
+    gro: bool,
+    /// Solves received IPv4 packets' Identification, remembering per length.
+    ids: icrc_id::IdVerifier,
 }
 
 impl std::fmt::Debug for UdpPort {
@@ -122,11 +165,16 @@ impl UdpPort {
         }
         let _ = sockopt::set_socket_send_buffer_size(&socket, 4 << 20);
         socket.set_nonblocking(true).map_err(io_err)?;
+        let gso = offload_wanted() && gso_offered(&socket);
+        let gro = offload_wanted() && set_udp_option(&socket, libc::UDP_GRO, 1).is_ok();
         Ok(UdpPort {
             socket,
             local,
             stats: PortStats::default(),
             capture: None,
+            gso,
+            gro,
+            ids: icrc_id::IdVerifier::default(),
         })
     }
 
@@ -152,15 +200,38 @@ impl UdpPort {
         Gid::from(self.local.ip())
     }
 
-    /// The IP and UDP headers the kernel puts in front of `len` bytes from us to `dst`.
-    fn headers(&self, src: SocketAddr, dst: SocketAddr, len: usize) -> Option<([u8; 48], usize)> {
+    /// Whether runs of packets go as one GSO message.
+    pub fn gso(&self) -> bool {
+        self.gso
+    }
+
+    /// Whether received messages may hold runs of packets (UDP GRO): receive them into an
+    /// [`RxBatch`] with room for that.
+    pub fn gro(&self) -> bool {
+        self.gro
+    }
+
+    /// Turns GSO off (or back on, where the kernel offers it).
+    pub fn set_gso(&mut self, on: bool) {
+        self.gso = on && gso_offered(&self.socket);
+    }
+
+    /// The IP and UDP headers the kernel puts in front of `len` bytes from us to `dst`,
+    /// with IPv4 Identification `id`.
+    fn headers(
+        &self,
+        src: SocketAddr,
+        dst: SocketAddr,
+        len: usize,
+        id: u16,
+    ) -> Option<([u8; 48], usize)> {
         let mut h = [0u8; 48];
         match (src.ip(), dst.ip()) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
                 h[..28].copy_from_slice(&icrc::ipv4_udp_header(
                     s.octets(),
                     d.octets(),
-                    0,
+                    id,
                     src.port(),
                     dst.port(),
                     len,
@@ -186,10 +257,15 @@ impl UdpPort {
         self.send_to(SocketAddr::new(dest.ip(), ROCE_V2_PORT), packet)
     }
 
-    /// Fills in the ICRC of a packet about to go to `dst` (and captures it).
+    /// Fills in the ICRC of a packet about to go to `dst` alone (and captures it).
     pub fn seal(&mut self, dst: SocketAddr, packet: &mut [u8]) -> io::Result<()> {
+        self.seal_as(dst, packet, 0)
+    }
+
+    /// Fills in the ICRC of a packet that leaves with IPv4 Identification `id`.
+    fn seal_as(&mut self, dst: SocketAddr, packet: &mut [u8], id: u16) -> io::Result<()> {
         let (h, n) = self
-            .headers(self.local, dst, packet.len())
+            .headers(self.local, dst, packet.len(), id)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "IPv4/IPv6 mismatch"))?;
         icrc::fill(&h[..n], packet).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         if let Some(c) = &mut self.capture {
@@ -198,30 +274,53 @@ impl UdpPort {
         Ok(())
     }
 
-    /// Seals and sends every packet of `batch`, as few system calls as the kernel allows.
-    /// A full socket buffer drops the rest (lost packets, which the transport recovers).
+    /// Seals and sends every packet of `batch`, runs to one peer as single GSO messages,
+    /// in as few system calls as the kernel allows. A full socket buffer drops the rest
+    /// (lost packets, which the transport recovers).
     pub fn send_batch(&mut self, batch: &mut TxBatch) -> io::Result<()> {
-        for i in 0..batch.count {
-            let dst = batch.dest[i].expect("pushed slots have a destination");
-            self.seal(dst, batch.packet_mut(i))?;
-        }
-        let mut from = 0;
-        while from < batch.count {
-            match batch.send(&self.socket, from) {
+        let mut runs = gso::runs(batch.lens(), batch.dests(), 0, self.gso);
+        self.seal_runs(batch, &runs)?;
+        let mut at = 0;
+        while at < runs.len() {
+            match batch.send(&self.socket, &runs[at..]) {
                 Ok(n) => {
-                    self.stats.tx += n as u64;
-                    from += n.max(1);
+                    let n = n.max(1);
+                    self.stats.tx += runs[at..at + n].iter().map(|r| r.len() as u64).sum::<u64>();
+                    at += n;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                // The packet at `from` drew an ICMP error from an earlier send: skip it.
+                // The message at `at` drew an ICMP error from an earlier send: skip it.
                 Err(e) if is_icmp_error(&e) => {
                     self.stats.icmp_errors += 1;
-                    from += 1;
+                    at += 1;
+                }
+                // The route cannot segment (no checksum offload on its device): send the
+                // rest one packet per message from now on.
+                Err(e) if self.gso && runs[at].len() > 1 && gso_refused(&e) => {
+                    self.gso = false;
+                    runs = gso::runs(batch.lens(), batch.dests(), runs[at].start, false);
+                    self.seal_runs(batch, &runs)?;
+                    at = 0;
                 }
                 Err(e) => return Err(e),
             }
         }
         batch.count = 0;
+        Ok(())
+    }
+
+    /// Seals every packet of `runs`, each with the IPv4 ID its place in its run gives it.
+    fn seal_runs(
+        &mut self,
+        batch: &mut TxBatch,
+        runs: &[std::ops::Range<usize>],
+    ) -> io::Result<()> {
+        for r in runs {
+            for (k, i) in r.clone().enumerate() {
+                let dst = batch.dest[i].expect("pushed slots have a destination");
+                self.seal_as(dst, batch.packet_mut(i), gso::ipv4_id(k))?;
+            }
+        }
         Ok(())
     }
 
@@ -237,12 +336,12 @@ impl UdpPort {
         };
         for i in 0..n {
             self.stats.rx += 1;
-            let Some(from) = batch.from[i] else {
+            let Some(from) = batch.from(i) else {
                 self.stats.rx_bad_source += 1;
                 continue;
             };
             if !self.check(from, batch.datagram(i)) {
-                batch.from[i] = None;
+                batch.refuse(i);
                 self.stats.rx_bad_icrc += 1;
             }
         }
@@ -251,8 +350,8 @@ impl UdpPort {
 
     /// Verifies a received packet's ICRC (and captures it if it passes).
     fn check(&mut self, from: SocketAddr, data: &[u8]) -> bool {
-        let verified = match self.headers(from, self.local, data.len()) {
-            Some((mut h, 28)) => icrc_id::verify_ipv4_any_id(&h[..28], data).ok().map(|id| {
+        let verified = match self.headers(from, self.local, data.len(), 0) {
+            Some((mut h, 28)) => self.ids.verify(&h[..28], data).ok().map(|id| {
                 h[4..6].copy_from_slice(&id.to_be_bytes());
                 (h, 28)
             }),

@@ -71,34 +71,84 @@ fn id_deltas(len: usize) -> [u32; 16] {
     })
 }
 
-/// Solves XOR of deltas[k] for the bits k of `id` = `syndrome`, if possible.
-fn solve(deltas: [u32; 16], syndrome: u32) -> Option<u16> {
-    // Gaussian elimination, tracking which ID bits make up each reduced row.
-    let mut rows: Vec<(u32, u16)> = Vec::with_capacity(16);
-    for (k, &d) in deltas.iter().enumerate() {
-        let mut v = (d, 1u16 << k);
-        for &(r, m) in &rows {
-            if v.0 ^ r < v.0 {
-                v = (v.0 ^ r, v.1 ^ m);
+/// The deltas of one packet length in reduced (echelon) form, each row with the ID bits
+/// that make it up: solving a syndrome against them is 16 steps.
+#[derive(Debug, Clone)]
+struct Basis(Vec<(u32, u16)>);
+
+impl Basis {
+    fn new(deltas: [u32; 16]) -> Basis {
+        // Gaussian elimination, tracking which ID bits make up each reduced row.
+        let mut rows: Vec<(u32, u16)> = Vec::with_capacity(16);
+        for (k, &d) in deltas.iter().enumerate() {
+            let mut v = (d, 1u16 << k);
+            for &(r, m) in &rows {
+                if v.0 ^ r < v.0 {
+                    v = (v.0 ^ r, v.1 ^ m);
+                }
+            }
+            if v.0 != 0 {
+                rows.push(v);
             }
         }
-        if v.0 != 0 {
-            rows.push(v);
-        }
+        Basis(rows)
     }
-    let mut s = (syndrome, 0u16);
-    for &(r, m) in &rows {
-        if s.0 ^ r < s.0 {
-            s = (s.0 ^ r, s.1 ^ m);
+
+    /// The ID whose deltas XOR to `syndrome`, if there is one.
+    fn solve(&self, syndrome: u32) -> Option<u16> {
+        let mut s = (syndrome, 0u16);
+        for &(r, m) in &self.0 {
+            if s.0 ^ r < s.0 {
+                s = (s.0 ^ r, s.1 ^ m);
+            }
         }
+        (s.0 == 0).then_some(s.1)
     }
-    (s.0 == 0).then_some(s.1)
 }
 
-/// Verifies the ICRC of `udp_payload` (BTH through ICRC) against an IPv4+UDP header whose
-/// Identification field is unknown (its value in `ip_udp` is ignored). Returns the only ID
-/// that makes the ICRC right.
-pub fn verify_ipv4_any_id(ip_udp: &[u8], udp_payload: &[u8]) -> Result<u16> {
+/// [`verify_ipv4_any_id`] for a stream of packets: what it works out per packet length
+/// (costly: a matrix power) is kept for the next packets of that length. Packets come in
+/// few lengths (full MTU segments, their first and last, ACKs), so a few entries serve.
+#[derive(Debug, Default)]
+pub struct IdVerifier {
+    /// (ICRC input length, its basis), most recently used first.
+    bases: Vec<(usize, Basis)>,
+}
+
+/// Lengths an [`IdVerifier`] remembers.
+const LENGTHS_KEPT: usize = 8;
+
+impl IdVerifier {
+    /// As [`verify_ipv4_any_id`].
+    pub fn verify(&mut self, ip_udp: &[u8], udp_payload: &[u8]) -> Result<u16> {
+        let (computed, carried, len) = match check_id_zero(ip_udp, udp_payload)? {
+            Ok(()) => return Ok(0),
+            Err(x) => x,
+        };
+        let at = match self.bases.iter().position(|(l, _)| *l == len) {
+            Some(at) => at,
+            None => {
+                self.bases.truncate(LENGTHS_KEPT - 1);
+                self.bases.insert(0, (len, Basis::new(id_deltas(len))));
+                0
+            }
+        };
+        let id = self.bases[at].1.solve(computed ^ carried);
+        if at > 0 {
+            let e = self.bases.remove(at);
+            self.bases.insert(0, e);
+        }
+        id.ok_or(WireError::IcrcMismatch { computed, carried })
+    }
+}
+
+/// The ICRC with ID 0 checked: `Ok(Ok(()))` if it is right, else what solving the ID
+/// needs: the ICRC computed with ID 0, the one carried, and the ICRC input's length.
+#[allow(clippy::type_complexity)]
+fn check_id_zero(
+    ip_udp: &[u8],
+    udp_payload: &[u8],
+) -> Result<core::result::Result<(), (u32, u32, usize)>> {
     if ip_udp.first().is_none_or(|b| b >> 4 != 4) {
         return Err(WireError::BadIpHeader("not IPv4"));
     }
@@ -111,11 +161,26 @@ pub fn verify_ipv4_any_id(ip_udp: &[u8], udp_payload: &[u8]) -> Result<u16> {
     }
     let computed = compute(&hdr[..n], &udp_payload[..udp_payload.len() - ICRC_LEN])?;
     if computed == carried {
-        // ID 0, as an unconnected Linux socket with IP_PMTUDISC_DO sends (every oxrdma peer).
-        return Ok(0);
+        // ID 0, as an unconnected Linux socket with IP_PMTUDISC_DO sends a lone packet.
+        return Ok(Ok(()));
     }
-    let len = 8 + n + udp_payload.len() - ICRC_LEN;
-    solve(id_deltas(len), computed ^ carried).ok_or(WireError::IcrcMismatch { computed, carried })
+    Ok(Err((
+        computed,
+        carried,
+        8 + n + udp_payload.len() - ICRC_LEN,
+    )))
+}
+
+/// Verifies the ICRC of `udp_payload` (BTH through ICRC) against an IPv4+UDP header whose
+/// Identification field is unknown (its value in `ip_udp` is ignored). Returns the only ID
+/// that makes the ICRC right.
+pub fn verify_ipv4_any_id(ip_udp: &[u8], udp_payload: &[u8]) -> Result<u16> {
+    match check_id_zero(ip_udp, udp_payload)? {
+        Ok(()) => Ok(0),
+        Err((computed, carried, len)) => Basis::new(id_deltas(len))
+            .solve(computed ^ carried)
+            .ok_or(WireError::IcrcMismatch { computed, carried }),
+    }
 }
 
 #[cfg(test)]
@@ -125,6 +190,7 @@ mod tests {
 
     #[test]
     fn recovers_the_id_the_sender_used() {
+        let mut v = IdVerifier::default();
         for (id, len) in [
             (0u16, 16usize),
             (1, 16),
@@ -142,9 +208,13 @@ mod tests {
             fill(&hdr, &mut pkt).unwrap();
             let other = ipv4_udp_header([10, 0, 0, 1], [10, 0, 0, 2], 1234, 49152, 4791, len);
             assert_eq!(verify_ipv4_any_id(&other, &pkt), Ok(id));
+            // The same, twice, through a verifier that keeps what it worked out.
+            assert_eq!(v.verify(&other, &pkt), Ok(id));
+            assert_eq!(v.verify(&other, &pkt), Ok(id));
             // A flipped payload bit is caught (a single-bit error never looks like an ID).
             pkt[len - 5] ^= 0x10;
             assert!(verify_ipv4_any_id(&other, &pkt).is_err());
+            assert!(v.verify(&other, &pkt).is_err());
         }
     }
 
