@@ -4,6 +4,9 @@
 #   - 64 KiB WRITE bandwidth   vs  iperf3 single-stream TCP (127.0.0.1)
 #   - 8 B WRITE half round trip vs  sockperf UDP ping-pong (p50 one-way), spinning both ends
 #     (and blocking both ends: the wake-up a passive WRITE target costs)
+#   - 64 KiB WRITE bandwidth between two network namespaces on a veth pair with MTU 1500
+#     (RoCE MTU 1024, an Ethernet LAN) vs iperf3 TCP on the same pair (as root only: the
+#     namespaces are made here and removed at exit; VETH=0 skips it)
 # and the C library (target/release/libibverbs.so.1) under Debian's perftest, two
 # processes, next to `oxrdma perf` for the same test: ib_write_bw -s 65536 and
 # ib_write_lat -s 8 (t_typical, perftest's median half round trip).
@@ -23,8 +26,25 @@ fi
 cargo build --release -q -p oxrdma-cli -p oxrdma-ibverbs
 ox=./target/release/oxrdma
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+ns=(oxbench-a-$$ oxbench-b-$$)
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for n in "${ns[@]}"; do ip netns del "$n" 2>/dev/null || true; done
+}
 trap cleanup EXIT
+VETH=${VETH:-$([ "$(id -u)" = 0 ] && echo 1 || echo 0)}
+if [ "$VETH" = 1 ]; then
+  # Two namespaces joined by a veth pair with Ethernet's MTU; 10.99.0.1 and .2 exist only
+  # inside them.
+  ip netns add "${ns[0]}" && ip netns add "${ns[1]}"
+  ip link add oxbv0 netns "${ns[0]}" mtu 1500 type veth peer name oxbv1 netns "${ns[1]}" mtu 1500
+  for i in 0 1; do
+    ip -n "${ns[$i]}" addr add "10.99.0.$((i + 1))/24" dev "oxbv$i"
+    ip -n "${ns[$i]}" link set "oxbv$i" up
+    ip -n "${ns[$i]}" link set lo up
+  done
+fi
+inns() { local n=$1; shift; ip netns exec "$n" "$@"; }
 # perftest TOOL ARGS...: server and client on this host over the C library; the client's output.
 perftest() {
   local port=$(( 30000 + RANDOM % 9000 ))
@@ -34,7 +54,7 @@ perftest() {
   wait "$spid" 2>/dev/null || true
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-tcp=(); udp=(); udpb=(); bw=(); lat=(); cbw=(); clat=()
+tcp=(); udp=(); udpb=(); bw=(); lat=(); cbw=(); clat=(); vtcp=(); vbw=()
 for r in $(seq "$REPS"); do
   p=$(( 20000 + RANDOM % 9000 ))
   iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null 2>&1 & pids+=($!)
@@ -56,6 +76,18 @@ for r in $(seq "$REPS"); do
   lat+=("$($ox perf write-lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
   cbw+=("$(perftest ib_write_bw -s 65536 -n 20000 --report_gbits | awk '$1 == "65536" {print $4}')")
   clat+=("$(perftest ib_write_lat -s 8 -n 20000 | awk '$1 == "8" {print $5}')")
+  if [ "$VETH" = 1 ]; then
+    p=$(( 20000 + RANDOM % 9000 ))
+    inns "${ns[1]}" iperf3 -s -1 -B 10.99.0.2 -p "$p" >/dev/null 2>&1 & pids+=($!)
+    sleep 0.3
+    vtcp+=("$(inns "${ns[0]}" iperf3 -c 10.99.0.2 -p "$p" -t 2 -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9)')")
+    p=$(( 20000 + RANDOM % 9000 ))
+    inns "${ns[1]}" "$ox" perf write-bw -d 10.99.0.2 -p "$p" -s 65536 -n 10000 --json >/dev/null 2>&1 & spid=$!; pids+=($spid)
+    sleep 0.3
+    vbw+=("$(inns "${ns[0]}" "$ox" perf write-bw -d 10.99.0.1 -p "$p" -s 65536 -n 10000 --json 10.99.0.2 | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
+    wait "$spid" 2>/dev/null || true
+    echo "round $r (veth MTU 1500): tcp ${vtcp[-1]} Gb/s, oxrdma write-bw ${vbw[-1]} Gb/s" >&2
+  fi
   echo "round $r: tcp ${tcp[-1]} Gb/s, oxrdma write-bw ${bw[-1]} Gb/s, C ib_write_bw ${cbw[-1]} Gb/s, udp p50 ${udp[-1]} us (blocking ${udpb[-1]}), oxrdma write-lat ${lat[-1]} us, C ib_write_lat ${clat[-1]} us" >&2
 done
 T=$(printf '%s\n' "${tcp[@]}" | median); B=$(printf '%s\n' "${bw[@]}" | median)
@@ -70,3 +102,8 @@ printf '%-44s %10.3f us     ratio %.3f (target <= 1.2), %.3f to blocking\n' "oxr
 CB=$(printf '%s\n' "${cbw[@]}" | median); CL=$(printf '%s\n' "${clat[@]}" | median)
 printf '%-44s %10.3f Gb/s   ratio to oxrdma perf %.3f (target >= 0.95)\n' "C library: perftest ib_write_bw -s 65536" "$CB" "$(echo "$CB / $B" | bc -l)"
 printf '%-44s %10.3f us     ratio to oxrdma perf %.3f (target <= 1.05)\n' "C library: perftest ib_write_lat -s 8" "$CL" "$(echo "$CL / $L" | bc -l)"
+if [ "$VETH" = 1 ]; then
+  VT=$(printf '%s\n' "${vtcp[@]}" | median); VB=$(printf '%s\n' "${vbw[@]}" | median)
+  printf '%-44s %10.3f Gb/s\n' "veth MTU 1500: iperf3 TCP single stream" "$VT"
+  printf '%-44s %10.3f Gb/s   ratio %.3f (target >= 1.2)\n' "veth MTU 1500: oxrdma 64 KiB WRITE" "$VB" "$(echo "$VB / $VT" | bc -l)"
+fi
