@@ -4,6 +4,9 @@
 #   - 64 KiB WRITE bandwidth   vs  iperf3 single-stream TCP (127.0.0.1)
 #   - 8 B WRITE half round trip vs  sockperf UDP ping-pong (p50 one-way), spinning both ends
 #     (and blocking both ends: the wake-up a passive WRITE target costs)
+#   - the raw UDP ceilings on loopback (bench/udp_ceiling.c): 4128-byte datagrams (a 4 KiB
+#     RoCE packet) 15 per send with GSO/GRO, and 64-byte datagrams 32 per sendmmsg, next to
+#     oxrdma's 64 KiB WRITE bandwidth and 8 B WRITE message rate
 #   - 64 KiB WRITE bandwidth between two network namespaces on a veth pair with MTU 1500
 #     (RoCE MTU 1024, an Ethernet LAN) vs iperf3 TCP on the same pair (as root only: the
 #     namespaces are made here and removed at exit; VETH=0 skips it)
@@ -25,11 +28,14 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 cargo build --release -q -p oxrdma-cli -p oxrdma-ibverbs
 ox=./target/release/oxrdma
+tmp=$(mktemp -d)
+gcc -O2 -o "$tmp/udp_ceiling" bench/udp_ceiling.c
 pids=()
 ns=(oxbench-a-$$ oxbench-b-$$)
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for n in "${ns[@]}"; do ip netns del "$n" 2>/dev/null || true; done
+  rm -rf "$tmp"
 }
 trap cleanup EXIT
 VETH=${VETH:-$([ "$(id -u)" = 0 ] && echo 1 || echo 0)}
@@ -54,7 +60,7 @@ perftest() {
   wait "$spid" 2>/dev/null || true
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-tcp=(); udp=(); udpb=(); bw=(); lat=(); cbw=(); clat=(); vtcp=(); vbw=()
+tcp=(); udp=(); udpb=(); bw=(); lat=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=()
 for r in $(seq "$REPS"); do
   p=$(( 20000 + RANDOM % 9000 ))
   iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null 2>&1 & pids+=($!)
@@ -74,6 +80,9 @@ for r in $(seq "$REPS"); do
   kill "$spid" 2>/dev/null || true
   bw+=("$($ox perf write-bw --loopback -s 65536 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
   lat+=("$($ox perf write-lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
+  gso+=("$("$tmp/udp_ceiling" gso 4128 15 1 | awk '{print $1 * 8 / 1000}')")
+  pps+=("$("$tmp/udp_ceiling" pps 64 32 1)")
+  rate+=("$($ox perf write-bw --loopback -s 8 -n 100000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["msg_rate_mpps"])')")
   cbw+=("$(perftest ib_write_bw -s 65536 -n 20000 --report_gbits | awk '$1 == "65536" {print $4}')")
   clat+=("$(perftest ib_write_lat -s 8 -n 20000 | awk '$1 == "8" {print $5}')")
   if [ "$VETH" = 1 ]; then
@@ -88,13 +97,13 @@ for r in $(seq "$REPS"); do
     wait "$spid" 2>/dev/null || true
     echo "round $r (veth MTU 1500): tcp ${vtcp[-1]} Gb/s, oxrdma write-bw ${vbw[-1]} Gb/s" >&2
   fi
-  echo "round $r: tcp ${tcp[-1]} Gb/s, oxrdma write-bw ${bw[-1]} Gb/s, C ib_write_bw ${cbw[-1]} Gb/s, udp p50 ${udp[-1]} us (blocking ${udpb[-1]}), oxrdma write-lat ${lat[-1]} us, C ib_write_lat ${clat[-1]} us" >&2
+  echo "round $r: tcp ${tcp[-1]} Gb/s, oxrdma write-bw ${bw[-1]} Gb/s, C ib_write_bw ${cbw[-1]} Gb/s, udp p50 ${udp[-1]} us (blocking ${udpb[-1]}), oxrdma write-lat ${lat[-1]} us, C ib_write_lat ${clat[-1]} us, UDP GSO ${gso[-1]} Gb/s, UDP ${pps[-1]} Mpps, oxrdma 8 B ${rate[-1]} Mpps" >&2
 done
 T=$(printf '%s\n' "${tcp[@]}" | median); B=$(printf '%s\n' "${bw[@]}" | median)
 U=$(printf '%s\n' "${udp[@]}" | median); L=$(printf '%s\n' "${lat[@]}" | median)
 printf 'median of %d rounds\n' "$REPS"
 printf '%-44s %10.3f Gb/s\n' "iperf3 TCP single stream (127.0.0.1)" "$T"
-printf '%-44s %10.3f Gb/s   ratio %.3f (target >= 1.0)\n' "oxrdma 64 KiB RDMA WRITE bandwidth" "$B" "$(echo "$B / $T" | bc -l)"
+printf '%-44s %10.3f Gb/s   ratio %.3f (target >= 1.5)\n' "oxrdma 64 KiB RDMA WRITE bandwidth" "$B" "$(echo "$B / $T" | bc -l)"
 printf '%-44s %10.3f us\n' "sockperf UDP ping-pong p50 one-way, spinning" "$U"
 UB=$(printf '%s\n' "${udpb[@]}" | median)
 printf '%-44s %10.3f us\n' "sockperf UDP ping-pong p50 one-way, blocking" "$UB"
@@ -107,3 +116,7 @@ if [ "$VETH" = 1 ]; then
   printf '%-44s %10.3f Gb/s\n' "veth MTU 1500: iperf3 TCP single stream" "$VT"
   printf '%-44s %10.3f Gb/s   ratio %.3f (target >= 1.2)\n' "veth MTU 1500: oxrdma 64 KiB WRITE" "$VB" "$(echo "$VB / $VT" | bc -l)"
 fi
+G=$(printf '%s\n' "${gso[@]}" | median); P=$(printf '%s\n' "${pps[@]}" | median); R=$(printf '%s\n' "${rate[@]}" | median)
+printf '%-44s %10.3f Gb/s   oxrdma 64 KiB WRITE is %.3f of it\n' "raw UDP, 4128 B x 15 per send, GSO/GRO" "$G" "$(echo "$B / $G" | bc -l)"
+printf '%-44s %10.3f Mpps\n' "raw UDP, 64 B x 32 per sendmmsg" "$P"
+printf '%-44s %10.3f Mpps   ratio %.3f (target >= 0.5)\n' "oxrdma 8 B RDMA WRITE message rate" "$R" "$(echo "$R / $P" | bc -l)"
