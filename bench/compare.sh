@@ -7,6 +7,7 @@
 #   - the raw UDP ceilings on loopback (bench/udp_ceiling.c): 4128-byte datagrams (a 4 KiB
 #     RoCE packet) 15 per send with GSO/GRO, and 64-byte datagrams 32 per sendmmsg, next to
 #     oxrdma's 64 KiB WRITE bandwidth and 8 B WRITE message rate
+#   - 64 KiB WRITE bandwidth with 1, 4 and 64 QPs (-q), 2 s each
 #   - 64 KiB WRITE bandwidth between two network namespaces on a veth pair with MTU 1500
 #     (RoCE MTU 1024, an Ethernet LAN) vs iperf3 TCP on the same pair (as root only: the
 #     namespaces are made here and removed at exit; VETH=0 skips it)
@@ -60,7 +61,7 @@ perftest() {
   wait "$spid" 2>/dev/null || true
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-tcp=(); udp=(); udpb=(); bw=(); lat=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=()
+tcp=(); udp=(); udpb=(); bw=(); lat=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
 for r in $(seq "$REPS"); do
   p=$(( 20000 + RANDOM % 9000 ))
   iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null 2>&1 & pids+=($!)
@@ -80,6 +81,10 @@ for r in $(seq "$REPS"); do
   kill "$spid" 2>/dev/null || true
   bw+=("$($ox perf write-bw --loopback -s 65536 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
   lat+=("$($ox perf write-lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
+  for q in 1 4 64; do
+    v=$($ox perf write-bw --loopback -s 65536 -D 2 -q "$q" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')
+    eval "q$q+=($v)"
+  done
   gso+=("$("$tmp/udp_ceiling" gso 4128 15 1 | awk '{print $1 * 8 / 1000}')")
   pps+=("$("$tmp/udp_ceiling" pps 64 32 1)")
   rate+=("$($ox perf write-bw --loopback -s 8 -n 100000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["msg_rate_mpps"])')")
@@ -97,7 +102,7 @@ for r in $(seq "$REPS"); do
     wait "$spid" 2>/dev/null || true
     echo "round $r (veth MTU 1500): tcp ${vtcp[-1]} Gb/s, oxrdma write-bw ${vbw[-1]} Gb/s" >&2
   fi
-  echo "round $r: tcp ${tcp[-1]} Gb/s, oxrdma write-bw ${bw[-1]} Gb/s, C ib_write_bw ${cbw[-1]} Gb/s, udp p50 ${udp[-1]} us (blocking ${udpb[-1]}), oxrdma write-lat ${lat[-1]} us, C ib_write_lat ${clat[-1]} us, UDP GSO ${gso[-1]} Gb/s, UDP ${pps[-1]} Mpps, oxrdma 8 B ${rate[-1]} Mpps" >&2
+  echo "round $r: tcp ${tcp[-1]} Gb/s, oxrdma write-bw ${bw[-1]} Gb/s, C ib_write_bw ${cbw[-1]} Gb/s, udp p50 ${udp[-1]} us (blocking ${udpb[-1]}), oxrdma write-lat ${lat[-1]} us, C ib_write_lat ${clat[-1]} us, UDP GSO ${gso[-1]} Gb/s, UDP ${pps[-1]} Mpps, oxrdma 8 B ${rate[-1]} Mpps, -q 1/4/64 ${q1[-1]}/${q4[-1]}/${q64[-1]} Gb/s" >&2
 done
 T=$(printf '%s\n' "${tcp[@]}" | median); B=$(printf '%s\n' "${bw[@]}" | median)
 U=$(printf '%s\n' "${udp[@]}" | median); L=$(printf '%s\n' "${lat[@]}" | median)
@@ -120,3 +125,5 @@ G=$(printf '%s\n' "${gso[@]}" | median); P=$(printf '%s\n' "${pps[@]}" | median)
 printf '%-44s %10.3f Gb/s   oxrdma 64 KiB WRITE is %.3f of it\n' "raw UDP, 4128 B x 15 per send, GSO/GRO" "$G" "$(echo "$B / $G" | bc -l)"
 printf '%-44s %10.3f Mpps\n' "raw UDP, 64 B x 32 per sendmmsg" "$P"
 printf '%-44s %10.3f Mpps   ratio %.3f (target >= 0.5)\n' "oxrdma 8 B RDMA WRITE message rate" "$R" "$(echo "$R / $P" | bc -l)"
+Q1=$(printf '%s\n' "${q1[@]}" | median); Q4=$(printf '%s\n' "${q4[@]}" | median); Q64=$(printf '%s\n' "${q64[@]}" | median)
+printf '%-44s %10.3f / %.3f / %.3f Gb/s   -q 64 is %.3f of -q 1 (target >= 1)\n' "oxrdma 64 KiB WRITE, -q 1 / 4 / 64" "$Q1" "$Q4" "$Q64" "$(echo "$Q64 / $Q1" | bc -l)"
