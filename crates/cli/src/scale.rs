@@ -4,7 +4,8 @@
 //! - an idle pass of the driver loop (`Device::poll` with nothing to do: one receive
 //!   system call, the transmit queue, the timers), and of the engine alone (its transmit
 //!   queue and next timeout);
-//! - the round trip of an 8 B RDMA WRITE on the working pair (post to completion).
+//! - the round trip of an 8 B RDMA WRITE on the working pair (post to completion);
+//! - then one WRITE each on the first, middle and last idle pair: idle QPs still work.
 //!
 //! Medians, and each as a ratio to the first count measured in the same run.
 
@@ -54,6 +55,8 @@ pub struct ScaleRow {
     pub write_rtt_us: f64,
     /// Resident memory the two devices with their QPs added to the process, MiB.
     pub rss_mib: f64,
+    /// Idle pairs woken by one WRITE each, all of which completed.
+    pub idle_writes: usize,
 }
 
 /// One side: a device, its working QP and memory.
@@ -130,10 +133,12 @@ pub fn measure(args: &ScaleArgs, idle: usize) -> anyhow::Result<ScaleRow> {
     let rss_before = rss_mib();
     let (mut a, pd_a, cq_a) = open(args.a, 1).context("device a")?;
     let (mut b, pd_b, cq_b) = open(args.b, 2).context("device b")?;
+    let mut pairs = Vec::with_capacity(idle);
     for _ in 0..idle {
         let qa = a.dev.engine.create_qp(pd_a, &rc_init(cq_a))?;
         let qb = b.dev.engine.create_qp(pd_b, &rc_init(cq_b))?;
         connect(&mut a.dev, qa, &mut b.dev, qb)?;
+        pairs.push((qa, qb));
     }
     connect(&mut a.dev, a.qpn, &mut b.dev, b.qpn)?;
     let rss = rss_mib() - rss_before;
@@ -161,8 +166,19 @@ pub fn measure(args: &ScaleArgs, idle: usize) -> anyhow::Result<ScaleRow> {
             rtts.push(write_rtt(&mut a, &mut b, i as u64)?.as_nanos() as f64 / 1000.0);
         }
     }
+    let working = (a.qpn, b.qpn);
+    let mut woken: Vec<usize> = [0, idle / 2, idle.saturating_sub(1)].into();
+    woken.dedup();
+    woken.retain(|&i| i < idle);
+    for &i in &woken {
+        (a.qpn, b.qpn) = pairs[i];
+        write_rtt(&mut a, &mut b, u64::MAX - i as u64)
+            .with_context(|| format!("a WRITE on idle pair {i} of {idle}"))?;
+    }
+    (a.qpn, b.qpn) = working;
     Ok(ScaleRow {
         idle_qps: idle,
+        idle_writes: woken.len(),
         driver_pass_ns: median(driver),
         engine_pass_ns: median(engine),
         write_rtt_us: median(rtts),
@@ -210,7 +226,7 @@ pub fn run(args: &ScaleArgs) -> anyhow::Result<Vec<ScaleRow>> {
     let mut rows = Vec::new();
     if !args.json {
         println!(
-            "{:>10} {:>16} {:>7} {:>16} {:>7} {:>14} {:>7} {:>9}",
+            "{:>10} {:>16} {:>7} {:>16} {:>7} {:>14} {:>7} {:>9} {:>12}",
             "idle QPs",
             "driver pass ns",
             "ratio",
@@ -218,7 +234,8 @@ pub fn run(args: &ScaleArgs) -> anyhow::Result<Vec<ScaleRow>> {
             "ratio",
             "WRITE 8B us",
             "ratio",
-            "RSS MiB"
+            "RSS MiB",
+            "idle WRITEs"
         );
     }
     for &n in &args.qps {
@@ -228,7 +245,7 @@ pub fn run(args: &ScaleArgs) -> anyhow::Result<Vec<ScaleRow>> {
             println!("{}", serde_json::to_string(&r)?);
         } else {
             println!(
-                "{:>10} {:>16.1} {:>7.2} {:>16.1} {:>7.2} {:>14.2} {:>7.2} {:>9.1}",
+                "{:>10} {:>16.1} {:>7.2} {:>16.1} {:>7.2} {:>14.2} {:>7.2} {:>9.1} {:>12}",
                 n,
                 r.driver_pass_ns,
                 r.driver_pass_ns / base.driver_pass_ns,
@@ -236,7 +253,8 @@ pub fn run(args: &ScaleArgs) -> anyhow::Result<Vec<ScaleRow>> {
                 r.engine_pass_ns / base.engine_pass_ns,
                 r.write_rtt_us,
                 r.write_rtt_us / base.write_rtt_us,
-                r.rss_mib
+                r.rss_mib,
+                r.idle_writes
             );
         }
         rows.push(r);

@@ -516,6 +516,11 @@ fn scale_measures_every_qp_count_and_refuses_empty_runs() {
         (rows[0]["idle_qps"].as_u64(), rows[1]["idle_qps"].as_u64()),
         (Some(1), Some(40))
     );
+    // One idle pair gets one WRITE; of 40, the first, middle and last get one each.
+    assert_eq!(
+        (rows[0]["idle_writes"].as_u64(), rows[1]["idle_writes"].as_u64()),
+        (Some(1), Some(3))
+    );
     for r in &rows {
         for k in ["driver_pass_ns", "engine_pass_ns", "write_rtt_us"] {
             assert!(r[k].as_f64().is_some_and(|v| v > 0.0), "{k} in {r}");
