@@ -518,7 +518,10 @@ fn scale_measures_every_qp_count_and_refuses_empty_runs() {
     );
     // One idle pair gets one WRITE; of 40, the first, middle and last get one each.
     assert_eq!(
-        (rows[0]["idle_writes"].as_u64(), rows[1]["idle_writes"].as_u64()),
+        (
+            rows[0]["idle_writes"].as_u64(),
+            rows[1]["idle_writes"].as_u64()
+        ),
         (Some(1), Some(3))
     );
     for r in &rows {
