@@ -1,40 +1,26 @@
-//! A device context and its engine thread (the software NIC).
-//!
-//! The engine and its socket live behind one mutex. The engine thread spins while there is
-//! traffic and otherwise sleeps in `poll(2)` on the socket and a doorbell eventfd, woken by
-//! packets, by its next timer, or by an application thread that posted work.
+//! A device context: the engine and its socket behind one mutex, shared by the
+//! application's threads and the engine thread (`nic.rs`).
 //!
 //! Application threads do NIC work too: posting transmits at once, and polling an empty CQ
 //! moves packets. While an application polls like that, the engine thread keeps out of its
-//! way (on two cores, a third spinning thread only steals time from the two that matter),
-//! but it still wakes for packets the application leaves waiting: the target of an RDMA
-//! WRITE may be spinning on its memory without calling in (ib_write_lat does), and
-//! one-sided operations must progress without the target's CPU.
+//! way (on two cores, a third thread woken by every packet only steals time from the two
+//! that matter); a poll that finds completions hands the socket back to it.
 
 use crate::cq::ChannelInner;
 use crate::error::Result;
 use crate::events::Events;
+use crate::nic::Sleeper;
 use oxrdma_core::EngineConfig;
 use oxrdma_udp::Device;
-use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 use std::net::IpAddr;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Polls without traffic before the engine thread goes to sleep.
-const IDLE_SPINS: u32 = 200;
-/// Longest sleep (so a stop request is seen even if the doorbell is missed).
-const MAX_SLEEP: Duration = Duration::from_millis(50);
-/// An application that drove the device this recently is busy-polling.
+/// An application that polled an empty CQ this recently is busy-polling (and so drives the
+/// device itself), unless a later poll found completions.
 const APP_ACTIVE_NS: u64 = 200_000;
-/// Packets that wait while no application thread has driven the device for this long are
-/// delivered by the engine thread, even while the application is otherwise busy.
-const APP_GRACE_NS: u64 = 10_000;
-/// How often the engine thread looks again while an application drives the device.
-const APP_CHECK: Duration = Duration::from_millis(1);
 
 /// State shared by the engine thread and the API objects.
 pub(crate) struct Shared {
@@ -44,16 +30,19 @@ pub(crate) struct Shared {
     /// The index of the network interface holding the address (0: none found).
     pub ifindex: u32,
     dev: Mutex<Device>,
-    doorbell: OwnedFd,
-    stop: AtomicBool,
+    /// What the engine thread sleeps on (its doorbell and the socket).
+    pub(crate) sleeper: Sleeper,
+    pub(crate) stop: AtomicBool,
     /// CQs armed with `req_notify`, and the channel to signal when they get an entry.
     armed: Mutex<Vec<(u32, Arc<ChannelInner>)>>,
     /// Work was posted while another thread held `dev`: whoever holds it drives again.
-    pending: AtomicBool,
+    pub(crate) pending: AtomicBool,
     /// When an application thread last drove the device (ns since `epoch`).
     app_drove_at: AtomicU64,
+    /// The last CQ poll found nothing: the application will poll (and drive) again.
+    app_polling: AtomicBool,
     /// Whether the engine thread is asleep waiting for packets or the doorbell.
-    asleep: AtomicBool,
+    pub(crate) asleep: AtomicBool,
     epoch: Instant,
     /// Asynchronous events, taken from the engine whenever a thread lets go of it.
     pub events: Events,
@@ -112,7 +101,7 @@ impl Shared {
 
     /// Wakes the engine thread (after posting work).
     pub fn ring(&self) {
-        let _ = rustix::io::write(&self.doorbell, &1u64.to_ne_bytes());
+        self.sleeper.ring();
     }
 
     /// Wakes the engine thread if it sleeps (it may need to re-arm its timer).
@@ -135,7 +124,7 @@ impl Shared {
 
     /// Moves the engine's asynchronous events to `events` (where the program takes them
     /// without the device lock, and its descriptor says they wait).
-    fn collect_events(&self, dev: &mut Device) {
+    pub(crate) fn collect_events(&self, dev: &mut Device) {
         while let Some(e) = dev.engine.poll_event() {
             self.events.push(e);
         }
@@ -176,6 +165,12 @@ impl Shared {
         })
     }
 
+    /// The device, without driving pending work on unlock (the engine thread's loop comes
+    /// back to it by itself).
+    pub(crate) fn lock_raw(&self) -> MutexGuard<'_, Device> {
+        lock(&self.dev)
+    }
+
     fn try_lock_raw(&self) -> Option<MutexGuard<'_, Device>> {
         match self.dev.try_lock() {
             Ok(g) => Some(g),
@@ -184,15 +179,31 @@ impl Shared {
         }
     }
 
-    /// Whether no application thread has driven the device for `ns`.
-    fn app_idle_for(&self, ns: u64) -> bool {
-        let at = self.app_drove_at.load(Ordering::Relaxed);
-        self.now_ns().saturating_sub(at) >= ns
+    /// After a CQ poll that found `found` completions. An empty poll means the
+    /// application comes back for more (and drives the device meanwhile); one that finds
+    /// completions, that it may go and wait elsewhere (see `nic.rs`).
+    pub fn polled(&self, found: usize) {
+        if found == 0 {
+            if !self.app_polling.load(Ordering::Relaxed) {
+                self.app_polling.store(true, Ordering::SeqCst);
+                let asleep = self.asleep.load(Ordering::SeqCst);
+                self.sleeper
+                    .app_polls(asleep, Duration::from_nanos(APP_ACTIVE_NS));
+            }
+        } else if self.app_polling.load(Ordering::Relaxed) {
+            self.app_polling.store(false, Ordering::SeqCst);
+            self.sleeper.hand_off();
+        }
     }
 
-    fn app_active(&self) -> bool {
+    /// How long the application is still taken to be busy-polling (None: it is not).
+    pub(crate) fn app_polling_for(&self) -> Option<Duration> {
+        if !self.app_polling.load(Ordering::SeqCst) {
+            return None;
+        }
         let at = self.app_drove_at.load(Ordering::Relaxed);
-        at != 0 && self.now_ns().saturating_sub(at) < APP_ACTIVE_NS
+        let left = APP_ACTIVE_NS.checked_sub(self.now_ns().saturating_sub(at))?;
+        (left > 0).then(|| Duration::from_nanos(left))
     }
 }
 
@@ -224,90 +235,6 @@ impl std::fmt::Debug for Context {
     }
 }
 
-fn engine_thread(shared: Arc<Shared>) {
-    let mut idle = 0u32;
-    // The socket, to sleep on (the device keeps it open while this thread lives).
-    let sock = lock(&shared.dev).port.as_fd().try_clone_to_owned();
-    let Ok(sock) = sock else {
-        return;
-    };
-    while !shared.stop.load(Ordering::Acquire) {
-        let armed = !shared.armed().is_empty();
-        if shared.app_active() && !armed {
-            // The application drives the device; deliver only what it leaves waiting
-            // (it may be spinning on memory for an RDMA WRITE to land, as ib_write_lat
-            // does, and one-sided operations must not need the target to call in).
-            let readable = sleep_on(&[&sock, &shared.doorbell], APP_CHECK);
-            drain(&shared.doorbell);
-            if !readable {
-                continue;
-            }
-            if !shared.app_idle_for(APP_GRACE_NS) {
-                std::thread::yield_now();
-                continue;
-            }
-        }
-        let (moved, sleep) = {
-            // Not `shared.lock()`: this loop comes back to pending work by itself.
-            let mut dev = lock(&shared.dev);
-            shared.pending.store(false, Ordering::SeqCst);
-            let moved = dev.poll().unwrap_or(0);
-            shared.collect_events(&mut dev);
-            let mut armed = shared.armed();
-            armed.retain(|(cq, channel)| {
-                if dev.engine.cq_len(*cq) > 0 {
-                    channel.notify(*cq);
-                    false
-                } else {
-                    true
-                }
-            });
-            (
-                moved,
-                dev.next_timer_in().map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP)),
-            )
-        };
-        if moved > 0 {
-            idle = 0;
-            continue;
-        }
-        idle += 1;
-        if idle < IDLE_SPINS {
-            std::hint::spin_loop();
-            continue;
-        }
-        idle = 0;
-        // Announce the sleep before the last look for work, so a poster that misses the
-        // flag has posted early enough for this look to see it.
-        shared.asleep.store(true, Ordering::SeqCst);
-        if shared.pending.load(Ordering::SeqCst) {
-            shared.asleep.store(false, Ordering::SeqCst);
-            continue;
-        }
-        let sleep = lock(&shared.dev)
-            .next_timer_in()
-            .map_or(sleep, |t| t.min(sleep));
-        sleep_on(&[&sock, &shared.doorbell], sleep);
-        shared.asleep.store(false, Ordering::SeqCst);
-        drain(&shared.doorbell);
-    }
-}
-
-/// Sleeps until one of `fds` is readable or `timeout` passes; whether the first is.
-fn sleep_on(fds: &[&OwnedFd], timeout: Duration) -> bool {
-    let mut pfds: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(*f, PollFlags::IN)).collect();
-    // Too long to represent: wait without a limit.
-    let ts = Timespec::try_from(timeout).ok();
-    let _ = poll(&mut pfds, ts.as_ref());
-    pfds[0].revents().contains(PollFlags::IN)
-}
-
-/// Clears the doorbell's count.
-fn drain(doorbell: &OwnedFd) {
-    let mut b = [0u8; 8];
-    let _ = rustix::io::read(doorbell, &mut b);
-}
-
 impl Context {
     /// Opens the device whose GID is `ip` (it must be an address of this host; each process
     /// needs its own, e.g. 127.0.0.2, 127.0.0.3, … on loopback).
@@ -315,17 +242,17 @@ impl Context {
         let mut seed = [0u8; 32];
         getrandom_seed(&mut seed);
         let dev = Device::open(ip, seed)?;
-        let doorbell = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
-            .map_err(std::io::Error::from)?;
+        let sleeper = Sleeper::new(dev.port.as_fd())?;
         let shared = Arc::new(Shared {
             facts: *dev.engine.config(),
             ifindex: dev.ifindex,
             dev: Mutex::new(dev),
-            doorbell,
+            sleeper,
             stop: AtomicBool::new(false),
             armed: Mutex::new(Vec::new()),
             pending: AtomicBool::new(false),
             app_drove_at: AtomicU64::new(0),
+            app_polling: AtomicBool::new(false),
             asleep: AtomicBool::new(false),
             epoch: Instant::now(),
             events: Events::new()?,
@@ -333,7 +260,7 @@ impl Context {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("oxrdma-nic-{ip}"))
-            .spawn(move || engine_thread(s))?;
+            .spawn(move || crate::nic::engine_thread(&s))?;
         Ok(Context {
             inner: Arc::new(Inner {
                 shared,

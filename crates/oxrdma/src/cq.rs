@@ -59,6 +59,7 @@ impl CompletionQueue {
                 std::thread::yield_now();
             }
         }
+        self.ctx.shared().polled(n);
         Ok(n)
     }
 

@@ -13,6 +13,7 @@ mod cq;
 mod destroy;
 mod error;
 mod events;
+mod nic;
 mod pd;
 mod qp;
 
