@@ -90,8 +90,8 @@ pf_case() {  # pf_case TOOL OXR_SUBCMD SIZE ITERS NETEM STATE TAG [v6]
     local tool=$1 sub=$2 s=$3 n=$4 netem=$5 state=$6 tag=$7 g h sz="" t=180 idx=IDX4 dev=HOST_IP
     [ "${8:-}" = v6 ] && { idx=IDX6; dev=HOST_IP6; }
     [ "$tool" = ib_atomic_bw ] || sz="-s $s"
-    g="$tool -d rxe0 -x \$$idx -F -m $MTU_ARG $sz -n $n"
-    h="\"\$OXR\" perf $sub --perftest --no-progress -d \"\$$dev\" $sz -n $n --pcap \"\$PCAP\""
+    g="$tool -d rxe0 -x \$$idx -F -m $MTU_ARG ${PF_CONN:-} $sz -n $n"
+    h="\"\$OXR\" perf $sub ${PF_CONN:-} --perftest --no-progress -d \"\$$dev\" $sz -n $n --pcap \"\$PCAP\""
     case $tool in *_bw) g="$g --report_gbits"; h="$h --report_gbits" ;; esac
     [ "$tool" = ib_atomic_bw ] && g="$g -A FETCH_AND_ADD"
     [ -n "$netem" ] && t=300
@@ -109,6 +109,14 @@ pf_case ib_atomic_bw atomic-bw 8 200 "" "${OXR_PERF_STATE:-on}" ""
 for tool_sub in ib_write_bw:write-bw ib_send_bw:send-bw ib_read_bw:read-bw ib_atomic_bw:atomic-bw ib_write_lat:write-lat; do
     s=65536; [ "${tool_sub%%:*}" = ib_atomic_bw ] && s=8
     pf_case "${tool_sub%%:*}" "${tool_sub#*:}" "$s" 100 "loss 1%" "${OXR_PERF_STATE:-on}" "_loss"
+done
+# UC and UD (perftest's -c): no ACKs, no retransmission. UD: one packet per message, so
+# the size is the path MTU (and UC sends are one packet too: a burst the guest drops a
+# packet of loses its message for good). 200 messages fit the send_bw server's receives.
+for c_tool_sub_s in UC:ib_write_bw:write-bw:65536 UC:ib_send_bw:send-bw:1024 \
+                    UD:ib_send_bw:send-bw:1024 UC:ib_write_lat:write-lat:8; do
+    IFS=: read -r c tool sub s <<< "$c_tool_sub_s"
+    PF_CONN="-c $c" pf_case "$tool" "$sub" "$s" 200 "" "${OXR_PERF_STATE:-on}" "_${c,,}"
 done
 # IPv6: every bw test, both roles, at one size that spans several packets.
 for tool_sub in ib_write_bw:write-bw ib_send_bw:send-bw ib_read_bw:read-bw ib_atomic_bw:atomic-bw; do

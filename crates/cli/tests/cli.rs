@@ -401,6 +401,84 @@ fn pcap_captures_decode_cleanly_with_valid_icrcs() {
 }
 
 #[test]
+fn perf_runs_uc_and_ud_like_perftest_c() {
+    let _turn = LOOPBACK_PAIR.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("oxrdma-perf-c-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("client.pcap");
+    let run = |args: &[&str]| {
+        let out = oxrdma()
+            .args(["perf"])
+            .args(args)
+            .args(["--loopback", "--json", "--pcap"])
+            .arg(&pcap)
+            .output()
+            .unwrap();
+        let lines = json_lines(out);
+        // The opcodes the client's device sent and received.
+        let out = oxrdma()
+            .args(["decode", "--strict", "--json"])
+            .arg(&pcap)
+            .output()
+            .unwrap();
+        let ops: std::collections::BTreeSet<String> = json_lines(out)
+            .iter()
+            .map(|l| l["opcode"].as_str().unwrap().to_string())
+            .collect();
+        (lines, ops)
+    };
+    // 300 per QP fit the server's 512 standing receives: on loopback nothing is lost.
+    let (r, ops) = run(&["send-bw", "-c", "UD", "-n", "300", "-s", "1024", "-q", "2"]);
+    assert_eq!(r[0]["iterations"], 600);
+    assert_eq!(r[0]["bytes"], 1024);
+    assert_eq!(ops, ["UD_SEND_ONLY".to_string()].into(), "no ACKs in UD");
+    let (r, ops) = run(&["send-lat", "-c", "UD", "-n", "200", "-s", "4096"]);
+    assert_eq!(r[0]["iterations"], 200);
+    assert_eq!(ops, ["UD_SEND_ONLY".to_string()].into());
+    let (r, ops) = run(&["write-bw", "-c", "UC", "-n", "300", "-s", "10000"]);
+    assert_eq!(r[0]["iterations"], 300);
+    let want: std::collections::BTreeSet<String> = ["FIRST", "MIDDLE", "LAST"]
+        .iter()
+        .map(|p| format!("UC_RDMA_WRITE_{p}"))
+        .collect();
+    assert_eq!(ops, want, "UC WRITEs of 10000 B in 4 KiB packets, no ACKs");
+    for (test, op) in [
+        ("write-lat", "UC_RDMA_WRITE_ONLY"),
+        ("send-bw", "UC_SEND_ONLY"),
+        ("send-lat", "UC_SEND_ONLY"),
+    ] {
+        let (r, ops) = run(&[test, "-c", "UC", "-n", "200", "-s", "100"]);
+        assert_eq!(r[0]["iterations"], 200, "{test}");
+        assert_eq!(ops, [op.to_string()].into(), "{test}");
+    }
+    // -a with UD stops at the path MTU (loopback: 4096).
+    let (r, _) = run(&["send-bw", "-c", "UD", "-a", "-n", "20"]);
+    let sizes: Vec<u64> = r.iter().map(|l| l["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, (1..=12).map(|p| 1u64 << p).collect::<Vec<_>>());
+    // What a transport cannot do: one clear line each.
+    for (args, why) in [
+        (&["read-bw", "-c", "UC"][..], "UC has no READ or atomics"),
+        (&["atomic-lat", "-c", "UC"][..], "UC has no READ or atomics"),
+        (&["write-bw", "-c", "UD"][..], "UD carries SENDs only"),
+        (
+            &["send-bw", "-c", "UD", "-s", "8192"][..],
+            "a UD message is one packet: at most the path MTU, 4096 B",
+        ),
+    ] {
+        let out = oxrdma()
+            .arg("perf")
+            .args(args)
+            .arg("--loopback")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn perf_between_two_processes() {
     for test in ["write-bw", "send-bw", "write-lat", "read-lat"] {
         let port = free_port();
@@ -485,7 +563,7 @@ fn perf_sides_that_disagree_fail_clearly() {
         }
     }
     assert!(
-        client_err.contains("the peer reports: server runs write_bw with -q 1"),
+        client_err.contains("the peer reports: server runs write_bw -c RC with -q 1"),
         "{client_err}"
     );
     let out = server.wait_with_output().unwrap();

@@ -73,6 +73,38 @@ fn every_perftest_test_runs_between_two_oxrdma_processes() {
 }
 
 #[test]
+fn uc_and_ud_run_as_perftest_runs_them() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("write-bw", "UC", "65536"),
+        ("send-bw", "UC", "4096"),
+        ("send-bw", "UD", "4096"),
+        ("write-lat", "UC", "8"),
+    ];
+    for &(test, conn, size) in cases {
+        let a = ["-c", conn, "-s", size, "-n", "300"];
+        let (s, c) = pair(test, &a, &a, 68);
+        for (who, out) in [("server", &s), ("client", &c)] {
+            assert!(
+                out.status.success(),
+                "{test} -c {conn} {who}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let r = json(out);
+            assert_eq!(r["bytes"], size.parse::<u64>().unwrap(), "{test} {conn}");
+            assert_eq!(r["iterations"], 300, "{test} -c {conn} {who}");
+        }
+    }
+    // A UD message is one packet: larger than the path MTU is refused up front.
+    let a = ["-c", "UD", "-s", "8192", "-n", "10"];
+    let (s, c) = pair("send-bw", &a, &a, 68);
+    for out in [&s, &c] {
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("a UD message is one packet"), "{err}");
+    }
+}
+
+#[test]
 fn a_bw_server_refuses_a_client_that_ran_another_size() {
     let (s, c) = pair(
         "write-bw",

@@ -1,6 +1,6 @@
 //! The `oxrdma perf` command line (perftest's flags where they make sense).
 
-use super::{all_sizes, header, row, AtomicOp, Kind, PerfArgs, Report, Verb};
+use super::{all_sizes, header, row, AtomicOp, Conn, Kind, PerfArgs, Report, Verb};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -56,6 +56,10 @@ pub struct PerfCli {
     /// Run each size for this many seconds instead of -n iterations.
     #[arg(short = 'D', long)]
     duration: Option<u64>,
+    /// The QPs' transport, as perftest's -c: RC, UC (write and send tests) or UD (send
+    /// tests; one packet per message).
+    #[arg(short = 'c', long = "connection", value_enum, default_value_t = Conn::Rc)]
+    conn: Conn,
     /// Queue pairs (bandwidth tests).
     #[arg(short = 'q', long, default_value_t = 1)]
     qps: u32,
@@ -138,6 +142,7 @@ impl PerfCli {
             iters: self.iters.unwrap_or(default_iters),
             duration: self.duration.map(Duration::from_secs),
             qps: self.qps,
+            conn: self.conn,
             tx_depth: self.tx_depth,
             rx_depth: self.rx_depth,
             mtu: self.mtu,

@@ -102,6 +102,7 @@ fn ping(side: &Side, args: &PerfArgs, size: usize, i: u64) -> anyhow::Result<()>
         side.peers[0].addr + (side.slot / 2) as u64,
         side.peers[0].rkey,
     );
+    wr.ud = side.ud(0);
     side.qps[0].post_send(wr)?;
     Ok(())
 }

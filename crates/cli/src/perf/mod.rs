@@ -38,6 +38,36 @@ pub enum Kind {
     Lat,
 }
 
+/// The transport of the test's QPs (perftest's `-c`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Conn {
+    #[value(name = "RC", alias = "rc")]
+    Rc,
+    #[value(name = "UC", alias = "uc")]
+    Uc,
+    #[value(name = "UD", alias = "ud")]
+    Ud,
+}
+
+impl Conn {
+    pub fn qp_type(self) -> oxrdma::QpType {
+        match self {
+            Conn::Rc => oxrdma::QpType::Rc,
+            Conn::Uc => oxrdma::QpType::Uc,
+            Conn::Ud => oxrdma::QpType::Ud,
+        }
+    }
+
+    /// As perftest spells it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Conn::Rc => "RC",
+            Conn::Uc => "UC",
+            Conn::Ud => "UD",
+        }
+    }
+}
+
 /// Which atomic the atomic tests post.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum AtomicOp {
@@ -56,6 +86,8 @@ pub struct PerfArgs {
     /// Run each size for this long instead of `iters` WRs.
     pub duration: Option<Duration>,
     pub qps: u32,
+    /// The QPs' transport (`-c`).
+    pub conn: Conn,
     pub tx_depth: u32,
     pub rx_depth: u32,
     /// Path MTU asked for (`-m`); the port's active MTU if not given. The two sides use
@@ -102,7 +134,11 @@ impl PerfArgs {
 
     /// Bytes each QP's region needs.
     fn slot(&self) -> usize {
-        let max = self.sizes.iter().copied().max().unwrap_or(8).max(8);
+        let mut max = self.sizes.iter().copied().max().unwrap_or(8).max(8);
+        if self.conn == Conn::Ud {
+            // A UD message is one packet (at most 4 KiB), received behind a 40-byte GRH.
+            max = max.min(4096) + GRH;
+        }
         match (self.verb, self.kind) {
             // Send from the first half; the peer's messages land in the second.
             (Verb::Write | Verb::Send, Kind::Lat) => 2 * max,
@@ -112,6 +148,15 @@ impl PerfArgs {
 
     /// Rejects combinations that cannot run, with one clear message.
     pub fn validate(&self) -> anyhow::Result<()> {
+        match (self.conn, self.verb) {
+            (Conn::Uc, Verb::Read | Verb::Atomic) => {
+                bail!("UC has no READ or atomics: -c UC runs the write and send tests")
+            }
+            (Conn::Ud, v) if v != Verb::Send => {
+                bail!("UD carries SENDs only: -c UD runs send-bw and send-lat")
+            }
+            _ => {}
+        }
         let max = 1usize << 30;
         if self.sizes.iter().any(|&s| s == 0 || s > max) {
             bail!("message sizes must be 1 B ..= 1 GiB");
@@ -143,6 +188,26 @@ impl PerfArgs {
         Ok(())
     }
 }
+
+/// The sizes this run keeps once the path MTU is agreed: a UD message is one packet, so
+/// `-a` stops at the MTU and a larger `-s` is refused.
+pub fn sizes_for_mtu(args: &PerfArgs, mtu: oxrdma::Mtu) -> anyhow::Result<Vec<usize>> {
+    let max = mtu.bytes();
+    if args.conn != Conn::Ud || args.sizes.iter().all(|&s| s <= max) {
+        return Ok(args.sizes.clone());
+    }
+    if args.sizes.len() == 1 {
+        bail!(
+            "a UD message is one packet: at most the path MTU, {max} B (asked for {} B)",
+            args.sizes[0]
+        );
+    }
+    Ok(args.sizes.iter().copied().filter(|&s| s <= max).collect())
+}
+
+/// Bytes in front of every UD receive: the GRH (or, over IPv4, 20 zero bytes and the IP
+/// header).
+pub const GRH: usize = 40;
 
 /// The sizes `-a` runs: 2 B to 8 MiB in powers of two (8 B only for atomics).
 pub fn all_sizes(verb: Verb) -> Vec<usize> {

@@ -1,7 +1,7 @@
 //! The conversation around each message size of a perf run, on top of a connected
 //! [`Side`]: the server serves one client, the client runs every size.
 //!
-//! Control lines (client → server unless noted): `hello <test> <qps> <slot>`, answered
+//! Control lines (client → server unless noted): `hello <test> <qps> <slot> <mtu> <conn>`, answered
 //! `ok 0` or `err <why>`; after the exchange, per size `run <size> <iters>` (server:
 //! `go 0` once it is ready), then `done <wrs>` (server: `ok <wrs it saw>`); at last `bye`.
 
@@ -40,7 +40,9 @@ pub fn serve(args: &PerfArgs, l: TcpListener) -> anyhow::Result<()> {
     let h = ctl.recv()?;
     let f: Vec<&str> = h.split_whitespace().collect();
     let hello = match f[..] {
-        ["hello", test, qps, slot, mtu] if test == args.name() && qps == args.qps.to_string() => {
+        ["hello", test, qps, slot, mtu, conn]
+            if test == args.name() && qps == args.qps.to_string() && conn == args.conn.label() =>
+        {
             let slot = slot.parse::<usize>().ok().filter(|&s| s > 0);
             let mtu = mtu.parse::<u32>().ok().and_then(Mtu::from_ibv);
             slot.zip(mtu)
@@ -48,7 +50,12 @@ pub fn serve(args: &PerfArgs, l: TcpListener) -> anyhow::Result<()> {
         _ => None,
     };
     let Some((slot, their_mtu)) = hello else {
-        let why = format!("server runs {} with -q {}", args.name(), args.qps);
+        let why = format!(
+            "server runs {} -c {} with -q {}",
+            args.name(),
+            args.conn.label(),
+            args.qps
+        );
         let _ = ctl.send(&format!("err {why}"));
         bail!("the client asked for {h:?}, but this {why}");
     };
@@ -122,19 +129,22 @@ pub fn client(
     let mut ctl = Ctl::new(tcp);
     let mtu = offered_mtu(args, &ctx);
     ctl.send(&format!(
-        "hello {} {} {} {}",
+        "hello {} {} {} {} {}",
         args.name(),
         args.qps,
         args.slot(),
-        mtu as u32
+        mtu as u32,
+        args.conn.label()
     ))?;
     let agreed = u32::try_from(parse_word(&ctl.recv()?, "ok")?)
         .ok()
         .and_then(Mtu::from_ibv)
         .filter(|&m| m <= mtu)
         .context("the server answered with an MTU this side did not offer")?;
+    let mut run = args.clone();
+    run.sizes = super::sizes_for_mtu(args, agreed)?;
     let mut side = Side::open(args, ctx, args.slot(), agreed, ctl)?;
-    let result = client_runs(&mut side, args, each);
+    let result = client_runs(&mut side, &run, each);
     crate::drops::explain(&side.ctx, result)
 }
 

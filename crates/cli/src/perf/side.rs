@@ -1,12 +1,12 @@
-//! One side of a perf run: the device, one region slot and one RC QP per `-q`, and the
-//! endpoint exchange. `session.rs` runs the conversation around it.
+//! One side of a perf run: the device, one region slot and one QP (RC, UC or UD) per
+//! `-q`, and the endpoint exchange. `session.rs` runs the conversation around it.
 
 use super::ctl::Ctl;
-use super::PerfArgs;
+use super::{Conn, PerfArgs};
 use anyhow::{bail, Context as _};
 use oxrdma::{
-    exchange, Access, CompletionQueue, ConnectOptions, Context, MemoryRegion, Mtu, PeerInfo,
-    ProtectionDomain, QpCap, QpType, QueuePair, WcStatus, WorkCompletion,
+    exchange, Access, AddressHandle, CompletionQueue, ConnectOptions, Context, MemoryRegion, Mtu,
+    PeerInfo, ProtectionDomain, QpCap, QueuePair, UdDest, WcStatus, WorkCompletion,
 };
 use std::collections::HashMap;
 use std::time::Duration;
@@ -14,9 +14,14 @@ use std::time::Duration;
 /// How long a side waits for a completion or a control line before it gives up.
 pub const STALL: Duration = Duration::from_secs(30);
 
+/// The Q_Key of UD runs (perftest's).
+const QKEY: u32 = 0x1111_1111;
+
 /// A connected side. Fields drop in order: QPs before the region and CQ, those before the PD.
 pub struct Side {
     pub qps: Vec<QueuePair>,
+    /// UD: the address handle of each QP's peer.
+    ahs: Vec<AddressHandle>,
     pub peers: Vec<PeerInfo>,
     pub mr: MemoryRegion,
     pub cq: CompletionQueue,
@@ -57,8 +62,9 @@ impl Side {
             ..Default::default()
         };
         let (mut qps, mut peers, mut index) = (Vec::new(), Vec::new(), HashMap::new());
+        let mut ahs = Vec::new();
         for i in 0..args.qps as usize {
-            let qp = pd.create_qp(&cq, &cq, QpType::Rc, cap)?;
+            let qp = pd.create_qp(&cq, &cq, args.conn.qp_type(), cap)?;
             let psn = ctx.random_psn();
             let me = PeerInfo {
                 endpoint: qp.endpoint(psn),
@@ -70,13 +76,19 @@ impl Side {
             if peer.len < slot as u64 {
                 bail!("the peer's region ({} B) is smaller than ours", peer.len);
             }
-            qp.connect(psn, &peer.endpoint, &opts)?;
+            if args.conn == Conn::Ud {
+                qp.ready_ud(QKEY, psn)?;
+                ahs.push(pd.create_ah(peer.endpoint.gid)?);
+            } else {
+                qp.connect(psn, &peer.endpoint, &opts)?;
+            }
             index.insert(qp.qpn(), i);
             qps.push(qp);
             peers.push(peer);
         }
         Ok(Side {
             qps,
+            ahs,
             peers,
             mr,
             cq,
@@ -86,6 +98,15 @@ impl Side {
             index,
             ctl,
             recvs_posted: false,
+        })
+    }
+
+    /// Where QP `i`'s sends go when it is a UD QP (None for RC and UC).
+    pub fn ud(&self, i: usize) -> Option<UdDest> {
+        self.ahs.get(i).map(|ah| UdDest {
+            ah: ah.id(),
+            remote_qpn: self.peers[i].endpoint.qpn,
+            remote_qkey: QKEY,
         })
     }
 

@@ -2,12 +2,17 @@
 //! WRs at perftest's stepped addresses; a send server keeps receives posted and counts.
 
 use super::res::{inc, Res};
+use crate::perf::bw::signal_every;
 use crate::perf::report::{bar, BwResult, Progress};
 use crate::perf::side::STALL;
-use crate::perf::PerfArgs;
+use crate::perf::{Conn, PerfArgs};
 use anyhow::bail;
 use oxrdma::{RecvWr, SendData, SendFlags, SendWr, WcOpcode, WrOpcode};
 use std::time::Instant;
+
+/// How long a UC or UD send_bw server waits for more once messages stop coming: the
+/// missing ones are lost, not late.
+const LOSS_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Where perftest puts message `k` inside a half: consecutive slots of INC(size) that wrap
 /// after one cycle buffer, or always the start when a message is over half a cycle.
@@ -17,16 +22,6 @@ pub fn offset(k: u64, size: usize, cycle: usize, cache: usize) -> usize {
     }
     let step = inc(size, cache);
     (k % (cycle / step) as u64) as usize * step
-}
-
-/// perftest's cq_mod: one signaled WR in 100 (capped to the depth), every one for
-/// messages over 8 KiB.
-pub fn signal_every(size: usize, depth: u64) -> u64 {
-    if size > 8192 {
-        1
-    } else {
-        depth.min(100)
-    }
 }
 
 /// What the client needs from the handshake besides its own resources.
@@ -56,6 +51,7 @@ pub fn client(res: &Res, args: &PerfArgs, size: usize, t: &Target) -> anyhow::Re
             if op != WrOpcode::Send {
                 (wr.remote_addr, wr.rkey) = (t.vaddr + off as u64, t.rkey);
             }
+            wr.ud = res.ud();
             // FETCH_AND_ADD adds 1; CMP_AND_SWAP compares with 0 and swaps in 0.
             wr.compare_add = u64::from(op == WrOpcode::AtomicFetchAndAdd);
             let signaled = (posted + 1) % every == 0 || posted + 1 == iters;
@@ -101,13 +97,15 @@ pub fn post_receives(res: &Res, args: &PerfArgs, size: usize) -> anyhow::Result<
 fn post_recv(res: &Res, size: usize, k: u64) -> anyhow::Result<()> {
     res.qp.post_recv(RecvWr {
         wr_id: k,
-        sges: vec![res.mr.sge(res.half, size)],
+        sges: vec![res.mr.sge(res.half, res.recv_len(size))],
     })?;
     Ok(())
 }
 
 /// The send_bw server after HS4: counts `iters` messages of exactly `size` bytes,
-/// re-posting receives until `iters` have been posted in all.
+/// re-posting receives until `iters` have been posted in all. Over UC and UD, which lose
+/// messages for good, it stops when none has come for a while (as perftest's check-alive
+/// does) and reports what arrived.
 pub fn serve_sends(
     res: &Res,
     args: &PerfArgs,
@@ -120,13 +118,22 @@ pub fn serve_sends(
     let mut wcs = Vec::new();
     let mut start = None;
     let mut last = Instant::now();
+    let lossy = res.conn != Conn::Rc;
     while got < iters {
+        if lossy && start.is_some() && last.elapsed() > LOSS_WAIT {
+            eprintln!(
+                "{} of {iters} messages lost ({} does not retransmit)",
+                iters - got,
+                res.conn.label()
+            );
+            break;
+        }
         res.poll(&mut wcs)?;
         for w in wcs.iter().filter(|w| w.opcode == WcOpcode::Recv) {
-            if w.byte_len as usize != size {
+            if w.byte_len as usize != res.recv_len(size) {
                 bail!(
                     "a message of {} B arrived; this side runs -s {size}",
-                    w.byte_len
+                    (w.byte_len as usize).saturating_sub(res.recv_len(size) - size)
                 );
             }
             got += 1;

@@ -89,6 +89,7 @@ fn side(
     let mine = args.mtu.map_or(active, |m| m.min(active));
     let m = chan.swap::<2>(&msg::mtu_msg(mine), "MTU", STEP)?;
     let mtu = msg::min_mtu(mine, msg::parse_mtu(&m)?);
+    super::sizes_for_mtu(args, mtu)?;
 
     let send_server = server && args.verb == Verb::Send;
     let lat = args.kind == Kind::Lat;

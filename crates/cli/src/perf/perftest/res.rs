@@ -1,22 +1,29 @@
 //! The resources of one perftest-compatible side: a device, one region laid out as
-//! perftest lays out its buffer, one RC QP moved through its states with perftest's
-//! attributes (PERFTEST-OOB.md §4, §6).
+//! perftest lays out its buffer, one QP (RC, UC or UD, perftest's `-c`) moved through its
+//! states with perftest's attributes (PERFTEST-OOB.md §4, §6).
 
 use super::msg::Keys;
-use crate::perf::Verb;
+use crate::perf::{Conn, Verb, GRH};
 use anyhow::{bail, Context as _};
 use oxrdma::{
-    Access, CompletionQueue, Context, MemoryRegion, Mtu, ProtectionDomain, QpCap, QpState, QpType,
-    QueuePair, WcStatus, WorkCompletion,
+    Access, AddressHandle, CompletionQueue, Context, MemoryRegion, Mtu, ProtectionDomain, QpCap,
+    QpState, QueuePair, UdDest, WcStatus, WorkCompletion,
 };
+use std::cell::OnceCell;
+
+/// perftest's Q_Key for UD (DEF_QKEY).
+const QKEY: u32 = 0x1111_1111;
 use oxrdma_core::{AddressVector, QpAttr};
 
 /// Fields drop in order: the QP before the region and CQ, those before the PD.
 pub struct Res {
     pub qp: QueuePair,
+    /// UD: the address handle of the peer and its QPN, once its KEYS are known.
+    peer: OnceCell<(AddressHandle, u32)>,
+    pub conn: Conn,
     pub mr: MemoryRegion,
     pub cq: CompletionQueue,
-    _pd: ProtectionDomain,
+    pd: ProtectionDomain,
     pub ctx: Context,
     /// perftest's BUFF_SIZE: the region is two of these; the peer aims at the second.
     pub half: usize,
@@ -60,9 +67,11 @@ impl Res {
         }
         let pd = ctx.alloc_pd()?;
         let half = inc(s.size.max(s.cycle), s.cache);
+        // UD receives land behind a 40-byte GRH: perftest adds a cache line for it.
+        let len = 2 * half + if args.conn == Conn::Ud { s.cache } else { 0 };
         let mr = pd
-            .register(2 * half, Access::ALL)
-            .with_context(|| format!("cannot register {} bytes", 2 * half))?;
+            .register(len, Access::ALL)
+            .with_context(|| format!("cannot register {len} bytes"))?;
         let cq = ctx.create_cq(s.tx_depth + s.rx_depth + 16)?;
         let cap = QpCap {
             max_send_wr: s.tx_depth.max(1),
@@ -71,12 +80,14 @@ impl Res {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let qp = pd.create_qp(&cq, &cq, QpType::Rc, cap)?;
+        let qp = pd.create_qp(&cq, &cq, args.conn.qp_type(), cap)?;
+        let ud = args.conn == Conn::Ud;
         qp.modify(&QpAttr {
             qp_state: Some(QpState::Init),
             pkey_index: Some(0),
             port_num: Some(1),
-            qp_access_flags: Some(access(s.verb)),
+            qp_access_flags: (!ud).then(|| access(s.verb)),
+            qkey: ud.then_some(QKEY),
             ..Default::default()
         })?;
         // perftest offers the device's whole READ/atomic depth for read and atomic tests.
@@ -87,9 +98,11 @@ impl Res {
         let psn = ctx.random_psn();
         Ok(Res {
             qp,
+            peer: OnceCell::new(),
+            conn: args.conn,
             mr,
             cq,
-            _pd: pd,
+            pd,
             ctx,
             half,
             out_reads,
@@ -111,9 +124,35 @@ impl Res {
         }
     }
 
+    /// Where a UD QP's sends go (None for RC and UC).
+    pub fn ud(&self) -> Option<UdDest> {
+        self.peer.get().map(|(ah, qpn)| UdDest {
+            ah: ah.id(),
+            remote_qpn: *qpn,
+            remote_qkey: QKEY,
+        })
+    }
+
+    /// Bytes a receive of a `size`-byte message takes (UD: the GRH in front).
+    pub fn recv_len(&self, size: usize) -> usize {
+        size + if self.conn == Conn::Ud { GRH } else { 0 }
+    }
+
     /// INIT → RTR towards `peer`: perftest's min_rnr_timer 12 and our own out_reads as the
-    /// responder depth.
+    /// responder depth (RC); UD keeps no peer in the QP, only an address handle.
     pub fn to_rtr(&self, peer: &Keys, mtu: Mtu) -> anyhow::Result<()> {
+        if self.conn == Conn::Ud {
+            let ah = self.pd.create_ah(oxrdma::Gid(peer.gid))?;
+            let _ = self.peer.set((ah, peer.qpn));
+            return self
+                .qp
+                .modify(&QpAttr {
+                    qp_state: Some(QpState::Rtr),
+                    ..Default::default()
+                })
+                .context("moving the QP to RTR");
+        }
+        let rc = self.conn == Conn::Rc;
         self.qp
             .modify(&QpAttr {
                 qp_state: Some(QpState::Rtr),
@@ -123,8 +162,8 @@ impl Res {
                 path_mtu: Some(mtu),
                 dest_qp_num: Some(peer.qpn),
                 rq_psn: Some(peer.psn),
-                max_dest_rd_atomic: Some(self.out_reads.min(255) as u8),
-                min_rnr_timer: Some(12),
+                max_dest_rd_atomic: rc.then(|| self.out_reads.min(255) as u8),
+                min_rnr_timer: rc.then_some(12),
                 ..Default::default()
             })
             .context("moving the QP to RTR")
@@ -137,14 +176,15 @@ impl Res {
         let rd = u8::try_from(peer.out_reads)
             .unwrap_or(u8::MAX)
             .clamp(1, limit);
+        let rc = self.conn == Conn::Rc;
         self.qp
             .modify(&QpAttr {
                 qp_state: Some(QpState::Rts),
                 sq_psn: Some(self.psn),
-                timeout: Some(14),
-                retry_cnt: Some(7),
-                rnr_retry: Some(7),
-                max_rd_atomic: Some(rd),
+                timeout: rc.then_some(14),
+                retry_cnt: rc.then_some(7),
+                rnr_retry: rc.then_some(7),
+                max_rd_atomic: rc.then_some(rd),
                 ..Default::default()
             })
             .context("moving the QP to RTS")
