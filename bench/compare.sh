@@ -7,6 +7,7 @@
 #   - the raw UDP ceilings on loopback (bench/udp_ceiling.c): 4128-byte datagrams (a 4 KiB
 #     RoCE packet) 15 per send with GSO/GRO, and 64-byte datagrams 32 per sendmmsg, next to
 #     oxrdma's 64 KiB WRITE bandwidth and 8 B WRITE message rate
+#   - 64 KiB READ and SEND bandwidth (-n 20000), next to WRITE's
 #   - 64 KiB WRITE bandwidth with 1, 4 and 64 QPs (-q), 2 s each
 #   - 64 KiB WRITE bandwidth between two network namespaces on a veth pair with MTU 1500
 #     (RoCE MTU 1024, an Ethernet LAN) vs iperf3 TCP on the same pair (as root only: the
@@ -61,7 +62,7 @@ perftest() {
   wait "$spid" 2>/dev/null || true
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-tcp=(); udp=(); udpb=(); bw=(); lat=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
+tcp=(); udp=(); udpb=(); bw=(); rbw=(); sbw=(); lat=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
 for r in $(seq "$REPS"); do
   p=$(( 20000 + RANDOM % 9000 ))
   iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null 2>&1 & pids+=($!)
@@ -80,6 +81,8 @@ for r in $(seq "$REPS"); do
   udpb+=("$(sockperf ping-pong -i 127.0.0.1 -p "$q" -m 64 -t 1 2>/dev/null | awk '/percentile 50.000/ {print $NF}')")
   kill "$spid" 2>/dev/null || true
   bw+=("$($ox perf write-bw --loopback -s 65536 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
+  rbw+=("$($ox perf read-bw --loopback -s 65536 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
+  sbw+=("$($ox perf send-bw --loopback -s 65536 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
   lat+=("$($ox perf write-lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
   for q in 1 4 64; do
     v=$($ox perf write-bw --loopback -s 65536 -D 2 -q "$q" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')
@@ -102,13 +105,16 @@ for r in $(seq "$REPS"); do
     wait "$spid" 2>/dev/null || true
     echo "round $r (veth MTU 1500): tcp ${vtcp[-1]} Gb/s, oxrdma write-bw ${vbw[-1]} Gb/s" >&2
   fi
-  echo "round $r: tcp ${tcp[-1]} Gb/s, oxrdma write-bw ${bw[-1]} Gb/s, C ib_write_bw ${cbw[-1]} Gb/s, udp p50 ${udp[-1]} us (blocking ${udpb[-1]}), oxrdma write-lat ${lat[-1]} us, C ib_write_lat ${clat[-1]} us, UDP GSO ${gso[-1]} Gb/s, UDP ${pps[-1]} Mpps, oxrdma 8 B ${rate[-1]} Mpps, -q 1/4/64 ${q1[-1]}/${q4[-1]}/${q64[-1]} Gb/s" >&2
+  echo "round $r: tcp ${tcp[-1]} Gb/s, oxrdma write-bw ${bw[-1]} Gb/s (read ${rbw[-1]}, send ${sbw[-1]}), C ib_write_bw ${cbw[-1]} Gb/s, udp p50 ${udp[-1]} us (blocking ${udpb[-1]}), oxrdma write-lat ${lat[-1]} us, C ib_write_lat ${clat[-1]} us, UDP GSO ${gso[-1]} Gb/s, UDP ${pps[-1]} Mpps, oxrdma 8 B ${rate[-1]} Mpps, -q 1/4/64 ${q1[-1]}/${q4[-1]}/${q64[-1]} Gb/s" >&2
 done
 T=$(printf '%s\n' "${tcp[@]}" | median); B=$(printf '%s\n' "${bw[@]}" | median)
 U=$(printf '%s\n' "${udp[@]}" | median); L=$(printf '%s\n' "${lat[@]}" | median)
 printf 'median of %d rounds\n' "$REPS"
 printf '%-44s %10.3f Gb/s\n' "iperf3 TCP single stream (127.0.0.1)" "$T"
 printf '%-44s %10.3f Gb/s   ratio %.3f (target >= 1.5)\n' "oxrdma 64 KiB RDMA WRITE bandwidth" "$B" "$(echo "$B / $T" | bc -l)"
+RB=$(printf '%s\n' "${rbw[@]}" | median); SB=$(printf '%s\n' "${sbw[@]}" | median)
+printf '%-44s %10.3f Gb/s   ratio %.3f\n' "oxrdma 64 KiB RDMA READ bandwidth" "$RB" "$(echo "$RB / $T" | bc -l)"
+printf '%-44s %10.3f Gb/s   ratio %.3f\n' "oxrdma 64 KiB SEND bandwidth" "$SB" "$(echo "$SB / $T" | bc -l)"
 printf '%-44s %10.3f us\n' "sockperf UDP ping-pong p50 one-way, spinning" "$U"
 UB=$(printf '%s\n' "${udpb[@]}" | median)
 printf '%-44s %10.3f us\n' "sockperf UDP ping-pong p50 one-way, blocking" "$UB"
