@@ -14,7 +14,9 @@
 #     namespaces are made here and removed at exit; VETH=0 skips it)
 # and the C library (target/release/libibverbs.so.1) under Debian's perftest, two
 # processes, next to `oxrdma perf` for the same test: ib_write_bw -s 65536 and
-# ib_write_lat -s 8 (t_typical, perftest's median half round trip).
+# ib_write_lat -s 8 (t_typical, perftest's median half round trip), each against oxrdma perf
+# as two processes (and -I 0: perftest inlines nothing here), each C run right after the
+# oxrdma run it is compared with, the ratio also taken pair by pair.
 # Installs iperf3 and sockperf from Debian if missing (needs root). Servers are started on
 # random ports on 127.0.0.1 and stopped by PID.
 #   bash bench/compare.sh            # REPS=5 rounds by default
@@ -61,8 +63,17 @@ perftest() {
   LD_LIBRARY_PATH=$PWD/target/release "$@" -p "$port" localhost
   wait "$spid" 2>/dev/null || true
 }
+# ox2 TEST ARGS...: oxrdma perf as two processes on 127.0.0.3 (server) and .2 (client), as
+# perftest runs; the client's JSON.
+ox2() {
+  local port=$(( 30000 + RANDOM % 9000 ))
+  "$ox" perf "$@" -d 127.0.0.3 -p "$port" --json >/dev/null 2>&1 & local spid=$!; pids+=($spid)
+  sleep 0.3
+  "$ox" perf "$@" -d 127.0.0.2 -p "$port" --json 127.0.0.3
+  wait "$spid" 2>/dev/null || true
+}
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-tcp=(); udp=(); udpb=(); bw=(); rbw=(); sbw=(); lat=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
+tcp=(); udp=(); udpb=(); bw=(); rbw=(); sbw=(); lat=(); lat0=(); bw2=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
 for r in $(seq "$REPS"); do
   p=$(( 20000 + RANDOM % 9000 ))
   iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null 2>&1 & pids+=($!)
@@ -81,9 +92,17 @@ for r in $(seq "$REPS"); do
   udpb+=("$(sockperf ping-pong -i 127.0.0.1 -p "$q" -m 64 -t 1 2>/dev/null | awk '/percentile 50.000/ {print $NF}')")
   kill "$spid" 2>/dev/null || true
   bw+=("$($ox perf write-bw --loopback -s 65536 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
+  # Each C library run right after oxrdma perf's of the same test, both as two processes: a
+  # pair sees the same machine, and the ratio is taken pair by pair.
+  bw2+=("$(ox2 write-bw -s 65536 -n 20000 | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
+  cbw+=("$(perftest ib_write_bw -s 65536 -n 20000 --report_gbits | awk '$1 == "65536" {print $4}')")
   rbw+=("$($ox perf read-bw --loopback -s 65536 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
   sbw+=("$($ox perf send-bw --loopback -s 65536 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
   lat+=("$($ox perf write-lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
+  # perftest sends nothing inline on this library (its device table does not know it): the
+  # same test for oxrdma perf is -I 0.
+  lat0+=("$(ox2 write-lat -s 8 -I 0 -n 20000 | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
+  clat+=("$(perftest ib_write_lat -s 8 -n 20000 | awk '$1 == "8" {print $5}')")
   for q in 1 4 64; do
     v=$($ox perf write-bw --loopback -s 65536 -D 2 -q "$q" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')
     eval "q$q+=($v)"
@@ -91,8 +110,6 @@ for r in $(seq "$REPS"); do
   gso+=("$("$tmp/udp_ceiling" gso 4128 15 1 | awk '{print $1 * 8 / 1000}')")
   pps+=("$("$tmp/udp_ceiling" pps 64 32 1)")
   rate+=("$($ox perf write-bw --loopback -s 8 -n 100000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["msg_rate_mpps"])')")
-  cbw+=("$(perftest ib_write_bw -s 65536 -n 20000 --report_gbits | awk '$1 == "65536" {print $4}')")
-  clat+=("$(perftest ib_write_lat -s 8 -n 20000 | awk '$1 == "8" {print $5}')")
   if [ "$VETH" = 1 ]; then
     p=$(( 20000 + RANDOM % 9000 ))
     inns "${ns[1]}" iperf3 -s -1 -B 10.99.0.2 -p "$p" >/dev/null 2>&1 & pids+=($!)
@@ -105,7 +122,7 @@ for r in $(seq "$REPS"); do
     wait "$spid" 2>/dev/null || true
     echo "round $r (veth MTU 1500): tcp ${vtcp[-1]} Gb/s, oxrdma write-bw ${vbw[-1]} Gb/s" >&2
   fi
-  echo "round $r: tcp ${tcp[-1]} Gb/s, oxrdma write-bw ${bw[-1]} Gb/s (read ${rbw[-1]}, send ${sbw[-1]}), C ib_write_bw ${cbw[-1]} Gb/s, udp p50 ${udp[-1]} us (blocking ${udpb[-1]}), oxrdma write-lat ${lat[-1]} us, C ib_write_lat ${clat[-1]} us, UDP GSO ${gso[-1]} Gb/s, UDP ${pps[-1]} Mpps, oxrdma 8 B ${rate[-1]} Mpps, -q 1/4/64 ${q1[-1]}/${q4[-1]}/${q64[-1]} Gb/s" >&2
+  echo "round $r: tcp ${tcp[-1]} Gb/s, oxrdma write-bw ${bw[-1]} Gb/s (read ${rbw[-1]}, send ${sbw[-1]}), C ib_write_bw ${cbw[-1]} Gb/s (oxrdma two processes ${bw2[-1]}), udp p50 ${udp[-1]} us (blocking ${udpb[-1]}), oxrdma write-lat ${lat[-1]} us (two processes, -I 0: ${lat0[-1]}), C ib_write_lat ${clat[-1]} us, UDP GSO ${gso[-1]} Gb/s, UDP ${pps[-1]} Mpps, oxrdma 8 B ${rate[-1]} Mpps, -q 1/4/64 ${q1[-1]}/${q4[-1]}/${q64[-1]} Gb/s" >&2
 done
 T=$(printf '%s\n' "${tcp[@]}" | median); B=$(printf '%s\n' "${bw[@]}" | median)
 U=$(printf '%s\n' "${udp[@]}" | median); L=$(printf '%s\n' "${lat[@]}" | median)
@@ -120,8 +137,13 @@ UB=$(printf '%s\n' "${udpb[@]}" | median)
 printf '%-44s %10.3f us\n' "sockperf UDP ping-pong p50 one-way, blocking" "$UB"
 printf '%-44s %10.3f us     ratio %.3f (target <= 1.2), %.3f to blocking\n' "oxrdma 8 B RDMA WRITE half round trip p50" "$L" "$(echo "$L / $U" | bc -l)" "$(echo "$L / $UB" | bc -l)"
 CB=$(printf '%s\n' "${cbw[@]}" | median); CL=$(printf '%s\n' "${clat[@]}" | median)
-printf '%-44s %10.3f Gb/s   ratio to oxrdma perf %.3f (target >= 0.95)\n' "C library: perftest ib_write_bw -s 65536" "$CB" "$(echo "$CB / $B" | bc -l)"
-printf '%-44s %10.3f us     ratio to oxrdma perf %.3f (target <= 1.05)\n' "C library: perftest ib_write_lat -s 8" "$CL" "$(echo "$CL / $L" | bc -l)"
+L0=$(printf '%s\n' "${lat0[@]}" | median); B2=$(printf '%s\n' "${bw2[@]}" | median)
+# Median of the per-round ratios (C run / the oxrdma perf run just before it).
+pairs() { local -n a=$1 b=$2; for i in "${!a[@]}"; do echo "${a[$i]} / ${b[$i]}" | bc -l; done | median; }
+printf '%-44s %10.3f Gb/s\n' "oxrdma 64 KiB WRITE, two processes" "$B2"
+printf '%-44s %10.3f Gb/s   ratio to it %.3f, pair by pair %.3f (target 0.95..1.05)\n' "C library: perftest ib_write_bw -s 65536" "$CB" "$(echo "$CB / $B2" | bc -l)" "$(pairs cbw bw2)"
+printf '%-44s %10.3f us\n' "oxrdma 8 B WRITE, two processes, -I 0" "$L0"
+printf '%-44s %10.3f us     ratio to it %.3f, pair by pair %.3f (target 0.95..1.05)\n' "C library: perftest ib_write_lat -s 8" "$CL" "$(echo "$CL / $L0" | bc -l)" "$(pairs clat lat0)"
 if [ "$VETH" = 1 ]; then
   VT=$(printf '%s\n' "${vtcp[@]}" | median); VB=$(printf '%s\n' "${vbw[@]}" | median)
   printf '%-44s %10.3f Gb/s\n' "veth MTU 1500: iperf3 TCP single stream" "$VT"
