@@ -59,16 +59,21 @@ fn every_perftest_test_runs_between_two_oxrdma_processes() {
     for &(test, size) in cases {
         let a = ["-s", size, "-n", "300"];
         let (s, c) = pair(test, &a, &a, 61);
-        for (who, out) in [("server", &s), ("client", &c)] {
-            assert!(
-                out.status.success(),
-                "{test} {who}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let r = json(out);
-            assert_eq!(r["bytes"], size.parse::<u64>().unwrap(), "{test} {who}");
-            assert_eq!(r["iterations"], 300, "{test} {who}");
-        }
+        both_ran(test, (&s, &c), size, 300);
+    }
+}
+
+/// Both sides of `what` exited 0 and printed a row of `size` bytes x `iters`.
+fn both_ran(what: &str, (s, c): (&Output, &Output), size: &str, iters: u64) {
+    for (who, out) in [("server", s), ("client", c)] {
+        assert!(
+            out.status.success(),
+            "{what} {who}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r = json(out);
+        assert_eq!(r["bytes"], size.parse::<u64>().unwrap(), "{what} {who}");
+        assert_eq!(r["iterations"], iters, "{what} {who}");
     }
 }
 
@@ -83,16 +88,7 @@ fn uc_and_ud_run_as_perftest_runs_them() {
     for &(test, conn, size) in cases {
         let a = ["-c", conn, "-s", size, "-n", "300"];
         let (s, c) = pair(test, &a, &a, 68);
-        for (who, out) in [("server", &s), ("client", &c)] {
-            assert!(
-                out.status.success(),
-                "{test} -c {conn} {who}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let r = json(out);
-            assert_eq!(r["bytes"], size.parse::<u64>().unwrap(), "{test} {conn}");
-            assert_eq!(r["iterations"], 300, "{test} -c {conn} {who}");
-        }
+        both_ran(&format!("{test} -c {conn}"), (&s, &c), size, 300);
     }
     // A UD message is one packet: larger than the path MTU is refused up front.
     let a = ["-c", "UD", "-s", "8192", "-n", "10"];

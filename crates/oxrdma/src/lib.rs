@@ -7,6 +7,7 @@
 //! Everything here is safe to call: memory regions own their bytes and are read and written
 //! by copying, and the engine checks every key, bound and permission.
 
+mod channel;
 mod connect;
 mod context;
 mod cq;
@@ -16,10 +17,13 @@ mod events;
 mod nic;
 mod pd;
 mod qp;
+mod shared;
+mod sleeper;
 
+pub use channel::CompletionChannel;
 pub use connect::{exchange, PeerInfo};
 pub use context::Context;
-pub use cq::{CompletionChannel, CompletionQueue};
+pub use cq::CompletionQueue;
 pub use error::{Error, Result};
 pub use oxrdma_udp::{BindError, RxDropReport};
 pub use pd::{

@@ -1,0 +1,224 @@
+//! What a device's threads share: the engine and its socket behind one mutex, what the
+//! engine thread sleeps on, and what tells it whether an application drives the device.
+//!
+//! Application threads do NIC work too: posting transmits at once, and polling an empty CQ
+//! moves packets. While an application polls like that, the engine thread keeps out of its
+//! way (on two cores, a third thread woken by every packet only steals time from the two
+//! that matter); a poll that finds completions hands the socket back to it (`nic.rs`).
+
+use crate::channel::ChannelInner;
+use crate::error::Result;
+use crate::events::Events;
+use crate::sleeper::Sleeper;
+use oxrdma_core::EngineConfig;
+use oxrdma_udp::Device;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// An application that polled an empty CQ this recently is busy-polling (and so drives the
+/// device itself), unless a later poll found completions.
+const APP_ACTIVE_NS: u64 = 200_000;
+
+/// State shared by the engine thread and the API objects.
+pub(crate) struct Shared {
+    /// What never changes after the device opens (GID, active MTU, limits): read without a
+    /// lock.
+    pub facts: EngineConfig,
+    /// The index of the network interface holding the address (0: none found).
+    pub ifindex: u32,
+    dev: Mutex<Device>,
+    /// What the engine thread sleeps on (its doorbell and the socket).
+    pub(crate) sleeper: Sleeper,
+    pub(crate) stop: AtomicBool,
+    /// CQs armed with `req_notify`, and the channel to signal when they get an entry.
+    armed: Mutex<Vec<(u32, Arc<ChannelInner>)>>,
+    /// Work was posted while another thread held `dev`: whoever holds it drives again.
+    pub(crate) pending: AtomicBool,
+    /// When an application thread last drove the device (ns since `epoch`).
+    app_drove_at: AtomicU64,
+    /// The last CQ poll found nothing: the application will poll (and drive) again.
+    app_polling: AtomicBool,
+    /// Whether the engine thread is asleep waiting for packets or the doorbell.
+    pub(crate) asleep: AtomicBool,
+    epoch: Instant,
+    /// Asynchronous events, taken from the engine whenever a thread lets go of it.
+    pub events: Events,
+}
+
+/// Locks `m`, poisoned or not: a panic while holding one of these locks would be a bug in
+/// the engine, and going on with the state as it is beats failing every later call.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The device, locked; on unlock, work posted meanwhile by threads that found it locked
+/// is driven (see `Shared::kick`).
+pub(crate) struct DeviceGuard<'a> {
+    shared: &'a Shared,
+    guard: Option<MutexGuard<'a, Device>>,
+}
+
+impl std::ops::Deref for DeviceGuard<'_> {
+    type Target = Device;
+    fn deref(&self) -> &Device {
+        self.guard.as_ref().expect("held until drop")
+    }
+}
+
+impl std::ops::DerefMut for DeviceGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Device {
+        self.guard.as_mut().expect("held until drop")
+    }
+}
+
+impl Drop for DeviceGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(dev) = self.guard.as_mut() {
+            self.shared.collect_events(dev);
+        }
+        drop(self.guard.take());
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.shared.drive_pending();
+    }
+}
+
+impl Shared {
+    /// The state of a device just opened.
+    pub fn new(dev: Device) -> Result<Shared> {
+        Ok(Shared {
+            facts: *dev.engine.config(),
+            ifindex: dev.ifindex,
+            sleeper: Sleeper::new(dev.port.as_fd())?,
+            dev: Mutex::new(dev),
+            stop: AtomicBool::new(false),
+            armed: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
+            app_drove_at: AtomicU64::new(0),
+            app_polling: AtomicBool::new(false),
+            asleep: AtomicBool::new(false),
+            epoch: Instant::now(),
+            events: Events::new()?,
+        })
+    }
+
+    /// The device (lock order: this before `armed`).
+    pub fn lock(&self) -> DeviceGuard<'_> {
+        DeviceGuard {
+            shared: self,
+            guard: Some(lock(&self.dev)),
+        }
+    }
+
+    /// The CQs armed for notification (taken after `dev` when both are needed).
+    pub fn armed(&self) -> MutexGuard<'_, Vec<(u32, Arc<ChannelInner>)>> {
+        lock(&self.armed)
+    }
+
+    /// Wakes the engine thread (after posting work).
+    pub fn ring(&self) {
+        self.sleeper.ring();
+    }
+
+    /// Wakes the engine thread if it sleeps (it may need to re-arm its timer).
+    pub fn ring_if_asleep(&self) {
+        if self.asleep.load(Ordering::SeqCst) {
+            self.ring();
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Moves packets from the calling (application) thread, and notes that it does.
+    pub fn drive(&self, dev: &mut Device) {
+        self.app_drove_at.store(self.now_ns(), Ordering::Relaxed);
+        // A socket error here is the engine thread's to report; the packet is lost.
+        let _ = dev.poll();
+    }
+
+    /// Moves the engine's asynchronous events to `events` (where the program takes them
+    /// without the device lock, and its descriptor says they wait).
+    pub(crate) fn collect_events(&self, dev: &mut Device) {
+        while let Some(e) = dev.engine.poll_event() {
+            self.events.push(e);
+        }
+    }
+
+    /// After posting: moves the new work from the calling thread if the device is free,
+    /// and otherwise leaves it to the thread that holds it, which drives once more (the
+    /// engine thread also answers doorbells). A posting thread never waits for the lock.
+    pub fn kick(&self) {
+        self.pending.store(true, Ordering::SeqCst);
+        // Pairs with the fence in `drive_pending`: either the holder sees `pending`
+        // after unlocking, or our try_lock sees the lock free.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.drive_pending();
+        self.ring_if_asleep();
+    }
+
+    /// Drives the device from this thread while work is pending and the lock is free.
+    fn drive_pending(&self) {
+        while self.pending.load(Ordering::SeqCst) {
+            let Some(mut dev) = self.try_lock_raw() else {
+                break;
+            };
+            self.pending.store(false, Ordering::SeqCst);
+            self.drive(&mut dev);
+            // A raw guard: `DeviceGuard`'s drop would do this.
+            self.collect_events(&mut dev);
+            drop(dev);
+            std::sync::atomic::fence(Ordering::SeqCst);
+        }
+    }
+
+    /// The device, if no other thread holds it.
+    pub fn try_lock(&self) -> Option<DeviceGuard<'_>> {
+        self.try_lock_raw().map(|g| DeviceGuard {
+            shared: self,
+            guard: Some(g),
+        })
+    }
+
+    /// The device, without driving pending work on unlock (the engine thread's loop comes
+    /// back to it by itself).
+    pub(crate) fn lock_raw(&self) -> MutexGuard<'_, Device> {
+        lock(&self.dev)
+    }
+
+    fn try_lock_raw(&self) -> Option<MutexGuard<'_, Device>> {
+        match self.dev.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// After a CQ poll that found `found` completions. An empty poll means the
+    /// application comes back for more (and drives the device meanwhile); one that finds
+    /// completions, that it may go and wait elsewhere (see `nic.rs`).
+    pub fn polled(&self, found: usize) {
+        if found == 0 {
+            if !self.app_polling.load(Ordering::Relaxed) {
+                self.app_polling.store(true, Ordering::SeqCst);
+                let asleep = self.asleep.load(Ordering::SeqCst);
+                self.sleeper
+                    .app_polls(asleep, Duration::from_nanos(APP_ACTIVE_NS));
+            }
+        } else if self.app_polling.load(Ordering::Relaxed) {
+            self.app_polling.store(false, Ordering::SeqCst);
+            self.sleeper.hand_off();
+        }
+    }
+
+    /// How long the application is still taken to be busy-polling (None: it is not).
+    pub(crate) fn app_polling_for(&self) -> Option<Duration> {
+        if !self.app_polling.load(Ordering::SeqCst) {
+            return None;
+        }
+        let at = self.app_drove_at.load(Ordering::Relaxed);
+        let left = APP_ACTIVE_NS.checked_sub(self.now_ns().saturating_sub(at))?;
+        (left > 0).then(|| Duration::from_nanos(left))
+    }
+}
