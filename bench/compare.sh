@@ -7,7 +7,8 @@
 #   - the raw UDP ceilings on loopback (bench/udp_ceiling.c): 4128-byte datagrams (a 4 KiB
 #     RoCE packet) 15 per send with GSO/GRO, and 64-byte datagrams 32 per sendmmsg, next to
 #     oxrdma's 64 KiB WRITE bandwidth and 8 B WRITE message rate
-#   - 64 KiB READ and SEND bandwidth (-n 20000), next to WRITE's
+#   - 64 KiB READ and SEND bandwidth (-n 20000), next to WRITE's, and WRITE's CPU time per
+#     GB on each side (--cpu-util)
 #   - 64 KiB WRITE bandwidth with 1, 4 and 64 QPs (-q), 2 s each
 #   - 64 KiB WRITE bandwidth between two network namespaces on a veth pair with MTU 1500
 #     (RoCE MTU 1024, an Ethernet LAN) vs iperf3 TCP on the same pair (as root only: the
@@ -73,7 +74,7 @@ ox2() {
   wait "$spid" 2>/dev/null || true
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-tcp=(); udp=(); udpb=(); bw=(); rbw=(); sbw=(); lat=(); lat0=(); bw2=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
+tcp=(); udp=(); udpb=(); bw=(); rbw=(); sbw=(); lat=(); lat0=(); bw2=(); cpuc=(); cpus=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
 for r in $(seq "$REPS"); do
   p=$(( 20000 + RANDOM % 9000 ))
   iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null 2>&1 & pids+=($!)
@@ -91,7 +92,10 @@ for r in $(seq "$REPS"); do
   sleep 0.3
   udpb+=("$(sockperf ping-pong -i 127.0.0.1 -p "$q" -m 64 -t 1 2>/dev/null | awk '/percentile 50.000/ {print $NF}')")
   kill "$spid" 2>/dev/null || true
-  bw+=("$($ox perf write-bw --loopback -s 65536 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
+  j=$($ox perf write-bw --loopback -s 65536 -n 20000 --json --cpu-util)
+  bw+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["bw_avg_gbps"])' "$j")")
+  cpuc+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["cpu_client_ms_per_gb"])' "$j")")
+  cpus+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["cpu_server_ms_per_gb"])' "$j")")
   # Each C library run right after oxrdma perf's of the same test, both as two processes: a
   # pair sees the same machine, and the ratio is taken pair by pair.
   bw2+=("$(ox2 write-bw -s 65536 -n 20000 | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
@@ -129,6 +133,8 @@ U=$(printf '%s\n' "${udp[@]}" | median); L=$(printf '%s\n' "${lat[@]}" | median)
 printf 'median of %d rounds\n' "$REPS"
 printf '%-44s %10.3f Gb/s\n' "iperf3 TCP single stream (127.0.0.1)" "$T"
 printf '%-44s %10.3f Gb/s   ratio %.3f (target >= 1.5)\n' "oxrdma 64 KiB RDMA WRITE bandwidth" "$B" "$(echo "$B / $T" | bc -l)"
+CC=$(printf '%s\n' "${cpuc[@]}" | median); CS=$(printf '%s\n' "${cpus[@]}" | median)
+printf '%-44s %10.1f ms client (post, poll, send), %.1f ms server (receive, place)\n' "  its CPU per GB moved" "$CC" "$CS"
 RB=$(printf '%s\n' "${rbw[@]}" | median); SB=$(printf '%s\n' "${sbw[@]}" | median)
 printf '%-44s %10.3f Gb/s   ratio %.3f\n' "oxrdma 64 KiB RDMA READ bandwidth" "$RB" "$(echo "$RB / $T" | bc -l)"
 printf '%-44s %10.3f Gb/s   ratio %.3f\n' "oxrdma 64 KiB SEND bandwidth" "$SB" "$(echo "$SB / $T" | bc -l)"

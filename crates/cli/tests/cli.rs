@@ -479,6 +479,49 @@ fn perf_runs_uc_and_ud_like_perftest_c() {
 }
 
 #[test]
+fn perf_cpu_util_reports_each_side() {
+    let _turn = LOOPBACK_PAIR.lock().unwrap_or_else(|p| p.into_inner());
+    for test in ["write-bw", "send-bw"] {
+        let out = oxrdma()
+            .args([
+                "perf",
+                test,
+                "--loopback",
+                "--json",
+                "--cpu-util",
+                "-n",
+                "2000",
+            ])
+            .output()
+            .unwrap();
+        let r = &json_lines(out)[0];
+        for side in ["client", "server"] {
+            let ms = r[format!("cpu_{side}_ms_per_gb")].as_f64();
+            // 2000 x 64 KiB is 0.13 GB: some CPU, and less than a minute of it per GB.
+            assert!(
+                ms.is_some_and(|ms| ms > 0.0 && ms < 60_000.0),
+                "{test} {side}: {r}"
+            );
+        }
+    }
+    let out = oxrdma()
+        .args(["perf", "write-bw", "--loopback", "-n", "500", "--cpu-util"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains(" CPU per GB moved: client "), "{text}");
+    // Latency tests do not report it: one clear error.
+    let out = oxrdma()
+        .args(["perf", "write-lat", "--loopback", "--cpu-util"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("--cpu-util measures the bandwidth tests"));
+}
+
+#[test]
 fn perf_between_two_processes() {
     for test in ["write-bw", "send-bw", "write-lat", "read-lat"] {
         let port = free_port();

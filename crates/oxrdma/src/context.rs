@@ -48,6 +48,10 @@ impl Context {
         let thread = std::thread::Builder::new()
             .name(format!("oxrdma-nic-{ip}"))
             .spawn(move || crate::nic::engine_thread(&s))?;
+        // Its thread id is known once it runs (`engine_tid`): wait for that, briefly.
+        while shared.engine_tid.load(Ordering::Acquire) == 0 && !thread.is_finished() {
+            std::thread::yield_now();
+        }
         Ok(Context {
             inner: Arc::new(Inner {
                 shared,
@@ -58,6 +62,14 @@ impl Context {
 
     pub(crate) fn shared(&self) -> &Shared {
         &self.inner.shared
+    }
+
+    /// The OS thread id of the device's engine thread (the software NIC; None if it has
+    /// died): to pin it to a core (`taskset -p`), or to read the CPU time it uses
+    /// (`/proc/self/task/<tid>/schedstat`).
+    pub fn engine_tid(&self) -> Option<i32> {
+        let tid = self.shared().engine_tid.load(Ordering::Acquire);
+        (tid != 0).then_some(tid)
     }
 
     /// This device's GID (its IP address, IPv4 as `::ffff:a.b.c.d`).

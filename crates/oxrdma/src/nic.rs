@@ -31,6 +31,8 @@ pub(crate) const MAX_SLEEP: Duration = Duration::from_millis(50);
 /// sleeping gave 170 us per half round trip, 8 gave 37 us, none 33 us; 64 KiB WRITE
 /// bandwidth stayed the same (a GRO batch is 64 KiB per wake-up).
 pub(crate) fn engine_thread(shared: &Shared) {
+    let tid = rustix::thread::gettid().as_raw_nonzero().get();
+    shared.engine_tid.store(tid, Ordering::Release);
     while !shared.stop.load(Ordering::Acquire) {
         let armed = !shared.armed().is_empty();
         if let (Some(left), false) = (shared.app_polling_for(), armed) {

@@ -12,7 +12,7 @@ use crate::events::Events;
 use crate::sleeper::Sleeper;
 use oxrdma_core::EngineConfig;
 use oxrdma_udp::Device;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -41,6 +41,8 @@ pub(crate) struct Shared {
     app_polling: AtomicBool,
     /// Whether the engine thread is asleep waiting for packets or the doorbell.
     pub(crate) asleep: AtomicBool,
+    /// The engine thread's OS thread id (0 until it runs).
+    pub(crate) engine_tid: AtomicI32,
     epoch: Instant,
     /// Asynchronous events, taken from the engine whenever a thread lets go of it.
     pub events: Events,
@@ -97,6 +99,7 @@ impl Shared {
             app_drove_at: AtomicU64::new(0),
             app_polling: AtomicBool::new(false),
             asleep: AtomicBool::new(false),
+            engine_tid: AtomicI32::new(0),
             epoch: Instant::now(),
             events: Events::new()?,
         })

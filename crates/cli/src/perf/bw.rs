@@ -6,11 +6,11 @@ use super::side::{Side, STALL};
 use super::{AtomicOp, Conn, PerfArgs, Verb};
 use anyhow::bail;
 use oxrdma::{RecvWr, SendData, SendFlags, SendWr, WcOpcode, WrOpcode};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How long a UC or UD server waits for the messages still missing once the client is
 /// done (on a quiet network they are lost, not late).
-const LOSS_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+const LOSS_WAIT: Duration = Duration::from_millis(200);
 
 /// perftest's cq_mod: one signaled WR in 100 (capped to the depth), every one for
 /// messages over 8 KiB. Posting as perftest does makes `oxrdma perf` and perftest on the
@@ -76,6 +76,7 @@ pub fn client(side: &mut Side, args: &PerfArgs, size: usize) -> anyhow::Result<B
     };
     let mut prog = Progress::default();
     let mut wcs = Vec::new();
+    let cpu0 = super::cpu::side(&side.ctx);
     let start = Instant::now();
     let mut last = start;
     let mut stopping = false;
@@ -126,10 +127,31 @@ pub fn client(side: &mut Side, args: &PerfArgs, size: usize) -> anyhow::Result<B
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu0.zip(super::cpu::side(&side.ctx)).map(|(a, b)| b - a);
     pb.finish_and_clear();
     let total: u64 = done.iter().sum();
     side.ctl.send(&format!("done {total}"))?;
     let seen = side.ctl.expect("ok")?;
+    let server_cpu = side.ctl.expect("cpu")?;
+    let mut r = bw_result(args, &prog, size, total, seen, secs)?;
+    if args.cpu_util {
+        let bytes = size as f64 * r.iterations as f64;
+        r.cpu_client_ms_per_gb = cpu.map(|c| super::cpu::ms_per_gb(c, bytes));
+        r.cpu_server_ms_per_gb = (server_cpu > 0)
+            .then(|| super::cpu::ms_per_gb(Duration::from_nanos(server_cpu), bytes));
+    }
+    Ok(r)
+}
+
+/// The result of a client's run once the server said it saw `seen` of its `total` WRs.
+fn bw_result(
+    args: &PerfArgs,
+    prog: &Progress,
+    size: usize,
+    total: u64,
+    seen: u64,
+    secs: f64,
+) -> anyhow::Result<BwResult> {
     let expect = match (args.verb, args.atomic) {
         (Verb::Send, _) | (Verb::Atomic, AtomicOp::FetchAndAdd) => total,
         _ => 0,
@@ -159,6 +181,16 @@ fn counters(side: &Side) -> u64 {
 
 /// The server's part of one size: returns once the client says it is done.
 pub fn server(side: &mut Side, args: &PerfArgs, _size: usize) -> anyhow::Result<()> {
+    let cpu0 = super::cpu::side(&side.ctx);
+    serve(side, args)?;
+    // Then this side's CPU time (0: unknown), for --cpu-util.
+    let cpu = cpu0
+        .zip(super::cpu::side(&side.ctx))
+        .map_or(0, |(a, b)| (b - a).as_nanos());
+    side.ctl.send(&format!("cpu {cpu}"))
+}
+
+fn serve(side: &mut Side, args: &PerfArgs) -> anyhow::Result<()> {
     match args.verb {
         Verb::Send => serve_receives(side, args),
         Verb::Atomic => {

@@ -1,6 +1,6 @@
 //! The `oxrdma perf` command line (perftest's flags where they make sense).
 
-use super::{all_sizes, header, row, AtomicOp, Conn, Kind, PerfArgs, Report, Verb};
+use super::{all_sizes, header, row, AtomicOp, BwResult, Conn, Kind, PerfArgs, Report, Verb};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -99,6 +99,10 @@ pub struct PerfCli {
     perftest: bool,
     /// With --perftest: send the bandwidth REPORT in Gb/s (as the peer's --report_gbits
     /// expects) instead of MB/s.
+    /// Print the CPU time each side spends per GB moved (its own thread and its device's
+    /// engine thread; bandwidth tests).
+    #[arg(long, alias = "cpu_util")]
+    cpu_util: bool,
     #[arg(long, alias = "report_gbits")]
     report_gbits: bool,
 }
@@ -155,6 +159,7 @@ impl PerfCli {
             progress: !self.no_progress && !self.json,
             perftest: self.perftest,
             report_gbits: self.report_gbits,
+            cpu_util: self.cpu_util,
         };
         if a.perftest {
             super::perftest::check(&a)?;
@@ -181,6 +186,14 @@ impl PerfCli {
                     first = false;
                 }
                 println!("{}", row(r));
+                if let Report::Bw(BwResult {
+                    cpu_client_ms_per_gb: Some(c),
+                    cpu_server_ms_per_gb: Some(s),
+                    ..
+                }) = r
+                {
+                    println!(" CPU per GB moved: client {c:.1} ms, server {s:.1} ms");
+                }
             }
         };
         if self.loopback {

@@ -7,6 +7,7 @@
 
 mod bw;
 mod cli;
+mod cpu;
 mod ctl;
 mod lat;
 pub mod perftest;
@@ -107,6 +108,8 @@ pub struct PerfArgs {
     pub perftest: bool,
     /// Bandwidth in Gb/s in the perftest REPORT instead of MB/s (`--report_gbits`).
     pub report_gbits: bool,
+    /// Report the CPU time each side spends per GB moved (bandwidth tests).
+    pub cpu_util: bool,
 }
 
 impl PerfArgs {
@@ -166,6 +169,9 @@ impl PerfArgs {
         }
         if self.iters == 0 {
             bail!("-n must be at least 1");
+        }
+        if self.cpu_util && (self.kind != Kind::Bw || self.perftest) {
+            bail!("--cpu-util measures the bandwidth tests between two oxrdma sides");
         }
         if self.kind == Kind::Lat && self.qps != 1 {
             bail!("latency tests use one QP (-q 1)");

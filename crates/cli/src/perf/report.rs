@@ -15,6 +15,11 @@ pub struct BwResult {
     pub bw_avg_mbps: f64,
     pub msg_rate_mpps: f64,
     pub seconds: f64,
+    /// CPU milliseconds per GB moved, each side's thread and engine thread (`--cpu-util`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_client_ms_per_gb: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_server_ms_per_gb: Option<f64>,
 }
 
 /// Latency of one message size, in microseconds: half the round trip for write and send
@@ -82,6 +87,8 @@ impl Progress {
             bw_avg_mbps: total / secs / 1e6,
             msg_rate_mpps: iterations as f64 / secs / 1e6,
             seconds: secs,
+            cpu_client_ms_per_gb: None,
+            cpu_server_ms_per_gb: None,
         }
     }
 }

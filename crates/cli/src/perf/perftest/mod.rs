@@ -251,5 +251,7 @@ fn from_report(r: &BwReport, args: &PerfArgs) -> BwResult {
         } else {
             0.0
         },
+        cpu_client_ms_per_gb: None,
+        cpu_server_ms_per_gb: None,
     }
 }
