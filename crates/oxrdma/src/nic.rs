@@ -5,8 +5,8 @@
 //! device's socket.
 //!
 //! An application that busy-polls a CQ drives the device itself and takes every packet
-//! that arrives, so meanwhile the socket is not watched: a ping-pong whose both ends poll
-//! never wakes this thread. When a poll finds completions the application may go and wait
+//! that arrives, so meanwhile the socket is not watched and packets do not wake this
+//! thread. When a poll finds completions the application may go and wait
 //! elsewhere: the target of an RDMA WRITE may spin on its memory without calling in
 //! (ib_write_lat does), and one-sided operations must progress without the target's CPU.
 //! So such a poll watches the socket again (one shot, `EPOLLONESHOT`), and the next empty
