@@ -14,6 +14,10 @@ pub mod sim;
 pub mod threads;
 pub mod udpingpong;
 
+/// The Q_Key of UD QPs in rdma-core's ibv_ud_pingpong and in perftest (DEF_QKEY), and so in
+/// `oxrdma ud-pingpong` and `oxrdma perf -c UD`.
+pub const UD_QKEY: u32 = 0x1111_1111;
+
 /// Listens for the out-of-band TCP connection on every address, IPv6 and IPv4 (falling back
 /// to IPv4 alone where IPv6 is off).
 pub fn listen(port: u16) -> std::io::Result<std::net::TcpListener> {

@@ -18,8 +18,6 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;
 
 const TOOL: &str = "ibv_ud_pingpong";
-/// ibv_ud_pingpong's Q_Key (its QP's own and the one it sends with).
-pub const QKEY: u32 = 0x1111_1111;
 /// The GRH area in front of every UD receive.
 const GRH: usize = oxrdma_core::grh::GRH_LEN;
 // ibv_ud_pingpong's wr_ids (the RC tool has them the other way round).
@@ -95,7 +93,7 @@ pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
     };
     let qp = pd.create_qp(&cq, &cq, QpType::Ud, cap)?;
     let psn = ctx.random_psn();
-    qp.ready_ud(QKEY, psn)?;
+    qp.ready_ud(crate::UD_QKEY, psn)?;
     // Receives go up before the exchange: the client sends as soon as it has our QPN.
     let post_recv = || {
         qp.post_recv(RecvWr {
@@ -132,7 +130,7 @@ pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
         wr.ud = Some(UdDest {
             ah: ah.id(),
             remote_qpn: peer.qpn,
-            remote_qkey: QKEY,
+            remote_qkey: crate::UD_QKEY,
         });
         qp.post_send(wr)
     };

@@ -40,7 +40,7 @@ pub(crate) fn engine_thread(shared: &Shared) {
             shared.sleeper.wait(left.min(MAX_SLEEP));
             continue;
         }
-        let (moved, sleep) = {
+        let moved = {
             // Not `shared.lock()`: this loop comes back to pending work by itself.
             let mut dev = shared.lock_raw();
             shared.pending.store(false, Ordering::SeqCst);
@@ -55,28 +55,28 @@ pub(crate) fn engine_thread(shared: &Shared) {
                     true
                 }
             });
-            (
-                moved,
-                dev.next_timer_in().map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP)),
-            )
+            moved
         };
         if moved == 0 {
-            sleep_until_work(shared, sleep);
+            sleep_until_work(shared);
         }
     }
 }
 
-/// Sleeps until a packet arrives, work is posted or the next timer (at most `max`) is due.
-fn sleep_until_work(shared: &Shared, max: Duration) {
+/// Sleeps until a packet arrives, work is posted or the next timer (at most `MAX_SLEEP`
+/// away) is due.
+fn sleep_until_work(shared: &Shared) {
     shared.sleeper.set_watched(true);
     // Announce the sleep before the last look for work, so a poster that misses the flag
     // has posted early enough for this look to see it.
     shared.asleep.store(true, Ordering::SeqCst);
     if !shared.pending.load(Ordering::SeqCst) {
+        // Timers as they are once `asleep` is announced (a post since the last drive may
+        // have armed one).
         let sleep = shared
             .lock_raw()
             .next_timer_in()
-            .map_or(max, |t| t.min(max));
+            .map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP));
         shared.sleeper.wait(sleep);
     }
     shared.asleep.store(false, Ordering::SeqCst);

@@ -97,12 +97,12 @@ pub struct PerfCli {
     /// ib_write_lat): speak its TCP exchange; defaults follow perftest's.
     #[arg(long)]
     perftest: bool,
-    /// With --perftest: send the bandwidth REPORT in Gb/s (as the peer's --report_gbits
-    /// expects) instead of MB/s.
     /// Print the CPU time each side spends per GB moved (its own thread and its device's
     /// engine thread; bandwidth tests).
     #[arg(long, alias = "cpu_util")]
     cpu_util: bool,
+    /// With --perftest: send the bandwidth REPORT in Gb/s (as the peer's --report_gbits
+    /// expects) instead of MB/s.
     #[arg(long, alias = "report_gbits")]
     report_gbits: bool,
 }

@@ -140,7 +140,7 @@ impl PerfArgs {
         let mut max = self.sizes.iter().copied().max().unwrap_or(8).max(8);
         if self.conn == Conn::Ud {
             // A UD message is one packet (at most 4 KiB), received behind a 40-byte GRH.
-            max = max.min(4096) + GRH;
+            max = max.min(4096) + oxrdma_core::grh::GRH_LEN;
         }
         match (self.verb, self.kind) {
             // Send from the first half; the peer's messages land in the second.
@@ -210,10 +210,6 @@ pub fn sizes_for_mtu(args: &PerfArgs, mtu: oxrdma::Mtu) -> anyhow::Result<Vec<us
     }
     Ok(args.sizes.iter().copied().filter(|&s| s <= max).collect())
 }
-
-/// Bytes in front of every UD receive: the GRH (or, over IPv4, 20 zero bytes and the IP
-/// header).
-pub const GRH: usize = 40;
 
 /// The sizes `-a` runs: 2 B to 8 MiB in powers of two (8 B only for atomics).
 pub fn all_sizes(verb: Verb) -> Vec<usize> {

@@ -14,9 +14,6 @@ use std::time::Duration;
 /// How long a side waits for a completion or a control line before it gives up.
 pub const STALL: Duration = Duration::from_secs(30);
 
-/// The Q_Key of UD runs (perftest's).
-const QKEY: u32 = 0x1111_1111;
-
 /// A connected side. Fields drop in order: QPs before the region and CQ, those before the PD.
 pub struct Side {
     pub qps: Vec<QueuePair>,
@@ -77,7 +74,7 @@ impl Side {
                 bail!("the peer's region ({} B) is smaller than ours", peer.len);
             }
             if args.conn == Conn::Ud {
-                qp.ready_ud(QKEY, psn)?;
+                qp.ready_ud(crate::UD_QKEY, psn)?;
                 ahs.push(pd.create_ah(peer.endpoint.gid)?);
             } else {
                 qp.connect(psn, &peer.endpoint, &opts)?;
@@ -106,7 +103,7 @@ impl Side {
         self.ahs.get(i).map(|ah| UdDest {
             ah: ah.id(),
             remote_qpn: self.peers[i].endpoint.qpn,
-            remote_qkey: QKEY,
+            remote_qkey: crate::UD_QKEY,
         })
     }
 

@@ -3,17 +3,16 @@
 //! states with perftest's attributes (PERFTEST-OOB.md §4, §6).
 
 use super::msg::Keys;
-use crate::perf::{Conn, Verb, GRH};
+use crate::perf::{Conn, Verb};
+use crate::UD_QKEY;
 use anyhow::{bail, Context as _};
 use oxrdma::{
     Access, AddressHandle, CompletionQueue, Context, MemoryRegion, Mtu, ProtectionDomain, QpCap,
     QpState, QueuePair, UdDest, WcStatus, WorkCompletion,
 };
-use std::cell::OnceCell;
-
-/// perftest's Q_Key for UD (DEF_QKEY).
-const QKEY: u32 = 0x1111_1111;
+use oxrdma_core::grh::GRH_LEN;
 use oxrdma_core::{AddressVector, QpAttr};
+use std::cell::OnceCell;
 
 /// Fields drop in order: the QP before the region and CQ, those before the PD.
 pub struct Res {
@@ -87,7 +86,7 @@ impl Res {
             pkey_index: Some(0),
             port_num: Some(1),
             qp_access_flags: (!ud).then(|| access(s.verb)),
-            qkey: ud.then_some(QKEY),
+            qkey: ud.then_some(UD_QKEY),
             ..Default::default()
         })?;
         // perftest offers the device's whole READ/atomic depth for read and atomic tests.
@@ -129,13 +128,13 @@ impl Res {
         self.peer.get().map(|(ah, qpn)| UdDest {
             ah: ah.id(),
             remote_qpn: *qpn,
-            remote_qkey: QKEY,
+            remote_qkey: UD_QKEY,
         })
     }
 
     /// Bytes a receive of a `size`-byte message takes (UD: the GRH in front).
     pub fn recv_len(&self, size: usize) -> usize {
-        size + if self.conn == Conn::Ud { GRH } else { 0 }
+        size + if self.conn == Conn::Ud { GRH_LEN } else { 0 }
     }
 
     /// INIT → RTR towards `peer`: perftest's min_rnr_timer 12 and our own out_reads as the
