@@ -23,6 +23,13 @@ fn json_lines(out: std::process::Output) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A fresh directory of this test process for the files a test writes.
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("oxrdma-{name}-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 fn vector(name: &str) -> PathBuf {
     let dir = std::env::var_os("OXRDMA_RXE_PCAP_DIR")
         .map(PathBuf::from)
@@ -104,8 +111,7 @@ fn corrupt_copy(src: &Path, dst: &Path, nth: usize, offset_from_end: usize) {
 
 #[test]
 fn strict_mode_fails_on_a_corrupted_packet() {
-    let dir = std::env::temp_dir().join(format!("oxrdma-decode-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("decode");
     let bad = dir.join("bad.pcap");
     // Frame 14 of rc_pingpong is the first RC_SEND_FIRST; flip a payload byte.
     corrupt_copy(&vector("rc_pingpong.pcap"), &bad, 13, 10);
@@ -332,8 +338,7 @@ fn pingpong_server_and_client_in_two_processes() {
 #[test]
 fn pcap_captures_decode_cleanly_with_valid_icrcs() {
     let _turn = LOOPBACK_PAIR.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = std::env::temp_dir().join(format!("oxrdma-pcap-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("pcap");
     let pcap = dir.join("bw.pcap");
     let out = oxrdma()
         .args([
@@ -403,8 +408,7 @@ fn pcap_captures_decode_cleanly_with_valid_icrcs() {
 #[test]
 fn perf_runs_uc_and_ud_like_perftest_c() {
     let _turn = LOOPBACK_PAIR.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = std::env::temp_dir().join(format!("oxrdma-perf-c-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("perf-c");
     let pcap = dir.join("client.pcap");
     let run = |args: &[&str]| {
         let out = oxrdma()
