@@ -1,19 +1,18 @@
 //! The engine thread (the software NIC) and how it sleeps.
 //!
-//! It drives the device while packets move and otherwise sleeps in `epoll_wait` on a
-//! doorbell eventfd (rung by posting threads), a timerfd (its next deadline) and the
-//! device's socket.
+//! It drives the device while packets move and otherwise sleeps (`sleeper.rs`) on a
+//! doorbell, its deadline timer, a recheck timer and the device's socket.
 //!
-//! An application that busy-polls a CQ drives the device itself and takes every packet
-//! that arrives, so meanwhile the socket is not watched and packets do not wake this
-//! thread. When a poll finds completions the application may go and wait
-//! elsewhere: the target of an RDMA WRITE may spin on its memory without calling in
-//! (ib_write_lat does), and one-sided operations must progress without the target's CPU.
-//! So such a poll watches the socket again (one shot, `EPOLLONESHOT`), and the next empty
-//! poll stops watching it. Both are one `epoll_ctl` of the polling thread; a packet that
-//! slips in between wakes this thread, which leaves it to the application if it polls.
-//! An application that stops polling without finding anything is noticed within
-//! `Shared`'s activity window (the recheck timer).
+//! An application that busy-polls a CQ drives the device itself, taking every packet that
+//! arrives and serving the timers, so meanwhile this thread sleeps: the socket is not
+//! watched, no deadline is set, and posts do not ring. When a poll finds completions the
+//! application may go and wait elsewhere: the target of an RDMA WRITE may spin on its
+//! memory without calling in (ib_write_lat does), and one-sided operations must progress
+//! without the target's CPU. So such a poll watches the socket again (one shot,
+//! `EPOLLONESHOT`), and the next empty poll stops watching it; a packet that slips in
+//! between wakes this thread, which leaves it to the application if it polls. An
+//! application that stops polling is noticed within `Shared`'s activity window: its polls
+//! keep the recheck timer that far ahead.
 
 use crate::shared::Shared;
 use std::sync::atomic::Ordering;
@@ -33,12 +32,26 @@ pub(crate) const MAX_SLEEP: Duration = Duration::from_millis(50);
 pub(crate) fn engine_thread(shared: &Shared) {
     let tid = rustix::thread::gettid().as_raw_nonzero().get();
     shared.engine_tid.store(tid, Ordering::Release);
+    // Whether a packet or a post woke this thread (else a timer did).
+    let mut work = true;
     while !shared.stop.load(Ordering::Acquire) {
-        let armed = !shared.armed().is_empty();
-        if let (Some(left), false) = (shared.app_polling_for(), armed) {
-            // The application polls and takes what arrives itself.
-            shared.sleeper.wait(left.min(MAX_SLEEP));
-            continue;
+        if shared.armed().is_empty() {
+            if shared.app_polls() {
+                // The application polls and takes what arrives itself, and serves the
+                // timers (a probe deadline its ACK made stale would wake this thread for
+                // nothing); the recheck timer it keeps ahead of it wakes this thread if it
+                // stops.
+                shared.sleeper.set_deadline(None);
+                work = shared.sleeper.wait();
+                continue;
+            }
+            if let (false, Some(left)) = (work, shared.app_active_for()) {
+                // A timer, while the application still calls in: its next poll serves
+                // the engine's timers, and if there is none, this thread looks again.
+                shared.sleeper.recheck_in(left);
+                work = shared.sleeper.wait();
+                continue;
+            }
         }
         let moved = {
             // Not `shared.lock()`: this loop comes back to pending work by itself.
@@ -55,29 +68,32 @@ pub(crate) fn engine_thread(shared: &Shared) {
                     true
                 }
             });
+            if moved == 0 {
+                // Under the lock: a post after this brings the deadline forward, not back.
+                // While the application calls in, its polls serve the timers (and its
+                // recheck timer wakes this thread if it stops).
+                let active = shared.app_active_for().is_some();
+                shared
+                    .sleeper
+                    .set_deadline(dev.next_timer_in().filter(|_| !active));
+            }
             moved
         };
-        if moved == 0 {
-            sleep_until_work(shared);
-        }
+        work = moved > 0 || sleep_until_work(shared);
     }
 }
 
-/// Sleeps until a packet arrives, work is posted or the next timer (at most `MAX_SLEEP`
-/// away) is due.
-fn sleep_until_work(shared: &Shared) {
+/// Sleeps until a packet arrives, work is posted that no other thread moves, or the
+/// deadline timer fires. True unless only a timer woke it.
+fn sleep_until_work(shared: &Shared) -> bool {
+    // Not while the application polls (it takes the packets): watched first, then looked,
+    // as the application does the other way round.
     shared.sleeper.set_watched(true);
-    // Announce the sleep before the last look for work, so a poster that misses the flag
-    // has posted early enough for this look to see it.
-    shared.asleep.store(true, Ordering::SeqCst);
-    if !shared.pending.load(Ordering::SeqCst) {
-        // Timers as they are once `asleep` is announced (a post since the last drive may
-        // have armed one).
-        let sleep = shared
-            .lock_raw()
-            .next_timer_in()
-            .map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP));
-        shared.sleeper.wait(sleep);
+    if shared.app_polls() {
+        shared.sleeper.set_watched(false);
     }
-    shared.asleep.store(false, Ordering::SeqCst);
+    // A post that found the device locked by this thread left `pending` set before this
+    // thread unlocked it; one after that drove the device itself.
+    std::sync::atomic::fence(Ordering::SeqCst);
+    shared.pending.load(Ordering::SeqCst) || shared.sleeper.wait()
 }

@@ -35,12 +35,12 @@ pub(crate) struct Shared {
     armed: Mutex<Vec<(u32, Arc<ChannelInner>)>>,
     /// Work was posted while another thread held `dev`: whoever holds it drives again.
     pub(crate) pending: AtomicBool,
-    /// When an application thread last drove the device (ns since `epoch`).
-    app_drove_at: AtomicU64,
+    /// When an application thread last polled a CQ and found nothing (ns since `epoch`).
+    app_polled_at: AtomicU64,
+    /// When the recheck timer fires (ns since `epoch`).
+    recheck_at: AtomicU64,
     /// The last CQ poll found nothing: the application will poll (and drive) again.
     app_polling: AtomicBool,
-    /// Whether the engine thread is asleep waiting for packets or the doorbell.
-    pub(crate) asleep: AtomicBool,
     /// The engine thread's OS thread id (0 until it runs).
     pub(crate) engine_tid: AtomicI32,
     epoch: Instant,
@@ -76,10 +76,12 @@ impl std::ops::DerefMut for DeviceGuard<'_> {
 
 impl Drop for DeviceGuard<'_> {
     fn drop(&mut self) {
-        if let Some(dev) = self.guard.as_mut() {
+        let next = self.guard.as_mut().and_then(|dev| {
             self.shared.collect_events(dev);
-        }
+            dev.next_timer_in()
+        });
         drop(self.guard.take());
+        self.shared.timer_armed(next);
         std::sync::atomic::fence(Ordering::SeqCst);
         self.shared.drive_pending();
     }
@@ -96,9 +98,9 @@ impl Shared {
             stop: AtomicBool::new(false),
             armed: Mutex::new(Vec::new()),
             pending: AtomicBool::new(false),
-            app_drove_at: AtomicU64::new(0),
+            app_polled_at: AtomicU64::new(0),
+            recheck_at: AtomicU64::new(0),
             app_polling: AtomicBool::new(false),
-            asleep: AtomicBool::new(false),
             engine_tid: AtomicI32::new(0),
             epoch: Instant::now(),
             events: Events::new()?,
@@ -123,20 +125,12 @@ impl Shared {
         self.sleeper.ring();
     }
 
-    /// Wakes the engine thread if it sleeps (it may need to re-arm its timer).
-    pub fn ring_if_asleep(&self) {
-        if self.asleep.load(Ordering::SeqCst) {
-            self.ring();
-        }
-    }
-
     fn now_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    /// Moves packets from the calling (application) thread, and notes that it does.
+    /// Moves packets from the calling (application) thread.
     pub fn drive(&self, dev: &mut Device) {
-        self.app_drove_at.store(self.now_ns(), Ordering::Relaxed);
         // A socket error here is the engine thread's to report; the packet is lost.
         let _ = dev.poll();
     }
@@ -150,15 +144,25 @@ impl Shared {
     }
 
     /// After posting: moves the new work from the calling thread if the device is free,
-    /// and otherwise leaves it to the thread that holds it, which drives once more (the
-    /// engine thread also answers doorbells). A posting thread never waits for the lock.
+    /// and otherwise leaves it to the thread that holds it, which drives once more. A
+    /// posting thread never waits for the lock, and does not wake the engine thread.
     pub fn kick(&self) {
         self.pending.store(true, Ordering::SeqCst);
-        // Pairs with the fence in `drive_pending`: either the holder sees `pending`
-        // after unlocking, or our try_lock sees the lock free.
+        // Pairs with the fence in `drive_pending` (and the engine thread's look at
+        // `pending` after it unlocks): either the holder sees `pending` after unlocking,
+        // or our try_lock sees the lock free.
         std::sync::atomic::fence(Ordering::SeqCst);
         self.drive_pending();
-        self.ring_if_asleep();
+    }
+
+    /// After an application thread let go of the device, whose next timer is `next`: the
+    /// engine thread's deadline comes forward if it was later, unless the application
+    /// calls in (its polls serve the timers; if it stops, the recheck timer wakes the
+    /// engine thread, which then sets its own deadline).
+    fn timer_armed(&self, next: Option<Duration>) {
+        if let (Some(next), None) = (next, self.app_active_for()) {
+            self.sleeper.pull_deadline(next);
+        }
     }
 
     /// Drives the device from this thread while work is pending and the lock is free.
@@ -171,7 +175,9 @@ impl Shared {
             self.drive(&mut dev);
             // A raw guard: `DeviceGuard`'s drop would do this.
             self.collect_events(&mut dev);
+            let next = dev.next_timer_in();
             drop(dev);
+            self.timer_armed(next);
             std::sync::atomic::fence(Ordering::SeqCst);
         }
     }
@@ -190,7 +196,7 @@ impl Shared {
         lock(&self.dev)
     }
 
-    fn try_lock_raw(&self) -> Option<MutexGuard<'_, Device>> {
+    pub(crate) fn try_lock_raw(&self) -> Option<MutexGuard<'_, Device>> {
         match self.dev.try_lock() {
             Ok(g) => Some(g),
             Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
@@ -199,29 +205,43 @@ impl Shared {
     }
 
     /// After a CQ poll that found `found` completions. An empty poll means the
-    /// application comes back for more (and drives the device meanwhile); one that finds
-    /// completions, that it may go and wait elsewhere (see `nic.rs`).
+    /// application comes back for more (and drives the device meanwhile): the socket is
+    /// left to it, and the recheck timer is kept `APP_ACTIVE_NS` ahead (one timer call per
+    /// half of that). One that finds completions, that it may go and wait elsewhere: the
+    /// engine thread watches the socket again (see `nic.rs`).
     pub fn polled(&self, found: usize) {
         if found == 0 {
+            let now = self.now_ns();
+            self.app_polled_at.store(now, Ordering::Relaxed);
             if !self.app_polling.load(Ordering::Relaxed) {
                 self.app_polling.store(true, Ordering::SeqCst);
-                let asleep = self.asleep.load(Ordering::SeqCst);
-                self.sleeper
-                    .app_polls(asleep, Duration::from_nanos(APP_ACTIVE_NS));
+                self.sleeper.set_watched(false);
+            }
+            if self.recheck_at.load(Ordering::Relaxed) < now + APP_ACTIVE_NS / 2 {
+                self.recheck_at
+                    .store(now + APP_ACTIVE_NS, Ordering::Relaxed);
+                self.sleeper.recheck_in(Duration::from_nanos(APP_ACTIVE_NS));
             }
         } else if self.app_polling.load(Ordering::Relaxed) {
             self.app_polling.store(false, Ordering::SeqCst);
-            self.sleeper.hand_off();
+            self.sleeper.set_watched(true);
         }
     }
 
-    /// How long the application is still taken to be busy-polling (None: it is not).
-    pub(crate) fn app_polling_for(&self) -> Option<Duration> {
-        if !self.app_polling.load(Ordering::SeqCst) {
-            return None;
-        }
-        let at = self.app_drove_at.load(Ordering::Relaxed);
-        let left = APP_ACTIVE_NS.checked_sub(self.now_ns().saturating_sub(at))?;
-        (left > 0).then(|| Duration::from_nanos(left))
+    /// Whether an application polls (and so drives the device): its last CQ poll found
+    /// nothing, less than `APP_ACTIVE_NS` ago.
+    pub(crate) fn app_polls(&self) -> bool {
+        self.app_polling.load(Ordering::SeqCst) && self.app_active_for().is_some()
+    }
+
+    /// How long an application that polled a CQ and found nothing is still taken to be
+    /// active (None: longer ago than `APP_ACTIVE_NS`): its next poll serves the engine's
+    /// timers.
+    pub(crate) fn app_active_for(&self) -> Option<Duration> {
+        let at = self.app_polled_at.load(Ordering::Relaxed);
+        (at + APP_ACTIVE_NS)
+            .checked_sub(self.now_ns())
+            .filter(|&left| left > 0)
+            .map(Duration::from_nanos)
     }
 }

@@ -1,6 +1,7 @@
 //! What the engine thread sleeps on (`nic.rs` says when): the doorbell posting threads
 //! ring, the device's socket while it is watched, and two timers.
 
+use crate::nic::MAX_SLEEP;
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll;
 use rustix::event::{eventfd, EventfdFlags};
@@ -10,7 +11,8 @@ use rustix::time::{
 };
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// What woke the engine thread (epoll's data).
 const DOORBELL: u64 = 0;
@@ -25,12 +27,16 @@ pub(crate) struct Sleeper {
     epoll: OwnedFd,
     doorbell: OwnedFd,
     deadline: OwnedFd,
+    /// When the deadline timer fires (ns since `epoch`; `u64::MAX`: not armed). A lock,
+    /// not an atomic: the timer must end up at the earliest instant anyone asked for.
+    deadline_at: Mutex<u64>,
     /// When the engine thread looks again whether the application still polls.
     recheck: OwnedFd,
     /// The device's socket (a duplicate: the device owns the original).
     sock: OwnedFd,
     /// Whether the socket is armed in `epoll` (it disarms itself when it fires).
     watched: AtomicBool,
+    epoch: Instant,
 }
 
 fn timer() -> std::io::Result<OwnedFd> {
@@ -46,16 +52,18 @@ fn clear(fd: &OwnedFd) {
     let _ = rustix::io::read(fd, &mut count);
 }
 
-/// Starts a one-shot timer.
-fn set_timer(timer: &OwnedFd, after: Duration) -> rustix::io::Result<()> {
+/// Starts a one-shot timer that fires `after` from now, or stops it (None).
+fn set_timer(timer: &OwnedFd, after: Option<Duration>) -> rustix::io::Result<()> {
     let zero = Timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // At least 1 ns: zero would stop the timer.
-    let it_value = Timespec::try_from(after.max(Duration::from_nanos(1))).unwrap_or(Timespec {
-        tv_sec: i64::MAX,
-        tv_nsec: 0,
+    // At least 1 ns: zero stops the timer.
+    let it_value = after.map_or(zero, |after| {
+        Timespec::try_from(after.max(Duration::from_nanos(1))).unwrap_or(Timespec {
+            tv_sec: i64::MAX,
+            tv_nsec: 0,
+        })
     });
     let spec = Itimerspec {
         it_interval: zero,
@@ -92,9 +100,11 @@ impl Sleeper {
             epoll,
             doorbell,
             deadline,
+            deadline_at: Mutex::new(u64::MAX),
             recheck,
             sock,
             watched: AtomicBool::new(true),
+            epoch: Instant::now(),
         })
     }
 
@@ -103,18 +113,9 @@ impl Sleeper {
         let _ = rustix::io::write(&self.doorbell, &1u64.to_ne_bytes());
     }
 
-    /// The application found completions and may stop polling: watch the socket.
-    pub fn hand_off(&self) {
-        self.set_watched(true);
-    }
-
-    /// The application polls (and so drives the device): stop watching the socket. If the
-    /// engine thread sleeps (`asleep`) it looks again after `window` at the latest.
-    pub fn app_polls(&self, asleep: bool, window: Duration) {
-        if asleep {
-            let _ = set_timer(&self.recheck, window);
-        }
-        self.set_watched(false);
+    /// Looks again whether the application polls `after` from now.
+    pub fn recheck_in(&self, after: Duration) {
+        let _ = set_timer(&self.recheck, Some(after));
     }
 
     /// Arms the socket (a packet waiting or arriving wakes the engine thread), or disarms it.
@@ -134,22 +135,75 @@ impl Sleeper {
         }
     }
 
-    /// Sleeps until something wakes the engine thread or `timeout` passes.
-    pub fn wait(&self, timeout: Duration) {
-        if set_timer(&self.deadline, timeout).is_err() {
-            // No timer: do not sleep past the deadline.
-            return;
+    /// Sets the deadline timer to the engine's next timer, `next` from now (None: none).
+    /// The engine thread calls it with the device locked, so a later post's
+    /// `pull_deadline` comes after it.
+    pub fn set_deadline(&self, next: Option<Duration>) {
+        let mut at = lock(&self.deadline_at);
+        let want = next.map_or(u64::MAX, |d| self.ns_from_now(d));
+        if want != *at {
+            self.arm_deadline(&mut at, want);
         }
+    }
+
+    /// Brings the deadline timer forward to `next` from now if it is due later (a post
+    /// armed a timer of the engine while its thread sleeps; it moves the deadline, not
+    /// the thread).
+    pub fn pull_deadline(&self, next: Duration) {
+        let want = self.ns_from_now(next);
+        let mut at = lock(&self.deadline_at);
+        if want < *at {
+            self.arm_deadline(&mut at, want);
+        }
+    }
+
+    fn ns_from_now(&self, d: Duration) -> u64 {
+        (self.epoch.elapsed() + d).as_nanos() as u64
+    }
+
+    fn arm_deadline(&self, at: &mut u64, want: u64) {
+        let after = (want != u64::MAX).then(|| {
+            Duration::from_nanos(want.saturating_sub(self.epoch.elapsed().as_nanos() as u64))
+        });
+        if set_timer(&self.deadline, after).is_ok() {
+            *at = want;
+        } else {
+            // No timer: wake at once so the deadline is not slept past.
+            *at = 0;
+            self.ring();
+        }
+    }
+
+    /// Sleeps until something wakes the engine thread, `MAX_SLEEP` at most (a stop request
+    /// is seen even if its doorbell is missed). True if a packet or the doorbell woke it,
+    /// false if only a timer did.
+    pub fn wait(&self) -> bool {
+        let mut work = false;
         let mut events: Vec<epoll::Event> = Vec::with_capacity(4);
-        let _ = epoll::wait(&self.epoll, spare_capacity(&mut events), None);
+        let max = Timespec::try_from(MAX_SLEEP).expect("MAX_SLEEP fits");
+        let _ = epoll::wait(&self.epoll, spare_capacity(&mut events), Some(&max));
         for e in &events {
             match e.data.u64() {
                 // One shot: the kernel disarmed it.
-                SOCKET => self.watched.store(false, Ordering::SeqCst),
-                DEADLINE => clear(&self.deadline),
+                SOCKET => {
+                    work = true;
+                    self.watched.store(false, Ordering::SeqCst);
+                }
+                DEADLINE => {
+                    *lock(&self.deadline_at) = u64::MAX;
+                    clear(&self.deadline);
+                }
                 RECHECK => clear(&self.recheck),
-                _ => clear(&self.doorbell),
+                _ => {
+                    work = true;
+                    clear(&self.doorbell);
+                }
             }
         }
+        work
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
