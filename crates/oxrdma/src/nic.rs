@@ -1,7 +1,7 @@
 //! The engine thread (the software NIC) and how it sleeps.
 //!
 //! It drives the device while packets move and otherwise sleeps (`sleeper.rs`) on a
-//! doorbell, its deadline timer, a recheck timer and the device's socket.
+//! doorbell, its deadline timer and the device's socket.
 //!
 //! An application that busy-polls a CQ drives the device itself, taking every packet that
 //! arrives and serving the timers, so meanwhile this thread sleeps: the socket is not
@@ -10,9 +10,10 @@
 //! memory without calling in (ib_write_lat does), and one-sided operations must progress
 //! without the target's CPU. So such a poll watches the socket again (one shot,
 //! `EPOLLONESHOT`), and the next empty poll stops watching it; a packet that slips in
-//! between wakes this thread, which leaves it to the application if it polls. An
-//! application that stops polling is noticed within `Shared`'s activity window: its polls
-//! keep the recheck timer that far ahead.
+//! between wakes this thread, which leaves it to the application if it polls. Meanwhile
+//! this thread looks every `RECHECK` whether the application still polls: one that stops
+//! without finding anything is noticed then (no timer is armed per poll: see
+//! `sleeper.rs` for what that costs).
 
 use crate::shared::Shared;
 use std::sync::atomic::Ordering;
@@ -20,6 +21,12 @@ use std::time::Duration;
 
 /// Longest sleep (so a stop request is seen even if the doorbell is missed).
 pub(crate) const MAX_SLEEP: Duration = Duration::from_millis(50);
+
+/// How often this thread looks whether a polling application still polls.
+const RECHECK: Duration = Duration::from_millis(1);
+
+/// How late this thread's sleep timeouts may end (ns).
+const TIMER_SLACK_NS: u64 = 4_000_000;
 
 /// The engine thread's loop: drive the device while packets move, otherwise sleep.
 ///
@@ -32,6 +39,10 @@ pub(crate) const MAX_SLEEP: Duration = Duration::from_millis(50);
 pub(crate) fn engine_thread(shared: &Shared) {
     let tid = rustix::thread::gettid().as_raw_nonzero().get();
     shared.engine_tid.store(tid, Ordering::Release);
+    // Sleep timeouts (`RECHECK`, `MAX_SLEEP`) may end up to this much late: a timeout due
+    // before the next scheduler tick would make the kernel reprogram the clock for it (see
+    // `sleeper.rs`); with the slack it rides on the tick. Deadlines use a timerfd, exact.
+    let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(TIMER_SLACK_NS));
     // Whether a packet or a post woke this thread (else a timer did).
     let mut work = true;
     while !shared.stop.load(Ordering::Acquire) {
@@ -39,17 +50,15 @@ pub(crate) fn engine_thread(shared: &Shared) {
             if shared.app_polls() {
                 // The application polls and takes what arrives itself, and serves the
                 // timers (a probe deadline its ACK made stale would wake this thread for
-                // nothing); the recheck timer it keeps ahead of it wakes this thread if it
-                // stops.
+                // nothing).
                 shared.sleeper.set_deadline(None);
-                work = shared.sleeper.wait();
+                work = shared.sleeper.wait(RECHECK);
                 continue;
             }
             if let (false, Some(left)) = (work, shared.app_active_for()) {
                 // A timer, while the application still calls in: its next poll serves
                 // the engine's timers, and if there is none, this thread looks again.
-                shared.sleeper.recheck_in(left);
-                work = shared.sleeper.wait();
+                work = shared.sleeper.wait(left);
                 continue;
             }
         }
@@ -70,8 +79,8 @@ pub(crate) fn engine_thread(shared: &Shared) {
             });
             if moved == 0 {
                 // Under the lock: a post after this brings the deadline forward, not back.
-                // While the application calls in, its polls serve the timers (and its
-                // recheck timer wakes this thread if it stops).
+                // While the application calls in, its polls serve the timers (and this
+                // thread looks again within `RECHECK` if it stops).
                 let active = shared.app_active_for().is_some();
                 shared
                     .sleeper
@@ -95,5 +104,5 @@ fn sleep_until_work(shared: &Shared) -> bool {
     // A post that found the device locked by this thread left `pending` set before this
     // thread unlocked it; one after that drove the device itself.
     std::sync::atomic::fence(Ordering::SeqCst);
-    shared.pending.load(Ordering::SeqCst) || shared.sleeper.wait()
+    shared.pending.load(Ordering::SeqCst) || shared.sleeper.wait(MAX_SLEEP)
 }

@@ -37,8 +37,6 @@ pub(crate) struct Shared {
     pub(crate) pending: AtomicBool,
     /// When an application thread last polled a CQ and found nothing (ns since `epoch`).
     app_polled_at: AtomicU64,
-    /// When the recheck timer fires (ns since `epoch`).
-    recheck_at: AtomicU64,
     /// The last CQ poll found nothing: the application will poll (and drive) again.
     app_polling: AtomicBool,
     /// The engine thread's OS thread id (0 until it runs).
@@ -99,7 +97,6 @@ impl Shared {
             armed: Mutex::new(Vec::new()),
             pending: AtomicBool::new(false),
             app_polled_at: AtomicU64::new(0),
-            recheck_at: AtomicU64::new(0),
             app_polling: AtomicBool::new(false),
             engine_tid: AtomicI32::new(0),
             epoch: Instant::now(),
@@ -157,8 +154,8 @@ impl Shared {
 
     /// After an application thread let go of the device, whose next timer is `next`: the
     /// engine thread's deadline comes forward if it was later, unless the application
-    /// calls in (its polls serve the timers; if it stops, the recheck timer wakes the
-    /// engine thread, which then sets its own deadline).
+    /// calls in (its polls serve the timers; if it stops, the engine thread notices within
+    /// `nic::RECHECK` and sets its own deadline).
     fn timer_armed(&self, next: Option<Duration>) {
         if let (Some(next), None) = (next, self.app_active_for()) {
             self.sleeper.pull_deadline(next);
@@ -196,7 +193,7 @@ impl Shared {
         lock(&self.dev)
     }
 
-    pub(crate) fn try_lock_raw(&self) -> Option<MutexGuard<'_, Device>> {
+    fn try_lock_raw(&self) -> Option<MutexGuard<'_, Device>> {
         match self.dev.try_lock() {
             Ok(g) => Some(g),
             Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
@@ -206,9 +203,9 @@ impl Shared {
 
     /// After a CQ poll that found `found` completions. An empty poll means the
     /// application comes back for more (and drives the device meanwhile): the socket is
-    /// left to it, and the recheck timer is kept `APP_ACTIVE_NS` ahead (one timer call per
-    /// half of that). One that finds completions, that it may go and wait elsewhere: the
-    /// engine thread watches the socket again (see `nic.rs`).
+    /// left to it. One that finds completions, that it may go and wait elsewhere: the
+    /// engine thread watches the socket again (see `nic.rs`). A clock read, and no timer
+    /// armed: arming one per poll cost more than the poll (`sleeper.rs`).
     pub fn polled(&self, found: usize) {
         if found == 0 {
             let now = self.now_ns();
@@ -216,11 +213,6 @@ impl Shared {
             if !self.app_polling.load(Ordering::Relaxed) {
                 self.app_polling.store(true, Ordering::SeqCst);
                 self.sleeper.set_watched(false);
-            }
-            if self.recheck_at.load(Ordering::Relaxed) < now + APP_ACTIVE_NS / 2 {
-                self.recheck_at
-                    .store(now + APP_ACTIVE_NS, Ordering::Relaxed);
-                self.sleeper.recheck_in(Duration::from_nanos(APP_ACTIVE_NS));
             }
         } else if self.app_polling.load(Ordering::Relaxed) {
             self.app_polling.store(false, Ordering::SeqCst);
