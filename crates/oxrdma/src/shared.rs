@@ -76,7 +76,7 @@ impl Drop for DeviceGuard<'_> {
     fn drop(&mut self) {
         let next = self.guard.as_mut().and_then(|dev| {
             self.shared.collect_events(dev);
-            dev.next_timer_in()
+            self.shared.timer_to_pull(dev)
         });
         drop(self.guard.take());
         self.shared.timer_armed(next);
@@ -157,9 +157,19 @@ impl Shared {
     /// calls in (its polls serve the timers; if it stops, the engine thread notices within
     /// `nic::RECHECK` and sets its own deadline).
     fn timer_armed(&self, next: Option<Duration>) {
+        // (`timer_to_pull` already said None if the last poll found nothing.)
         if let (Some(next), None) = (next, self.app_active_for()) {
             self.sleeper.pull_deadline(next);
         }
+    }
+
+    /// The engine's next timer, for `timer_armed`; not looked up while the application
+    /// busy-polls (every empty poll comes here).
+    fn timer_to_pull(&self, dev: &Device) -> Option<Duration> {
+        if self.app_polling.load(Ordering::Relaxed) {
+            return None;
+        }
+        dev.next_timer_in()
     }
 
     /// Drives the device from this thread while work is pending and the lock is free.
@@ -172,7 +182,7 @@ impl Shared {
             self.drive(&mut dev);
             // A raw guard: `DeviceGuard`'s drop would do this.
             self.collect_events(&mut dev);
-            let next = dev.next_timer_in();
+            let next = self.timer_to_pull(&dev);
             drop(dev);
             self.timer_armed(next);
             std::sync::atomic::fence(Ordering::SeqCst);
