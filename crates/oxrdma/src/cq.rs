@@ -6,6 +6,14 @@ use crate::error::Result;
 use oxrdma_core::WorkCompletion;
 use std::sync::Arc;
 
+/// An empty poll that finds another thread driving yields the CPU once in this many.
+const YIELD_EVERY: u32 = 32;
+
+thread_local! {
+    /// Empty polls this thread made while another thread drove.
+    static BUSY: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 #[derive(Debug)]
 pub struct CompletionQueue {
     pub(crate) ctx: Context,
@@ -53,8 +61,14 @@ impl CompletionQueue {
                     n += 1;
                 }
             } else {
-                // Let the thread that drives run (cores may be fewer than threads).
-                std::thread::yield_now();
+                // Another thread drives. A drive takes microseconds: poll again at once,
+                // but let that thread run now and then in case it shares this core.
+                BUSY.with(|b| {
+                    b.set(b.get().wrapping_add(1));
+                    if b.get() % YIELD_EVERY == 0 {
+                        std::thread::yield_now();
+                    }
+                });
             }
         }
         self.ctx.shared().polled(n);

@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 /// done (on a quiet network they are lost, not late).
 const LOSS_WAIT: Duration = Duration::from_millis(200);
 
+/// Empty polls between two looks at the clock in the client's loop.
+const CLOCK_EVERY: u32 = 64;
+
 /// perftest's cq_mod: one signaled WR in 100 (capped to the depth), every one for
 /// messages over 8 KiB. Posting as perftest does makes `oxrdma perf` and perftest on the
 /// C library the same test (before, one WR in 64 was signaled whatever the size).
@@ -80,9 +83,11 @@ pub fn client(side: &mut Side, args: &PerfArgs, size: usize) -> anyhow::Result<B
     let start = Instant::now();
     let mut last = start;
     let mut stopping = false;
+    let mut empty = 0u32;
     loop {
         if let (Some(d), false) = (timed, stopping) {
-            if start.elapsed() >= d {
+            // The clock once in CLOCK_EVERY empty polls (it was 5 % of the client's CPU).
+            if empty % CLOCK_EVERY == 0 && start.elapsed() >= d {
                 // One last (signaled) WR per QP, so every QP's tail is seen to complete.
                 stopping = true;
                 for i in 0..q {
@@ -108,6 +113,12 @@ pub fn client(side: &mut Side, args: &PerfArgs, size: usize) -> anyhow::Result<B
         for w in &wcs {
             let i = side.qp_index(w)?;
             done[i] = w.wr_id + 1;
+        }
+        if wcs.is_empty() {
+            empty = empty.wrapping_add(1);
+            if empty % CLOCK_EVERY != 0 {
+                continue;
+            }
         }
         let now = Instant::now();
         if !wcs.is_empty() {
