@@ -21,6 +21,8 @@ pub struct TxBatch {
     buf: Vec<u8>,
     pub len: [usize; BATCH],
     pub dest: [Option<SocketAddr>; BATCH],
+    /// The UDP source port each packet asks for (0: the port's own).
+    pub src: [u16; BATCH],
     pub count: usize,
 }
 
@@ -30,6 +32,7 @@ impl Default for TxBatch {
             buf: vec![0; BATCH * MAX_PACKET],
             len: [0; BATCH],
             dest: [None; BATCH],
+            src: [0; BATCH],
             count: 0,
         }
     }
@@ -46,8 +49,12 @@ impl TxBatch {
     }
     /// Takes the packet just written into the next slot.
     pub fn push(&mut self, dest: SocketAddr, len: usize) {
+        self.push_from(dest, 0, len);
+    }
+    /// Takes the packet just written into the next slot, to leave from UDP port `src`.
+    pub fn push_from(&mut self, dest: SocketAddr, src: u16, len: usize) {
         let i = self.count;
-        (self.len[i], self.dest[i]) = (len, Some(dest));
+        (self.len[i], self.dest[i], self.src[i]) = (len, Some(dest), src);
         self.count += 1;
     }
     /// Packet `i`, mutable (the port fills in its ICRC).
@@ -63,18 +70,26 @@ impl TxBatch {
         &self.dest[..self.count]
     }
 
-    /// Sends `runs` (each a range of slots going to one peer, see [`crate::gso::runs`])
-    /// with one `sendmmsg`, a run of more than one packet as one message the kernel cuts
-    /// into them (`UDP_SEGMENT`); returns how many runs the kernel took (at least one
-    /// unless it returned an error).
-    pub fn send(&self, socket: &UdpSocket, runs: &[Range<usize>]) -> io::Result<usize> {
+    /// Sends `runs` with one `sendmmsg`: each a range of positions in `order` (which
+    /// lists slots; see [`crate::gso::runs`]) going to one peer, a run of more than one
+    /// packet as one message the kernel cuts into them (`UDP_SEGMENT`); returns how many
+    /// runs the kernel took (at least one unless it returned an error).
+    pub fn send(
+        &self,
+        socket: &UdpSocket,
+        order: &[usize],
+        runs: &[Range<usize>],
+    ) -> io::Result<usize> {
         use std::os::fd::AsRawFd;
         let n = runs.len().min(BATCH);
         let base = self.buf.as_ptr();
-        // One iovec per slot: a run's message gathers its slots' packets back to back.
-        let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|i| libc::iovec {
-            iov_base: base.wrapping_add(i * MAX_PACKET).cast_mut().cast(),
-            iov_len: self.len[i],
+        // One iovec per position: a run's message gathers its slots' packets back to back.
+        let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|p| {
+            let i = order.get(p).copied().unwrap_or(p);
+            libc::iovec {
+                iov_base: base.wrapping_add(i * MAX_PACKET).cast_mut().cast(),
+                iov_len: if p < order.len() { self.len[i] } else { 0 },
+            }
         });
         // Only the `n` entries sent are written: zeroing all BATCH of them (7.5 KiB) cost
         // more than the rest of a small send.
@@ -83,10 +98,10 @@ impl TxBatch {
         let mut controls = [const { MaybeUninit::<Segment>::uninit() }; BATCH];
         let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; BATCH];
         for (k, r) in runs.iter().take(n).enumerate() {
-            let dest = self.dest[r.start].expect("pushed slots have a destination");
+            let dest = self.dest[order[r.start]].expect("pushed slots have a destination");
             let (name, namelen) = names[k].write(sockaddr_of(dest));
             let (control, controllen) = if r.len() > 1 {
-                let c = controls[k].write(Segment::new(self.len[r.start]));
+                let c = controls[k].write(Segment::new(self.len[order[r.start]]));
                 (std::ptr::from_mut(c).cast(), std::mem::size_of::<Segment>())
             } else {
                 (std::ptr::null_mut(), 0)

@@ -75,8 +75,8 @@ impl Device {
                     let Some(t) = self.engine.poll_transmit(now, self.tx.next_slot()) else {
                         break;
                     };
-                    self.tx
-                        .push(SocketAddr::new(t.dest.ip(), ROCE_V2_PORT), t.len);
+                    let dest = SocketAddr::new(t.dest.ip(), ROCE_V2_PORT);
+                    self.tx.push_from(dest, t.src_port, t.len);
                 }
                 let n = self.tx.count;
                 if n == 0 {

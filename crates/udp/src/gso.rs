@@ -9,7 +9,6 @@
 //! not connected sends ID 0 alone and 0..n for n segments, per message). The ICRC covers
 //! the ID, so each segment's is computed with its index in the message. IPv6 has no ID.
 
-use std::net::SocketAddr;
 use std::ops::Range;
 
 /// The most segments Linux takes in one message (`UDP_MAX_SEGMENTS`).
@@ -24,24 +23,25 @@ pub fn ipv4_id(k: usize) -> u16 {
 }
 
 /// Splits packets `from..lens.len()` into runs that may each go as one message: the
-/// same destination, the same length but for a shorter last one, at most
-/// [`MAX_SEGMENTS`] and [`MAX_BYTES`]. Without `gso` every packet is its own run.
-pub fn runs(
+/// same destination (`dests`: where a packet goes, and from which source port), the same
+/// length but for a shorter last one, at most [`MAX_SEGMENTS`] and [`MAX_BYTES`]. Without
+/// `gso` every packet is its own run.
+pub fn runs<D: PartialEq>(
     lens: &[usize],
-    dests: &[Option<SocketAddr>],
+    dests: &[D],
     from: usize,
     gso: bool,
 ) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut i = from;
     while i < lens.len() {
-        let (seg, dest) = (lens[i], dests[i]);
+        let (seg, dest) = (lens[i], &dests[i]);
         let mut end = i + 1;
         let mut bytes = seg;
         while gso
             && end < lens.len()
             && end - i < MAX_SEGMENTS
-            && dests[end] == dest
+            && dests[end] == *dest
             && (lens[end] == seg || (lens[end] < seg && !starts_run(lens, dests, end)))
             && bytes + lens[end] <= MAX_BYTES
         {
@@ -59,13 +59,14 @@ pub fn runs(
 
 /// Whether packet `i` is the first of several of its length to one peer: then it is
 /// better the head of its own run than the shorter tail of the one before.
-fn starts_run(lens: &[usize], dests: &[Option<SocketAddr>], i: usize) -> bool {
+fn starts_run<D: PartialEq>(lens: &[usize], dests: &[D], i: usize) -> bool {
     i + 1 < lens.len() && lens[i + 1] == lens[i] && dests[i + 1] == dests[i]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
 
     fn addr(n: u8) -> Option<SocketAddr> {
         Some(SocketAddr::from(([127, 0, 0, n], 4791)))

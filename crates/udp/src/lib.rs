@@ -9,8 +9,10 @@ pub mod gso;
 mod kernel;
 pub mod mtu;
 pub mod port;
+mod sport;
 
 pub use device::Device;
 pub use drops::RxDropReport;
 pub use kernel::KernelUdpDrops;
 pub use port::{BindError, PortStats, UdpPort};
+pub use sport::SOURCE_PORTS;

@@ -10,6 +10,7 @@
 
 use crate::batch::{RxBatch, TxBatch};
 use crate::gso;
+use crate::sport::SourcePorts;
 use oxrdma_core::Gid;
 use oxrdma_wire::{icrc, icrc_id, ROCE_V2_PORT};
 use rustix::net::sockopt;
@@ -38,6 +39,9 @@ pub struct PortStats {
     pub rx_bad_source: u64,
     /// ICMP errors reported for earlier sends (port or host unreachable).
     pub icmp_errors: u64,
+    /// Source-port sockets (`crate::SOURCE_PORTS`) that could not be bound: their QPs'
+    /// packets left from 4791.
+    pub source_ports_refused: u64,
 }
 
 /// Linux's `UDP_NO_CHECK6_RX` (linux/udp.h), which the libc crate lacks.
@@ -69,6 +73,17 @@ fn set_udp_option(socket: &UdpSocket, name: libc::c_int, value: libc::c_int) -> 
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Readies a socket to send RoCEv2 packets as the kernel must send them for our ICRC to
+/// hold (IPv4: DF set, and so Identification 0 on Linux), with room for bursts, and
+/// non-blocking.
+fn ready_to_send(socket: &UdpSocket) -> io::Result<()> {
+    if socket.local_addr()?.is_ipv4() {
+        sockopt::set_ip_mtu_discover(socket, sockopt::Ipv4PathMtuDiscovery::DO)?;
+    }
+    let _ = sockopt::set_socket_send_buffer_size(socket, 4 << 20);
+    socket.set_nonblocking(true)
 }
 
 /// Whether `OXRDMA_UDP_OFFLOAD` leaves segmentation offload on (anything but `0`).
@@ -124,6 +139,8 @@ pub struct UdpPort {
     gro: bool,
     /// Solves received IPv4 packets' Identification, remembering per length.
     ids: icrc_id::IdVerifier,
+    /// The sockets packets leave from when their QP asks for its own source port.
+    sports: SourcePorts,
 }
 
 impl std::fmt::Debug for UdpPort {
@@ -150,11 +167,8 @@ impl UdpPort {
         })?;
         let io_err = |source| BindError::Io { addr, source };
         let local = socket.local_addr().map_err(io_err)?;
-        if local.is_ipv4() {
-            // DF set and (on Linux) IP ID 0, so our ICRC matches what the kernel sends.
-            sockopt::set_ip_mtu_discover(&socket, sockopt::Ipv4PathMtuDiscovery::DO)
-                .map_err(|e| io_err(e.into()))?;
-        } else {
+        ready_to_send(&socket).map_err(io_err)?;
+        if local.is_ipv6() {
             accept_zero_udp_checksums(&socket).map_err(io_err)?;
         }
         // Bursts of MTU packets: give the kernel room. It caps SO_RCVBUF at rmem_max (4 MiB
@@ -163,8 +177,6 @@ impl UdpPort {
         if sockopt::set_socket_recv_buffer_size_force(&socket, RCVBUF_WANTED).is_err() {
             let _ = sockopt::set_socket_recv_buffer_size(&socket, 4 << 20);
         }
-        let _ = sockopt::set_socket_send_buffer_size(&socket, 4 << 20);
-        socket.set_nonblocking(true).map_err(io_err)?;
         let gso = offload_wanted() && gso_offered(&socket);
         let gro = offload_wanted() && set_udp_option(&socket, libc::UDP_GRO, 1).is_ok();
         Ok(UdpPort {
@@ -175,6 +187,7 @@ impl UdpPort {
             gso,
             gro,
             ids: icrc_id::IdVerifier::default(),
+            sports: SourcePorts::new(local.ip()),
         })
     }
 
@@ -259,13 +272,21 @@ impl UdpPort {
 
     /// Fills in the ICRC of a packet about to go to `dst` alone (and captures it).
     pub fn seal(&mut self, dst: SocketAddr, packet: &mut [u8]) -> io::Result<()> {
-        self.seal_as(dst, packet, 0)
+        self.seal_as(self.local.port(), dst, packet, 0)
     }
 
-    /// Fills in the ICRC of a packet that leaves with IPv4 Identification `id`.
-    fn seal_as(&mut self, dst: SocketAddr, packet: &mut [u8], id: u16) -> io::Result<()> {
+    /// Fills in the ICRC of a packet that leaves from UDP port `sport` with IPv4
+    /// Identification `id` (the ICRC covers the UDP header's source port).
+    fn seal_as(
+        &mut self,
+        sport: u16,
+        dst: SocketAddr,
+        packet: &mut [u8],
+        id: u16,
+    ) -> io::Result<()> {
+        let src = SocketAddr::new(self.local.ip(), sport);
         let (h, n) = self
-            .headers(self.local, dst, packet.len(), id)
+            .headers(src, dst, packet.len(), id)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "IPv4/IPv6 mismatch"))?;
         icrc::fill(&h[..n], packet).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         if let Some(c) = &mut self.capture {
@@ -275,14 +296,32 @@ impl UdpPort {
     }
 
     /// Seals and sends every packet of `batch`, runs to one peer as single GSO messages,
-    /// in as few system calls as the kernel allows. A full socket buffer drops the rest
-    /// (lost packets, which the transport recovers).
+    /// in as few system calls as the kernel allows, each packet from the source port its
+    /// QP's port picks in the pool (`sport.rs`; packets are grouped by socket, each QP's
+    /// in their order). A full socket buffer drops the rest (lost packets, which the
+    /// transport recovers).
     pub fn send_batch(&mut self, batch: &mut TxBatch) -> io::Result<()> {
-        let mut runs = gso::runs(batch.lens(), batch.dests(), 0, self.gso);
-        self.seal_runs(batch, &runs)?;
+        let from: Vec<u16> = (0..batch.count)
+            .map(|i| self.source_port(batch.src[i]))
+            .collect();
+        // A stable sort: the packets of one QP (one socket) keep their order.
+        let mut order: Vec<usize> = (0..batch.count).collect();
+        order.sort_by_key(|&i| from[i]);
+        let lens: Vec<usize> = order.iter().map(|&i| batch.len[i]).collect();
+        let flows: Vec<_> = order.iter().map(|&i| (batch.dest[i], from[i])).collect();
+        let mut runs = gso::runs(&lens, &flows, 0, self.gso);
+        self.seal_runs(batch, &order, &from, &runs)?;
         let mut at = 0;
         while at < runs.len() {
-            match batch.send(&self.socket, &runs[at..]) {
+            // The runs that leave from one port go in one system call.
+            let sport = from[order[runs[at].start]];
+            let end = at
+                + runs[at..]
+                    .iter()
+                    .take_while(|r| from[order[r.start]] == sport)
+                    .count();
+            let sent = batch.send(self.socket_from(sport), &order, &runs[at..end]);
+            match sent {
                 Ok(n) => {
                     let n = n.max(1);
                     self.stats.tx += runs[at..at + n].iter().map(|r| r.len() as u64).sum::<u64>();
@@ -298,8 +337,8 @@ impl UdpPort {
                 // rest one packet per message from now on.
                 Err(e) if self.gso && runs[at].len() > 1 && gso_refused(&e) => {
                     self.gso = false;
-                    runs = gso::runs(batch.lens(), batch.dests(), runs[at].start, false);
-                    self.seal_runs(batch, &runs)?;
+                    runs = gso::runs(&lens, &flows, runs[at].start, false);
+                    self.seal_runs(batch, &order, &from, &runs)?;
                     at = 0;
                 }
                 Err(e) => return Err(e),
@@ -309,16 +348,38 @@ impl UdpPort {
         Ok(())
     }
 
-    /// Seals every packet of `runs`, each with the IPv4 ID its place in its run gives it.
+    /// The UDP source port a packet whose QP asks for `want` leaves from: its pool
+    /// socket's, or this port's own (0 asks for that, as does a pool socket that could
+    /// not be bound).
+    fn source_port(&mut self, want: u16) -> u16 {
+        let own = self.local.port();
+        if want == 0 {
+            return own;
+        }
+        let port = self.sports.port_for(want, ready_to_send);
+        self.stats.source_ports_refused = self.sports.refused;
+        port.unwrap_or(own)
+    }
+
+    /// The socket bound to `sport` (one `source_port` returned).
+    fn socket_from(&self, sport: u16) -> &UdpSocket {
+        self.sports.socket(sport).unwrap_or(&self.socket)
+    }
+
+    /// Seals every packet of `runs` (positions in `order`), each with its source port and
+    /// the IPv4 ID its place in its run gives it.
     fn seal_runs(
         &mut self,
         batch: &mut TxBatch,
+        order: &[usize],
+        from: &[u16],
         runs: &[std::ops::Range<usize>],
     ) -> io::Result<()> {
         for r in runs {
-            for (k, i) in r.clone().enumerate() {
+            for (k, p) in r.clone().enumerate() {
+                let i = order[p];
                 let dst = batch.dest[i].expect("pushed slots have a destination");
-                self.seal_as(dst, batch.packet_mut(i), gso::ipv4_id(k))?;
+                self.seal_as(from[i], dst, batch.packet_mut(i), gso::ipv4_id(k))?;
             }
         }
         Ok(())
