@@ -873,3 +873,48 @@ fn sqd_drains_what_started_then_raises_sq_drained_once() {
     );
     assert_eq!(drained(&mut p), 0);
 }
+
+#[test]
+fn busy_qps_take_turns_in_bursts_of_sixteen_packets() {
+    // Two QPs of node a, each with two 32-packet WRITEs queued: the engine sends 16
+    // packets of one, then 16 of the other (the driver hands each burst to the kernel as
+    // one GSO message), not one packet each in turn.
+    let o = PairOptions::default();
+    let mut p = Pair::new(&o);
+    let gb = oxrdma_core::Gid::from(p.world.nodes[1].ip);
+    let e = &mut p.world.nodes[0].engine;
+    let init = oxrdma_core::QpInitAttr {
+        qp_type: o.qp_type,
+        send_cq: p.a.cq,
+        recv_cq: p.a.cq,
+        cap: o.cap,
+        sq_sig_all: false,
+        srq: None,
+    };
+    let second = e.create_qp(p.a.pd, &init).expect("qp");
+    for attr in oxrdma_sim::pair::connect_attrs(&o, gb, p.b.qpn, 1, 1) {
+        e.modify_qp(second, &attr).expect("modify");
+    }
+    let len = 32 * 1024; // 32 packets at the pair's 1024-byte MTU
+    for (i, qpn) in [(0, p.a.qpn), (2, second)] {
+        for k in 0..2 {
+            let wr = write(i + k, p.a.sge(0, len), p.b.addr(0), p.b.mr.rkey);
+            e.post_send(qpn, wr).expect("post");
+        }
+    }
+    let mut buf = vec![0u8; oxrdma_core::MAX_PACKET];
+    let mut ports = Vec::new();
+    while let Some(t) = e.poll_transmit(0, &mut buf) {
+        ports.push(t.src_port);
+    }
+    let mut bursts: Vec<usize> = Vec::new();
+    for (i, port) in ports.iter().enumerate() {
+        if i > 0 && ports[i - 1] == *port {
+            *bursts.last_mut().unwrap() += 1;
+        } else {
+            bursts.push(1);
+        }
+    }
+    assert_eq!(ports.len(), 128, "every packet of the four WRITEs");
+    assert_eq!(bursts, vec![16; 8], "turns of 16 packets, QP by QP");
+}
