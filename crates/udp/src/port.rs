@@ -8,7 +8,7 @@
 //! IPv4 packets are checked with the ID solved from the ICRC (see
 //! `oxrdma_wire::icrc_id`): a packet passes only if some ID makes its ICRC right.
 
-use crate::batch::{RxBatch, TxBatch};
+use crate::batch::{RxBatch, TxBatch, BATCH};
 use crate::gso;
 use crate::sport::SourcePorts;
 use oxrdma_core::Gid;
@@ -301,16 +301,27 @@ impl UdpPort {
     /// in their order). A full socket buffer drops the rest (lost packets, which the
     /// transport recovers).
     pub fn send_batch(&mut self, batch: &mut TxBatch) -> io::Result<()> {
-        let from: Vec<u16> = (0..batch.count)
-            .map(|i| self.source_port(batch.src[i]))
-            .collect();
+        // On the stack: this runs for every message a ping-pong sends.
+        let n = batch.count;
+        let mut from = [0u16; BATCH];
+        for (f, &src) in from.iter_mut().zip(&batch.src[..n]) {
+            *f = self.source_port(src);
+        }
+        let from = &from[..n];
+        let mut order: [usize; BATCH] = std::array::from_fn(|i| i);
+        let order = &mut order[..n];
         // A stable sort: the packets of one QP (one socket) keep their order.
-        let mut order: Vec<usize> = (0..batch.count).collect();
-        order.sort_by_key(|&i| from[i]);
-        let lens: Vec<usize> = order.iter().map(|&i| batch.len[i]).collect();
-        let flows: Vec<_> = order.iter().map(|&i| (batch.dest[i], from[i])).collect();
-        let mut runs = gso::runs(&lens, &flows, 0, self.gso);
-        self.seal_runs(batch, &order, &from, &runs)?;
+        if from.windows(2).any(|w| w[0] != w[1]) {
+            order.sort_by_key(|&i| from[i]);
+        }
+        let order = &*order;
+        let lens: [usize; BATCH] =
+            std::array::from_fn(|p| order.get(p).map_or(0, |&i| batch.len[i]));
+        let flows: [_; BATCH] =
+            std::array::from_fn(|p| order.get(p).map(|&i| (batch.dest[i], from[i])));
+        let (lens, flows) = (&lens[..n], &flows[..n]);
+        let mut runs = gso::runs(lens, flows, 0, self.gso);
+        self.seal_runs(batch, order, from, &runs)?;
         let mut at = 0;
         while at < runs.len() {
             // The runs that leave from one port go in one system call.
@@ -320,7 +331,7 @@ impl UdpPort {
                     .iter()
                     .take_while(|r| from[order[r.start]] == sport)
                     .count();
-            let sent = batch.send(self.socket_from(sport), &order, &runs[at..end]);
+            let sent = batch.send(self.socket_from(sport), order, &runs[at..end]);
             match sent {
                 Ok(n) => {
                     let n = n.max(1);
@@ -337,8 +348,8 @@ impl UdpPort {
                 // rest one packet per message from now on.
                 Err(e) if self.gso && runs[at].len() > 1 && gso_refused(&e) => {
                     self.gso = false;
-                    runs = gso::runs(&lens, &flows, runs[at].start, false);
-                    self.seal_runs(batch, &order, &from, &runs)?;
+                    runs = gso::runs(lens, flows, runs[at].start, false);
+                    self.seal_runs(batch, order, from, &runs)?;
                     at = 0;
                 }
                 Err(e) => return Err(e),
