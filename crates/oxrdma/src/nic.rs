@@ -16,11 +16,9 @@
 //! `sleeper.rs` for what that costs).
 
 use crate::shared::Shared;
+use crate::sleeper::MAX_SLEEP;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-/// Longest sleep (so a stop request is seen even if the doorbell is missed).
-pub(crate) const MAX_SLEEP: Duration = Duration::from_millis(50);
 
 /// How often this thread looks whether a polling application still polls.
 const RECHECK: Duration = Duration::from_millis(1);

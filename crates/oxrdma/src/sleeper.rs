@@ -1,7 +1,6 @@
 //! What the engine thread sleeps on (`nic.rs` says when): the doorbell posting threads
 //! ring, the device's socket while it is watched, and two timers.
 
-use crate::nic::MAX_SLEEP;
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll;
 use rustix::event::{eventfd, EventfdFlags};
@@ -13,6 +12,9 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// Longest sleep (so a stop request is seen even if the doorbell is missed).
+pub(crate) const MAX_SLEEP: Duration = Duration::from_millis(50);
 
 /// What woke the engine thread (epoll's data).
 const DOORBELL: u64 = 0;
