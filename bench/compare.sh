@@ -3,7 +3,9 @@
 # measured in the same run, rounds interleaved, medians and ratios printed:
 #   - 64 KiB WRITE bandwidth   vs  iperf3 single-stream TCP (127.0.0.1)
 #   - 8 B WRITE half round trip vs  sockperf UDP ping-pong (p50 one-way), spinning both ends
-#     (and blocking both ends: the wake-up a passive WRITE target costs)
+#     (and blocking both ends: the wake-up a passive WRITE target costs); and 8 B SEND
+#     half round trip with both ends polling their CQ (perf send-lat: nobody sleeps, as
+#     spinning sockperf), next to spinning sockperf
 #   - the raw UDP ceilings on loopback (bench/udp_ceiling.c): 4128-byte datagrams (a 4 KiB
 #     RoCE packet) 15 per send with GSO/GRO, and 64-byte datagrams 32 per sendmmsg, next to
 #     oxrdma's 64 KiB WRITE bandwidth and 8 B WRITE message rate
@@ -74,7 +76,7 @@ ox2() {
   wait "$spid" 2>/dev/null || true
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-tcp=(); udp=(); udpb=(); bw=(); rbw=(); sbw=(); lat=(); lat0=(); bw2=(); cpuc=(); cpus=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
+tcp=(); udp=(); udpb=(); bw=(); rbw=(); sbw=(); lat=(); slat=(); lat0=(); bw2=(); cpuc=(); cpus=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
 for r in $(seq "$REPS"); do
   p=$(( 20000 + RANDOM % 9000 ))
   iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null 2>&1 & pids+=($!)
@@ -103,6 +105,7 @@ for r in $(seq "$REPS"); do
   rbw+=("$($ox perf read-bw --loopback -s 65536 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
   sbw+=("$($ox perf send-bw --loopback -s 65536 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
   lat+=("$($ox perf write-lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
+  slat+=("$($ox perf send-lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
   # perftest sends nothing inline on this library (its device table does not know it): the
   # same test for oxrdma perf is -I 0.
   lat0+=("$(ox2 write-lat -s 8 -I 0 -n 20000 | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
@@ -142,6 +145,8 @@ printf '%-44s %10.3f us\n' "sockperf UDP ping-pong p50 one-way, spinning" "$U"
 UB=$(printf '%s\n' "${udpb[@]}" | median)
 printf '%-44s %10.3f us\n' "sockperf UDP ping-pong p50 one-way, blocking" "$UB"
 printf '%-44s %10.3f us     ratio %.3f (target <= 1.2), %.3f to blocking\n' "oxrdma 8 B RDMA WRITE half round trip p50" "$L" "$(echo "$L / $U" | bc -l)" "$(echo "$L / $UB" | bc -l)"
+SL=$(printf '%s\n' "${slat[@]}" | median)
+printf '%-44s %10.3f us     ratio %.3f to spinning\n' "oxrdma 8 B SEND half round trip, both poll" "$SL" "$(echo "$SL / $U" | bc -l)"
 CB=$(printf '%s\n' "${cbw[@]}" | median); CL=$(printf '%s\n' "${clat[@]}" | median)
 L0=$(printf '%s\n' "${lat0[@]}" | median); B2=$(printf '%s\n' "${bw2[@]}" | median)
 # Median of the per-round ratios (C run / the oxrdma perf run just before it).
