@@ -2,6 +2,7 @@
 //! completion (`ibv_comp_channel`).
 
 use crate::error::Result;
+use crate::lock::lock;
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
@@ -18,10 +19,7 @@ pub(crate) struct ChannelInner {
 impl ChannelInner {
     /// Reports one event of `cq` (called by the engine thread).
     pub fn notify(&self, cq: u32) {
-        self.fired
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_back(cq);
+        lock(&self.fired).push_back(cq);
         let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
     }
 }
@@ -69,12 +67,7 @@ impl CompletionChannel {
             Err(rustix::io::Errno::AGAIN) => return Ok(None),
             Err(e) => return Err(std::io::Error::from(e).into()),
         }
-        let cq = self
-            .inner
-            .fired
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front();
+        let cq = lock(&self.inner.fired).pop_front();
         Ok(cq)
     }
 }

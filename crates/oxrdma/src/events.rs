@@ -3,6 +3,7 @@
 //! while some wait (`ibv_context.async_fd`), for poll, epoll or an async runtime.
 
 use crate::error::Result;
+use crate::lock::lock;
 use oxrdma_core::AsyncEvent;
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
 use rustix::fs::{fcntl_getfl, OFlags};
@@ -27,7 +28,7 @@ impl Events {
     }
 
     fn queue(&self) -> MutexGuard<'_, VecDeque<AsyncEvent>> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.queue)
     }
 
     pub fn push(&self, e: AsyncEvent) {

@@ -9,6 +9,7 @@
 use crate::channel::ChannelInner;
 use crate::error::Result;
 use crate::events::Events;
+use crate::lock::lock;
 use crate::sleeper::Sleeper;
 use oxrdma_core::EngineConfig;
 use oxrdma_udp::Device;
@@ -52,12 +53,6 @@ pub(crate) struct Shared {
     epoch: Instant,
     /// Asynchronous events, taken from the engine whenever a thread lets go of it.
     pub events: Events,
-}
-
-/// Locks `m`, poisoned or not: a panic while holding one of these locks would be a bug in
-/// the engine, and going on with the state as it is beats failing every later call.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The device, locked; on unlock, work posted meanwhile by threads that found it locked

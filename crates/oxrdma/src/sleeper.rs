@@ -1,6 +1,7 @@
 //! What the engine thread sleeps on (`nic.rs` says when): the doorbell posting threads
 //! ring, the device's socket while it is watched, and two timers.
 
+use crate::lock::lock;
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll;
 use rustix::event::{eventfd, EventfdFlags};
@@ -199,8 +200,4 @@ impl Sleeper {
         }
         work
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
