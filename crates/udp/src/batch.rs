@@ -62,14 +62,6 @@ impl TxBatch {
         &mut self.buf[i * MAX_PACKET..i * MAX_PACKET + self.len[i]]
     }
 
-    /// The packets' lengths and destinations, slot by slot.
-    pub fn lens(&self) -> &[usize] {
-        &self.len[..self.count]
-    }
-    pub fn dests(&self) -> &[Option<SocketAddr>] {
-        &self.dest[..self.count]
-    }
-
     /// Sends `runs` with one `sendmmsg`: each a range of positions in `order` (which
     /// lists slots; see [`crate::gso::runs`]) going to one peer, a run of more than one
     /// packet as one message the kernel cuts into them (`UDP_SEGMENT`); returns how many
