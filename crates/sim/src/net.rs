@@ -97,6 +97,12 @@ impl Network {
 
     /// Puts a datagram on the wire at `now`.
     pub fn send(&mut self, now: Nanos, d: Datagram) {
+        self.send_held(now, d, 0);
+    }
+
+    /// Sends `d` and holds it back `hold` longer than the link would (later packets may
+    /// overtake it).
+    pub fn send_held(&mut self, now: Nanos, d: Datagram, hold: Nanos) {
         let c = &self.config;
         self.stats.sent += 1;
         self.stats.sent_bytes += d.data.len() as u64;
@@ -128,6 +134,7 @@ impl Network {
             let last = self.last_arrival.entry((d.from, d.to)).or_insert(0);
             at = at.max(*last);
             *last = at;
+            at += hold;
             if self.rng.random_bool(c.reorder) {
                 // Held back long enough for a few later packets to overtake it.
                 at += self.rng.random_range(1..=4 * c.delay.max(1_000));

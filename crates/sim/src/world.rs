@@ -35,6 +35,8 @@ pub enum TapAction {
     Drop,
     /// Send it twice.
     Duplicate,
+    /// Hold it back this long (ns): later packets overtake it.
+    Delay(Nanos),
 }
 
 /// A test's hook on every packet an engine sends (after the ICRC is filled in).
@@ -149,6 +151,7 @@ impl World {
                 match action {
                     TapAction::Pass => self.net.send(self.now, d),
                     TapAction::Drop => {}
+                    TapAction::Delay(hold) => self.net.send_held(self.now, d, hold),
                     TapAction::Duplicate => {
                         self.net.send(self.now, d.clone());
                         self.net.send(self.now, d);

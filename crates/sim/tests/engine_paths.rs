@@ -918,3 +918,87 @@ fn busy_qps_take_turns_in_bursts_of_sixteen_packets() {
     assert_eq!(ports.len(), 128, "every packet of the four WRITEs");
     assert_eq!(bursts, vec![16; 8], "turns of 16 packets, QP by QP");
 }
+
+/// A 16-packet READ (MTU 1024) whose responses at the indexes in `lose` are dropped the
+/// first time and whose response `late` is held back 3 us (later ones overtake it). Returns
+/// the length asked for by each READ request, and how many response packets were sent.
+fn read_with_gaps(lose: &[u32], late: Option<u32>) -> (Vec<u32>, usize) {
+    let mut p = Pair::new(&PairOptions::default());
+    let data: Vec<u8> = (0..16_384u32).map(|i| (i * 13 + i / 1024) as u8).collect();
+    p.b.buf.write(0, &data);
+    let asked = Rc::new(RefCell::new(Vec::new()));
+    let (a, responses) = (asked.clone(), Rc::new(RefCell::new(0usize)));
+    let r = responses.clone();
+    let (lose, mut dropped, mut held) = (lose.to_vec(), Vec::new(), false);
+    let mut base = None;
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        let pkt = PacketRepr::parse(&d.data).expect("engine sends valid packets");
+        let psn = pkt.bth.psn.value();
+        if pkt.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
+            base.get_or_insert(psn);
+            a.borrow_mut()
+                .push(pkt.ext.reth.expect("a READ has a RETH").dma_length);
+        }
+        let is_response = matches!(
+            pkt.bth.opcode,
+            Opcode::RC_RDMA_READ_RESPONSE_FIRST
+                | Opcode::RC_RDMA_READ_RESPONSE_MIDDLE
+                | Opcode::RC_RDMA_READ_RESPONSE_LAST
+                | Opcode::RC_RDMA_READ_RESPONSE_ONLY
+        );
+        if !is_response {
+            return TapAction::Pass;
+        }
+        *r.borrow_mut() += 1;
+        let i = psn - base.expect("the request went first");
+        if lose.contains(&i) && !dropped.contains(&i) {
+            dropped.push(i);
+            TapAction::Drop
+        } else if late == Some(i) && !held {
+            held = true;
+            TapAction::Delay(3_000)
+        } else {
+            TapAction::Pass
+        }
+    })));
+    let mut rd = read(1, p.a.sge(4096, data.len()), p.b.addr(0), p.b.mr.rkey);
+    rd.flags = SendFlags::SIGNALED;
+    p.post_send(0, rd);
+    p.run();
+    let wcs = p.wcs(0);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success)]
+    );
+    assert_eq!(
+        p.a.read(4096, data.len()),
+        data,
+        "the READ's bytes, in place"
+    );
+    let asked = asked.borrow().clone();
+    let sent = *responses.borrow();
+    (asked, sent)
+}
+
+#[test]
+fn a_lost_read_response_is_asked_for_alone() {
+    // Go-back-N asked again from the lost one on: 11 KiB and 27 responses.
+    assert_eq!(read_with_gaps(&[5], None), (vec![16_384, 1_024], 17));
+}
+
+#[test]
+fn read_responses_lost_in_two_places_are_asked_for_piece_by_piece() {
+    assert_eq!(
+        read_with_gaps(&[3, 9], None),
+        (vec![16_384, 1_024, 1_024], 18)
+    );
+    // The last one lost: found by the ACK timeout, asked for alone.
+    assert_eq!(read_with_gaps(&[15], None), (vec![16_384, 1_024], 17));
+}
+
+#[test]
+fn read_responses_that_overtake_a_late_one_are_kept() {
+    assert_eq!(read_with_gaps(&[], Some(5)), (vec![16_384], 16));
+    // Late past the stream's end: the missing one alone is asked for, once.
+    assert_eq!(read_with_gaps(&[], Some(15)), (vec![16_384], 16));
+}

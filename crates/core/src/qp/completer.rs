@@ -26,9 +26,10 @@ pub(crate) struct Completer {
     timers: TimerTable,
     /// While the RNR wait runs: the PSN to resume from.
     rnr_psn: Psn,
-    /// Set after a go-back triggered by an out-of-order response, so later out-of-order
-    /// responses of the same burst do not trigger another.
-    retry_psn: Option<Psn>,
+    /// Set after a go-back triggered by an out-of-order response, and when: later
+    /// out-of-order responses of the same burst do not trigger another, unless they come
+    /// a probe timeout later (then what the go-back asked for was lost too).
+    retry_psn: Option<(Psn, Nanos)>,
     /// Smoothed round-trip time, from AckReq packets sent once (Karn's rule).
     srtt: Option<Nanos>,
     /// Tail-loss probes sent in this stall (the Probe timer resends from `una` if nothing
@@ -232,11 +233,15 @@ impl Qp {
         self.restart_ack_timer(ctx.now);
     }
 
-    /// An out-of-order response means responses were lost: go back to `una`, once per burst.
+    /// An out-of-order response means responses were lost: go back to `una`, once per burst
+    /// (a burst lasts a probe timeout: responses still arriving after that are to the
+    /// go-back's own requests, so what it asked for first was lost again).
     fn go_back_once(&mut self, ctx: &mut Ctx<'_>) {
-        if self.comp.retry_psn != Some(self.comp.una) {
-            self.comp.retry_psn = Some(self.comp.una);
-            self.retry(ctx, self.comp.una);
+        let una = self.comp.una;
+        let again_at = |at: Nanos| at + self.probe_timeout();
+        if !matches!(self.comp.retry_psn, Some((p, at)) if p == una && ctx.now < again_at(at)) {
+            self.comp.retry_psn = Some((una, ctx.now));
+            self.retry(ctx, una);
         }
     }
 
@@ -275,38 +280,68 @@ impl Qp {
         psn == self.comp.una && self.state != QpState::Err
     }
 
+    /// A READ response, placed by its PSN: one that arrives ahead of a missing one is
+    /// kept, so reordering costs nothing; once the READ's last packet came with packets
+    /// still missing (or the ACK timer fires), only those are asked for again
+    /// (`read_request` in the requester).
     fn read_response(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
         const UNEXPECTED: Result<(), RxDrop> = Err(RxDrop::UnexpectedResponse);
         let psn = pkt.bth.psn;
-        if !self.in_order_response(ctx, psn) {
+        let Some(first) = self
+            .sq
+            .iter()
+            .find(|w| w.wr.opcode == WrOpcode::RdmaRead && w.holds(psn))
+            .map(|w| w.first_psn)
+        else {
+            // No READ of ours has this PSN.
+            self.in_order_response(ctx, psn);
+            return UNEXPECTED;
+        };
+        // The requests before this READ arrived: acknowledged, unless one still waits for
+        // its own response.
+        let at_front = self.sq.front().is_some_and(|w| w.first_psn == first);
+        if (!at_front && !self.in_order_response(ctx, first)) || self.state == QpState::Err {
             return UNEXPECTED;
         }
         let mtu = self.mtu.bytes() as u64;
-        let Some(w) = self.sq.front() else {
+        let una = self.comp.una;
+        let Some(w) = self.sq.front_mut() else {
             return UNEXPECTED;
         };
-        if w.wr.opcode != WrOpcode::RdmaRead || !w.holds(psn) {
-            return UNEXPECTED;
+        let i = first.distance_to(psn);
+        if i < first.distance_to(una) || w.arrived.contains(i) {
+            return Err(RxDrop::StaleResponse);
         }
-        let off = u64::from(w.first_psn.distance_to(psn)) * mtu;
+        let off = u64::from(i) * mtu;
         let n = mtu.min(w.len - off);
-        let last = off + n == w.len;
-        let pos = pkt
+        let ends_read = off + n == w.len;
+        // A replayed range ends in a LAST response wherever it ends (rxe's, ours), so
+        // only a stream that runs on past the READ's end is wrong.
+        let ends_stream = pkt
             .bth
             .opcode
             .info()
-            .map(|i| i.position.ends_message())
-            .unwrap_or(false);
-        if pkt.payload.len() as u64 != n || pos != last {
+            .is_ok_and(|i| i.position.ends_message());
+        if pkt.payload.len() as u64 != n || (ends_read && !ends_stream) {
             return UNEXPECTED; // does not fit: treat as lost; retransmission will sort it out
         }
         if !scatter(&w.segs, off as usize, pkt.payload) {
             return UNEXPECTED;
         }
-        if last {
+        if psn != una {
+            w.arrived.insert(i);
+            if ends_read {
+                // The responder is through its stream, and packets before this are
+                // missing: ask again for those alone.
+                self.go_back_once(ctx);
+            }
+            return Ok(());
+        }
+        let (next, npkts) = (w.arrived.next_missing(i + 1), w.npkts);
+        if next >= npkts {
             self.complete_front(ctx, WcStatus::Success);
         }
-        self.advance_una(ctx, psn.next());
+        self.advance_una(ctx, first.add(next.min(npkts)));
         Ok(())
     }
 

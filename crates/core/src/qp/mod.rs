@@ -20,6 +20,7 @@ use responder::{Fatal, QpView, Responder};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+mod arrived;
 mod completer;
 mod post;
 mod requester;
@@ -43,6 +44,8 @@ pub(crate) struct SendWqe {
     /// A local operation (bind, invalidate) that has been executed, and how it went; it
     /// completes when it reaches the front.
     pub local_done: Option<WcStatus>,
+    /// READ: responses that arrived ahead of a missing one (placed already).
+    pub arrived: arrived::Arrived,
 }
 
 impl SendWqe {
@@ -57,6 +60,7 @@ impl SendWqe {
             npkts: 0,
             local_error: None,
             local_done: None,
+            arrived: arrived::Arrived::default(),
         }
     }
     pub fn last_psn(&self) -> Psn {

@@ -115,6 +115,9 @@ struct NextPacket {
     ends_wqe: bool,
     /// It asks for an ACK whatever the cadence says.
     ack_req: bool,
+    /// Not the WQE's last: the byte offset where it goes on, if not right after this
+    /// packet's payload (a READ asked again in pieces skips what already arrived).
+    resume_at: Option<u64>,
 }
 
 /// The one packet of an atomic.
@@ -140,6 +143,7 @@ fn atomic_request(wr: &SendWr) -> NextPacket {
         psns: 1,
         ends_wqe: true,
         ack_req: true,
+        resume_at: None,
     }
 }
 
@@ -330,12 +334,15 @@ impl Qp {
             }
         }
         let total = finish_packet(buf, hlen, n);
-        self.advance_cursor(after, &next);
+        let (first, npkts) = (w.first_psn, w.npkts);
+        self.advance_cursor(after, &next, first, npkts);
         (total, next.ack_req)
     }
 
-    /// Moves the requester's cursor past the packet `next` just built.
-    fn advance_cursor(&mut self, after: Psn, next: &NextPacket) {
+    /// Moves the requester's cursor past the packet `next` just built, of the WQE whose
+    /// PSNs are the `npkts` from `first`.
+    fn advance_cursor(&mut self, after: Psn, next: &NextPacket, first: Psn, npkts: u32) {
+        let mtu = self.mtu.bytes() as u64;
         let r = &mut self.req;
         r.next_psn = after;
         if r.high_psn.before(after) {
@@ -345,20 +352,32 @@ impl Qp {
         if next.ends_wqe {
             r.idx += 1;
             r.off = 0;
+            // Past the end of a READ whose last responses had arrived.
+            r.next_psn = first.add(npkts);
+        } else if let Some(off) = next.resume_at {
+            r.off = off;
+            r.next_psn = first.add((off / mtu) as u32);
         } else {
             r.off += next.payload as u64;
         }
     }
 
     /// A READ request for what is left of `w` from byte `off` (after a go-back, a READ is
-    /// asked again from where its responses stopped).
+    /// asked again from where its responses stopped), up to the first response that
+    /// already arrived; the next request then asks for the next missing piece.
     fn read_request(&self, w: &SendWqe, off: u64) -> NextPacket {
-        let remaining = w.len - off;
+        let mtu = self.mtu.bytes() as u64;
+        let i = (off / mtu) as u32;
+        let until = w.arrived.next_arrived(i + 1).filter(|&a| a < w.npkts);
+        let end = until.map_or(w.len, |a| u64::from(a) * mtu);
+        let resume = until
+            .map(|a| w.arrived.next_missing(a))
+            .filter(|&m| m < w.npkts);
         let ext = ExtHeaders {
             reth: Some(RethRepr {
                 virtual_address: w.wr.remote_addr.wrapping_add(off),
                 rkey: w.wr.rkey,
-                dma_length: remaining as u32,
+                dma_length: (end - off) as u32,
             }),
             ..ExtHeaders::default()
         };
@@ -366,9 +385,10 @@ impl Qp {
             opcode: Opcode::RC_RDMA_READ_REQUEST,
             ext,
             payload: 0,
-            psns: packets_for(remaining, self.mtu),
-            ends_wqe: true,
+            psns: packets_for(end - off, self.mtu),
+            ends_wqe: resume.is_none(),
             ack_req: true,
+            resume_at: resume.map(|m| u64::from(m) * mtu),
         }
     }
 
@@ -410,6 +430,7 @@ impl Qp {
             psns: 1,
             ends_wqe: last,
             ack_req: last && self.qp_type == QpType::Rc,
+            resume_at: None,
         }
     }
 
@@ -429,6 +450,13 @@ impl Qp {
             Some(i) => {
                 let w = &self.sq[i];
                 let from = if w.holds(from) { from } else { w.first_psn };
+                // A READ goes on at its first response still missing.
+                let from = if w.wr.opcode == WrOpcode::RdmaRead {
+                    let k = w.arrived.next_missing(w.first_psn.distance_to(from));
+                    w.first_psn.add(k.min(w.npkts - 1))
+                } else {
+                    from
+                };
                 r.idx = i;
                 r.off = u64::from(w.first_psn.distance_to(from)) * mtu;
                 r.next_psn = from;
