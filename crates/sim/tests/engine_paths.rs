@@ -919,12 +919,16 @@ fn busy_qps_take_turns_in_bursts_of_sixteen_packets() {
     assert_eq!(bursts, vec![16; 8], "turns of 16 packets, QP by QP");
 }
 
-/// A 16-packet READ (MTU 1024) whose responses at the indexes in `lose` are dropped the
-/// first time and whose response `late` is held back 3 us (later ones overtake it). Returns
-/// the length asked for by each READ request, and how many response packets were sent.
-fn read_with_gaps(lose: &[u32], late: Option<u32>) -> (Vec<u32>, usize) {
+/// `reads` READs of 16 packets each (MTU 1024), all outstanding at once, whose responses at
+/// the indexes in `lose` (counted from the first READ's first PSN) are dropped, as many
+/// times as the index is listed, and whose response `late` is held back 3 us (later ones overtake it). Returns the
+/// length asked for by each READ request, and how many response packets were sent.
+fn reads_with_gaps(reads: u64, lose: &[u32], late: Option<u32>) -> (Vec<u32>, usize) {
     let mut p = Pair::new(&PairOptions::default());
-    let data: Vec<u8> = (0..16_384u32).map(|i| (i * 13 + i / 1024) as u8).collect();
+    let len = 16_384usize;
+    let data: Vec<u8> = (0..len as u32 * reads as u32)
+        .map(|i| (i * 13 + i / 1024) as u8)
+        .collect();
     p.b.buf.write(0, &data);
     let asked = Rc::new(RefCell::new(Vec::new()));
     let (a, responses) = (asked.clone(), Rc::new(RefCell::new(0usize)));
@@ -951,7 +955,8 @@ fn read_with_gaps(lose: &[u32], late: Option<u32>) -> (Vec<u32>, usize) {
         }
         *r.borrow_mut() += 1;
         let i = psn - base.expect("the request went first");
-        if lose.contains(&i) && !dropped.contains(&i) {
+        let times = |v: &[u32]| v.iter().filter(|&&x| x == i).count();
+        if times(&lose) > times(&dropped) {
             dropped.push(i);
             TapAction::Drop
         } else if late == Some(i) && !held {
@@ -961,23 +966,32 @@ fn read_with_gaps(lose: &[u32], late: Option<u32>) -> (Vec<u32>, usize) {
             TapAction::Pass
         }
     })));
-    let mut rd = read(1, p.a.sge(4096, data.len()), p.b.addr(0), p.b.mr.rkey);
-    rd.flags = SendFlags::SIGNALED;
-    p.post_send(0, rd);
+    for k in 0..reads {
+        let at = k as usize * len;
+        let mut rd = read(k, p.a.sge(4096 + at, len), p.b.addr(at), p.b.mr.rkey);
+        rd.flags = SendFlags::SIGNALED;
+        p.post_send(0, rd);
+    }
     p.run();
     let wcs = p.wcs(0);
     assert_eq!(
         wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
-        vec![(1, WcStatus::Success)]
+        (0..reads)
+            .map(|k| (k, WcStatus::Success))
+            .collect::<Vec<_>>()
     );
     assert_eq!(
         p.a.read(4096, data.len()),
         data,
-        "the READ's bytes, in place"
+        "the READs' bytes, in place"
     );
     let asked = asked.borrow().clone();
     let sent = *responses.borrow();
     (asked, sent)
+}
+
+fn read_with_gaps(lose: &[u32], late: Option<u32>) -> (Vec<u32>, usize) {
+    reads_with_gaps(1, lose, late)
 }
 
 #[test]
@@ -1001,4 +1015,32 @@ fn read_responses_that_overtake_a_late_one_are_kept() {
     assert_eq!(read_with_gaps(&[], Some(5)), (vec![16_384], 16));
     // Late past the stream's end: the missing one alone is asked for, once.
     assert_eq!(read_with_gaps(&[], Some(15)), (vec![16_384], 16));
+}
+
+#[test]
+fn responses_to_later_reads_are_kept_while_an_earlier_one_has_a_gap() {
+    let four = vec![16_384; 4];
+    // One lost in the first READ: the three later READs' responses are placed as they come
+    // and only the lost one is asked for again (going back from it asked for 59 KiB more).
+    assert_eq!(
+        reads_with_gaps(4, &[5], None),
+        ([four.clone(), vec![1_024]].concat(), 65)
+    );
+    // Lost in a later READ only, and in two READs.
+    assert_eq!(
+        reads_with_gaps(4, &[20], None),
+        ([four.clone(), vec![1_024]].concat(), 65)
+    );
+    assert_eq!(
+        reads_with_gaps(4, &[5, 37], None),
+        ([four.clone(), vec![1_024, 1_024]].concat(), 66)
+    );
+    // The asked-again one lost too: nothing is answered after it, so the ACK timeout
+    // finds it, and it alone is asked for once more.
+    assert_eq!(
+        reads_with_gaps(4, &[5, 5], None),
+        ([four.clone(), vec![1_024, 1_024]].concat(), 66)
+    );
+    // Overtaken, not lost: nothing asked again.
+    assert_eq!(reads_with_gaps(4, &[], Some(5)), (four, 64));
 }

@@ -20,6 +20,9 @@ const MAX_PROBES: u8 = 2;
 pub(crate) struct Completer {
     /// Oldest PSN not yet acknowledged (the completer's expected PSN).
     una: Psn,
+    /// The responder has every request before this PSN (an ACK, or a READ response, says
+    /// so): sends and writes there complete once the READs and atomics before them do.
+    seen: Psn,
     retries_left: u8,
     rnr_retries_left: u8,
     /// The retransmit, RNR-wait and probe deadlines.
@@ -45,6 +48,14 @@ impl Completer {
     /// The first PSN the requester will send is the first to be acknowledged.
     pub(crate) fn start_at(&mut self, psn: Psn) {
         self.una = psn;
+        self.seen = psn;
+    }
+
+    /// The responder has every request before `psn`.
+    fn saw(&mut self, psn: Psn) {
+        if self.seen.before(psn) {
+            self.seen = psn;
+        }
     }
 
     /// Full retry budgets (on entering RTS, and after progress).
@@ -144,35 +155,33 @@ impl Qp {
         result
     }
 
-    /// Everything up to and including `psn` is acknowledged.
+    /// Everything up to and including `psn` is acknowledged (an ACK). An ACK past a READ
+    /// or atomic still missing responses is no sign that they were lost: the ACK of a
+    /// duplicate request carries the newest PSN, ahead of responses the responder is still
+    /// replaying (rxe does the same). Later responses, or the ACK timeout, tell.
     fn ack_through(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
-        loop {
-            // Local operations behind what just completed complete now too.
-            self.drain_local_front(ctx);
-            let Some(w) = self.sq.front() else { break };
-            if !w.started || psn.before(w.first_psn) {
-                break;
-            }
-            if w.wr.opcode.is_read_or_atomic() {
-                // A later request was acknowledged, so this one's responses were lost.
-                self.go_back_once(ctx);
-                return;
-            }
-            if psn.before(w.last_psn()) {
-                break;
-            }
-            let next = w.last_psn().next();
-            self.complete_front(ctx, WcStatus::Success);
-            self.advance_una(ctx, next);
-        }
-        self.advance_una(ctx, psn.next());
+        self.acknowledge(ctx, psn);
     }
 
     /// Everything before `psn` is acknowledged (a NAK's implicit ACK).
     fn ack_before(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         if psn != self.comp.una {
-            self.ack_through(ctx, psn.sub(1));
+            self.acknowledge(ctx, psn.sub(1));
         }
+    }
+
+    /// The responder has every request through `psn`: completes what that completes. True
+    /// if a READ or atomic before `psn` still waits for a response.
+    fn acknowledge(&mut self, ctx: &mut Ctx<'_>, psn: Psn) -> bool {
+        self.comp.saw(psn.next());
+        self.settle(ctx);
+        let waits = self.sq.front().is_some_and(|w| {
+            w.started && w.wr.opcode.is_read_or_atomic() && !psn.before(w.first_psn)
+        });
+        if !waits {
+            self.advance_una(ctx, psn.next());
+        }
+        waits
     }
 
     /// Records progress up to (not including) `una`: retry budgets refill, the timer
@@ -194,7 +203,7 @@ impl Qp {
         self.comp.refill_retries(self.retry_cnt, self.rnr_retry);
         if self.req.next_psn().before(una) {
             // An ACK for packets we are about to resend: skip them.
-            self.rewind(una);
+            self.seek(una);
         }
         let deadline = if una == self.req.high_psn() {
             None
@@ -280,36 +289,30 @@ impl Qp {
         psn == self.comp.una && self.state != QpState::Err
     }
 
-    /// A READ response, placed by its PSN: one that arrives ahead of a missing one is
-    /// kept, so reordering costs nothing; once the READ's last packet came with packets
-    /// still missing (or the ACK timer fires), only those are asked for again
-    /// (`read_request` in the requester).
+    /// A READ response, placed by its PSN in whichever outstanding READ it belongs to: one
+    /// that arrives ahead of a missing one is kept, so reordering costs nothing; when a
+    /// stream of the responder's ends with responses missing before it, only those are asked
+    /// for again (`ask_again_if_lost`).
     fn read_response(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
         const UNEXPECTED: Result<(), RxDrop> = Err(RxDrop::UnexpectedResponse);
         let psn = pkt.bth.psn;
-        let Some(first) = self
+        let Some(k) = self
             .sq
             .iter()
-            .find(|w| w.wr.opcode == WrOpcode::RdmaRead && w.holds(psn))
-            .map(|w| w.first_psn)
+            .position(|w| w.wr.opcode == WrOpcode::RdmaRead && w.holds(psn))
         else {
             // No READ of ours has this PSN.
             self.in_order_response(ctx, psn);
             return UNEXPECTED;
         };
-        // The requests before this READ arrived: acknowledged, unless one still waits for
-        // its own response.
-        let at_front = self.sq.front().is_some_and(|w| w.first_psn == first);
-        if (!at_front && !self.in_order_response(ctx, first)) || self.state == QpState::Err {
+        if self.state == QpState::Err {
             return UNEXPECTED;
         }
         let mtu = self.mtu.bytes() as u64;
         let una = self.comp.una;
-        let Some(w) = self.sq.front_mut() else {
-            return UNEXPECTED;
-        };
-        let i = first.distance_to(psn);
-        if i < first.distance_to(una) || w.arrived.contains(i) {
+        let w = &mut self.sq[k];
+        let i = w.first_psn.distance_to(psn);
+        if w.next_missing(i, una) != i {
             return Err(RxDrop::StaleResponse);
         }
         let off = u64::from(i) * mtu;
@@ -328,41 +331,107 @@ impl Qp {
         if !scatter(&w.segs, off as usize, pkt.payload) {
             return UNEXPECTED;
         }
-        if psn != una {
+        let (first, asked) = (w.first_psn, w.asks.of(i));
+        if psn == una {
+            self.advance_una(ctx, psn.next());
+        } else {
             w.arrived.insert(i);
-            if ends_read {
-                // The responder is through its stream, and packets before this are
-                // missing: ask again for those alone.
-                self.go_back_once(ctx);
-            }
-            return Ok(());
         }
-        let (next, npkts) = (w.arrived.next_missing(i + 1), w.npkts);
-        if next >= npkts {
-            self.complete_front(ctx, WcStatus::Success);
+        // Every request before this READ reached the responder.
+        self.comp.saw(first);
+        self.settle(ctx);
+        if ends_stream {
+            self.ask_again_if_lost(ctx, asked, psn.next());
         }
-        self.advance_una(ctx, first.add(next.min(npkts)));
         Ok(())
     }
 
+    /// Completes, in order, the WQEs at the front whose every response arrived (and the
+    /// sends and writes the responder has), and moves `una` to the first response still
+    /// missing.
+    fn settle(&mut self, ctx: &mut Ctx<'_>) {
+        loop {
+            self.drain_local_front(ctx);
+            let Some(w) = self.sq.front().filter(|w| w.started) else {
+                return;
+            };
+            if w.wr.opcode.is_read_or_atomic() {
+                let k = w.next_missing(0, self.comp.una);
+                if k < w.npkts {
+                    let at = w.first_psn.add(k);
+                    self.advance_una(ctx, at);
+                    return;
+                }
+            } else if !w.last_psn().before(self.comp.seen) {
+                return;
+            }
+            let next = w.last_psn().next();
+            self.complete_front(ctx, WcStatus::Success);
+            self.advance_una(ctx, next);
+        }
+    }
+
+    /// The responder answered request `through` up to its response `end`. It answers
+    /// requests in order, so READ and atomic responses still missing that were asked for
+    /// before are lost: ask for those again. Losses found before a pass has asked again
+    /// join it. Only asking again for the oldest missing response is a retry (it spends
+    /// retry_cnt and restarts the ACK timer: that is what a peer that never answers
+    /// repeats); a first loss further on is not.
+    fn ask_again_if_lost(&mut self, ctx: &mut Ctx<'_>, through: u64, end: Psn) {
+        let una = self.comp.una;
+        let lost = |w: &crate::qp::SendWqe| w.first_lost(through, end, una);
+        let mut started = self.sq.iter().take_while(|w| w.started);
+        if !started.clone().any(|w| lost(w).is_some()) || self.state == QpState::Err {
+            return;
+        }
+        let oldest_lost = started.next().is_some_and(|w| {
+            w.wr.opcode.is_read_or_atomic() && lost(w) == Some(w.next_missing(0, una))
+        });
+        let retry = oldest_lost && !self.repairing();
+        if retry {
+            if self.comp.retries_left == 0 {
+                self.complete_front(ctx, WcStatus::RetryExcErr);
+                self.enter_error(ctx, None);
+                return;
+            }
+            self.comp.retries_left -= 1;
+        }
+        self.repair(through, end);
+        if retry {
+            self.restart_ack_timer(ctx.now);
+        }
+    }
+
+    /// An atomic's ACK, placed in whichever outstanding atomic it answers (see
+    /// `read_response`).
     fn atomic_ack(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
         const UNEXPECTED: Result<(), RxDrop> = Err(RxDrop::UnexpectedResponse);
         let psn = pkt.bth.psn;
-        if !self.in_order_response(ctx, psn) {
-            return UNEXPECTED;
-        }
-        let (Some(w), Some(ack)) = (self.sq.front(), pkt.ext.atomic_ack_eth) else {
+        let una = self.comp.una;
+        let found = self
+            .sq
+            .iter_mut()
+            .find(|w| w.wr.opcode.is_atomic() && w.holds(psn));
+        let (Some(w), Some(ack)) = (found, pkt.ext.atomic_ack_eth) else {
+            self.in_order_response(ctx, psn);
             return UNEXPECTED;
         };
-        if !w.wr.opcode.is_atomic() || w.first_psn != psn {
-            return UNEXPECTED;
+        if !w.awaits_response(una) {
+            return Err(RxDrop::StaleResponse);
         }
         // The original value lands in the local buffer in host byte order, like a CPU load.
-        if !scatter(&w.segs, 0, &ack.original.to_ne_bytes()) {
+        if self.state == QpState::Err || !scatter(&w.segs, 0, &ack.original.to_ne_bytes()) {
             return UNEXPECTED;
         }
-        self.complete_front(ctx, WcStatus::Success);
-        self.advance_una(ctx, psn.next());
+        let asked = w.asked;
+        if psn == una {
+            self.advance_una(ctx, psn.next());
+        } else {
+            w.arrived.insert(0);
+        }
+        self.comp.saw(psn);
+        self.settle(ctx);
+        self.ask_again_if_lost(ctx, asked, psn.next());
         Ok(())
     }
 

@@ -21,6 +21,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 mod arrived;
+mod asks;
 mod completer;
 mod post;
 mod requester;
@@ -44,8 +45,14 @@ pub(crate) struct SendWqe {
     /// A local operation (bind, invalidate) that has been executed, and how it went; it
     /// completes when it reaches the front.
     pub local_done: Option<WcStatus>,
-    /// READ: responses that arrived ahead of a missing one (placed already).
+    /// READ and atomic: responses that arrived ahead of `una` (placed already).
     pub arrived: arrived::Arrived,
+    /// The number of the request packet of this WQE sent last (the requester counts
+    /// them). The responder answers in request order, so a response tells which READ and
+    /// atomic responses asked for before it are lost.
+    pub asked: u64,
+    /// READ: which request last asked for each response packet.
+    pub asks: asks::Asks,
 }
 
 impl SendWqe {
@@ -61,10 +68,45 @@ impl SendWqe {
             local_error: None,
             local_done: None,
             arrived: arrived::Arrived::default(),
+            asked: 0,
+            asks: asks::Asks::default(),
         }
     }
+    /// The WQE's last PSN (one before its first for a local WQE, which has none).
     pub fn last_psn(&self) -> Psn {
-        self.first_psn.add(self.npkts - 1)
+        self.first_psn.add(self.npkts).sub(1)
+    }
+    /// READ and atomic: the index of the first response at or after index `i` that has
+    /// not arrived (`npkts` or more if none is missing); everything before `una` has.
+    pub fn next_missing(&self, i: u32, una: Psn) -> u32 {
+        let done = if una.before(self.first_psn) {
+            0
+        } else {
+            self.first_psn.distance_to(una)
+        };
+        self.arrived.next_missing(i.max(done))
+    }
+    /// READ and atomic: some response is still to come.
+    pub fn awaits_response(&self, una: Psn) -> bool {
+        self.next_missing(0, una) < self.npkts
+    }
+    /// READ and atomic: the first missing response that will not come, knowing that the
+    /// responder has answered request `through` up to its response `end` (it answers in
+    /// request order, so what an earlier request asked for would have come before).
+    pub fn first_lost(&self, through: u64, end: Psn, una: Psn) -> Option<u32> {
+        let lost =
+            |m: u32, n: u64| n < through || (n == through && self.first_psn.add(m).before(end));
+        if self.wr.opcode.is_atomic() {
+            return (self.awaits_response(una) && lost(0, self.asked)).then_some(0);
+        }
+        if self.wr.opcode != crate::verbs::WrOpcode::RdmaRead {
+            return None;
+        }
+        self.asks
+            .runs(self.npkts)
+            .map(|(from, to, n)| (self.next_missing(from, una), to, n))
+            .find(|&(m, to, n)| m < to && lost(m, n))
+            .map(|(m, _, _)| m)
     }
     /// True when `psn` is one of this WQE's PSNs.
     pub fn holds(&self, psn: Psn) -> bool {

@@ -29,6 +29,20 @@ pub(crate) struct Requester {
     since_ack_req: u32,
     /// The packet being timed for the next RTT sample: its PSN and when it left.
     rtt_sample: Option<(Psn, Nanos)>,
+    /// Request packets built so far (`SendWqe::asked` numbers them).
+    asks: u64,
+    /// A repair pass under way (see `Qp::repair`).
+    repair: Option<Repair>,
+}
+
+/// A repair pass: the READ and atomic responses that the answer to request `through`,
+/// up to its response `end`, shows lost are asked for again, and nothing else; then
+/// sending goes on at `resume`.
+#[derive(Clone, Copy, Debug)]
+struct Repair {
+    through: u64,
+    end: Psn,
+    resume: Psn,
 }
 
 impl Requester {
@@ -223,6 +237,7 @@ impl Qp {
             if self.state != QpState::Rts && self.state != QpState::Sqd {
                 return None;
             }
+            self.repair_position();
             if self.rnr_waiting_at().is_some() || self.req.idx >= self.sq.len() {
                 return None;
             }
@@ -230,11 +245,16 @@ impl Qp {
                 return None;
             }
             let idx = self.req.idx;
-            if !self.sq[idx].wr.opcode.is_local() {
+            let w = &self.sq[idx];
+            if w.wr.opcode.is_local() {
+                if !self.run_local(ctx, idx) {
+                    return None;
+                }
+            } else if !(w.started
+                && w.wr.opcode.is_read_or_atomic()
+                && self.step_over_answered(idx))
+            {
                 break idx;
-            }
-            if !self.run_local(ctx, idx) {
-                return None;
             }
         };
         if !self.sq[idx].started {
@@ -260,6 +280,80 @@ impl Qp {
         }
         self.arm_probe(ctx.now);
         Some(len)
+    }
+
+    /// Moves the cursor past the responses of the READ or atomic at `idx` that already
+    /// arrived; true if every one has (the cursor is then on the next WQE).
+    fn step_over_answered(&mut self, idx: usize) -> bool {
+        let mtu = self.mtu.bytes() as u64;
+        let w = &self.sq[idx];
+        let at = (self.req.off / mtu) as u32;
+        let k = w.next_missing(at, self.comp.una());
+        let r = &mut self.req;
+        if k >= w.npkts {
+            r.idx = idx + 1;
+            r.off = 0;
+            r.next_psn = w.first_psn.add(w.npkts);
+            return true;
+        }
+        if k > at {
+            r.off = u64::from(k) * mtu;
+            r.next_psn = w.first_psn.add(k);
+        }
+        false
+    }
+
+    /// Asks again for the responses that the stream of request `through` shows lost: the
+    /// responder answers in request order, so a READ or atomic asked for no later than
+    /// that request and still missing responses will not get them. Only those are asked
+    /// for (the missing pieces alone); then sending goes on where it was.
+    pub(crate) fn repair(&mut self, through: u64, end: Psn) {
+        let rep = match self.req.repair {
+            // What this pass has asked again has later numbers: it will not ask twice.
+            Some(r) if r.through > through => r,
+            Some(r) => Repair { through, end, ..r },
+            None => Repair {
+                through,
+                end,
+                resume: self.req.next_psn,
+            },
+        };
+        self.req.repair = Some(rep);
+        self.req.idx = 0;
+    }
+
+    /// A repair pass is under way.
+    pub(crate) fn repairing(&self) -> bool {
+        self.req.repair.is_some()
+    }
+
+    /// In a repair pass: puts the cursor on the next lost response to ask for again, or
+    /// ends the pass where sending had got to.
+    fn repair_position(&mut self) {
+        let Some(rep) = self.req.repair else { return };
+        let una = self.comp.una();
+        let next = self
+            .sq
+            .iter()
+            .enumerate()
+            .skip(self.req.idx)
+            .take_while(|(_, w)| w.started && w.first_psn.before(rep.resume))
+            .find_map(|(i, w)| {
+                Some((i, w.first_psn.add(w.first_lost(rep.through, rep.end, una)?)))
+            });
+        match next {
+            Some((i, psn)) => {
+                let w = &self.sq[i];
+                let r = &mut self.req;
+                r.idx = i;
+                r.off = u64::from(w.first_psn.distance_to(psn)) * self.mtu.bytes() as u64;
+                r.next_psn = psn;
+            }
+            None => {
+                self.req.repair = None;
+                self.seek(rep.resume);
+            }
+        }
     }
 
     /// Executes the local operation at `idx` (once: after a rewind it is only stepped over)
@@ -335,6 +429,13 @@ impl Qp {
         }
         let total = finish_packet(buf, hlen, n);
         let (first, npkts) = (w.first_psn, w.npkts);
+        self.req.asks += 1;
+        let w = &mut self.sq[idx];
+        w.asked = self.req.asks;
+        if w.wr.opcode == WrOpcode::RdmaRead {
+            let from = (off / self.mtu.bytes() as u64) as u32;
+            w.asks.record(from, from + next.psns, self.req.asks);
+        }
         self.advance_cursor(after, &next, first, npkts);
         (total, next.ack_req)
     }
@@ -435,8 +536,16 @@ impl Qp {
     }
 
     /// Go-back-N: the next packet sent will be the one with PSN `from` (or, if that PSN
-    /// belonged to a WQE already completed, the first outstanding one after it).
+    /// belonged to a WQE already completed, the first outstanding one after it); a repair
+    /// pass under way ends.
     pub(crate) fn rewind(&mut self, from: Psn) {
+        self.req.repair = None;
+        self.seek(from);
+    }
+
+    /// Puts the cursor on PSN `from` (see `rewind`), stepping over READ and atomic
+    /// responses that already arrived.
+    pub(crate) fn seek(&mut self, from: Psn) {
         // Never before what the peer already acknowledged.
         let una = self.comp.una();
         let from = if from.before(una) { una } else { from };
@@ -450,10 +559,11 @@ impl Qp {
             Some(i) => {
                 let w = &self.sq[i];
                 let from = if w.holds(from) { from } else { w.first_psn };
-                // A READ goes on at its first response still missing.
+                // A READ goes on at its first response still missing (`next_request`
+                // steps over one with none missing).
                 let from = if w.wr.opcode == WrOpcode::RdmaRead {
-                    let k = w.arrived.next_missing(w.first_psn.distance_to(from));
-                    w.first_psn.add(k.min(w.npkts - 1))
+                    let k = w.next_missing(w.first_psn.distance_to(from), una);
+                    w.first_psn.add(k.min(w.npkts))
                 } else {
                     from
                 };

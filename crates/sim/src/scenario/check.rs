@@ -143,8 +143,15 @@ fn check_sends(
                     WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => {
                         dont_care(&mut e.care[peer], &remote_piece)
                     }
-                    WrOpcode::RdmaRead => dont_care(&mut e.care[si], &op.local),
-                    WrOpcode::AtomicFetchAndAdd => e.faa_clean[sides[peer].node] = false,
+                    // A READ's or atomic's local buffer is undefined after an error (a
+                    // response placed before an earlier WR failed may be there).
+                    WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp => {
+                        dont_care(&mut e.care[si], &op.local)
+                    }
+                    WrOpcode::AtomicFetchAndAdd => {
+                        dont_care(&mut e.care[si], &op.local);
+                        e.faa_clean[sides[peer].node] = false;
+                    }
                     _ => {}
                 }
                 continue;

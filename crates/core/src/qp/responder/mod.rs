@@ -57,6 +57,14 @@ struct ReadReply {
     msn: u32,
 }
 
+impl ReadReply {
+    /// One past the last PSN this stream will send.
+    fn end(&self, mtu: Mtu) -> Psn {
+        self.cut
+            .unwrap_or_else(|| self.first_psn.add(packets_for(self.len as u64, mtu)))
+    }
+}
+
 /// A reply waiting to be sent.
 #[derive(Debug)]
 enum Reply {
@@ -143,19 +151,42 @@ impl Responder {
         self.replies.push_back(Reply::Ack { psn, syndrome, msn });
     }
 
-    fn go_back(&mut self, psn: Psn) {
+    /// A retransmitted READ asks for PSNs `first..end` again. Queued replies it covers
+    /// are stale: drop them, or cut a READ stream where the new one takes over. Replies for
+    /// other PSNs stay: a requester that asks again only for what it lost (ours) does not
+    /// resend the later requests, and one that goes back (rxe) resends them, superseding
+    /// each in turn. False if a queued stream already covers `first..end` (the request
+    /// is then redundant).
+    fn supersede(&mut self, first: Psn, end: Psn, mtu: Mtu) -> bool {
+        let covers = |from: Psn, to: Psn| !from.before(first) && !end.before(to);
+        let redundant = self.replies.iter().any(|r| match r {
+            Reply::Read(q) => !first.before(q.next_psn) && !q.end(mtu).before(end),
+            _ => false,
+        });
+        if redundant {
+            return false;
+        }
         self.replies.retain_mut(|r| match r {
-            Reply::Ack { psn: p, .. } | Reply::AtomicAck { psn: p, .. } => p.before(psn),
+            Reply::Ack { psn, .. } | Reply::AtomicAck { psn, .. } => !covers(*psn, psn.next()),
             Reply::Read(q) => {
-                if !q.next_psn.before(psn) {
-                    return false;
+                // What the stream has still to send, from `from` on, is in first..end?
+                let from = if q.next_psn.before(first) {
+                    first
+                } else {
+                    q.next_psn
+                };
+                let to = q.end(mtu);
+                if !from.before(to) || !covers(from, to) {
+                    true
+                } else if from == q.next_psn {
+                    false
+                } else {
+                    q.cut = Some(first);
+                    true
                 }
-                if q.cut.is_none_or(|c| psn.before(c)) {
-                    q.cut = Some(psn);
-                }
-                true
             }
         });
+        true
     }
 
     /// READs and atomics of new requests still being answered (responder resources). A
@@ -622,10 +653,10 @@ impl Responder {
                 let Ok(reply) = self.read_reply(ctx, q, pkt, msn) else {
                     return;
                 };
-                // The requester went back to this PSN and will resend everything after it, so
-                // replies queued for it and later PSNs are stale: drop them, cut READ streams.
-                self.go_back(reply.first_psn);
-                self.replies.push_back(Reply::Read(reply));
+                let end = reply.first_psn.add(packets_for(reply.len as u64, q.mtu));
+                if self.supersede(reply.first_psn, end, q.mtu) {
+                    self.replies.push_back(Reply::Read(reply));
+                }
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 let psn = pkt.bth.psn;
