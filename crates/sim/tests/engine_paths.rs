@@ -921,9 +921,21 @@ fn busy_qps_take_turns_in_bursts_of_sixteen_packets() {
 
 /// `reads` READs of 16 packets each (MTU 1024), all outstanding at once, whose responses at
 /// the indexes in `lose` (counted from the first READ's first PSN) are dropped, as many
-/// times as the index is listed, and whose response `late` is held back 3 us (later ones overtake it). Returns the
-/// length asked for by each READ request, and how many response packets were sent.
+/// times as the index is listed, and whose response `late` is held back 3 us (later ones
+/// overtake it). Returns the length asked for by each READ request, and how many response
+/// packets were sent.
 fn reads_with_gaps(reads: u64, lose: &[u32], late: Option<u32>) -> (Vec<u32>, usize) {
+    let (asked, sent) = read_requests_with_gaps(reads, lose, late);
+    (asked.iter().map(|&(_, len)| len).collect(), sent)
+}
+
+/// `reads_with_gaps`, with each READ request's first PSN (counted like `lose`) beside its
+/// length.
+fn read_requests_with_gaps(
+    reads: u64,
+    lose: &[u32],
+    late: Option<u32>,
+) -> (Vec<(u32, u32)>, usize) {
     let mut p = Pair::new(&PairOptions::default());
     let len = 16_384usize;
     let data: Vec<u8> = (0..len as u32 * reads as u32)
@@ -939,9 +951,8 @@ fn reads_with_gaps(reads: u64, lose: &[u32], late: Option<u32>) -> (Vec<u32>, us
         let pkt = PacketRepr::parse(&d.data).expect("engine sends valid packets");
         let psn = pkt.bth.psn.value();
         if pkt.bth.opcode == Opcode::RC_RDMA_READ_REQUEST {
-            base.get_or_insert(psn);
-            a.borrow_mut()
-                .push(pkt.ext.reth.expect("a READ has a RETH").dma_length);
+            let len = pkt.ext.reth.expect("a READ has a RETH").dma_length;
+            a.borrow_mut().push((psn - *base.get_or_insert(psn), len));
         }
         let is_response = matches!(
             pkt.bth.opcode,
@@ -1043,4 +1054,14 @@ fn responses_to_later_reads_are_kept_while_an_earlier_one_has_a_gap() {
     );
     // Overtaken, not lost: nothing asked again.
     assert_eq!(reads_with_gaps(4, &[], Some(5)), (four, 64));
+}
+
+#[test]
+fn a_read_is_asked_for_again_lowest_piece_first() {
+    // rxe replays a piece of a READ only at or above the last piece it replayed, so
+    // after a piece is asked for, no lower one may be: responses 3 and 9 lost, and 3
+    // lost again when asked for.
+    let (asked, sent) = read_requests_with_gaps(1, &[3, 9, 3], None);
+    assert_eq!(asked, [(0, 16_384), (3, 1_024), (3, 1_024), (9, 1_024)]);
+    assert_eq!(sent, 19);
 }

@@ -34,20 +34,6 @@ impl Asks {
         let at = self.rest.partition_point(|&(j, _)| j <= i);
         at.checked_sub(1).map_or(self.base, |k| self.rest[k].1)
     }
-
-    /// Each run of packets asked for by one request: `(from, to, n)`, over `0..npkts`.
-    pub(crate) fn runs(&self, npkts: u32) -> impl Iterator<Item = (u32, u32, u64)> + '_ {
-        let starts = std::iter::once((0, self.base)).chain(self.rest.iter().copied());
-        let ends = self
-            .rest
-            .iter()
-            .map(|&(i, _)| i)
-            .chain(std::iter::once(npkts));
-        starts
-            .zip(ends)
-            .map(move |((from, n), to)| (from, to.min(npkts), n))
-            .filter(|&(from, to, _)| from < to)
-    }
 }
 
 #[cfg(test)]
@@ -58,26 +44,14 @@ mod tests {
     fn pieces_asked_again_keep_their_own_numbers() {
         let mut a = Asks::default();
         a.record(0, 64, 5);
-        assert_eq!(a.runs(64).collect::<Vec<_>>(), [(0, 64, 5)]);
+        assert_eq!((a.of(0), a.of(63)), (5, 5));
         a.record(10, 11, 20);
         a.record(30, 40, 21);
-        assert_eq!(
-            a.runs(64).collect::<Vec<_>>(),
-            [
-                (0, 10, 5),
-                (10, 11, 20),
-                (11, 30, 5),
-                (30, 40, 21),
-                (40, 64, 5)
-            ]
-        );
-        assert_eq!(
-            (a.of(9), a.of(10), a.of(11), a.of(39), a.of(63)),
-            (5, 20, 5, 21, 5)
-        );
+        let at = [9, 10, 11, 29, 30, 39, 40, 63].map(|i| a.of(i));
+        assert_eq!(at, [5, 20, 5, 5, 21, 21, 5, 5]);
         a.record(10, 11, 30);
         assert_eq!((a.of(10), a.of(11)), (30, 5));
         a.record(0, 64, 40);
-        assert_eq!(a.runs(64).collect::<Vec<_>>(), [(0, 64, 40)]);
+        assert_eq!((a.of(10), a.of(35), a.of(63)), (40, 40, 40));
     }
 }

@@ -129,11 +129,10 @@ impl Qp {
                 self.ack_before(ctx, psn);
                 if self.state == QpState::Err || self.rnr_waiting_at() == Some(psn) {
                     // Dead, or the echo of an RNR NAK we are already waiting out.
-                } else if self.comp.una == psn {
-                    self.retry(ctx, psn);
                 } else {
-                    // A READ or atomic before the NAKed PSN still lacks its response: resend
-                    // from there, never past it.
+                    // From the NAKed PSN, or from a READ or atomic before it that still
+                    // lacks its response (never past it); once per burst (a duplicated
+                    // NAK is no second loss).
                     self.go_back_once(ctx);
                 }
                 Ok(())
@@ -240,6 +239,8 @@ impl Qp {
         self.comp.retries_left -= 1;
         self.rewind(from);
         self.restart_ack_timer(ctx.now);
+        // What this resends may arrive out of order and draw a NAK: that is no new loss.
+        self.comp.retry_psn = Some((self.comp.una, ctx.now));
     }
 
     /// An out-of-order response means responses were lost: go back to `una`, once per burst
@@ -249,7 +250,6 @@ impl Qp {
         let una = self.comp.una;
         let again_at = |at: Nanos| at + self.probe_timeout();
         if !matches!(self.comp.retry_psn, Some((p, at)) if p == una && ctx.now < again_at(at)) {
-            self.comp.retry_psn = Some((una, ctx.now));
             self.retry(ctx, una);
         }
     }

@@ -90,7 +90,7 @@ impl SendWqe {
     pub fn awaits_response(&self, una: Psn) -> bool {
         self.next_missing(0, una) < self.npkts
     }
-    /// READ and atomic: the first missing response that will not come, knowing that the
+    /// READ and atomic: the first missing response, if it will not come, knowing that the
     /// responder has answered request `through` up to its response `end` (it answers in
     /// request order, so what an earlier request asked for would have come before).
     pub fn first_lost(&self, through: u64, end: Psn, una: Psn) -> Option<u32> {
@@ -102,11 +102,10 @@ impl SendWqe {
         if self.wr.opcode != crate::verbs::WrOpcode::RdmaRead {
             return None;
         }
-        self.asks
-            .runs(self.npkts)
-            .map(|(from, to, n)| (self.next_missing(from, una), to, n))
-            .find(|&(m, to, n)| m < to && lost(m, n))
-            .map(|(m, _, _)| m)
+        // Only the lowest missing piece counts: it is asked for before any higher one (see
+        // `read_request`).
+        let m = self.next_missing(0, una);
+        (m < self.npkts && lost(m, self.asks.of(m))).then_some(m)
     }
     /// True when `psn` is one of this WQE's PSNs.
     pub fn holds(&self, psn: Psn) -> bool {

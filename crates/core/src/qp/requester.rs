@@ -129,9 +129,6 @@ struct NextPacket {
     ends_wqe: bool,
     /// It asks for an ACK whatever the cadence says.
     ack_req: bool,
-    /// Not the WQE's last: the byte offset where it goes on, if not right after this
-    /// packet's payload (a READ asked again in pieces skips what already arrived).
-    resume_at: Option<u64>,
 }
 
 /// The one packet of an atomic.
@@ -157,7 +154,6 @@ fn atomic_request(wr: &SendWr) -> NextPacket {
         psns: 1,
         ends_wqe: true,
         ack_req: true,
-        resume_at: None,
     }
 }
 
@@ -443,7 +439,6 @@ impl Qp {
     /// Moves the requester's cursor past the packet `next` just built, of the WQE whose
     /// PSNs are the `npkts` from `first`.
     fn advance_cursor(&mut self, after: Psn, next: &NextPacket, first: Psn, npkts: u32) {
-        let mtu = self.mtu.bytes() as u64;
         let r = &mut self.req;
         r.next_psn = after;
         if r.high_psn.before(after) {
@@ -453,27 +448,23 @@ impl Qp {
         if next.ends_wqe {
             r.idx += 1;
             r.off = 0;
-            // Past the end of a READ whose last responses had arrived.
+            // Past the end of a READ asked for again in part.
             r.next_psn = first.add(npkts);
-        } else if let Some(off) = next.resume_at {
-            r.off = off;
-            r.next_psn = first.add((off / mtu) as u32);
         } else {
             r.off += next.payload as u64;
         }
     }
 
-    /// A READ request for what is left of `w` from byte `off` (after a go-back, a READ is
-    /// asked again from where its responses stopped), up to the first response that
-    /// already arrived; the next request then asks for the next missing piece.
+    /// A READ request for `w` from byte `off` (its first response still missing) up to the
+    /// first response that already arrived. A READ is asked for again one piece at a time,
+    /// lowest first: rxe replays a piece of a READ only at or above the last piece it
+    /// replayed (it moves the start it checks against), so a lower piece asked for after a
+    /// higher one would never be answered.
     fn read_request(&self, w: &SendWqe, off: u64) -> NextPacket {
         let mtu = self.mtu.bytes() as u64;
         let i = (off / mtu) as u32;
         let until = w.arrived.next_arrived(i + 1).filter(|&a| a < w.npkts);
         let end = until.map_or(w.len, |a| u64::from(a) * mtu);
-        let resume = until
-            .map(|a| w.arrived.next_missing(a))
-            .filter(|&m| m < w.npkts);
         let ext = ExtHeaders {
             reth: Some(RethRepr {
                 virtual_address: w.wr.remote_addr.wrapping_add(off),
@@ -487,9 +478,8 @@ impl Qp {
             ext,
             payload: 0,
             psns: packets_for(end - off, self.mtu),
-            ends_wqe: resume.is_none(),
+            ends_wqe: true,
             ack_req: true,
-            resume_at: resume.map(|m| u64::from(m) * mtu),
         }
     }
 
@@ -531,7 +521,6 @@ impl Qp {
             psns: 1,
             ends_wqe: last,
             ack_req: last && self.qp_type == QpType::Rc,
-            resume_at: None,
         }
     }
 
