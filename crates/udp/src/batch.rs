@@ -15,6 +15,10 @@ pub const BATCH: usize = 32;
 /// Room for what may arrive (anything longer is truncated and fails its ICRC).
 const RX_SLOT: usize = MAX_PACKET + 64;
 
+/// Room for a source address, and for control messages, in each received message.
+const NAME_LEN: u32 = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+const CONTROL_LEN: usize = std::mem::size_of::<GroControl>();
+
 /// Packets waiting to be sent: slot `i` holds `len[i]` bytes for `dest[i]`.
 #[derive(Debug)]
 pub struct TxBatch {
@@ -211,13 +215,31 @@ pub struct RxBatch {
     /// Source addresses as the kernel writes them (kept: zeroing them on every call cost
     /// more than the system call when spinning).
     names: Vec<libc::sockaddr_storage>,
-    controls: Vec<GroControl>,
+    /// Control messages as the kernel writes them (read through the headers).
+    _controls: Vec<GroControl>,
     /// The packets of the last receive: where each starts in `buf`, its length, its
     /// source (None: unknown, or refused by the port).
     segs: Vec<(usize, usize, Option<SocketAddr>)>,
     /// How many packets the last receive brought.
     pub count: usize,
+    /// The `recvmmsg` headers, built once: they point into `buf`, `names` and `controls`
+    /// (heap buffers that never move or grow). Building 32 of them on every call cost
+    /// more than an empty poll's system call.
+    hdrs: Headers,
+    /// Messages the last call filled (their headers' lengths were overwritten).
+    filled: usize,
 }
+
+/// `recvmmsg` headers and the iovecs they point to.
+struct Headers {
+    msgs: Box<[libc::mmsghdr]>,
+    _iovs: Box<[libc::iovec]>,
+}
+
+// SAFETY: the raw pointers in `Headers` point only into buffers owned by the same
+// `RxBatch` (`buf`, `names`, `controls`, `_iovs`), heap allocations that move with it; they
+// are used only in `RxBatch::recv`, which takes `&mut self`.
+unsafe impl Send for Headers {}
 
 impl std::fmt::Debug for RxBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -236,14 +258,41 @@ impl RxBatch {
     /// Room for [`BATCH`] messages: of up to 64 KiB each with `gro`, else of one packet.
     pub fn new(gro: bool) -> Self {
         let slot = if gro { GRO_SLOT } else { RX_SLOT };
+        let mut buf = vec![0; BATCH * slot];
+        // SAFETY: all-zero bytes are a valid sockaddr_storage.
+        let mut names: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; BATCH];
+        let mut controls = vec![GroControl([0; 64]); BATCH];
+        let base = buf.as_mut_ptr();
+        let mut iovs: Box<[libc::iovec]> = (0..BATCH)
+            .map(|i| libc::iovec {
+                iov_base: base.wrapping_add(i * slot).cast(),
+                iov_len: slot,
+            })
+            .collect();
+        let msgs = (0..BATCH)
+            .map(|i| libc::mmsghdr {
+                msg_hdr: libc::msghdr {
+                    // In bounds: `names`, `controls` and `iovs` have BATCH entries.
+                    msg_name: names.as_mut_ptr().wrapping_add(i).cast(),
+                    msg_namelen: NAME_LEN,
+                    msg_iov: iovs.as_mut_ptr().wrapping_add(i),
+                    msg_iovlen: 1,
+                    msg_control: controls.as_mut_ptr().wrapping_add(i).cast(),
+                    msg_controllen: CONTROL_LEN,
+                    msg_flags: 0,
+                },
+                msg_len: 0,
+            })
+            .collect();
         RxBatch {
-            buf: vec![0; BATCH * slot],
+            buf,
             slot,
-            // SAFETY: all-zero bytes are a valid sockaddr_storage.
-            names: vec![unsafe { std::mem::zeroed() }; BATCH],
-            controls: vec![GroControl([0; 64]); BATCH],
+            names,
+            _controls: controls,
             segs: Vec::with_capacity(BATCH),
             count: 0,
+            hdrs: Headers { msgs, _iovs: iovs },
+            filled: 0,
         }
     }
 
@@ -269,34 +318,17 @@ impl RxBatch {
         use std::os::fd::AsRawFd;
         self.count = 0;
         self.segs.clear();
-        let name_len = std::mem::size_of::<libc::sockaddr_storage>() as u32;
         let slot = self.slot;
-        // One base pointer for all slots (the buffer holds BATCH slots of `slot` bytes).
-        let base = self.buf.as_mut_ptr();
-        let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|i| libc::iovec {
-            iov_base: base.wrapping_add(i * slot).cast(),
-            iov_len: slot,
-        });
-        let names = self.names.as_mut_ptr();
-        let controls = self.controls.as_mut_ptr();
-        let mut msgs: [libc::mmsghdr; BATCH] = std::array::from_fn(|i| libc::mmsghdr {
-            msg_hdr: libc::msghdr {
-                // In bounds: `names` and `controls` have BATCH entries.
-                msg_name: names.wrapping_add(i).cast(),
-                msg_namelen: name_len,
-                msg_iov: std::ptr::null_mut(),
-                msg_iovlen: 1,
-                msg_control: controls.wrapping_add(i).cast(),
-                msg_controllen: std::mem::size_of::<GroControl>(),
-                msg_flags: 0,
-            },
-            msg_len: 0,
-        });
-        for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
-            m.msg_hdr.msg_iov = iov;
+        // The kernel wrote the name and control lengths of the messages it filled last
+        // time: give them their full room again.
+        for m in &mut self.hdrs.msgs[..self.filled] {
+            m.msg_hdr.msg_namelen = NAME_LEN;
+            m.msg_hdr.msg_controllen = CONTROL_LEN;
         }
+        self.filled = 0;
+        let msgs = &mut self.hdrs.msgs;
         // SAFETY: every pointer in `msgs` (names, controls, iovecs and the buffers they
-        // name) points into memory owned by this function or `self`, alive and not
+        // name) points into memory owned by `self` (see `Headers`), alive and not
         // otherwise borrowed for the duration of the call; the kernel writes at most the
         // lengths given.
         let n = unsafe {
@@ -315,7 +347,8 @@ impl RxBatch {
                 _ => Err(e),
             };
         }
-        for (i, m) in msgs.iter().take(n as usize).enumerate() {
+        self.filled = n as usize;
+        for (i, m) in self.hdrs.msgs.iter().take(n as usize).enumerate() {
             let len = (m.msg_len as usize).min(slot);
             let from = sockaddr(&self.names[i]);
             // SAFETY: the kernel filled `msg_control` up to `msg_controllen` (in bounds

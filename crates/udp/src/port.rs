@@ -308,17 +308,22 @@ impl UdpPort {
             *f = self.source_port(src);
         }
         let from = &from[..n];
-        let mut order: [usize; BATCH] = std::array::from_fn(|i| i);
+        // Only the first `n` entries are written: a ping-pong sends one packet per call.
+        let mut order = [0usize; BATCH];
         let order = &mut order[..n];
+        for (p, o) in order.iter_mut().enumerate() {
+            *o = p;
+        }
         // A stable sort: the packets of one QP (one socket) keep their order.
         if from.windows(2).any(|w| w[0] != w[1]) {
             order.sort_by_key(|&i| from[i]);
         }
         let order = &*order;
-        let lens: [usize; BATCH] =
-            std::array::from_fn(|p| order.get(p).map_or(0, |&i| batch.len[i]));
-        let flows: [_; BATCH] =
-            std::array::from_fn(|p| order.get(p).map(|&i| (batch.dest[i], from[i])));
+        let (mut lens, mut flows) = ([0usize; BATCH], [None; BATCH]);
+        for (p, &i) in order.iter().enumerate() {
+            lens[p] = batch.len[i];
+            flows[p] = Some((batch.dest[i], from[i]));
+        }
         let (lens, flows) = (&lens[..n], &flows[..n]);
         let mut runs = gso::runs(lens, flows, 0, self.gso);
         self.seal_runs(batch, order, from, &runs)?;
