@@ -80,13 +80,14 @@ impl TxBatch {
         let n = runs.len().min(BATCH);
         let base = self.buf.as_ptr();
         // One iovec per position: a run's message gathers its slots' packets back to back.
-        let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|p| {
-            let i = order.get(p).copied().unwrap_or(p);
-            libc::iovec {
+        // Only the positions in `order` are written (and only those do runs name).
+        let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; BATCH];
+        for (iov, &i) in iovs.iter_mut().zip(order) {
+            iov.write(libc::iovec {
                 iov_base: base.wrapping_add(i * MAX_PACKET).cast_mut().cast(),
-                iov_len: if p < order.len() { self.len[i] } else { 0 },
-            }
-        });
+                iov_len: self.len[i],
+            });
+        }
         // Only the `n` entries sent are written: zeroing all BATCH of them (7.5 KiB) cost
         // more than the rest of a small send.
         let mut names =
@@ -107,7 +108,7 @@ impl TxBatch {
             let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
             h.msg_name = std::ptr::from_mut(name).cast();
             h.msg_namelen = *namelen;
-            h.msg_iov = &raw mut iovs[r.start];
+            h.msg_iov = iovs[r.start].as_mut_ptr();
             h.msg_iovlen = r.len();
             h.msg_control = control;
             h.msg_controllen = controllen;

@@ -33,6 +33,19 @@ pub fn runs<D: PartialEq>(
     gso: bool,
 ) -> Vec<Range<usize>> {
     let mut out = Vec::new();
+    runs_into(&mut out, lens, dests, from, gso);
+    out
+}
+
+/// [`runs`], into `out` (cleared first; its room is reused from batch to batch).
+pub fn runs_into<D: PartialEq>(
+    out: &mut Vec<Range<usize>>,
+    lens: &[usize],
+    dests: &[D],
+    from: usize,
+    gso: bool,
+) {
+    out.clear();
     let mut i = from;
     while i < lens.len() {
         let (seg, dest) = (lens[i], &dests[i]);
@@ -54,7 +67,6 @@ pub fn runs<D: PartialEq>(
         out.push(i..end);
         i = end;
     }
-    out
 }
 
 /// Whether packet `i` is the first of several of its length to one peer: then it is

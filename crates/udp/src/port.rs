@@ -141,6 +141,8 @@ pub struct UdpPort {
     ids: icrc_id::IdVerifier,
     /// The sockets packets leave from when their QP asks for its own source port.
     sports: SourcePorts,
+    /// Room for the runs of a batch (`send_batch`), kept between batches.
+    runs: Vec<std::ops::Range<usize>>,
 }
 
 impl std::fmt::Debug for UdpPort {
@@ -188,6 +190,7 @@ impl UdpPort {
             gro,
             ids: icrc_id::IdVerifier::default(),
             sports: SourcePorts::new(local.ip()),
+            runs: Vec::with_capacity(crate::batch::BATCH),
         })
     }
 
@@ -325,7 +328,9 @@ impl UdpPort {
             flows[p] = Some((batch.dest[i], from[i]));
         }
         let (lens, flows) = (&lens[..n], &flows[..n]);
-        let mut runs = gso::runs(lens, flows, 0, self.gso);
+        // The runs' room is kept from batch to batch (an allocation per send otherwise).
+        let mut runs = std::mem::take(&mut self.runs);
+        gso::runs_into(&mut runs, lens, flows, 0, self.gso);
         self.seal_runs(batch, order, from, &runs)?;
         let mut at = 0;
         while at < runs.len() {
@@ -353,7 +358,8 @@ impl UdpPort {
                 // rest one packet per message from now on.
                 Err(e) if self.gso && runs[at].len() > 1 && gso_refused(&e) => {
                     self.gso = false;
-                    runs = gso::runs(lens, flows, runs[at].start, false);
+                    let start = runs[at].start;
+                    gso::runs_into(&mut runs, lens, flows, start, false);
                     self.seal_runs(batch, order, from, &runs)?;
                     at = 0;
                 }
@@ -361,6 +367,7 @@ impl UdpPort {
             }
         }
         batch.count = 0;
+        self.runs = runs;
         Ok(())
     }
 
