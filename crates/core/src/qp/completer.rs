@@ -399,6 +399,8 @@ impl Qp {
         self.repair(through, end);
         if retry {
             self.restart_ack_timer(ctx.now);
+            // A NAK drawn by what the pass resends is no new loss (see `retry`).
+            self.comp.retry_psn = Some((una, ctx.now));
         }
     }
 
