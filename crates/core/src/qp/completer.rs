@@ -29,9 +29,9 @@ pub(crate) struct Completer {
     timers: TimerTable,
     /// While the RNR wait runs: the PSN to resume from.
     rnr_psn: Psn,
-    /// Set after a go-back triggered by an out-of-order response, and when: later
-    /// out-of-order responses of the same burst do not trigger another, unless they come
-    /// a probe timeout later (then what the go-back asked for was lost too).
+    /// Set at each retry (a go-back, or a repair that spends one) to `una` and when: a
+    /// PSN-sequence NAK or stray response in the same burst (often drawn by what the retry
+    /// resent) does not go back again, unless it comes a probe timeout later.
     retry_psn: Option<(Psn, Nanos)>,
     /// Smoothed round-trip time, from AckReq packets sent once (Karn's rule).
     srtt: Option<Nanos>,
@@ -243,9 +243,9 @@ impl Qp {
         self.comp.retry_psn = Some((self.comp.una, ctx.now));
     }
 
-    /// An out-of-order response means responses were lost: go back to `una`, once per burst
-    /// (a burst lasts a probe timeout: responses still arriving after that are to the
-    /// go-back's own requests, so what it asked for first was lost again).
+    /// A PSN-sequence NAK, or a response no outstanding READ or atomic explains: go back
+    /// to `una`, once per burst (a burst lasts a probe timeout: what still arrives after
+    /// that answers the go-back's own requests, so what it asked for first was lost again).
     fn go_back_once(&mut self, ctx: &mut Ctx<'_>) {
         let una = self.comp.una;
         let again_at = |at: Nanos| at + self.probe_timeout();
