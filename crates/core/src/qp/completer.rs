@@ -159,19 +159,6 @@ impl Qp {
     /// duplicate request carries the newest PSN, ahead of responses the responder is still
     /// replaying (rxe does the same). Later responses, or the ACK timeout, tell.
     fn ack_through(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
-        self.acknowledge(ctx, psn);
-    }
-
-    /// Everything before `psn` is acknowledged (a NAK's implicit ACK).
-    fn ack_before(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
-        if psn != self.comp.una {
-            self.acknowledge(ctx, psn.sub(1));
-        }
-    }
-
-    /// The responder has every request through `psn`: completes what that completes. True
-    /// if a READ or atomic before `psn` still waits for a response.
-    fn acknowledge(&mut self, ctx: &mut Ctx<'_>, psn: Psn) -> bool {
         self.comp.saw(psn.next());
         self.settle(ctx);
         let waits = self.sq.front().is_some_and(|w| {
@@ -180,7 +167,13 @@ impl Qp {
         if !waits {
             self.advance_una(ctx, psn.next());
         }
-        waits
+    }
+
+    /// Everything before `psn` is acknowledged (a NAK's implicit ACK).
+    fn ack_before(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        if psn != self.comp.una {
+            self.ack_through(ctx, psn.sub(1));
+        }
     }
 
     /// Records progress up to (not including) `una`: retry budgets refill, the timer
@@ -272,21 +265,22 @@ impl Qp {
         self.comp.timers.stop(Timer::Retransmit);
     }
 
-    /// Lines up a response at `psn` with the completer's expected PSN; false to drop it.
-    fn in_order_response(&mut self, ctx: &mut Ctx<'_>, psn: Psn) -> bool {
-        if psn != self.comp.una {
-            let front_waits = self
-                .sq
-                .front()
-                .is_some_and(|w| w.wr.opcode.is_read_or_atomic());
-            if front_waits {
-                self.go_back_once(ctx);
-                return false;
-            }
-            // Sends/writes before it were implicitly acknowledged.
+    /// A response at `psn` that no outstanding READ or atomic of ours explains (it is
+    /// dropped): sends and writes before it were implicitly acknowledged, unless a READ or
+    /// atomic at the front still waits, whose responses it then shows lost.
+    fn stray_response(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        if psn == self.comp.una {
+            return;
+        }
+        let front_waits = self
+            .sq
+            .front()
+            .is_some_and(|w| w.wr.opcode.is_read_or_atomic());
+        if front_waits {
+            self.go_back_once(ctx);
+        } else {
             self.ack_through(ctx, psn.sub(1));
         }
-        psn == self.comp.una && self.state != QpState::Err
     }
 
     /// A READ response, placed by its PSN in whichever outstanding READ it belongs to: one
@@ -302,7 +296,7 @@ impl Qp {
             .position(|w| w.wr.opcode == WrOpcode::RdmaRead && w.holds(psn))
         else {
             // No READ of ours has this PSN.
-            self.in_order_response(ctx, psn);
+            self.stray_response(ctx, psn);
             return UNEXPECTED;
         };
         if self.state == QpState::Err {
@@ -415,7 +409,7 @@ impl Qp {
             .iter_mut()
             .find(|w| w.wr.opcode.is_atomic() && w.holds(psn));
         let (Some(w), Some(ack)) = (found, pkt.ext.atomic_ack_eth) else {
-            self.in_order_response(ctx, psn);
+            self.stray_response(ctx, psn);
             return UNEXPECTED;
         };
         if !w.awaits_response(una) {

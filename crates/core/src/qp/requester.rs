@@ -293,10 +293,19 @@ impl Qp {
             return true;
         }
         if k > at {
-            r.off = u64::from(k) * mtu;
-            r.next_psn = w.first_psn.add(k);
+            let psn = w.first_psn.add(k);
+            self.put_cursor(idx, psn);
         }
         false
+    }
+
+    /// Puts the cursor on PSN `psn` of the WQE at `idx` (its byte offset to match).
+    fn put_cursor(&mut self, idx: usize, psn: Psn) {
+        let off = u64::from(self.sq[idx].first_psn.distance_to(psn));
+        let r = &mut self.req;
+        r.idx = idx;
+        r.off = off * self.mtu.bytes() as u64;
+        r.next_psn = psn;
     }
 
     /// Asks again for the responses that the stream of request `through` shows lost: the
@@ -338,13 +347,7 @@ impl Qp {
                 Some((i, w.first_psn.add(w.first_lost(rep.through, rep.end, una)?)))
             });
         match next {
-            Some((i, psn)) => {
-                let w = &self.sq[i];
-                let r = &mut self.req;
-                r.idx = i;
-                r.off = u64::from(w.first_psn.distance_to(psn)) * self.mtu.bytes() as u64;
-                r.next_psn = psn;
-            }
+            Some((i, psn)) => self.put_cursor(i, psn),
             None => {
                 self.req.repair = None;
                 self.seek(rep.resume);
@@ -538,12 +541,10 @@ impl Qp {
         // Never before what the peer already acknowledged.
         let una = self.comp.una();
         let from = if from.before(una) { una } else { from };
-        let mtu = self.mtu.bytes() as u64;
         let found = self
             .sq
             .iter()
             .position(|w| w.started && !w.last_psn().before(from));
-        let r = &mut self.req;
         match found {
             Some(i) => {
                 let w = &self.sq[i];
@@ -556,12 +557,11 @@ impl Qp {
                 } else {
                     from
                 };
-                r.idx = i;
-                r.off = u64::from(w.first_psn.distance_to(from)) * mtu;
-                r.next_psn = from;
+                self.put_cursor(i, from);
             }
             None => {
                 // Nothing sent at or after `from`: continue with the first unsent WQE.
+                let r = &mut self.req;
                 r.idx = self
                     .sq
                     .iter()
@@ -571,6 +571,7 @@ impl Qp {
                 r.next_psn = r.high_psn;
             }
         }
+        let r = &mut self.req;
         r.since_ack_req = 0;
         // Retransmitted packets give ambiguous RTT samples (Karn).
         r.rtt_sample = None;

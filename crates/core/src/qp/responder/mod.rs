@@ -653,8 +653,7 @@ impl Responder {
                 let Ok(reply) = self.read_reply(ctx, q, pkt, msn) else {
                     return;
                 };
-                let end = reply.first_psn.add(packets_for(reply.len as u64, q.mtu));
-                if self.supersede(reply.first_psn, end, q.mtu) {
+                if self.supersede(reply.first_psn, reply.end(q.mtu), q.mtu) {
                     self.replies.push_back(Reply::Read(reply));
                 }
             }
