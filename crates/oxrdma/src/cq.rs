@@ -77,11 +77,7 @@ impl CompletionQueue {
 
     /// Asks for `channel` to report this CQ at its next completion (`ibv_req_notify_cq`).
     pub fn req_notify(&self, channel: &CompletionChannel) {
-        let shared = self.ctx.shared();
-        let mut armed = shared.armed();
-        armed.push((self.cq, channel.inner.clone()));
-        drop(armed);
-        shared.ring();
+        self.ctx.shared().arm(self.cq, channel.inner.clone());
     }
 }
 

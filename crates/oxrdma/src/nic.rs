@@ -44,7 +44,7 @@ pub(crate) fn engine_thread(shared: &Shared) {
     // Whether a packet or a post woke this thread (else a timer did).
     let mut work = true;
     while !shared.stop.load(Ordering::Acquire) {
-        if shared.armed().is_empty() {
+        if !shared.any_armed() {
             if shared.app_polls() {
                 // The application polls and takes what arrives itself, and serves the
                 // timers (a probe deadline its ACK made stale would wake this thread for
@@ -66,15 +66,7 @@ pub(crate) fn engine_thread(shared: &Shared) {
             shared.pending.store(false, Ordering::SeqCst);
             let moved = dev.poll().unwrap_or(0);
             shared.collect_events(&mut dev);
-            let mut armed = shared.armed();
-            armed.retain(|(cq, channel)| {
-                if dev.engine.cq_len(*cq) > 0 {
-                    channel.notify(*cq);
-                    false
-                } else {
-                    true
-                }
-            });
+            shared.notify_armed(&dev);
             if moved == 0 {
                 // Under the lock: a post after this brings the deadline forward, not back.
                 // While the application calls in, its polls serve the timers (and this

@@ -42,6 +42,9 @@ pub(crate) struct Shared {
     pub(crate) stop: AtomicBool,
     /// CQs armed with `req_notify`, and the channel to signal when they get an entry.
     armed: Mutex<Vec<(u32, Arc<ChannelInner>)>>,
+    /// Whether `armed` holds any CQ: the application then waits on a channel, and the
+    /// engine thread moves its packets even if it polled a moment ago.
+    any_armed: AtomicBool,
     /// Work was posted while another thread held `dev`: whoever holds it drives again.
     pub(crate) pending: AtomicBool,
     /// When an application thread last polled a CQ and found nothing (ns since `epoch`).
@@ -98,6 +101,7 @@ impl Shared {
             dev: Mutex::new(dev),
             stop: AtomicBool::new(false),
             armed: Mutex::new(Vec::new()),
+            any_armed: AtomicBool::new(false),
             pending: AtomicBool::new(false),
             app_polled_at: AtomicU64::new(0),
             app_polling: AtomicBool::new(false),
@@ -115,9 +119,33 @@ impl Shared {
         }
     }
 
-    /// The CQs armed for notification (taken after `dev` when both are needed).
-    pub fn armed(&self) -> MutexGuard<'_, Vec<(u32, Arc<ChannelInner>)>> {
-        lock(&self.armed)
+    /// Arms `cq` to signal `channel` at its next completion, and wakes the engine thread,
+    /// which moves the packets from now on (lock order: `dev` before `armed`).
+    pub fn arm(&self, cq: u32, channel: Arc<ChannelInner>) {
+        let mut armed = lock(&self.armed);
+        armed.push((cq, channel));
+        self.any_armed.store(true, Ordering::SeqCst);
+        drop(armed);
+        self.ring();
+    }
+
+    /// Signals the channel of each armed CQ that has entries, and disarms it.
+    pub(crate) fn notify_armed(&self, dev: &Device) {
+        let mut armed = lock(&self.armed);
+        armed.retain(|(cq, channel)| {
+            if dev.engine.cq_len(*cq) > 0 {
+                channel.notify(*cq);
+                false
+            } else {
+                true
+            }
+        });
+        self.any_armed.store(!armed.is_empty(), Ordering::SeqCst);
+    }
+
+    /// Whether a CQ is armed for a channel.
+    pub(crate) fn any_armed(&self) -> bool {
+        self.any_armed.load(Ordering::SeqCst)
     }
 
     /// Wakes the engine thread (after posting work).
@@ -234,7 +262,15 @@ impl Shared {
             }
             if starts {
                 self.app_polling.store(true, Ordering::SeqCst);
-                self.sleeper.set_watched(false);
+                // A program that drains its CQ and then arms it (`ibv_req_notify_cq`)
+                // sleeps on the channel: the engine thread keeps the socket. Unwatched
+                // first, then looked, as `req_notify` arms first and then rings.
+                if !self.any_armed() {
+                    self.sleeper.set_watched(false);
+                    if self.any_armed() {
+                        self.sleeper.set_watched(true);
+                    }
+                }
             }
         } else if self.app_polling.load(Ordering::Relaxed) {
             self.app_polling.store(false, Ordering::SeqCst);
@@ -243,9 +279,11 @@ impl Shared {
     }
 
     /// Whether an application polls (and so drives the device): its last CQ poll found
-    /// nothing, less than `APP_ACTIVE_NS` ago.
+    /// nothing, less than `APP_ACTIVE_NS` ago, and it has not armed a CQ to sleep on.
     pub(crate) fn app_polls(&self) -> bool {
-        self.app_polling.load(Ordering::SeqCst) && self.app_active_for().is_some()
+        self.app_polling.load(Ordering::SeqCst)
+            && !self.any_armed()
+            && self.app_active_for().is_some()
     }
 
     /// How long an application that polled a CQ and found nothing is still taken to be

@@ -10,7 +10,6 @@ use rustix::time::{
     Timespec,
 };
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -39,8 +38,10 @@ pub(crate) struct Sleeper {
     deadline_at: Mutex<u64>,
     /// The device's socket (a duplicate: the device owns the original).
     sock: OwnedFd,
-    /// Whether the socket is armed in `epoll` (it disarms itself when it fires).
-    watched: AtomicBool,
+    /// Whether the socket is armed in `epoll` (it disarms itself when it fires). A lock
+    /// held across the `epoll_ctl`, so that of two threads changing it the kernel keeps
+    /// the last one's word.
+    watched: Mutex<bool>,
     epoch: Instant,
 }
 
@@ -103,7 +104,7 @@ impl Sleeper {
             deadline,
             deadline_at: Mutex::new(u64::MAX),
             sock,
-            watched: AtomicBool::new(true),
+            watched: Mutex::new(true),
             epoch: Instant::now(),
         })
     }
@@ -115,7 +116,9 @@ impl Sleeper {
 
     /// Arms the socket (a packet waiting or arriving wakes the engine thread), or disarms it.
     pub fn set_watched(&self, on: bool) {
-        if self.watched.swap(on, Ordering::SeqCst) != on {
+        let mut watched = lock(&self.watched);
+        if *watched != on {
+            *watched = on;
             let flags = if on {
                 epoll::EventFlags::IN | epoll::EventFlags::ONESHOT
             } else {
@@ -186,7 +189,7 @@ impl Sleeper {
                 // One shot: the kernel disarmed it.
                 SOCKET => {
                     work = true;
-                    self.watched.store(false, Ordering::SeqCst);
+                    *lock(&self.watched) = false;
                 }
                 DEADLINE => {
                     *lock(&self.deadline_at) = u64::MAX;

@@ -120,6 +120,37 @@ fn completion_channel_wakes_a_sleeping_thread() {
     assert_eq!(wcs[0].status, WcStatus::Success);
 }
 
+/// The usual event loop: poll until the CQ is empty, arm it, sleep on the channel. The
+/// engine thread must take the packets at once, though the program polled a moment ago
+/// (it used to leave them to the poller for up to its 50 ms sleep).
+#[test]
+fn a_cq_armed_right_after_an_empty_poll_still_wakes_at_once() {
+    let a = side("127.0.0.83", 1, 4096);
+    let b = side("127.0.0.84", 1, 4096);
+    connect_all(&a, &b);
+    let ch = a.ctx.create_comp_channel().unwrap();
+    let mut took = Vec::new();
+    for round in 0..7 {
+        let mut wcs = Vec::new();
+        assert_eq!(a.cq.poll(&mut wcs, 8).unwrap(), 0);
+        a.cq.req_notify(&ch);
+        let start = std::time::Instant::now();
+        let mut w = SendWr::new(round, WrOpcode::RdmaWrite, SendData::Inline(vec![1; 16]));
+        (w.remote_addr, w.rkey) = (b.mr.addr(), b.mr.rkey());
+        a.qps[0].post_send(w).unwrap();
+        assert!(ch.wait(Duration::from_secs(5)).unwrap(), "no wake-up");
+        took.push(start.elapsed());
+        assert_eq!(a.cq.poll(&mut wcs, 8).unwrap(), 1);
+        assert_eq!((wcs[0].wr_id, wcs[0].status), (round, WcStatus::Success));
+    }
+    took.sort();
+    // A loopback round trip takes tens of microseconds; the bug took 50 ms in most rounds.
+    assert!(
+        took[3] < Duration::from_millis(20),
+        "wake-ups took {took:?}"
+    );
+}
+
 #[test]
 fn sixty_four_qps_from_four_threads() {
     let a = std::sync::Arc::new(side("127.0.0.25", 64, 64 * 8192));
