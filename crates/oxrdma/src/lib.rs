@@ -14,6 +14,7 @@ mod cq;
 mod destroy;
 mod error;
 mod events;
+mod handoff;
 mod lock;
 mod nic;
 mod pd;

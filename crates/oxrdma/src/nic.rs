@@ -13,10 +13,11 @@
 //! between wakes this thread, which leaves it to the application if it polls. Meanwhile
 //! this thread looks every `RECHECK` whether the application still polls: one that stops
 //! without finding anything is noticed then (no timer is armed per poll: see
-//! `sleeper.rs` for what that costs).
+//! `sleeper.rs` for what that costs), and so is one that stopped after a poll that found
+//! completions but did not hand the socket over (`handoff.rs`).
 
 use crate::shared::Shared;
-use crate::sleeper::MAX_SLEEP;
+use crate::sleeper::{Woke, MAX_SLEEP};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -50,19 +51,24 @@ pub(crate) fn engine_thread(shared: &Shared) {
                 // timers (a probe deadline its ACK made stale would wake this thread for
                 // nothing).
                 shared.sleeper.set_deadline(None);
-                work = shared.sleeper.wait(RECHECK);
+                work = sleep(shared, RECHECK);
                 continue;
             }
             if let (false, Some(left)) = (work, shared.app_active_for()) {
                 // A timer, while the application still calls in: its next poll serves
                 // the engine's timers, and if there is none, this thread looks again.
-                work = shared.sleeper.wait(left);
+                work = sleep(shared, left);
                 continue;
             }
         }
         let moved = {
             // Not `shared.lock()`: this loop comes back to pending work by itself.
             let mut dev = shared.lock_raw();
+            if !work {
+                // Time woke this thread, and the application no longer polls: whatever
+                // waited since its last poll did so for a hand-off it skipped.
+                shared.handoff.taken_over();
+            }
             shared.pending.store(false, Ordering::SeqCst);
             let moved = dev.poll().unwrap_or(0);
             shared.collect_events(&mut dev);
@@ -94,5 +100,15 @@ fn sleep_until_work(shared: &Shared) -> bool {
     // A post that found the device locked by this thread left `pending` set before this
     // thread unlocked it; one after that drove the device itself.
     std::sync::atomic::fence(Ordering::SeqCst);
-    shared.pending.load(Ordering::SeqCst) || shared.sleeper.wait(MAX_SLEEP)
+    shared.pending.load(Ordering::SeqCst) || sleep(shared, MAX_SLEEP)
+}
+
+/// Sleeps until something wakes this thread or `timeout` passes; true unless only time
+/// passed. A packet on the watched socket means a hand-off was needed (`handoff.rs`).
+fn sleep(shared: &Shared, timeout: Duration) -> bool {
+    let woke = shared.sleeper.wait(timeout);
+    if woke == Woke::Packet {
+        shared.handoff.was_needed();
+    }
+    woke != Woke::Time
 }

@@ -9,6 +9,7 @@
 use crate::channel::ChannelInner;
 use crate::error::Result;
 use crate::events::Events;
+use crate::handoff::Handoff;
 use crate::lock::lock;
 use crate::sleeper::Sleeper;
 use oxrdma_core::EngineConfig;
@@ -51,6 +52,8 @@ pub(crate) struct Shared {
     app_polled_at: AtomicU64,
     /// The last CQ poll found nothing: the application will poll (and drive) again.
     app_polling: AtomicBool,
+    /// Whether a poll that finds completions hands the socket to the engine thread.
+    pub(crate) handoff: Handoff,
     /// The engine thread's OS thread id (0 until it runs).
     pub(crate) engine_tid: AtomicI32,
     epoch: Instant,
@@ -105,6 +108,7 @@ impl Shared {
             pending: AtomicBool::new(false),
             app_polled_at: AtomicU64::new(0),
             app_polling: AtomicBool::new(false),
+            handoff: Handoff::default(),
             engine_tid: AtomicI32::new(0),
             epoch: Instant::now(),
             events: Events::new()?,
@@ -245,8 +249,9 @@ impl Shared {
     /// After a CQ poll that found `found` completions. An empty poll means the
     /// application comes back for more (and drives the device meanwhile): the socket is
     /// left to it. One that finds completions, that it may go and wait elsewhere: the
-    /// engine thread watches the socket again (see `nic.rs`). A clock read, and no timer
-    /// armed: arming one per poll cost more than the poll (`sleeper.rs`).
+    /// engine thread watches the socket again (see `nic.rs`), unless that has been needless
+    /// lately (`handoff.rs`). A clock read, and no timer armed: arming one per poll cost
+    /// more than the poll (`sleeper.rs`).
     pub fn polled(&self, found: usize) {
         if found == 0 {
             // The time is taken when the application starts polling and then once in
@@ -258,7 +263,11 @@ impl Shared {
                 c.get()
             });
             if starts || count % CLOCK_EVERY == 0 {
-                self.app_polled_at.store(self.now_ns(), Ordering::Relaxed);
+                let now = self.now_ns();
+                self.app_polled_at.store(now, Ordering::Relaxed);
+                if starts {
+                    self.handoff.polled_again(now);
+                }
             }
             if starts {
                 self.app_polling.store(true, Ordering::SeqCst);
@@ -274,7 +283,9 @@ impl Shared {
             }
         } else if self.app_polling.load(Ordering::Relaxed) {
             self.app_polling.store(false, Ordering::SeqCst);
-            self.sleeper.set_watched(true);
+            if self.handoff.found(self.now_ns()) {
+                self.sleeper.set_watched(true);
+            }
         }
     }
 

@@ -21,6 +21,17 @@ const DOORBELL: u64 = 0;
 const SOCKET: u64 = 1;
 const DEADLINE: u64 = 2;
 
+/// What ended a sleep (the strongest, if several did).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Woke {
+    /// Only time passed.
+    Time,
+    /// The doorbell: work posted, a CQ armed, the device closing.
+    Doorbell,
+    /// A packet arrived on the watched socket.
+    Packet,
+}
+
 /// What the engine thread sleeps on: the doorbell, the socket while it is watched, and a
 /// timer for its own deadline (epoll's timeout counts whole milliseconds; the engine's
 /// timers, tail-loss probes among them, need microseconds).
@@ -174,9 +185,9 @@ impl Sleeper {
 
     /// Sleeps until something wakes the engine thread, or `timeout` passes (rounded up to
     /// whole milliseconds, at most `MAX_SLEEP`: a stop request is seen even if its doorbell
-    /// is missed). True if a packet or the doorbell woke it, false if time did.
-    pub fn wait(&self, timeout: Duration) -> bool {
-        let mut work = false;
+    /// is missed). Says what woke it.
+    pub fn wait(&self, timeout: Duration) -> Woke {
+        let mut woke = Woke::Time;
         let mut events: Vec<epoll::Event> = Vec::with_capacity(4);
         let ms = timeout.min(MAX_SLEEP).as_micros().div_ceil(1000).max(1);
         let timeout = Timespec {
@@ -188,7 +199,7 @@ impl Sleeper {
             match e.data.u64() {
                 // One shot: the kernel disarmed it.
                 SOCKET => {
-                    work = true;
+                    woke = Woke::Packet;
                     *lock(&self.watched) = false;
                 }
                 DEADLINE => {
@@ -196,11 +207,11 @@ impl Sleeper {
                     clear(&self.deadline);
                 }
                 _ => {
-                    work = true;
+                    woke = woke.max(Woke::Doorbell);
                     clear(&self.doorbell);
                 }
             }
         }
-        work
+        woke
     }
 }
