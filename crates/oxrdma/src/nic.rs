@@ -108,7 +108,7 @@ fn sleep_until_work(shared: &Shared) -> bool {
 fn sleep(shared: &Shared, timeout: Duration) -> bool {
     let woke = shared.sleeper.wait(timeout);
     if woke == Woke::Packet {
-        shared.handoff.was_needed();
+        shared.handoff.woken();
     }
     woke != Woke::Time
 }
