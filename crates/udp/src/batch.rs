@@ -297,6 +297,13 @@ impl RxBatch {
         }
     }
 
+    /// Whether the last receive emptied the socket: it filled fewer messages than it had
+    /// room for, so a call now would most likely find nothing (and cost a system call on
+    /// the way from a packet to its answer).
+    pub fn drained(&self) -> bool {
+        self.filled < BATCH
+    }
+
     /// Packet `i` of the last receive.
     pub fn datagram(&self, i: usize) -> &[u8] {
         let (at, len, _) = self.segs[i];

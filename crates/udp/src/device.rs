@@ -98,6 +98,9 @@ impl Device {
                 moved += self.rx.count;
                 progressed = true;
                 received = true;
+                if self.rx.drained() {
+                    break;
+                }
             }
             let now = self.now();
             if self.engine.poll_timeout().is_some_and(|t| t <= now) {
