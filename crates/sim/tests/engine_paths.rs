@@ -277,14 +277,12 @@ fn retry_exhausted_when_the_peer_is_gone() {
         wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
         vec![(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
     );
-    // The first transmission, two tail-loss probes (they do not spend retry_cnt), and
-    // retry_cnt retransmissions on timeout, then nothing.
-    let writes = log
-        .borrow()
-        .iter()
-        .filter(|e| e.0 == Opcode::RC_RDMA_WRITE_ONLY)
-        .count();
-    assert_eq!(writes, 1 + 2 + 3, "{writes} WRITEs");
+    // The first transmission, two tail-loss probes (they resend the last packet, the
+    // SEND, and do not spend retry_cnt), and retry_cnt retransmissions of both on timeout,
+    // then nothing.
+    let sent = |op| log.borrow().iter().filter(|e| e.0 == op).count();
+    let (writes, sends) = (sent(Opcode::RC_RDMA_WRITE_ONLY), sent(Opcode::RC_SEND_ONLY));
+    assert_eq!((writes, sends), (1 + 3, 1 + 2 + 3), "WRITEs and SENDs");
     // Timed out after 4.096 us × 2^10 × (retry_cnt + 1).
     assert!(
         p.world.now >= 4 * 4_194_304,
@@ -1064,4 +1062,115 @@ fn a_read_is_asked_for_again_lowest_piece_first() {
     let (asked, sent) = read_requests_with_gaps(1, &[3, 9, 3], None);
     assert_eq!(asked, [(0, 16_384), (3, 1_024), (3, 1_024), (9, 1_024)]);
     assert_eq!(sent, 19);
+}
+
+/// An 8-byte WRITE of byte `i + 1` to b's offset `8 * i`, signaled or not.
+fn small_write(p: &mut Pair, i: u64, signaled: bool) {
+    p.a.buf.write(8 * i as usize, &[i as u8 + 1; 8]);
+    let mut w = write(
+        i,
+        p.a.sge(8 * i as usize, 8),
+        p.b.addr(8 * i as usize),
+        p.b.mr.rkey,
+    );
+    if !signaled {
+        w.flags = SendFlags::empty();
+    }
+    p.post_send(0, w);
+}
+
+/// Runs the simulation `ns` further: a ping-pong's pause before its next message (the
+/// default network's round trip is 10 us, a tail-loss probe waits 3 of them).
+fn pause(p: &mut Pair, ns: u64) {
+    let until = p.world.now + ns;
+    p.world.run_until_idle(until);
+}
+
+/// Whether each WRITE sent (in order) asked for an ACK, and how many ACKs came back.
+fn write_asks(log: &PacketLog) -> (Vec<bool>, usize) {
+    let log = log.borrow();
+    let asks = log
+        .iter()
+        .filter(|e| e.0 == Opcode::RC_RDMA_WRITE_ONLY)
+        .map(|e| e.2)
+        .collect();
+    let acks = log.iter().filter(|e| e.0 == Opcode::RC_ACKNOWLEDGE).count();
+    (asks, acks)
+}
+
+#[test]
+fn unsignaled_writes_a_round_trip_apart_ask_for_an_ack_once_in_16() {
+    let mut p = Pair::new(&PairOptions::default());
+    let log = tap(&mut p, |_| TapAction::Pass);
+    // A first signaled WRITE gives the requester its round-trip time.
+    small_write(&mut p, 0, true);
+    p.run();
+    for i in 1..=20 {
+        small_write(&mut p, i, false);
+        pause(&mut p, 15_000);
+    }
+    small_write(&mut p, 21, true);
+    p.run();
+    let wcs = p.wcs(0);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(0, WcStatus::Success), (21, WcStatus::Success)]
+    );
+    for i in 0..22 {
+        assert_eq!(p.b.read(8 * i, 8), vec![i as u8 + 1; 8], "WRITE {i}");
+    }
+    // The signaled ones ask, and the 16th unsignaled one; three ACKs (were 22).
+    let mut want = vec![false; 22];
+    (want[0], want[16], want[21]) = (true, true, true);
+    assert_eq!(write_asks(&log), (want, 3));
+}
+
+#[test]
+fn a_stream_of_unsignaled_writes_asks_for_acks() {
+    let mut p = Pair::new(&PairOptions::default());
+    let log = tap(&mut p, |_| TapAction::Pass);
+    for i in 0..20 {
+        small_write(&mut p, i, i == 19);
+    }
+    p.run();
+    assert_eq!(p.wcs(0).len(), 1);
+    // Back to back: each one's ACK frees its send-queue slot early.
+    let (asks, _) = write_asks(&log);
+    assert_eq!(asks, vec![true; 20]);
+}
+
+#[test]
+fn an_unsignaled_tail_is_acknowledged_through_the_probe() {
+    let mut p = Pair::new(&PairOptions::default());
+    small_write(&mut p, 0, true);
+    p.run();
+    assert_eq!(p.wcs(0).len(), 1);
+    let log = tap(&mut p, |_| TapAction::Pass);
+    for i in 1..=3 {
+        small_write(&mut p, i, false);
+        pause(&mut p, 15_000);
+    }
+    p.run();
+    assert!(p.wcs(0).is_empty(), "unsignaled WRs complete silently");
+    // Three WRITEs without AckReq, then the tail-loss probe sends the last one again,
+    // asking for an ACK, and the ACK covers all three.
+    let sent: Vec<(Opcode, u32, bool)> = log.borrow().iter().map(|e| (e.0, e.1, e.2)).collect();
+    let first = sent[0].1;
+    let w = Opcode::RC_RDMA_WRITE_ONLY;
+    assert_eq!(
+        sent,
+        vec![
+            (w, first, false),
+            (w, first + 1, false),
+            (w, first + 2, false),
+            (w, first + 2, true),
+            (Opcode::RC_ACKNOWLEDGE, first + 2, false),
+        ]
+    );
+    // Their send-queue slots are free again: a full queue's worth posts.
+    for i in 0..128 {
+        small_write(&mut p, i, i == 127);
+    }
+    p.run();
+    assert_eq!(p.wcs(0).len(), 1);
 }

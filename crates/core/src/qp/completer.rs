@@ -69,6 +69,11 @@ impl Completer {
         self.una
     }
 
+    /// The smoothed round-trip time, once there is a sample.
+    pub(crate) fn srtt(&self) -> Option<Nanos> {
+        self.srtt
+    }
+
     /// UC/UD: packets before `next` left and nothing waits for their ACK.
     pub(crate) fn unreliable_sent(&mut self, next: Psn) {
         self.una = next;
@@ -450,8 +455,15 @@ impl Qp {
                         self.comp.probed_sample = Some((p, ctx.now));
                     }
                 }
-                let una = self.comp.una;
-                self.rewind(una);
+                // The last packet sent, again (it asks for an ACK): the ACK says how far
+                // the peer got, or the NAK where a gap begins. From `una` if a resend is
+                // already under way.
+                let from = if self.req.next_psn() == self.req.high_psn() {
+                    self.req.high_psn().sub(1)
+                } else {
+                    self.comp.una
+                };
+                self.rewind(from);
                 self.arm_probe(ctx.now);
             }
         }
