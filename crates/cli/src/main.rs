@@ -38,7 +38,19 @@ enum Command {
     SimBench(sim::BenchArgs),
 }
 
+/// A reader that goes away (`oxrdma decode x.pcap | head`) ends the process quietly, as
+/// it ends any Unix filter, instead of a panic in `println!`. Rust ignores SIGPIPE; its
+/// sockets send with MSG_NOSIGNAL, so only pipes and terminals are affected.
+fn quiet_on_closed_pipe() {
+    // SAFETY: sets SIGPIPE back to its default action, before any thread starts; no handler
+    // runs our code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    quiet_on_closed_pipe();
     let cli = Cli::parse();
     let done = |r: anyhow::Result<()>| r.map(|()| true);
     let result = match &cli.command {

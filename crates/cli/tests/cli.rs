@@ -661,3 +661,24 @@ fn scale_measures_every_qp_count_and_refuses_empty_runs() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("must not be empty or zero"));
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_decode_quietly() {
+    use std::io::Read;
+    let mut child = oxrdma()
+        .args(["decode"])
+        .arg(vector("rc_write_bw_100000.pcap"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read one line's worth, then close the pipe: decode has 87 KB to print, more than a
+    // pipe holds.
+    let mut first = [0u8; 64];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
+}
