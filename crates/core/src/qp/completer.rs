@@ -458,10 +458,10 @@ impl Qp {
                 // The last packet sent, again (it asks for an ACK): the ACK says how far
                 // the peer got, or the NAK where a gap begins. From `una` if a resend is
                 // already under way.
-                let from = if self.req.next_psn() == self.req.high_psn() {
-                    self.req.high_psn().sub(1)
-                } else {
+                let from = if self.req.resending() {
                     self.comp.una
+                } else {
+                    self.req.high_psn().sub(1)
                 };
                 self.rewind(from);
                 self.arm_probe(ctx.now);

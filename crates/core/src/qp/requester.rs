@@ -67,6 +67,11 @@ impl Requester {
         self.high_psn
     }
 
+    /// Whether the cursor is behind the highest PSN sent: the next packet goes out again.
+    pub(crate) fn resending(&self) -> bool {
+        self.next_psn != self.high_psn
+    }
+
     /// The send queue lost its front WQE: the cursor indexes the queue, so shift it, or
     /// restart it if it pointed at the WQE removed.
     pub(crate) fn front_removed(&mut self) {
@@ -272,7 +277,7 @@ impl Qp {
                 return None;
             }
         }
-        let (psn, fresh) = (self.req.next_psn, self.req.next_psn == self.req.high_psn);
+        let (psn, fresh) = (self.req.next_psn, !self.req.resending());
         let (len, ack_req) = self.build_request(idx, buf, ctx.now);
         if fresh && ack_req && self.req.rtt_sample.is_none() {
             self.req.rtt_sample = Some((psn, ctx.now));
@@ -405,7 +410,7 @@ impl Qp {
         // Only RC asks for ACKs: at the end of a message whose completion someone waits
         // for (`acked_at_end`), on a packet sent again (its first ACK was lost, or never
         // asked for), every ACK_REQ_EVERY packets, and when the window fills.
-        let again = psn.before(self.req.high_psn);
+        let again = self.req.resending();
         next.ack_req = self.qp_type == QpType::Rc
             && (next.ack_req && self.acked_at_end(idx, now)
                 || again
