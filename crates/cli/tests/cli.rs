@@ -666,14 +666,15 @@ fn scale_measures_every_qp_count_and_refuses_empty_runs() {
 fn a_reader_that_goes_away_ends_decode_quietly() {
     use std::io::Read;
     let mut child = oxrdma()
-        .args(["decode"])
+        .args(["decode", "--json"])
         .arg(vector("rc_write_bw_100000.pcap"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Read one line's worth, then close the pipe: decode has 87 KB to print, more than a
-    // pipe holds.
+    // Read a few bytes, then close the pipe: decode has 125 KB of JSON lines to print,
+    // about twice what a pipe holds, so it is still writing (its text output, 62 KB,
+    // could fit and finish first).
     let mut first = [0u8; 64];
     child.stdout.take().unwrap().read_exact(&mut first).unwrap();
     let out = child.wait_with_output().unwrap();
