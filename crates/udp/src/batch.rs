@@ -229,6 +229,11 @@ pub struct RxBatch {
     hdrs: Headers,
     /// Messages the last call filled (their headers' lengths were overwritten).
     filled: usize,
+    /// The last call found nothing: the next most likely waits for a packet that comes
+    /// alone (a ping-pong's), and takes one message with `recvmsg`, which returns 0.3 us
+    /// sooner than `recvmmsg` (that goes on to try a second message): 1.14x vs 1.09x
+    /// `recvfrom`'s half round trip in a C ping-pong on loopback.
+    idle: bool,
 }
 
 /// `recvmmsg` headers and the iovecs they point to.
@@ -294,6 +299,7 @@ impl RxBatch {
             count: 0,
             hdrs: Headers { msgs, _iovs: iovs },
             filled: 0,
+            idle: true,
         }
     }
 
@@ -320,8 +326,9 @@ impl RxBatch {
         self.segs[i].2 = None;
     }
 
-    /// Receives up to [`BATCH`] waiting messages with one `recvmmsg`, without blocking, and
-    /// lists their packets. `Ok(0)`: nothing was waiting.
+    /// Receives up to [`BATCH`] waiting messages with one `recvmmsg` (one with `recvmsg`
+    /// after a call that found nothing), without blocking, and lists their packets.
+    /// `Ok(0)`: nothing was waiting.
     pub fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
         use std::os::fd::AsRawFd;
         self.count = 0;
@@ -335,19 +342,32 @@ impl RxBatch {
         }
         self.filled = 0;
         let msgs = &mut self.hdrs.msgs;
-        // SAFETY: every pointer in `msgs` (names, controls, iovecs and the buffers they
-        // name) points into memory owned by `self` (see `Headers`), alive and not
-        // otherwise borrowed for the duration of the call; the kernel writes at most the
-        // lengths given.
-        let n = unsafe {
-            libc::recvmmsg(
-                socket.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                BATCH as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
+        let fd = socket.as_raw_fd();
+        let n = if self.idle {
+            // SAFETY: as below, for the first message alone.
+            let r = unsafe { libc::recvmsg(fd, &mut msgs[0].msg_hdr, libc::MSG_DONTWAIT) };
+            if r < 0 {
+                -1
+            } else {
+                msgs[0].msg_len = r as u32;
+                1
+            }
+        } else {
+            // SAFETY: every pointer in `msgs` (names, controls, iovecs and the buffers they
+            // name) points into memory owned by `self` (see `Headers`), alive and not
+            // otherwise borrowed for the duration of the call; the kernel writes at most
+            // the lengths given.
+            unsafe {
+                libc::recvmmsg(
+                    fd,
+                    msgs.as_mut_ptr(),
+                    BATCH as u32,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            }
         };
+        self.idle = n <= 0;
         if n < 0 {
             let e = io::Error::last_os_error();
             return match e.kind() {

@@ -167,3 +167,39 @@ fn each_qp_leaves_from_one_pool_port_in_order_and_the_icrc_holds() {
     assert!(ports.len() > 1, "QPs spread over more than one source port");
     assert_eq!(tx_port.stats.source_ports_refused, 0);
 }
+
+#[test]
+fn after_an_empty_receive_one_message_is_taken_alone_and_then_the_rest_together() {
+    let mut tx_port = UdpPort::bind_addr("127.0.0.7:0".parse().unwrap()).unwrap();
+    let mut rx_port = UdpPort::bind_addr("127.0.0.8:0".parse().unwrap()).unwrap();
+    let dst = rx_port.local_addr();
+    let mut rx = RxBatch::default();
+    assert_eq!(rx_port.recv_batch(&mut rx).unwrap(), 0);
+    // Five of different lengths: five messages (GSO glues only equal ones). Loopback
+    // queues them before `send_batch` returns.
+    let mut tx = TxBatch::default();
+    for i in 0..5u32 {
+        let len = 24 + 4 * i as usize;
+        let slot = tx.next_slot();
+        slot[..len].fill(0);
+        slot[12..16].copy_from_slice(&i.to_be_bytes());
+        tx.push(dst, len);
+    }
+    tx_port.send_batch(&mut tx).unwrap();
+    rx_port.wait_readable(Duration::from_secs(5)).unwrap();
+    let numbers = |rx: &RxBatch| -> Vec<u32> {
+        (0..rx.count)
+            .map(|i| u32::from_be_bytes(rx.datagram(i)[12..16].try_into().unwrap()))
+            .collect()
+    };
+    assert_eq!(rx_port.recv_batch(&mut rx).unwrap(), 1, "the first alone");
+    assert_eq!(numbers(&rx), [0]);
+    assert_eq!(
+        rx_port.recv_batch(&mut rx).unwrap(),
+        4,
+        "the rest in one call"
+    );
+    assert_eq!(numbers(&rx), [1, 2, 3, 4]);
+    assert!((0..4).all(|i| rx.from(i).is_some()), "every ICRC verifies");
+    assert_eq!(rx_port.recv_batch(&mut rx).unwrap(), 0);
+}
