@@ -8,13 +8,15 @@
 #     spinning sockperf), next to spinning sockperf
 #   - the raw UDP ceilings on loopback (bench/udp_ceiling.c): 4128-byte datagrams (a 4 KiB
 #     RoCE packet) 15 per send with GSO/GRO, and 64-byte datagrams 32 per sendmmsg, next to
-#     oxrdma's 64 KiB WRITE bandwidth and 8 B WRITE message rate
+#     oxrdma's 64 KiB WRITE bandwidth and 8 B WRITE message rate; and a ping-pong that makes
+#     oxrdma's system calls (recvmsg, sendmmsg), the kernel's floor under its 8 B latency
 #   - 64 KiB READ and SEND bandwidth (-n 20000), next to WRITE's, and WRITE's CPU time per
 #     GB on each side (--cpu-util)
 #   - 64 KiB WRITE bandwidth with 1, 4 and 64 QPs (-q), 2 s each
 #   - 64 KiB WRITE bandwidth between two network namespaces on a veth pair with MTU 1500
-#     (RoCE MTU 1024, an Ethernet LAN) vs iperf3 TCP on the same pair (as root only: the
-#     namespaces are made here and removed at exit; VETH=0 skips it)
+#     (RoCE MTU 1024, an Ethernet LAN) vs iperf3 TCP on the same pair, and the raw UDP
+#     GSO/GRO ceiling of 1 KiB RoCE packets there (as root only: the namespaces are made
+#     here and removed at exit; VETH=0 skips it)
 # and the C library (target/release/libibverbs.so.1) under Debian's perftest, two
 # processes, next to `oxrdma perf` for the same test: ib_write_bw -s 65536 and
 # ib_write_lat -s 8 (t_typical, perftest's median half round trip), each against oxrdma perf
@@ -36,7 +38,7 @@ fi
 cargo build --release -q -p oxrdma-cli -p oxrdma-ibverbs
 ox=./target/release/oxrdma
 tmp=$(mktemp -d)
-gcc -O2 -o "$tmp/udp_ceiling" bench/udp_ceiling.c
+gcc -O2 -o "$tmp/udp_ceiling" bench/udp_ceiling.c -lpthread
 pids=()
 ns=(oxbench-a-$$ oxbench-b-$$)
 cleanup() {
@@ -76,7 +78,7 @@ ox2() {
   wait "$spid" 2>/dev/null || true
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-tcp=(); udp=(); udpb=(); bw=(); rbw=(); sbw=(); lat=(); slat=(); lat0=(); bw2=(); cpuc=(); cpus=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
+tcp=(); udp=(); udpb=(); floor=(); vgso=(); bw=(); rbw=(); sbw=(); lat=(); slat=(); lat0=(); bw2=(); cpuc=(); cpus=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
 for r in $(seq "$REPS"); do
   p=$(( 20000 + RANDOM % 9000 ))
   iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null 2>&1 & pids+=($!)
@@ -94,6 +96,7 @@ for r in $(seq "$REPS"); do
   sleep 0.3
   udpb+=("$(sockperf ping-pong -i 127.0.0.1 -p "$q" -m 64 -t 1 2>/dev/null | awk '/percentile 50.000/ {print $NF}')")
   kill "$spid" 2>/dev/null || true
+  floor+=("$("$tmp/udp_ceiling" pingpong 100000)")
   j=$($ox perf write-bw --loopback -s 65536 -n 20000 --json --cpu-util)
   bw+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["bw_avg_gbps"])' "$j")")
   cpuc+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["cpu_client_ms_per_gb"])' "$j")")
@@ -127,7 +130,9 @@ for r in $(seq "$REPS"); do
     sleep 0.3
     vbw+=("$(inns "${ns[0]}" "$ox" perf write-bw -d 10.99.0.1 -p "$p" -s 65536 -n 10000 --json 10.99.0.2 | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
     wait "$spid" 2>/dev/null || true
-    echo "round $r (veth MTU 1500): tcp ${vtcp[-1]} Gb/s, oxrdma write-bw ${vbw[-1]} Gb/s" >&2
+    # 1040-byte datagrams (a 1 KiB RoCE packet), 62 per send (64 KiB at most per message).
+    vgso+=("$(inns "${ns[1]}" "$tmp/udp_ceiling" gso 1040 62 1 10.99.0.2 "${ns[0]}" | awk '{print $1 * 8 / 1000}')")
+    echo "round $r (veth MTU 1500): tcp ${vtcp[-1]} Gb/s, oxrdma write-bw ${vbw[-1]} Gb/s, raw UDP GSO ${vgso[-1]} Gb/s" >&2
   fi
   echo "round $r: tcp ${tcp[-1]} Gb/s, oxrdma write-bw ${bw[-1]} Gb/s (read ${rbw[-1]}, send ${sbw[-1]}), C ib_write_bw ${cbw[-1]} Gb/s (oxrdma two processes ${bw2[-1]}), udp p50 ${udp[-1]} us (blocking ${udpb[-1]}), oxrdma write-lat ${lat[-1]} us (two processes, -I 0: ${lat0[-1]}), C ib_write_lat ${clat[-1]} us, UDP GSO ${gso[-1]} Gb/s, UDP ${pps[-1]} Mpps, oxrdma 8 B ${rate[-1]} Mpps, -q 1/4/64 ${q1[-1]}/${q4[-1]}/${q64[-1]} Gb/s" >&2
 done
@@ -145,8 +150,10 @@ printf '%-44s %10.3f us\n' "sockperf UDP ping-pong p50 one-way, spinning" "$U"
 UB=$(printf '%s\n' "${udpb[@]}" | median)
 printf '%-44s %10.3f us\n' "sockperf UDP ping-pong p50 one-way, blocking" "$UB"
 printf '%-44s %10.3f us     ratio %.3f (target <= 1.2), %.3f to blocking\n' "oxrdma 8 B RDMA WRITE half round trip p50" "$L" "$(echo "$L / $U" | bc -l)" "$(echo "$L / $UB" | bc -l)"
+F=$(printf '%s\n' "${floor[@]}" | median)
+printf '%-44s %10.3f us     ratio %.3f to sockperf\n' "raw UDP ping-pong, oxrdma's system calls" "$F" "$(echo "$F / $U" | bc -l)"
 SL=$(printf '%s\n' "${slat[@]}" | median)
-printf '%-44s %10.3f us     ratio %.3f to spinning\n' "oxrdma 8 B SEND half round trip, both poll" "$SL" "$(echo "$SL / $U" | bc -l)"
+printf '%-44s %10.3f us     ratio %.3f to spinning, %.3f to the floor\n' "oxrdma 8 B SEND half round trip, both poll" "$SL" "$(echo "$SL / $U" | bc -l)" "$(echo "$SL / $F" | bc -l)"
 CB=$(printf '%s\n' "${cbw[@]}" | median); CL=$(printf '%s\n' "${clat[@]}" | median)
 L0=$(printf '%s\n' "${lat0[@]}" | median); B2=$(printf '%s\n' "${bw2[@]}" | median)
 # Median of the per-round ratios (C run / the oxrdma perf run just before it).
@@ -159,9 +166,11 @@ if [ "$VETH" = 1 ]; then
   VT=$(printf '%s\n' "${vtcp[@]}" | median); VB=$(printf '%s\n' "${vbw[@]}" | median)
   printf '%-44s %10.3f Gb/s\n' "veth MTU 1500: iperf3 TCP single stream" "$VT"
   printf '%-44s %10.3f Gb/s   ratio %.3f (target >= 1.2)\n' "veth MTU 1500: oxrdma 64 KiB WRITE" "$VB" "$(echo "$VB / $VT" | bc -l)"
+  VG=$(printf '%s\n' "${vgso[@]}" | median)
+  printf '%-44s %10.3f Gb/s   ratio %.3f to TCP; oxrdma is %.3f of it\n' "veth MTU 1500: raw UDP, 1040 B x 62, GSO/GRO" "$VG" "$(echo "$VG / $VT" | bc -l)" "$(echo "$VB / $VG" | bc -l)"
 fi
 G=$(printf '%s\n' "${gso[@]}" | median); P=$(printf '%s\n' "${pps[@]}" | median); R=$(printf '%s\n' "${rate[@]}" | median)
-printf '%-44s %10.3f Gb/s   oxrdma 64 KiB WRITE is %.3f of it\n' "raw UDP, 4128 B x 15 per send, GSO/GRO" "$G" "$(echo "$B / $G" | bc -l)"
+printf '%-44s %10.3f Gb/s   ratio %.3f to TCP; oxrdma 64 KiB WRITE is %.3f of it\n' "raw UDP, 4128 B x 15 per send, GSO/GRO" "$G" "$(echo "$G / $T" | bc -l)" "$(echo "$B / $G" | bc -l)"
 printf '%-44s %10.3f Mpps\n' "raw UDP, 64 B x 32 per sendmmsg" "$P"
 printf '%-44s %10.3f Mpps   ratio %.3f (target >= 0.5)\n' "oxrdma 8 B RDMA WRITE message rate" "$R" "$(echo "$R / $P" | bc -l)"
 Q1=$(printf '%s\n' "${q1[@]}" | median); Q4=$(printf '%s\n' "${q4[@]}" | median); Q64=$(printf '%s\n' "${q64[@]}" | median)

@@ -6,15 +6,28 @@
  *                                         and per recvmmsg
  * A forked child sends to 127.0.0.1 for SECONDS; the parent counts what arrives and prints
  * one number: MB/s (10^6 bytes) for gso, Mpps for pps.
+ *   udp_ceiling pingpong ITERATIONS       p50 half round trip in us of a two-thread ping-pong
+ *                                         of 24-byte datagrams (an 8 B SEND) that both spin
+ *                                         on the system calls oxrdma's UDP driver makes:
+ *                                         recvmsg with room for the GRO control message, and
+ *                                         sendmmsg to an address; the kernel's floor under
+ *                                         oxrdma's 8 B latency (sockperf uses recvfrom/sendto)
+ *   ... SECONDS ADDRESS NETNS            the parent receives on ADDRESS (an IPv4 address of
+ *                                         the namespace it runs in) and the child sends from
+ *                                         network namespace NETNS (`ip netns` name; root): a
+ *                                         path between namespaces, such as a veth pair
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -67,10 +80,83 @@ static void sender(struct sockaddr_in *to, int gso, int len, int per, double sec
 	_exit(0);
 }
 
+static int bound(const char *ip, struct sockaddr_in *a)
+{
+	int s = socket(AF_INET, SOCK_DGRAM, 0), one = 1, df = IP_PMTUDISC_DO;
+	*a = (struct sockaddr_in){ .sin_family = AF_INET };
+	inet_pton(AF_INET, ip, &a->sin_addr);
+	socklen_t al = sizeof *a;
+	setsockopt(s, IPPROTO_UDP, UDP_GRO, &one, sizeof one);
+	setsockopt(s, IPPROTO_IP, IP_MTU_DISCOVER, &df, sizeof df);
+	if (bind(s, (void *)a, sizeof *a) || getsockname(s, (void *)a, &al)) {
+		perror("bind");
+		exit(1);
+	}
+	return s;
+}
+
+/* One spinning receive and one send, as oxrdma makes them. */
+static void bounce(int s, struct sockaddr_in *to)
+{
+	char buf[4200], name[128], control[64], out[24] = { 0 };
+	struct iovec iov = { buf, sizeof buf };
+	struct msghdr h;
+	do
+		h = (struct msghdr){ .msg_name = name, .msg_namelen = sizeof name, .msg_iov = &iov,
+				     .msg_iovlen = 1, .msg_control = control,
+				     .msg_controllen = sizeof control };
+	while (recvmsg(s, &h, MSG_DONTWAIT) < 0);
+	struct iovec o = { out, sizeof out };
+	struct mmsghdr m = { .msg_hdr = { .msg_name = to, .msg_namelen = sizeof *to, .msg_iov = &o,
+					  .msg_iovlen = 1 } };
+	sendmmsg(s, &m, 1, MSG_DONTWAIT);
+}
+
+static struct sockaddr_in ping_a, ping_b;
+static int ping_n;
+
+static void *ponger(void *x)
+{
+	int s = *(int *)x;
+	for (int i = 0; i <= ping_n; i++)
+		bounce(s, &ping_a);
+	return NULL;
+}
+
+static int cmp(const void *x, const void *y)
+{
+	double d = *(const double *)x - *(const double *)y;
+	return (d > 0) - (d < 0);
+}
+
+static int pingpong(int n)
+{
+	int a = bound("127.0.0.1", &ping_a), b = bound("127.0.0.1", &ping_b);
+	ping_n = n;
+	pthread_t t;
+	pthread_create(&t, NULL, ponger, &b);
+	double *lat = calloc((size_t)n, sizeof *lat);
+	char out[24] = { 0 };
+	sendto(a, out, sizeof out, 0, (void *)&ping_b, sizeof ping_b);
+	for (int i = 0; i < n; i++) {
+		double t0 = now();
+		bounce(a, &ping_b);
+		lat[i] = now() - t0;
+	}
+	bounce(a, &ping_b); /* the ponger's last */
+	pthread_join(t, NULL);
+	qsort(lat, (size_t)n, sizeof *lat, cmp);
+	printf("%.3f\n", lat[n / 2] / 2 * 1e6);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	if (argc != 5 || (strcmp(argv[1], "gso") && strcmp(argv[1], "pps"))) {
-		fprintf(stderr, "usage: %s gso|pps SIZE COUNT SECONDS\n", argv[0]);
+	if (argc == 3 && !strcmp(argv[1], "pingpong") && atoi(argv[2]) > 0)
+		return pingpong(atoi(argv[2]));
+	if ((argc != 5 && argc != 7) || (strcmp(argv[1], "gso") && strcmp(argv[1], "pps"))) {
+		fprintf(stderr, "usage: %s gso|pps SIZE COUNT SECONDS [ADDRESS NETNS]\n"
+				"       %s pingpong ITERATIONS\n", argv[0], argv[0]);
 		return 2;
 	}
 	int gso = !strcmp(argv[1], "gso"), len = atoi(argv[2]), per = atoi(argv[3]);
@@ -80,7 +166,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	struct sockaddr_in a = { .sin_family = AF_INET };
-	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	if (inet_pton(AF_INET, argc == 7 ? argv[5] : "127.0.0.1", &a.sin_addr) != 1) {
+		fprintf(stderr, "bad address\n");
+		return 2;
+	}
 	int r = socket(AF_INET, SOCK_DGRAM, 0), one = 1, big = 64 << 20;
 	setsockopt(r, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
 	if (gso)
@@ -91,8 +180,18 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	pid_t child = fork();
-	if (child == 0)
+	if (child == 0) {
+		if (argc == 7) {
+			char path[256];
+			snprintf(path, sizeof path, "/var/run/netns/%s", argv[6]);
+			int fd = open(path, O_RDONLY);
+			if (fd < 0 || setns(fd, CLONE_NEWNET)) {
+				perror(path);
+				_exit(1);
+			}
+		}
 		sender(&a, gso, len, per, secs);
+	}
 	struct timeval tv = { .tv_sec = 0, .tv_usec = 300000 };
 	setsockopt(r, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	enum { SLOT = 1 << 16 };
