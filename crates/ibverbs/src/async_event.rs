@@ -3,9 +3,10 @@
 //! number; each context keeps the program's pointers by those numbers.
 
 use crate::abi::*;
+use crate::context::lookup;
 use crate::context::Context;
 use crate::errno::errno_of;
-use crate::registry::{lookup, Kind};
+use crate::registry::Kind;
 use oxrdma::AsyncEvent;
 use std::ffi::{c_int, c_uint, c_void};
 

@@ -1,17 +1,15 @@
-//! Opening a device and asking what it is: `ibv_open_device`, `ibv_close_device`,
-//! `ibv_query_device`, `ibv_query_port` (the exported compat form and the
+//! An open device and asking what it is: the context a program holds, its objects by
+//! number (`registry.rs`), `ibv_query_device`, `ibv_query_port` (the exported compat form and the
 //! `verbs_context` op the header's inline form calls), `ibv_query_gid`,
 //! `ibv_query_gid_type`, `ibv_query_pkey`. The port reports what rxe reports: active,
 //! Ethernet link layer, the active MTU of the interface, one RoCE v2 GID (the address).
 
 use crate::abi::*;
-use crate::device::{lookup, Addr, Device};
+use crate::device::Device;
 use crate::errno::set_errno;
-use crate::registry::Registry;
-use oxrdma::{BindError, Error};
+use crate::registry::{Kind, Registry};
 use std::ffi::{c_int, c_uint, c_void};
 use std::mem::offset_of;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Mutex;
 
 /// One open device: the `verbs_context` the program sees (its `context` member is the
@@ -51,112 +49,42 @@ impl Context {
     }
 }
 
-/// Opens the oxrdma context for `d`: its own address, or the first free loopback one.
-fn open_ox(d: &Device, name: &str) -> Result<oxrdma::Context, c_int> {
-    let fail = |ip: IpAddr, e: Error| match &e {
-        Error::Bind(BindError::InUse { .. }) => {
-            eprintln!(
-                "oxrdma: device {name}: {ip} is in use by another process; give this one \
-                     its own address, e.g. OXRDMA_DEVICES={name}=127.0.0.9"
-            );
-            libc::EADDRINUSE
-        }
-        Error::Bind(BindError::NotLocal { .. }) => {
-            eprintln!("oxrdma: device {name}: {e} (see OXRDMA_DEVICES)");
-            libc::EADDRNOTAVAIL
-        }
-        _ => {
-            eprintln!("oxrdma: device {name}: {e}");
-            libc::ENODEV
-        }
-    };
-    match d.addr {
-        Addr::Fixed(ip) => oxrdma::Context::open(ip).map_err(|e| fail(ip, e)),
-        Addr::FreeLoopback => {
-            for n in 2..=254u8 {
-                let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
-                match oxrdma::Context::open(ip) {
-                    Ok(c) => return Ok(c),
-                    Err(Error::Bind(BindError::InUse { .. })) => continue,
-                    Err(e) => return Err(fail(ip, e)),
-                }
-            }
-            eprintln!("oxrdma: device {name}: every address 127.0.0.2-254 is taken");
-            Err(libc::EADDRINUSE)
-        }
-    }
-}
-
-/// `ibv_open_device`.
+/// Runs `f` on the registry of `ctx`'s objects; None if `ctx` is NULL.
 ///
 /// # Safety
-/// `dev` is NULL or any pointer (only ours are accepted).
-pub(crate) unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_context {
-    let Some(d) = lookup(dev) else {
-        set_errno(libc::ENODEV);
-        return std::ptr::null_mut();
-    };
-    let name = crate::device::name(d);
-    let ox = match open_ox(d, &name) {
-        Ok(c) => c,
-        Err(e) => {
-            set_errno(e);
-            return std::ptr::null_mut();
-        }
-    };
-    let async_fd = {
-        use std::os::fd::AsRawFd;
-        ox.async_fd().as_raw_fd()
-    };
-    let ctx = Box::new(Context {
-        vctx: verbs_context {
-            query_port: Some(query_port_ex),
-            query_device_ex: Some(query_device_ex),
-            create_cq_ex: Some(crate::cq_ex::create_cq_ex),
-            create_qp_ex: Some(crate::qp_ex::create_qp_ex),
-            sz: size_of::<verbs_context>(),
-            context: ibv_context {
-                device: dev,
-                ops: ibv_context_ops {
-                    poll_cq: Some(crate::cq::poll_cq),
-                    req_notify_cq: Some(crate::cq::req_notify_cq),
-                    post_send: Some(crate::qp::post_send),
-                    post_recv: Some(crate::qp::post_recv),
-                    post_srq_recv: Some(crate::srq::post_srq_recv),
-                    alloc_mw: Some(crate::mw::alloc_mw),
-                    bind_mw: Some(crate::mw::bind_mw),
-                    dealloc_mw: Some(crate::mw::dealloc_mw),
-                    ..ibv_context_ops::EMPTY
-                },
-                cmd_fd: -1,
-                async_fd,
-                num_comp_vectors: 1,
-                // PTHREAD_MUTEX_INITIALIZER is all zeros in glibc.
-                mutex: pthread_mutex_t([0; 40]),
-                abi_compat: usize::MAX as *mut c_void,
-            },
-            ..verbs_context::EMPTY
-        },
-        ox,
-        dev: d,
-        objects: Mutex::new(Registry::default()),
-    });
-    let ctx = Box::leak(ctx);
-    &mut ctx.vctx.context
-}
-
-/// `ibv_close_device`.
-///
-/// # Safety
-/// `ctx` is NULL or an open context whose objects are all destroyed.
-pub(crate) unsafe extern "C" fn close_device(ctx: *mut ibv_context) -> c_int {
+/// `ctx` is NULL or an open context.
+unsafe fn with_objects<R>(ctx: *mut ibv_context, f: impl FnOnce(&mut Registry) -> R) -> Option<R> {
     // SAFETY: the caller's promise.
-    let Some(c) = (unsafe { Context::from_ibv(ctx) }) else {
-        return libc::EINVAL;
-    };
-    // SAFETY: `c` was leaked from a Box in `open_device` and is given back once.
-    drop(unsafe { Box::from_raw(std::ptr::from_ref(c).cast_mut()) });
-    0
+    let c = unsafe { Context::from_ibv(ctx) }?;
+    let mut r = c.objects.lock().unwrap_or_else(|p| p.into_inner());
+    Some(f(&mut r))
+}
+
+/// Remembers the program's pointer `p` to object `id` of `ctx`.
+///
+/// # Safety
+/// As `with_objects`.
+pub(crate) unsafe fn remember<T>(ctx: *mut ibv_context, kind: Kind, id: u32, p: *mut T) {
+    // SAFETY: the caller's promise.
+    unsafe { with_objects(ctx, |r| r.remember(kind, id, p)) };
+}
+
+/// Forgets object `id` of `ctx` (it was destroyed).
+///
+/// # Safety
+/// As `with_objects`.
+pub(crate) unsafe fn forget(ctx: *mut ibv_context, kind: Kind, id: u32) {
+    // SAFETY: the caller's promise.
+    unsafe { with_objects(ctx, |r| r.forget(kind, id)) };
+}
+
+/// The program's pointer to object `id` of `ctx`, if it still exists.
+///
+/// # Safety
+/// As `with_objects`.
+pub(crate) unsafe fn lookup<T>(ctx: *mut ibv_context, kind: Kind, id: u32) -> Option<*mut T> {
+    // SAFETY: the caller's promise.
+    unsafe { with_objects(ctx, |r| r.lookup(kind, id)) }.flatten()
 }
 
 /// The device's attributes, as rxe words them.
@@ -242,7 +170,7 @@ pub(crate) unsafe extern "C" fn query_device(
 ///
 /// # Safety
 /// `ctx` is NULL or open; `attr` is NULL or has `attr_size` writable bytes.
-unsafe extern "C" fn query_device_ex(
+pub(crate) unsafe extern "C" fn query_device_ex(
     ctx: *mut ibv_context,
     _input: *const c_void,
     attr: *mut ibv_device_attr_ex,
@@ -326,7 +254,7 @@ pub(crate) unsafe extern "C" fn query_port(
 ///
 /// # Safety
 /// As `write_port_attr`.
-unsafe extern "C" fn query_port_ex(
+pub(crate) unsafe extern "C" fn query_port_ex(
     ctx: *mut ibv_context,
     port: u8,
     attr: *mut ibv_port_attr,

@@ -4,9 +4,10 @@
 
 use crate::abi::*;
 use crate::context::Context;
+use crate::context::{forget, lookup, remember};
 use crate::errno::{errno_of, ptr_or_errno, set_errno};
 use crate::object::Obj;
-use crate::registry::{forget, lookup, remember, Kind};
+use crate::registry::Kind;
 use crate::work::write_wc;
 use oxrdma::{CompletionChannel, CompletionQueue};
 use std::ffi::{c_int, c_void};

@@ -49,7 +49,7 @@ macro_rules! export_data {
 }
 
 use crate::stubs::{no_object, not_supported, nothing};
-use crate::{ah, async_event, context, cq, device, pd, qp, qp_ex, rate, srq, strings, stubs};
+use crate::{ah, async_event, context, cq, device, open, pd, qp, qp_ex, rate, srq, strings, stubs};
 
 export! {
     // Devices and contexts.
@@ -60,8 +60,8 @@ export! {
     ibv_get_device_index @ "IBVERBS_1.9" => device::get_device_index;
     ibv_read_sysfs_file @ "IBVERBS_1.0" => device::read_sysfs_file;
     ibv_get_sysfs_path @ "IBVERBS_1.0" => stubs::sysfs_path;
-    ibv_open_device @ "IBVERBS_1.1" => context::open_device;
-    ibv_close_device @ "IBVERBS_1.1" => context::close_device;
+    ibv_open_device @ "IBVERBS_1.1" => open::open_device;
+    ibv_close_device @ "IBVERBS_1.1" => open::close_device;
     ibv_query_device @ "IBVERBS_1.1" => context::query_device;
     ibv_query_port @ "IBVERBS_1.1" => context::query_port;
     ibv_query_gid @ "IBVERBS_1.1" => context::query_gid;

@@ -21,6 +21,7 @@ mod errno;
 mod exports;
 mod mw;
 mod object;
+mod open;
 mod pd;
 mod qp;
 mod qp_ex;

@@ -2,12 +2,12 @@
 //! the `post_send` and `post_recv` ops the header's inline verbs call.
 
 use crate::abi::*;
+use crate::context::{forget, remember};
 use crate::cq::cq_of;
 use crate::errno::{errno_of, ptr_or_errno};
 use crate::object::Obj;
 use crate::pd::Pd;
-use crate::qp_ex::Batch;
-use crate::registry::{forget, remember, Kind};
+use crate::registry::Kind;
 use crate::srq::SrqObj;
 use crate::work::{post_list, post_recv_list, send_wr};
 use oxrdma::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, QueuePair};
@@ -15,6 +15,14 @@ use std::ffi::{c_int, c_uint};
 use std::sync::Mutex;
 
 /// A QP and, if `ibv_create_qp_ex` made it, the work requests its extended send API
+/// The work requests of one `ibv_wr_start` … `ibv_wr_complete` (`qp_ex.rs`), and the
+/// first error met while building them (reported by `ibv_wr_complete`, as rxe does).
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub(crate) wrs: Vec<oxrdma::SendWr>,
+    pub(crate) err: c_int,
+}
+
 /// (`ibv_wr_start` … `ibv_wr_complete`) is building.
 #[derive(Debug)]
 pub struct Qp {

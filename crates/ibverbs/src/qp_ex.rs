@@ -6,19 +6,11 @@
 
 use crate::abi::*;
 use crate::errno::{errno_of, ptr_or_errno};
-use crate::qp::{new_qp, qp_of, QpObj};
+use crate::qp::{new_qp, qp_of, Batch, QpObj};
 use crate::work::{inline_bytes, mw_bind, ud_dest};
 use oxrdma::{QpType, SendData, SendFlags, SendWr, Sge, WrOpcode};
 use std::ffi::{c_int, c_void};
 use std::sync::MutexGuard;
-
-/// The work requests of one `ibv_wr_start` … `ibv_wr_complete`, and the first error met
-/// while building them (reported by `ibv_wr_complete`, as rxe does).
-#[derive(Debug, Default)]
-pub struct Batch {
-    wrs: Vec<SendWr>,
-    err: c_int,
-}
 
 /// `enum ibv_qp_create_send_ops_flags` each QP type offers (rxe's, without atomic write
 /// and flush, which oxrdma does not have).

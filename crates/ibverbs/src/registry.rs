@@ -3,8 +3,6 @@
 //! program its own pointer. An object is remembered when created and forgotten when
 //! destroyed; an event for a number no longer here is for nobody.
 
-use crate::abi::ibv_context;
-use crate::context::Context;
 use std::collections::HashMap;
 
 /// Which table.
@@ -21,42 +19,19 @@ pub struct Registry {
     objects: HashMap<(Kind, u32), usize>,
 }
 
-/// Runs `f` on the registry of `ctx`; None if `ctx` is NULL.
-///
-/// # Safety
-/// `ctx` is NULL or an open context.
-unsafe fn with<R>(ctx: *mut ibv_context, f: impl FnOnce(&mut Registry) -> R) -> Option<R> {
-    // SAFETY: the caller's promise.
-    let c = unsafe { Context::from_ibv(ctx) }?;
-    let mut r = c.objects.lock().unwrap_or_else(|p| p.into_inner());
-    Some(f(&mut r))
-}
+impl Registry {
+    /// Remembers the program's pointer `p` to object `id`.
+    pub fn remember<T>(&mut self, kind: Kind, id: u32, p: *mut T) {
+        self.objects.insert((kind, id), p as usize);
+    }
 
-/// Remembers the program's pointer `p` to object `id` of `ctx`.
-///
-/// # Safety
-/// As `with`.
-pub(crate) unsafe fn remember<T>(ctx: *mut ibv_context, kind: Kind, id: u32, p: *mut T) {
-    // SAFETY: the caller's promise.
-    unsafe { with(ctx, |r| r.objects.insert((kind, id), p as usize)) };
-}
+    /// Forgets object `id` (it was destroyed).
+    pub fn forget(&mut self, kind: Kind, id: u32) {
+        self.objects.remove(&(kind, id));
+    }
 
-/// Forgets object `id` of `ctx` (it was destroyed).
-///
-/// # Safety
-/// As `with`.
-pub(crate) unsafe fn forget(ctx: *mut ibv_context, kind: Kind, id: u32) {
-    // SAFETY: the caller's promise.
-    unsafe { with(ctx, |r| r.objects.remove(&(kind, id))) };
-}
-
-/// The program's pointer to object `id` of `ctx`, if it still exists.
-///
-/// # Safety
-/// As `with`.
-pub(crate) unsafe fn lookup<T>(ctx: *mut ibv_context, kind: Kind, id: u32) -> Option<*mut T> {
-    // SAFETY: the caller's promise.
-    unsafe { with(ctx, |r| r.objects.get(&(kind, id)).copied()) }
-        .flatten()
-        .map(|p| p as *mut T)
+    /// The program's pointer to object `id`, if it still exists.
+    pub fn lookup<T>(&self, kind: Kind, id: u32) -> Option<*mut T> {
+        self.objects.get(&(kind, id)).map(|&p| p as *mut T)
+    }
 }

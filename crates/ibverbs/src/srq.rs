@@ -2,10 +2,11 @@
 //! `ibv_destroy_srq`, and the `post_srq_recv` op.
 
 use crate::abi::*;
+use crate::context::{forget, remember};
 use crate::errno::{errno_of, ptr_or_errno};
 use crate::object::Obj;
 use crate::pd::Pd;
-use crate::registry::{forget, remember, Kind};
+use crate::registry::Kind;
 use crate::work::post_recv_list;
 use oxrdma::SharedReceiveQueue;
 use std::ffi::c_int;
