@@ -872,11 +872,8 @@ fn sqd_drains_what_started_then_raises_sq_drained_once() {
     assert_eq!(drained(&mut p), 0);
 }
 
-#[test]
-fn busy_qps_take_turns_in_bursts_of_sixteen_packets() {
-    // Two QPs of node a, each with two 32-packet WRITEs queued: the engine sends 16
-    // packets of one, then 16 of the other (the driver hands each burst to the kernel as
-    // one GSO message), not one packet each in turn.
+/// Two QPs of node a, each with two 32-packet WRITEs queued (128 packets).
+fn two_busy_qps() -> Pair {
     let o = PairOptions::default();
     let mut p = Pair::new(&o);
     let gb = oxrdma_core::Gid::from(p.world.nodes[1].ip);
@@ -900,6 +897,15 @@ fn busy_qps_take_turns_in_bursts_of_sixteen_packets() {
             e.post_send(qpn, wr).expect("post");
         }
     }
+    p
+}
+
+#[test]
+fn busy_qps_take_turns_in_bursts_of_sixteen_packets() {
+    // The engine sends 16 packets of one QP, then 16 of the other (the driver hands each
+    // burst to the kernel as one GSO message), not one packet each in turn.
+    let mut p = two_busy_qps();
+    let e = &mut p.world.nodes[0].engine;
     let mut buf = vec![0u8; oxrdma_core::MAX_PACKET];
     let mut ports = Vec::new();
     while let Some(t) = e.poll_transmit(0, &mut buf) {
@@ -915,6 +921,70 @@ fn busy_qps_take_turns_in_bursts_of_sixteen_packets() {
     }
     assert_eq!(ports.len(), 128, "every packet of the four WRITEs");
     assert_eq!(bursts, vec![16; 8], "turns of 16 packets, QP by QP");
+}
+
+/// What identifies a packet of `two_busy_qps`, the remote address taken from the base of
+/// that pair's buffer (each pair's buffer lies elsewhere in memory).
+type Sent = (
+    oxrdma_core::Transmit,
+    Opcode,
+    u32,
+    bool,
+    Option<(u64, u32, u32)>,
+    Vec<u8>,
+);
+
+fn sent(t: oxrdma_core::Transmit, bytes: &[u8], base: u64) -> Sent {
+    let pkt = PacketRepr::parse(bytes).expect("engine sends valid packets");
+    let reth = pkt
+        .ext
+        .reth
+        .map(|r| (r.virtual_address - base, r.rkey, r.dma_length));
+    let b = &pkt.bth;
+    (
+        t,
+        b.opcode,
+        b.psn.value(),
+        b.ack_req,
+        reth,
+        pkt.payload.to_vec(),
+    )
+}
+
+#[test]
+fn many_slots_at_once_send_what_one_at_a_time_sends() {
+    // The UDP driver fills every free slot of its batch in one call; the simulator asks
+    // for one packet at a time. Same engines, same work: the same packets, in order.
+    let one_by_one = {
+        let mut p = two_busy_qps();
+        let base = p.b.addr(0);
+        let mut buf = vec![0u8; oxrdma_core::MAX_PACKET];
+        let mut out = Vec::new();
+        while let Some(t) = p.world.nodes[0].engine.poll_transmit(0, &mut buf) {
+            out.push(sent(t, &buf[..t.len], base));
+        }
+        out
+    };
+    let mut p = two_busy_qps();
+    let base = p.b.addr(0);
+    // 7 slots a call: turns of 16 are cut short and go on in the next call.
+    let mut slots = vec![0u8; 7 * oxrdma_core::MAX_PACKET];
+    let mut out = Vec::new();
+    loop {
+        let mut got = Vec::new();
+        let e = &mut p.world.nodes[0].engine;
+        e.poll_transmit_many(0, &mut slots, |t| got.push(t));
+        if got.is_empty() {
+            break;
+        }
+        assert!(got.len() <= 7);
+        for (i, t) in got.into_iter().enumerate() {
+            let at = i * oxrdma_core::MAX_PACKET;
+            out.push(sent(t, &slots[at..at + t.len], base));
+        }
+    }
+    assert_eq!((out.len(), one_by_one.len()), (128, 128));
+    assert!(out == one_by_one, "the same packets in the same order");
 }
 
 /// `reads` READs of 16 packets each (MTU 1024), all outstanding at once, whose responses at

@@ -51,6 +51,11 @@ impl TxBatch {
         let i = self.count;
         &mut self.buf[i * MAX_PACKET..(i + 1) * MAX_PACKET]
     }
+    /// Every free slot, back to back (for the engine's `poll_transmit_many`; `push` each
+    /// packet it wrote, in order).
+    pub fn free_slots(&mut self) -> &mut [u8] {
+        &mut self.buf[self.count * MAX_PACKET..]
+    }
     /// Takes the packet just written into the next slot.
     pub fn push(&mut self, dest: SocketAddr, len: usize) {
         self.push_from(dest, 0, len);

@@ -1,10 +1,10 @@
 //! An engine driven over a UDP port on the wall clock: the loop a NIC runs.
 
-use crate::batch::{RxBatch, TxBatch};
+use crate::batch::{RxBatch, TxBatch, BATCH};
 use crate::kernel::{KernelCounters, KernelUdpDrops};
 use crate::port::{BindError, UdpPort};
 use crate::RxDropReport;
-use oxrdma_core::{DeviceAttr, Engine, EngineConfig, Gid, Mtu, Nanos};
+use oxrdma_core::{DeviceAttr, Engine, EngineConfig, Gid, Mtu, Nanos, Transmit};
 use oxrdma_wire::ROCE_V2_PORT;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -18,6 +18,8 @@ pub struct Device {
     pub ifindex: u32,
     start: Instant,
     tx: TxBatch,
+    /// What the engine wrote into `tx`'s free slots on the last call, in slot order.
+    sent: Vec<Transmit>,
     rx: RxBatch,
     /// The kernel's UDP counters of the device's namespace, and their values at open.
     kernel: KernelCounters,
@@ -43,6 +45,7 @@ impl Device {
             ifindex: crate::mtu::interface_index(ip).unwrap_or(0),
             start: Instant::now(),
             tx: TxBatch::default(),
+            sent: Vec::with_capacity(BATCH),
             rx: RxBatch::new(port_gro),
             kernel_at_open: kernel.read(),
             kernel,
@@ -71,10 +74,12 @@ impl Device {
             let now = self.now();
             let mut progressed = false;
             loop {
-                while !self.tx.is_full() {
-                    let Some(t) = self.engine.poll_transmit(now, self.tx.next_slot()) else {
-                        break;
-                    };
+                // Into every free slot at once: a QP's burst is built in one call.
+                let sent = &mut self.sent;
+                sent.clear();
+                self.engine
+                    .poll_transmit_many(now, self.tx.free_slots(), |t| sent.push(t));
+                for t in &self.sent {
                     let dest = SocketAddr::new(t.dest.ip(), ROCE_V2_PORT);
                     self.tx.push_from(dest, t.src_port, t.len);
                 }

@@ -250,45 +250,78 @@ impl Engine {
             buf.len() >= MAX_PACKET,
             "poll_transmit needs a buffer of MAX_PACKET bytes"
         );
+        let mut sent = None;
+        self.poll_transmit_many(now, &mut buf[..MAX_PACKET], |t| sent = Some(t));
+        sent
+    }
+
+    /// [`Self::poll_transmit`] for as many packets as `slots` holds buffers of
+    /// [`MAX_PACKET`] bytes: the `i`-th packet handed to `sent` is in the `i`-th buffer. A
+    /// QP's burst is built in one go (one lookup and one timer update for all its packets).
+    pub fn poll_transmit_many(
+        &mut self,
+        now: Nanos,
+        slots: &mut [u8],
+        mut sent: impl FnMut(Transmit),
+    ) {
+        let mut bufs = slots.chunks_exact_mut(MAX_PACKET);
+        let Some(mut buf) = bufs.next() else {
+            return;
+        };
         self.answer_doorbells();
-        while let Some(qpn) = self.active.pop_front() {
+        let mut room = true;
+        while room {
+            let Some(qpn) = self.active.pop_front() else {
+                break;
+            };
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
             qp.scheduled = false;
-            let mut ctx = ctx!(self, now);
-            let (len, dest) = match qp.next_response(buf) {
-                Some(len) => (Some(len), None),
-                None => {
-                    let (len, dest) = qp.next_request(&mut ctx, buf);
-                    (len, dest)
-                }
-            };
-            rearm(&mut self.timers, qp);
-            if let Some(len) = len {
-                // A burst, then the next active QP's turn.
+            // This QP's packets until it has none, the room is used up, or its burst ends
+            // with another QP waiting (alone, it is its own next).
+            let more = loop {
+                let mut ctx = ctx!(self, now);
+                let (len, dest) = match qp.next_response(buf) {
+                    Some(len) => (Some(len), None),
+                    None => qp.next_request(&mut ctx, buf),
+                };
+                let Some(len) = len else {
+                    break false;
+                };
                 self.burst = if self.burst_qpn == qpn {
                     self.burst + 1
                 } else {
                     1
                 };
                 self.burst_qpn = qpn;
+                self.stats.tx_packets += 1;
+                let dest = dest.or(qp.av.map(|a| a.dgid)).unwrap_or_default();
+                sent(Transmit {
+                    dest,
+                    src_port: qp.udp_sport,
+                    len,
+                });
+                let Some(next) = bufs.next() else {
+                    room = false;
+                    break true;
+                };
+                buf = next;
+                if self.burst >= BURST && !self.active.is_empty() {
+                    break true;
+                }
+            };
+            if more {
+                // A burst, then the next active QP's turn; cut short, it goes on first.
                 if self.burst < BURST {
                     qp.scheduled = true;
                     self.active.push_front(qpn);
                 } else {
                     schedule(&mut self.active, qp);
                 }
-                self.stats.tx_packets += 1;
-                let dest = dest.or(qp.av.map(|a| a.dgid)).unwrap_or_default();
-                return Some(Transmit {
-                    dest,
-                    src_port: qp.udp_sport,
-                    len,
-                });
             }
+            rearm(&mut self.timers, qp);
         }
-        None
     }
 
     /// The next asynchronous event, if any.
