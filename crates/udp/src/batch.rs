@@ -349,7 +349,10 @@ impl RxBatch {
         let msgs = &mut self.hdrs.msgs;
         let fd = socket.as_raw_fd();
         let n = if self.idle {
-            // SAFETY: as below, for the first message alone.
+            // SAFETY: the first message's header (its name, control and iovec, and the
+            // buffer that names) points into memory owned by `self` (see `Headers`), alive
+            // and not otherwise borrowed for the call; the kernel writes at most the
+            // lengths given.
             let r = unsafe { libc::recvmsg(fd, &mut msgs[0].msg_hdr, libc::MSG_DONTWAIT) };
             if r < 0 {
                 -1
