@@ -1,6 +1,6 @@
 //! An open device and asking what it is: the context a program holds, its objects by
-//! number (`registry.rs`), `ibv_query_device`, `ibv_query_port` (the exported compat form and the
-//! `verbs_context` op the header's inline form calls), `ibv_query_gid`,
+//! number (`registry.rs`), `ibv_query_device`, `ibv_query_port` (the exported compat form
+//! and the `verbs_context` op the header's inline form calls), `ibv_query_gid`,
 //! `ibv_query_gid_type`, `ibv_query_pkey`. The port reports what rxe reports: active,
 //! Ethernet link layer, the active MTU of the interface, one RoCE v2 GID (the address).
 

@@ -14,7 +14,6 @@ use oxrdma::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, Qu
 use std::ffi::{c_int, c_uint};
 use std::sync::Mutex;
 
-/// A QP and, if `ibv_create_qp_ex` made it, the work requests its extended send API
 /// The work requests of one `ibv_wr_start` … `ibv_wr_complete` (`qp_ex.rs`), and the
 /// first error met while building them (reported by `ibv_wr_complete`, as rxe does).
 #[derive(Debug, Default)]
@@ -23,6 +22,7 @@ pub struct Batch {
     pub(crate) err: c_int,
 }
 
+/// A QP and, if `ibv_create_qp_ex` made it, the work requests its extended send API
 /// (`ibv_wr_start` … `ibv_wr_complete`) is building.
 #[derive(Debug)]
 pub struct Qp {
