@@ -7,6 +7,7 @@ use crate::qp::{Ctx, Qp, SendWqe};
 use crate::verbs::{Access, QpState, QpType, WcStatus, WrOpcode};
 use crate::wr::{SendData, SendWr};
 use crate::Nanos;
+use oxrdma_wire::bth::Bth;
 use oxrdma_wire::{AtomicEthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr, Psn, RethRepr};
 
 /// Most PSNs in flight (sent, not acknowledged) per QP.
@@ -15,6 +16,7 @@ pub(crate) const WINDOW: u32 = 512;
 const UNASKED_MSGS: u32 = 16;
 /// AckReq at least this often inside long messages (Linux rxe: every 64+ packets).
 pub(crate) const ACK_REQ_EVERY: u32 = 64;
+const BTH_LEN: usize = Bth::<&[u8]>::LEN;
 
 /// What the requester owns: its place in the send queue and the PSNs it has sent. The
 /// completer reads the PSNs and the timed packet through the methods below.
@@ -240,6 +242,9 @@ impl Qp {
     }
 
     fn next_request_inner(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        if let Some(len) = self.next_middle(ctx.now, buf) {
+            return Some(len);
+        }
         let idx = loop {
             if self.state != QpState::Rts && self.state != QpState::Sqd {
                 return None;
@@ -279,14 +284,68 @@ impl Qp {
         }
         let (psn, fresh) = (self.req.next_psn, !self.req.resending());
         let (len, ack_req) = self.build_request(idx, buf, ctx.now);
+        self.sent_request(psn, fresh, ack_req, ctx.now);
+        Some(len)
+    }
+
+    /// The next packet if it is a MIDDLE packet of the SEND or WRITE under way, sent for
+    /// the first time; None for any other. Most packets of a long message are these, and
+    /// of `next_request_inner`'s questions only the state, a repair, the window and an RNR
+    /// wait can have a new answer since the message's packet before; the packet is a BTH
+    /// (no extension header to check) and payload. callgrind, 1 KiB packets: 933
+    /// instructions a packet against 1,188 the general way.
+    fn next_middle(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
+        let r = &self.req;
+        let w = self.sq.get(r.idx)?;
+        let n = self.mtu.bytes();
+        let middle = r.off > 0 && r.off + (n as u64) < w.len && w.started;
+        let sending = matches!(self.state, QpState::Rts | QpState::Sqd) && r.repair.is_none();
+        let (psn, una) = (r.next_psn, self.comp.una());
+        if !middle
+            || !sending
+            || r.resending()
+            || !matches!(w.wr.data, SendData::Sges(_))
+            || w.wr.opcode.is_read_or_atomic()
+            || una.distance_to(psn) >= WINDOW
+            || self.rnr_waiting_at().is_some()
+        {
+            return None;
+        }
+        let after = psn.add(1);
+        let ack_req = self.qp_type == QpType::Rc && self.cadence_asks(after);
+        let opcode = send_write_opcode(self.qp_type, w.wr.opcode, false, false);
+        let (head, rest) = buf.split_at_mut(BTH_LEN);
+        bth(self.dest_qpn, opcode, psn, ack_req, false).emit(&mut Bth::new_unchecked(head));
+        // Bounds were checked when the WQE started; the buffer cannot shrink.
+        let ok = gather(&w.segs, r.off as usize, &mut rest[..n]);
+        debug_assert!(ok);
+        let total = finish_packet(buf, BTH_LEN, n);
+        let (first, npkts) = (w.first_psn, w.npkts);
+        self.req.asks += 1;
+        let asks = self.req.asks;
+        self.sq[self.req.idx].asked = asks;
+        let next = NextPacket {
+            opcode,
+            ext: ExtHeaders::default(),
+            payload: n,
+            psns: 1,
+            ends_wqe: false,
+            ack_req,
+        };
+        self.advance_cursor(after, &next, first, npkts);
+        self.sent_request(psn, true, ack_req, now);
+        Some(total)
+    }
+
+    /// Timers and the RTT sample after request `psn` was built (`fresh`: for the first time).
+    fn sent_request(&mut self, psn: Psn, fresh: bool, ack_req: bool, now: Nanos) {
         if fresh && ack_req && self.req.rtt_sample.is_none() {
-            self.req.rtt_sample = Some((psn, ctx.now));
+            self.req.rtt_sample = Some((psn, now));
         }
         if !self.comp.ack_timer_running() {
-            self.restart_ack_timer(ctx.now);
+            self.restart_ack_timer(now);
         }
-        self.arm_probe(ctx.now);
-        Some(len)
+        self.arm_probe(now);
     }
 
     /// Moves the cursor past the responses of the READ or atomic at `idx` that already
@@ -412,10 +471,7 @@ impl Qp {
         // asked for), every ACK_REQ_EVERY packets, and when the window fills.
         let again = self.req.resending();
         next.ack_req = self.qp_type == QpType::Rc
-            && (next.ack_req && self.acked_at_end(idx, now)
-                || again
-                || self.req.since_ack_req + 1 >= ACK_REQ_EVERY
-                || self.comp.una().distance_to(after) >= WINDOW);
+            && (next.ack_req && self.acked_at_end(idx, now) || again || self.cadence_asks(after));
         let solicited = next.ends_wqe && w.wr.flags.contains(crate::SendFlags::SOLICITED);
         let mut bth = bth(self.dest_qpn, next.opcode, psn, next.ack_req, solicited);
         if let Some(ud) = w.wr.ud.filter(|_| self.qp_type == QpType::Ud) {
@@ -455,6 +511,12 @@ impl Qp {
         }
         self.advance_cursor(after, &next, first, npkts);
         (total, next.ack_req)
+    }
+
+    /// Whether the packet before `after` asks for an ACK by the cadence: every
+    /// `ACK_REQ_EVERY` packets, and when it fills the window.
+    fn cadence_asks(&self, after: Psn) -> bool {
+        self.req.since_ack_req + 1 >= ACK_REQ_EVERY || self.comp.una().distance_to(after) >= WINDOW
     }
 
     /// Moves the requester's cursor past the packet `next` just built, of the WQE whose
