@@ -76,18 +76,19 @@ impl Cq {
         !std::mem::replace(&mut self.overflowed, true)
     }
 
-    /// Takes up to `max` completions, oldest first.
-    pub fn take(&mut self, max: usize) -> Vec<WorkCompletion> {
-        let mut out = Vec::new();
-        while out.len() < max {
+    /// Hands up to `max` completions to `f`, oldest first; returns how many.
+    pub fn take(&mut self, max: usize, mut f: impl FnMut(WorkCompletion)) -> usize {
+        let mut n = 0;
+        while n < max {
             self.refill();
             match self.ring.pop() {
-                Some(wc) => out.push(wc),
+                Some(wc) => f(wc),
                 None => break,
             }
+            n += 1;
         }
         self.refill();
-        out
+        n
     }
 
     pub fn len(&self) -> usize {
@@ -116,7 +117,8 @@ mod tests {
         let first: Vec<u64> = std::iter::from_fn(|| ring.pop()).map(|w| w.wr_id).collect();
         assert_eq!(first, vec![0, 1, 2, 3]);
         cq.push(wc(10));
-        let rest: Vec<u64> = cq.take(100).iter().map(|w| w.wr_id).collect();
+        let mut rest = Vec::new();
+        assert_eq!(cq.take(100, |w| rest.push(w.wr_id)), 7);
         assert_eq!(rest, (4..=10).collect::<Vec<_>>());
         assert!(!cq.push(wc(11)), "overflow is reported once");
     }

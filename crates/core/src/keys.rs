@@ -37,6 +37,17 @@ impl MrTable {
         self.regions.local(pd, sges, need)
     }
 
+    /// Copies a one-packet message into a local SGE list (see `Regions::place`).
+    pub fn place(
+        &self,
+        pd: u32,
+        sges: &[crate::Sge],
+        need: Access,
+        data: &[u8],
+    ) -> Result<(), WcStatus> {
+        self.regions.place(pd, sges, need, data)
+    }
+
     /// Resolves a remote access of `len` bytes at `va` with `rkey` (a region's or a
     /// window's) arriving on QP `qpn`; None on any bad key, PD, QP, bounds or permission
     /// (→ NAK remote access error).

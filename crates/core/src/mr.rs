@@ -94,6 +94,43 @@ impl Regions {
             .collect()
     }
 
+    /// Copies `data` into the memory a local SGE list names (a one-packet message: no
+    /// segment list is built). Every SGE is checked, as `local` checks them, before the
+    /// status is given: LOC_PROT_ERR on any bad key, PD, bounds or permission, else
+    /// LOC_LEN_ERR if the list is too short. On an error the bytes copied stay, as a
+    /// receive buffer's contents are undefined after an error completion.
+    pub fn place(
+        &self,
+        pd: u32,
+        sges: &[crate::Sge],
+        need: Access,
+        mut data: &[u8],
+    ) -> Result<(), crate::verbs::WcStatus> {
+        use crate::verbs::WcStatus;
+        let mut prot_ok = true;
+        for s in sges.iter().filter(|s| s.length > 0) {
+            let len = u64::from(s.length);
+            let mr = self
+                .get(s.lkey)
+                .filter(|m| m.pd == pd && m.access.contains(need));
+            let Some(off) = mr.and_then(|m| m.offset_of(s.addr, len)) else {
+                prot_ok = false;
+                continue;
+            };
+            let n = data.len().min(s.length as usize);
+            if prot_ok && n > 0 {
+                let (now, rest) = data.split_at(n);
+                mr.expect("resolved above").buffer.write(off, now);
+                data = rest;
+            }
+        }
+        match (prot_ok, data.is_empty()) {
+            (false, _) => Err(WcStatus::LocProtErr),
+            (true, false) => Err(WcStatus::LocLenErr),
+            (true, true) => Ok(()),
+        }
+    }
+
     /// Resolves a remote access of `len` bytes at `va` with a region's `rkey`; None on any
     /// bad key, PD, bounds or permission.
     pub fn remote(&self, pd: u32, rkey: u32, va: u64, len: u64, need: Access) -> Option<Segment> {
@@ -144,4 +181,85 @@ pub(crate) fn scatter(segs: &[Segment], at: usize, data: &[u8]) -> bool {
     sg_walk(segs, at, data.len(), |s, off, r| {
         s.buffer.write(off, &data[r])
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::WcStatus;
+    use crate::Sge;
+
+    /// One region of 64 bytes at iova 0x1000, lkey 7, in PD 1, locally writable.
+    fn regions() -> (Regions, Arc<SharedBuffer>) {
+        let buffer = Arc::new(SharedBuffer::new(64).unwrap());
+        let mut r = Regions::default();
+        r.insert(MemoryRegion {
+            pd: 1,
+            buffer: buffer.clone(),
+            iova: 0x1000,
+            access: Access::LOCAL_WRITE,
+            lkey: 7,
+            rkey: 8,
+        });
+        (r, buffer)
+    }
+
+    fn sge(addr: u64, length: u32) -> Sge {
+        Sge {
+            addr,
+            length,
+            lkey: 7,
+        }
+    }
+
+    #[test]
+    fn place_scatters_across_sges_and_skips_empty_ones() {
+        let (r, buf) = regions();
+        let sges = [sge(0x1010, 3), sge(0x1000, 0), sge(0x1020, 8)];
+        assert_eq!(r.place(1, &sges, Access::LOCAL_WRITE, b"abcdefg"), Ok(()));
+        let mut got = [0u8; 64];
+        buf.read(0, &mut got);
+        assert_eq!(&got[0x10..0x13], b"abc");
+        assert_eq!(&got[0x20..0x24], b"defg");
+        assert_eq!(got.iter().filter(|&&b| b != 0).count(), 7);
+    }
+
+    #[test]
+    fn place_checks_every_sge_before_the_length() {
+        let (r, _) = regions();
+        // The data fits the first SGE, but the second is past the region: protection.
+        let sges = [sge(0x1000, 16), sge(0x1038, 16)];
+        assert_eq!(
+            r.place(1, &sges, Access::LOCAL_WRITE, b"abc"),
+            Err(WcStatus::LocProtErr)
+        );
+        let bad_key = [Sge {
+            lkey: 9,
+            ..sge(0x1000, 4)
+        }];
+        assert_eq!(
+            r.place(1, &bad_key, Access::LOCAL_WRITE, b"a"),
+            Err(WcStatus::LocProtErr)
+        );
+        assert_eq!(
+            r.place(2, &[sge(0x1000, 4)], Access::LOCAL_WRITE, b"a"),
+            Err(WcStatus::LocProtErr),
+            "another PD's region"
+        );
+        assert_eq!(
+            r.place(1, &[sge(0x1000, 4)], Access::REMOTE_WRITE, b"a"),
+            Err(WcStatus::LocProtErr),
+            "without the access asked for"
+        );
+        assert_eq!(
+            r.place(
+                1,
+                &[sge(0x1000, 2), sge(0x1004, 2)],
+                Access::LOCAL_WRITE,
+                b"abcde"
+            ),
+            Err(WcStatus::LocLenErr)
+        );
+        assert_eq!(r.place(1, &[], Access::LOCAL_WRITE, b""), Ok(()));
+    }
 }

@@ -56,10 +56,7 @@ impl CompletionQueue {
             if let Some(mut dev) = shared.try_lock() {
                 shared.drive(&mut dev);
                 // Also moves completions that overflowed the ring into it.
-                for wc in dev.engine.poll_cq(self.cq, max)? {
-                    f(wc);
-                    n += 1;
-                }
+                n = dev.engine.poll_cq_each(self.cq, max, &mut f)?;
             } else {
                 // Another thread drives. A drive takes microseconds: poll again at once,
                 // but let that thread run now and then in case it shares this core.

@@ -192,9 +192,12 @@ impl Shared {
     /// calls in (its polls serve the timers; if it stops, the engine thread notices within
     /// `nic::RECHECK` and sets its own deadline).
     fn timer_armed(&self, next: Option<Duration>) {
-        // (`timer_to_pull` already said None if the last poll found nothing.)
-        if let (Some(next), None) = (next, self.app_active_for()) {
-            self.sleeper.pull_deadline(next);
+        // (`timer_to_pull` already said None if the last poll found nothing.) The clock is
+        // read only when there is a timer to pull.
+        if let Some(next) = next {
+            if self.app_active_for().is_none() {
+                self.sleeper.pull_deadline(next);
+            }
         }
     }
 

@@ -179,6 +179,35 @@ fn send_longer_than_the_receive_buffer() {
 }
 
 #[test]
+fn one_packet_send_lands_across_the_receive_sges() {
+    let mut p = Pair::new(&PairOptions::default());
+    assert!(p.a.buf.write(0, b"0123456789"));
+    // 3 bytes, an empty SGE, then the rest (and room to spare).
+    p.post_recv(1, 9, vec![p.b.sge(200, 3), p.b.sge(0, 0), p.b.sge(300, 64)]);
+    p.post_send(0, send(1, p.a.sge(0, 10)));
+    p.run();
+    let r = p.wcs(1);
+    assert_eq!(
+        (r[0].wr_id, r[0].status, r[0].byte_len),
+        (9, WcStatus::Success, 10)
+    );
+    assert_eq!(p.b.read(200, 4), b"012\0");
+    assert_eq!(p.b.read(300, 8), b"3456789\0");
+}
+
+#[test]
+fn one_packet_send_longer_than_the_receive_buffer() {
+    let mut p = Pair::new(&PairOptions::default());
+    // Two SGEs of 4 bytes: a 10-byte SEND (one packet) does not fit.
+    p.post_recv(1, 9, vec![p.b.sge(0, 4), p.b.sge(100, 4)]);
+    p.post_send(0, send(1, p.a.sge(0, 10)));
+    p.run();
+    assert_eq!(p.wcs(0)[0].status, WcStatus::RemInvReqErr);
+    let r = p.wcs(1);
+    assert_eq!((r[0].wr_id, r[0].status), (9, WcStatus::LocLenErr));
+}
+
+#[test]
 fn receive_with_a_bad_lkey_is_a_remote_operational_error() {
     let mut p = Pair::new(&PairOptions::default());
     let mut sge = p.b.sge(0, 100);

@@ -71,7 +71,7 @@ impl Device {
     pub fn poll(&mut self) -> io::Result<usize> {
         let mut moved = 0;
         loop {
-            let now = self.now();
+            let mut now = self.now();
             let mut progressed = false;
             loop {
                 // Into every free slot at once: a QP's burst is built in one call.
@@ -93,7 +93,7 @@ impl Device {
             }
             let mut received = false;
             while self.port.recv_batch(&mut self.rx)? > 0 {
-                let now = self.now();
+                now = self.now();
                 for i in 0..self.rx.count {
                     if let Some(src) = self.rx.from(i) {
                         self.engine
@@ -107,7 +107,8 @@ impl Device {
                     break;
                 }
             }
-            let now = self.now();
+            // The clock as last read: the packets received were stamped with it, and when
+            // nothing moved it is a system call old.
             if self.engine.poll_timeout().is_some_and(|t| t <= now) {
                 self.engine.handle_timeout(now);
                 progressed = true;

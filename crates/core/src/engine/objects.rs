@@ -136,11 +136,24 @@ impl Engine {
 
     /// Takes up to `max` completions from `cq`, oldest first.
     pub fn poll_cq(&mut self, cq: u32, max: usize) -> Result<Vec<WorkCompletion>> {
+        let mut out = Vec::new();
+        self.poll_cq_each(cq, max, |wc| out.push(wc))?;
+        Ok(out)
+    }
+
+    /// Hands up to `max` completions from `cq` to `f`, oldest first; returns how many
+    /// (a poller's path: nothing is allocated).
+    pub fn poll_cq_each(
+        &mut self,
+        cq: u32,
+        max: usize,
+        f: impl FnMut(WorkCompletion),
+    ) -> Result<usize> {
         let q = self
             .cqs
             .get_mut(&cq)
             .ok_or(VerbsError::NotFound("completion queue"))?;
-        Ok(q.take(max))
+        Ok(q.take(max, f))
     }
 
     /// Completions waiting in `cq`.

@@ -399,6 +399,9 @@ impl Responder {
             let Some(wr) = self.take_recv(ctx, q) else {
                 return Ok(Outcome::Rnr);
             };
+            if info.position.ends_message() && Self::length_ok(q, info, pkt.payload.len()) {
+                return self.recv_send_only(ctx, q, pkt, info, wr);
+            }
             let Some(segs) = ctx.mrs.local(q.pd, &wr.sges, Access::LOCAL_WRITE) else {
                 self.recv_failed(ctx, q, wr.wr_id, WcStatus::LocProtErr);
                 return Err(NakCode::RemoteOperationalError);
@@ -424,28 +427,80 @@ impl Responder {
         }
         rp.off += pkt.payload.len();
         if info.position.ends_message() {
-            // SEND_WITH_INV: the rkey must name a type 2 window bound to this QP.
-            let inv = pkt
-                .ext
-                .ieth
-                .filter(|_| info.operation == Operation::SendWithInv);
-            if let Some(rkey) = inv {
-                if !ctx.mrs.invalidate(q.pd, rkey, Some(q.qpn)) {
-                    return Err(NakCode::InvalidRequest);
-                }
-            }
-            let rp = self.recv.take().expect("checked above");
-            let wc = WorkCompletion {
-                byte_len: rp.off as u32,
-                imm: pkt.ext.immdt,
-                invalidated_rkey: inv,
-                ..WorkCompletion::new(rp.wr_id, WcStatus::Success, WcOpcode::Recv, q.qpn)
-            };
-            self.complete_recv(ctx, q, wc);
-            self.msn = self.next_msn();
+            // On an error the receive stays in progress: the QP's flush completes it.
+            let (wr_id, off) = (rp.wr_id, rp.off);
+            self.end_send(ctx, q, pkt, info, wr_id, off)?;
+            self.recv = None;
         }
         self.epsn = self.epsn.next();
         Ok(Outcome::Accepted)
+    }
+
+    /// A SEND of one packet: placed straight into the receive WQE's SGEs (no segment list,
+    /// nothing kept between packets), with the statuses the general path gives.
+    fn recv_send_only(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        q: &QpView,
+        pkt: &PacketRepr<'_>,
+        info: &OpcodeInfo,
+        wr: RecvWr,
+    ) -> Result<Outcome, NakCode> {
+        let placed = ctx
+            .mrs
+            .place(q.pd, &wr.sges, Access::LOCAL_WRITE, pkt.payload);
+        if let Err(status) = placed {
+            self.recv_failed(ctx, q, wr.wr_id, status);
+            return Err(match status {
+                WcStatus::LocProtErr => NakCode::RemoteOperationalError,
+                _ => NakCode::InvalidRequest,
+            });
+        }
+        let n = pkt.payload.len();
+        if let Err(nak) = self.end_send(ctx, q, pkt, info, wr.wr_id, n) {
+            // In progress, as the general path leaves it: the QP's flush completes it.
+            self.recv = Some(RecvProgress {
+                wr_id: wr.wr_id,
+                sges: wr.sges,
+                segs: Vec::new(),
+                off: n,
+            });
+            return Err(nak);
+        }
+        self.epsn = self.epsn.next();
+        Ok(Outcome::Accepted)
+    }
+
+    /// The last packet of a SEND was placed: its invalidation, if it asks for one, and the
+    /// receive's completion.
+    fn end_send(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        q: &QpView,
+        pkt: &PacketRepr<'_>,
+        info: &OpcodeInfo,
+        wr_id: u64,
+        byte_len: usize,
+    ) -> Result<(), NakCode> {
+        // SEND_WITH_INV: the rkey must name a type 2 window bound to this QP.
+        let inv = pkt
+            .ext
+            .ieth
+            .filter(|_| info.operation == Operation::SendWithInv);
+        if let Some(rkey) = inv {
+            if !ctx.mrs.invalidate(q.pd, rkey, Some(q.qpn)) {
+                return Err(NakCode::InvalidRequest);
+            }
+        }
+        let wc = WorkCompletion {
+            byte_len: byte_len as u32,
+            imm: pkt.ext.immdt,
+            invalidated_rkey: inv,
+            ..WorkCompletion::new(wr_id, WcStatus::Success, WcOpcode::Recv, q.qpn)
+        };
+        self.complete_recv(ctx, q, wc);
+        self.msn = self.next_msn();
+        Ok(())
     }
 
     /// Resolves remote access to `[va, va+len)` with `rkey`, checking the QP's access flags
