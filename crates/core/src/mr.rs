@@ -79,17 +79,27 @@ impl Regions {
         self.by_lkey.len()
     }
 
+    /// The region an SGE names and the SGE's offset in it, for an access needing `need`;
+    /// None on a bad key, PD, bounds or permission.
+    fn resolve(&self, pd: u32, s: &crate::Sge, need: Access) -> Option<(&MemoryRegion, usize)> {
+        let mr = self
+            .get(s.lkey)
+            .filter(|m| m.pd == pd && m.access.contains(need))?;
+        Some((mr, mr.offset_of(s.addr, u64::from(s.length))?))
+    }
+
     /// Resolves a local SGE list for an access needing `need`; None on any bad key, PD,
     /// bounds or permission (→ LOC_PROT_ERR).
     pub fn local(&self, pd: u32, sges: &[crate::Sge], need: Access) -> Option<Vec<Segment>> {
         sges.iter()
             .filter(|s| s.length > 0)
             .map(|s| {
-                let mr = self.get(s.lkey).filter(|m| m.pd == pd)?;
-                if !mr.access.contains(need) {
-                    return None;
-                }
-                mr.segment(s.addr, u64::from(s.length))
+                let (mr, offset) = self.resolve(pd, s, need)?;
+                Some(Segment {
+                    buffer: mr.buffer.clone(),
+                    offset,
+                    len: s.length as usize,
+                })
             })
             .collect()
     }
@@ -109,18 +119,14 @@ impl Regions {
         use crate::verbs::WcStatus;
         let mut prot_ok = true;
         for s in sges.iter().filter(|s| s.length > 0) {
-            let len = u64::from(s.length);
-            let mr = self
-                .get(s.lkey)
-                .filter(|m| m.pd == pd && m.access.contains(need));
-            let Some(off) = mr.and_then(|m| m.offset_of(s.addr, len)) else {
+            let Some((mr, off)) = self.resolve(pd, s, need) else {
                 prot_ok = false;
                 continue;
             };
             let n = data.len().min(s.length as usize);
             if prot_ok && n > 0 {
                 let (now, rest) = data.split_at(n);
-                mr.expect("resolved above").buffer.write(off, now);
+                mr.buffer.write(off, now);
                 data = rest;
             }
         }

@@ -107,8 +107,9 @@ impl Device {
                     break;
                 }
             }
-            // The clock as last read: the packets received were stamped with it, and when
-            // nothing moved it is a system call old.
+            // The clock as last read (when packets arrived, the read that stamped them; else
+            // the one before this round's sends): a timer found due a few microseconds late
+            // is served by the next round, never early.
             if self.engine.poll_timeout().is_some_and(|t| t <= now) {
                 self.engine.handle_timeout(now);
                 progressed = true;
