@@ -930,9 +930,9 @@ fn two_busy_qps() -> Pair {
 }
 
 #[test]
-fn busy_qps_take_turns_in_bursts_of_sixteen_packets() {
-    // The engine sends 16 packets of one QP, then 16 of the other (the driver hands each
-    // burst to the kernel as one GSO message), not one packet each in turn.
+fn busy_qps_take_turns_in_bursts_of_thirty_two_packets() {
+    // The engine sends 32 packets of one QP, then 32 of the other (a UDP driver's whole
+    // send batch, one system call from that QP's socket), not one packet each in turn.
     let mut p = two_busy_qps();
     let e = &mut p.world.nodes[0].engine;
     let mut buf = vec![0u8; oxrdma_core::MAX_PACKET];
@@ -949,7 +949,7 @@ fn busy_qps_take_turns_in_bursts_of_sixteen_packets() {
         }
     }
     assert_eq!(ports.len(), 128, "every packet of the four WRITEs");
-    assert_eq!(bursts, vec![16; 8], "turns of 16 packets, QP by QP");
+    assert_eq!(bursts, vec![32; 4], "turns of 32 packets, QP by QP");
 }
 
 /// What identifies a packet of `two_busy_qps`, the remote address taken from the base of
