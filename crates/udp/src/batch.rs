@@ -80,6 +80,7 @@ impl TxBatch {
         socket: &UdpSocket,
         order: &[usize],
         runs: &[Range<usize>],
+        peer: Option<SocketAddr>,
     ) -> io::Result<usize> {
         use std::os::fd::AsRawFd;
         let n = runs.len().min(BATCH);
@@ -111,8 +112,11 @@ impl TxBatch {
             // SAFETY: all-zero bytes are a valid msghdr (null pointers, zero lengths);
             // the fields that matter are set below.
             let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-            h.msg_name = std::ptr::from_mut(name).cast();
-            h.msg_namelen = *namelen;
+            // To the peer a socket is connected to: no address (the kernel keeps the route).
+            if Some(dest) != peer {
+                h.msg_name = std::ptr::from_mut(name).cast();
+                h.msg_namelen = *namelen;
+            }
             h.msg_iov = iovs[r.start].as_mut_ptr();
             h.msg_iovlen = r.len();
             h.msg_control = control;

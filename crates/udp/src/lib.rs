@@ -3,12 +3,14 @@
 
 pub mod batch;
 mod capture;
+mod connected;
 pub mod device;
 mod drops;
 pub mod gso;
 mod kernel;
 pub mod mtu;
 pub mod port;
+mod sockopt;
 mod sport;
 
 pub use device::Device;

@@ -1,14 +1,16 @@
 //! One RoCEv2 port: a UDP socket bound to one IP address and port 4791.
 //!
 //! ICRCs: on send, the kernel builds the IP header, so the ICRC is computed over the header
-//! it will send: IPv4 with DF set and Identification 0 (an unconnected socket with
-//! `IP_PMTUDISC_DO` sends ID 0 on Linux; segment k of a GSO message gets ID k, see
-//! `gso.rs`), the socket's own UDP source port. On receive the
+//! it will send: IPv4 with DF set and the Identification the kernel will write (an
+//! unconnected socket with `IP_PMTUDISC_DO` sends ID 0 on Linux, segment k of a GSO message
+//! ID k, see `gso.rs`; the source-port sockets are connected and count theirs, see
+//! `connected.rs`), the socket's own UDP source port. On receive the
 //! socket shows neither the IP header nor the IPv4 ID: IPv6 packets are checked exactly;
 //! IPv4 packets are checked with the ID solved from the ICRC (see
 //! `oxrdma_wire::icrc_id`): a packet passes only if some ID makes its ICRC right.
 
 use crate::batch::{RxBatch, TxBatch, BATCH};
+use crate::connected::{Before, Ids};
 use crate::gso;
 use crate::sport::SourcePorts;
 use oxrdma_core::Gid;
@@ -16,6 +18,7 @@ use oxrdma_wire::{icrc, icrc_id, ROCE_V2_PORT};
 use rustix::net::sockopt;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::ops::Range;
 
 /// Why a port could not be opened, in words a user can act on.
 #[derive(Debug, thiserror::Error)]
@@ -56,23 +59,7 @@ fn accept_zero_udp_checksums(socket: &UdpSocket) -> io::Result<()> {
 
 /// Sets the integer UDP-level socket option `name`.
 fn set_udp_option(socket: &UdpSocket, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a valid socket descriptor, and an option value that is a live c_int of the
-    // length passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_UDP,
-            name,
-            (&raw const value).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::sockopt::set_int(socket, libc::IPPROTO_UDP, name, value)
 }
 
 /// Readies a socket to send RoCEv2 packets as the kernel must send them for our ICRC to
@@ -232,42 +219,6 @@ impl UdpPort {
         self.gso = on && gso_offered(&self.socket);
     }
 
-    /// The IP and UDP headers the kernel puts in front of `len` bytes from us to `dst`,
-    /// with IPv4 Identification `id`.
-    fn headers(
-        &self,
-        src: SocketAddr,
-        dst: SocketAddr,
-        len: usize,
-        id: u16,
-    ) -> Option<([u8; 48], usize)> {
-        let mut h = [0u8; 48];
-        match (src.ip(), dst.ip()) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => {
-                h[..28].copy_from_slice(&icrc::ipv4_udp_header(
-                    s.octets(),
-                    d.octets(),
-                    id,
-                    src.port(),
-                    dst.port(),
-                    len,
-                ));
-                Some((h, 28))
-            }
-            (IpAddr::V6(s), IpAddr::V6(d)) => {
-                h.copy_from_slice(&icrc::ipv6_udp_header(
-                    s.octets(),
-                    d.octets(),
-                    src.port(),
-                    dst.port(),
-                    len,
-                ));
-                Some((h, 48))
-            }
-            _ => None,
-        }
-    }
-
     /// Fills in the ICRC of `packet` (BTH through ICRC) and sends it to `dest`:4791.
     pub fn send(&mut self, dest: Gid, packet: &mut [u8]) -> io::Result<()> {
         self.send_to(SocketAddr::new(dest.ip(), ROCE_V2_PORT), packet)
@@ -275,7 +226,11 @@ impl UdpPort {
 
     /// Fills in the ICRC of a packet about to go to `dst` alone (and captures it).
     pub fn seal(&mut self, dst: SocketAddr, packet: &mut [u8]) -> io::Result<()> {
-        self.seal_as(self.local.port(), dst, packet, 0)
+        let (h, n) = self.seal_as(self.local.port(), dst, packet, 0)?;
+        if let Some(c) = &mut self.capture {
+            c.write(&h[..n], packet, true);
+        }
+        Ok(())
     }
 
     /// Fills in the ICRC of a packet that leaves from UDP port `sport` with IPv4
@@ -286,16 +241,12 @@ impl UdpPort {
         dst: SocketAddr,
         packet: &mut [u8],
         id: u16,
-    ) -> io::Result<()> {
+    ) -> io::Result<([u8; 48], usize)> {
         let src = SocketAddr::new(self.local.ip(), sport);
-        let (h, n) = self
-            .headers(src, dst, packet.len(), id)
+        let (h, n) = headers(src, dst, packet.len(), id)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "IPv4/IPv6 mismatch"))?;
         icrc::fill(&h[..n], packet).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        if let Some(c) = &mut self.capture {
-            c.write(&h[..n], packet, true);
-        }
-        Ok(())
+        Ok((h, n))
     }
 
     /// Seals and sends every packet of `batch`, runs to one peer as single GSO messages,
@@ -331,39 +282,59 @@ impl UdpPort {
         // The runs' room is kept from batch to batch (an allocation per send otherwise).
         let mut runs = std::mem::take(&mut self.runs);
         gso::runs_into(&mut runs, lens, flows, 0, self.gso);
-        self.seal_runs(batch, order, from, &runs)?;
         let mut at = 0;
         while at < runs.len() {
-            // The runs that leave from one port go in one system call.
+            // The runs that leave from one port go in one system call, sealed just before
+            // it (a connected socket's IDs depend on what it sent before).
             let sport = from[order[runs[at].start]];
             let end = at
                 + runs[at..]
                     .iter()
                     .take_while(|r| from[order[r.start]] == sport)
                     .count();
-            let sent = batch.send(self.socket_from(sport), order, &runs[at..end]);
+            let dest = batch.dest[order[runs[at].start]].expect("pushed slots have a destination");
+            let Some((peer, ids)) = self.source_ready(sport, dest) else {
+                // Given up: these packets are lost (the transport recovers them).
+                at = end;
+                continue;
+            };
+            self.seal_group(batch, order, from, &runs[at..end], ids)?;
+            let sent = batch.send(self.socket_from(sport), order, &runs[at..end], peer);
             match sent {
                 Ok(n) => {
                     let n = n.max(1);
-                    self.stats.tx += runs[at..at + n].iter().map(|r| r.len() as u64).sum::<u64>();
+                    let segs: usize = runs[at..at + n].iter().map(|r| r.len()).sum();
+                    self.stats.tx += segs as u64;
+                    let segs = Before { msgs: n, segs };
+                    self.capture_sent(batch, order, from, &runs[at..at + n], ids);
+                    if let Some(s) = self.sports.get_mut(sport) {
+                        s.ids = s.ids.advance(segs);
+                    }
                     at += n;
                 }
+                // A full send buffer: refused before an ID was taken.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                // The message at `at` drew an ICMP error from an earlier send: skip it.
-                Err(e) if is_icmp_error(&e) => {
-                    self.stats.icmp_errors += 1;
-                    at += 1;
+                Err(e) => {
+                    // Other errors may come after the kernel numbered the message: a
+                    // connected socket probes its counter again before its next send.
+                    if let Some(s) = self.sports.get_mut(sport) {
+                        s.lost_count = true;
+                    }
+                    if is_icmp_error(&e) {
+                        // The message at `at` drew an ICMP error from an earlier send: skip it.
+                        self.stats.icmp_errors += 1;
+                        at += 1;
+                    } else if self.gso && runs[at].len() > 1 && gso_refused(&e) {
+                        // The route cannot segment (no checksum offload on its device): send
+                        // the rest one packet per message from now on.
+                        self.gso = false;
+                        let start = runs[at].start;
+                        gso::runs_into(&mut runs, lens, flows, start, false);
+                        at = 0;
+                    } else {
+                        return Err(e);
+                    }
                 }
-                // The route cannot segment (no checksum offload on its device): send the
-                // rest one packet per message from now on.
-                Err(e) if self.gso && runs[at].len() > 1 && gso_refused(&e) => {
-                    self.gso = false;
-                    let start = runs[at].start;
-                    gso::runs_into(&mut runs, lens, flows, start, false);
-                    self.seal_runs(batch, order, from, &runs)?;
-                    at = 0;
-                }
-                Err(e) => return Err(e),
             }
         }
         batch.count = 0;
@@ -386,26 +357,64 @@ impl UdpPort {
 
     /// The socket bound to `sport` (one `source_port` returned).
     fn socket_from(&self, sport: u16) -> &UdpSocket {
-        self.sports.socket(sport).unwrap_or(&self.socket)
+        self.sports.get(sport).map_or(&self.socket, |s| &s.socket)
     }
 
-    /// Seals every packet of `runs` (positions in `order`), each with its source port and
-    /// the IPv4 ID its place in its run gives it.
-    fn seal_runs(
+    /// The socket that port `sport` sends from, ready for a message to `dest`: where it is
+    /// connected, and how the kernel will number its packets. A pool socket is connected
+    /// on its first send; None: its IDs cannot be known, and it is given up.
+    fn source_ready(&mut self, sport: u16, dest: SocketAddr) -> Option<(Option<SocketAddr>, Ids)> {
+        let Some(s) = self.sports.get_mut(sport) else {
+            return Some((None, Ids::PerMessage)); // the device's own socket
+        };
+        let ready = if s.connect_once(dest) { s.ids() } else { None };
+        match ready {
+            Some(ids) => Some((s.peer, ids)),
+            None => {
+                self.sports.give_up(sport);
+                self.stats.source_ports_refused = self.sports.refused;
+                None
+            }
+        }
+    }
+
+    /// Seals every packet of `runs` (positions in `order`; one system call's), each with
+    /// its source port and the IPv4 ID the kernel will give it.
+    fn seal_group(
         &mut self,
         batch: &mut TxBatch,
         order: &[usize],
         from: &[u16],
-        runs: &[std::ops::Range<usize>],
+        runs: &[Range<usize>],
+        ids: Ids,
     ) -> io::Result<()> {
-        for r in runs {
-            for (k, p) in r.clone().enumerate() {
-                let i = order[p];
-                let dst = batch.dest[i].expect("pushed slots have a destination");
-                self.seal_as(from[i], dst, batch.packet_mut(i), gso::ipv4_id(k))?;
-            }
+        for (i, id) in numbered(order, runs, ids) {
+            let dst = batch.dest[i].expect("pushed slots have a destination");
+            self.seal_as(from[i], dst, batch.packet_mut(i), id)?;
         }
         Ok(())
+    }
+
+    /// Writes the packets of `runs` (sent, sealed with `ids`) to the capture, if one runs.
+    fn capture_sent(
+        &mut self,
+        batch: &mut TxBatch,
+        order: &[usize],
+        from: &[u16],
+        runs: &[Range<usize>],
+        ids: Ids,
+    ) {
+        let Some(c) = &mut self.capture else {
+            return;
+        };
+        for (i, id) in numbered(order, runs, ids) {
+            let dst = batch.dest[i].expect("pushed slots have a destination");
+            let src = SocketAddr::new(self.local.ip(), from[i]);
+            let packet = batch.packet_mut(i);
+            if let Some((h, n)) = headers(src, dst, packet.len(), id) {
+                c.write(&h[..n], packet, true);
+            }
+        }
     }
 
     /// Receives waiting datagrams (one system call); returns how many arrived. Those whose
@@ -434,7 +443,7 @@ impl UdpPort {
 
     /// Verifies a received packet's ICRC (and captures it if it passes).
     fn check(&mut self, from: SocketAddr, data: &[u8]) -> bool {
-        let verified = match self.headers(from, self.local, data.len(), 0) {
+        let verified = match headers(from, self.local, data.len(), 0) {
             Some((mut h, 28)) => self.ids.verify(&h[..28], data).ok().map(|id| {
                 h[4..6].copy_from_slice(&id.to_be_bytes());
                 (h, 28)
@@ -491,5 +500,57 @@ impl UdpPort {
         let ts = Timespec::try_from(timeout).ok();
         poll(&mut fds, ts.as_ref()).map_err(io::Error::from)?;
         Ok(())
+    }
+}
+
+/// The slot and IPv4 ID of every packet of `runs` (positions in `order`), the messages of
+/// one system call in order, each run one message.
+fn numbered<'a>(
+    order: &'a [usize],
+    runs: &'a [Range<usize>],
+    ids: Ids,
+) -> impl Iterator<Item = (usize, u16)> + 'a {
+    let mut before = Before::default();
+    runs.iter().flat_map(move |r| {
+        let at = before;
+        (before.msgs, before.segs) = (before.msgs + 1, before.segs + r.len());
+        r.clone()
+            .enumerate()
+            .map(move |(k, p)| (order[p], ids.of(at, r.len(), k)))
+    })
+}
+
+/// The IP and UDP headers the kernel puts in front of `len` bytes from `src` to `dst`,
+/// with IPv4 Identification `id`.
+pub(crate) fn headers(
+    src: SocketAddr,
+    dst: SocketAddr,
+    len: usize,
+    id: u16,
+) -> Option<([u8; 48], usize)> {
+    let mut h = [0u8; 48];
+    match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            h[..28].copy_from_slice(&icrc::ipv4_udp_header(
+                s.octets(),
+                d.octets(),
+                id,
+                src.port(),
+                dst.port(),
+                len,
+            ));
+            Some((h, 28))
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            h.copy_from_slice(&icrc::ipv6_udp_header(
+                s.octets(),
+                d.octets(),
+                src.port(),
+                dst.port(),
+                len,
+            ));
+            Some((h, 48))
+        }
+        _ => None,
     }
 }

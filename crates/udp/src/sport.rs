@@ -9,8 +9,11 @@
 //! same one (its rxe port picks it): `SOURCE_PORTS` flows of entropy, at most that many
 //! system calls per batch. `OXRDMA_SOURCE_PORTS=n` sets the pool's size (0: everything
 //! from 4791, as before; fewest system calls on one path). Everything arrives on the
-//! device's own socket (4791): peers answer to 4791.
+//! device's own socket (4791): peers answer to 4791. Each pool socket is connected to the
+//! first peer it sends to, which spares the kernel a route lookup per message to that peer
+//! (`connected.rs`: how its IPv4 IDs are then known).
 
+use crate::connected::{self, Ids};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 
@@ -25,14 +28,58 @@ fn pool_size() -> usize {
         .unwrap_or(SOURCE_PORTS)
 }
 
+/// A pool socket: its port, and where it is connected (see `connected.rs`).
+#[derive(Debug)]
+pub(crate) struct Source {
+    pub socket: UdpSocket,
+    pub port: u16,
+    /// The peer it is connected to: packets to it go without an address.
+    pub peer: Option<SocketAddr>,
+    /// How the kernel numbers its IPv4 packets.
+    pub ids: Ids,
+    /// A send failed in a way that may have taken an ID: probe before the next.
+    pub lost_count: bool,
+    /// Connecting was tried (once: a socket serving several peers stays with its first).
+    tried: bool,
+}
+
+impl Source {
+    /// Connects the socket to `peer` unless that was tried before. False: the socket's
+    /// packets can no longer be numbered (stop using it).
+    pub fn connect_once(&mut self, peer: SocketAddr) -> bool {
+        if std::mem::replace(&mut self.tried, true) {
+            return true;
+        }
+        match connected::connect(&self.socket, peer) {
+            Some(ids) => {
+                (self.peer, self.ids) = (Some(peer), ids);
+                true
+            }
+            // Not connected: packets go with an address and ID 0, as before.
+            None => self.socket.peer_addr().is_err(),
+        }
+    }
+
+    /// The IDs as the kernel will give them, probing again if they were lost track of.
+    /// None: they cannot be known (stop using the socket).
+    pub fn ids(&mut self) -> Option<Ids> {
+        // Only a counter can be lost track of (unconnected and IPv6 sockets number nothing).
+        let counted = matches!(self.ids, Ids::Counter(..));
+        if std::mem::take(&mut self.lost_count) && counted {
+            self.ids = connected::probe(&self.socket)?;
+        }
+        Some(self.ids)
+    }
+}
+
 /// The sockets packets leave from.
 #[derive(Debug)]
 pub(crate) struct SourcePorts {
     ip: IpAddr,
     /// Bound on first use, with the port the kernel gave; `None` inside: binding failed
-    /// (the packets leave from the device's own socket).
-    pool: Vec<Option<Option<(UdpSocket, u16)>>>,
-    /// Pool sockets that could not be bound.
+    /// or the socket was given up (the packets leave from the device's own socket).
+    pool: Vec<Option<Option<Source>>>,
+    /// Pool sockets that could not be bound (or were given up).
     pub refused: u64,
 }
 
@@ -63,26 +110,49 @@ impl SourcePorts {
             self.refused += u64::from(s.is_none());
             s
         });
-        bound.as_ref().map(|(_, port)| *port)
+        bound.as_ref().map(|s| s.port)
     }
 
     /// The pool socket bound to `port`, if `port_for` gave it.
-    pub fn socket(&self, port: u16) -> Option<&UdpSocket> {
+    pub fn get(&self, port: u16) -> Option<&Source> {
         self.pool
             .iter()
             .flatten()
             .flatten()
-            .find(|(_, p)| *p == port)
-            .map(|(s, _)| s)
+            .find(|s| s.port == port)
+    }
+
+    /// [`Self::get`], to change.
+    pub fn get_mut(&mut self, port: u16) -> Option<&mut Source> {
+        self.pool
+            .iter_mut()
+            .flatten()
+            .flatten()
+            .find(|s| s.port == port)
+    }
+
+    /// Gives up the socket bound to `port` (its packets' IDs cannot be known): its QPs
+    /// send from the device's own socket from the next batch on.
+    pub fn give_up(&mut self, port: u16) {
+        for slot in self.pool.iter_mut().flatten() {
+            if slot.as_ref().is_some_and(|s| s.port == port) {
+                *slot = None;
+                self.refused += 1;
+            }
+        }
     }
 }
 
-fn bind(
-    addr: SocketAddr,
-    setup: impl FnOnce(&UdpSocket) -> io::Result<()>,
-) -> io::Result<(UdpSocket, u16)> {
+fn bind(addr: SocketAddr, setup: impl FnOnce(&UdpSocket) -> io::Result<()>) -> io::Result<Source> {
     let socket = UdpSocket::bind(addr)?;
     setup(&socket)?;
     let port = socket.local_addr()?.port();
-    Ok((socket, port))
+    Ok(Source {
+        socket,
+        port,
+        peer: None,
+        ids: Ids::PerMessage,
+        lost_count: false,
+        tried: false,
+    })
 }

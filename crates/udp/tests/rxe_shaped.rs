@@ -20,68 +20,18 @@ use oxrdma_wire::{
 };
 use rustix::net::{AddressFamily, SendFlags, SocketType};
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsFd, OwnedFd};
-use std::process::Command;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{inside, netns};
 
 const PEER_QPN: u32 = 0x11;
 const PEER_PSN: u32 = 0x00ab_cdef;
 const MY_PSN: u32 = 0x0012_3456;
 /// rxe's source port for a QP pair: 0xC000 | hash (any value in that range will do).
 const RXE_SPORT: u16 = 0xC0AB;
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// A network namespace that is deleted when dropped.
-struct Netns(String);
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        ip(&["netns", "del", &self.0]);
-    }
-}
-
-/// A namespace with `addrs` on its loopback, or None where namespaces cannot be made.
-fn netns(tag: &str, addrs: &[&str]) -> Option<Netns> {
-    let name = format!("oxr{tag}{}", std::process::id());
-    if !ip(&["netns", "add", &name]) {
-        let why = "cannot create a network namespace (needs root and iproute2)";
-        assert!(std::env::var_os("OXRDMA_CI").is_none(), "{why}");
-        eprintln!("SKIPPED: {why}");
-        return None;
-    }
-    let ns = Netns(name);
-    assert!(ip(&["-n", &ns.0, "link", "set", "lo", "up"]));
-    for a in addrs {
-        let mut args = vec!["-n", &ns.0, "addr", "add", a, "dev", "lo"];
-        if a.contains(':') {
-            args.push("nodad");
-        }
-        assert!(ip(&args), "ip addr add {a}");
-    }
-    Some(ns)
-}
-
-/// Runs `f` on a thread inside namespace `ns` (its sockets stay there).
-fn inside<T: Send + 'static>(ns: &Netns, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let file = std::fs::File::open(format!("/var/run/netns/{}", ns.0)).expect("netns file");
-    std::thread::spawn(move || {
-        rustix::thread::move_into_link_name_space(
-            file.as_fd(),
-            Some(rustix::thread::LinkNameSpaceType::Network),
-        )
-        .expect("setns");
-        f()
-    })
-    .join()
-    .unwrap()
-}
 
 /// How one packet is dressed on the wire.
 #[derive(Clone, Copy)]
