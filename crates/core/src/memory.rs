@@ -6,11 +6,11 @@
 //! learns that a transfer finished from a completion). So that such a race is a torn read,
 //! as under DMA, and not undefined behaviour in Rust's memory model, every copy is made of
 //! relaxed atomic loads and stores (aligned 8-byte words, single bytes at the edges), or,
-//! for long reads on x86-64, of one `rep movsb`, an instruction whose loads are relaxed
-//! byte loads to the model (a racing write may be seen torn at any byte); the one way to
-//! plain bytes is the `unsafe` [`SharedBuffer::slice`], whose caller promises there is no
-//! writer. Writes keep to words in address order: a reader that polls the last byte of a
-//! WRITE (as ib_write_lat does) sees it change last. RDMA atomics are real CPU atomics, atomic against the application's
+//! for long copies on x86-64, of one `rep movsb`, an instruction whose loads and stores are
+//! relaxed byte accesses to the model (a race may tear at any byte); the one way to plain
+//! bytes is the `unsafe` [`SharedBuffer::slice`], whose caller promises there is no
+//! writer. A write's last 8 bytes are stored after the rest: a reader that polls the last
+//! byte of a WRITE (as ib_write_lat does) sees it change last. RDMA atomics are real CPU atomics, atomic against the application's
 //! own atomic accesses too.
 
 use std::alloc::{self, Layout};
@@ -22,9 +22,8 @@ use std::sync::atomic::{AtomicU64, AtomicU8};
 /// happy.
 const ALIGN: usize = 4096;
 
-/// Reads at least this long are one `rep movsb` on x86-64 (1.4x the word loop's speed at
+/// Copies at least this long are one `rep movsb` on x86-64 (1.4x the word loops' speed at
 /// 1-4 KiB here, slower below ~512 B).
-#[cfg(target_arch = "x86_64")]
 const STRING_COPY_MIN: usize = 512;
 
 /// A fixed-size byte buffer shared between the application and the engine.
@@ -101,30 +100,32 @@ impl SharedBuffer {
     /// range is out of bounds. The stores are relaxed atomics, so a copy that races with
     /// another thread's (the engine's, an application's) is defined: a racing reader may
     /// see some old and some new bytes, as memory under DMA, never undefined behaviour.
+    /// The last 8 bytes are stored after all the others, so a reader that polls the last
+    /// byte of a WRITE (as ib_write_lat does) sees the rest when it changes.
     pub fn write(&self, offset: usize, src: &[u8]) -> bool {
         if !self.check(offset, src.len()) {
             return false;
         }
         // SAFETY: the range is inside the allocation (checked above).
         let dst = unsafe { self.ptr.as_ptr().add(offset) };
-        let head = dst.align_offset(8).min(src.len());
-        let (bytes, rest) = src.split_at(head);
-        let (words, tail) = rest.split_at(rest.len() & !7);
-        for (i, &b) in bytes.iter().enumerate() {
-            byte_at(dst, i).store(b, Relaxed);
+        #[cfg(target_arch = "x86_64")]
+        if src.len() >= STRING_COPY_MIN {
+            let bulk = src.len() - 8;
+            // SAFETY: `dst` is valid for `src.len()` bytes (checked above), `src` is a live
+            // slice outside shared memory (no overlap). Its stores are relaxed byte stores to
+            // the model; x86 makes a later plain store visible after all of them.
+            unsafe { string_copy(src.as_ptr(), dst, bulk) };
+            // SAFETY: in bounds: `bulk` + 8 is the checked length.
+            store_words(unsafe { dst.add(bulk) }, &src[bulk..]);
+            return true;
         }
-        for (i, w) in words.chunks_exact(8).enumerate() {
-            let w = u64::from_ne_bytes(w.try_into().expect("chunks of 8"));
-            word_at(dst, head + 8 * i).store(w, Relaxed);
-        }
-        for (i, &b) in tail.iter().enumerate() {
-            byte_at(dst, head + words.len() + i).store(b, Relaxed);
-        }
+        store_words(dst, src);
         true
     }
 
     /// Copies bytes at `offset` into `dst`. Returns false when the range is out of bounds.
-    /// The loads are relaxed atomics (see [`Self::write`]).
+    /// The loads are relaxed atomics (see [`Self::write`]), or for long reads on x86-64 one
+    /// string copy, whose loads are relaxed byte loads to the model.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> bool {
         if !self.check(offset, dst.len()) {
             return false;
@@ -133,36 +134,12 @@ impl SharedBuffer {
         let src = unsafe { self.ptr.as_ptr().add(offset) };
         #[cfg(target_arch = "x86_64")]
         if dst.len() >= STRING_COPY_MIN {
-            // SAFETY: `src` is valid for `dst.len()` bytes (checked above) and `dst` is a
-            // live exclusive slice of that length; they do not overlap (`dst` is not in
-            // shared memory: the caller holds it as `&mut`). The copy is one instruction
-            // the compiler cannot see into, whose effect is that of relaxed atomic byte
-            // loads (a racing writer's bytes may be seen torn, at any byte, as under DMA),
-            // which is defined; DF is clear on entry by the ABI.
-            unsafe {
-                std::arch::asm!(
-                    "rep movsb",
-                    inout("rcx") dst.len() => _,
-                    inout("rsi") src => _,
-                    inout("rdi") dst.as_mut_ptr() => _,
-                    options(nostack, preserves_flags),
-                );
-            }
+            // SAFETY: `src` is valid for `dst.len()` bytes (checked above); `dst` is a live
+            // exclusive slice outside shared memory (the caller holds it as `&mut`).
+            unsafe { string_copy(src, dst.as_mut_ptr(), dst.len()) };
             return true;
         }
-        let head = src.align_offset(8).min(dst.len());
-        let (bytes, rest) = dst.split_at_mut(head);
-        let n_words = rest.len() & !7;
-        let (words, tail) = rest.split_at_mut(n_words);
-        for (i, b) in bytes.iter_mut().enumerate() {
-            *b = byte_at(src, i).load(Relaxed);
-        }
-        for (i, w) in words.chunks_exact_mut(8).enumerate() {
-            w.copy_from_slice(&word_at(src, head + 8 * i).load(Relaxed).to_ne_bytes());
-        }
-        for (i, b) in tail.iter_mut().enumerate() {
-            *b = byte_at(src, head + n_words + i).load(Relaxed);
-        }
+        load_words(src, dst);
         true
     }
 
@@ -211,6 +188,64 @@ fn word_at<'a>(base: *mut u8, i: usize) -> &'a AtomicU64 {
     // SAFETY: callers pass an in-bounds, 8-aligned offset of a live buffer (see `write`
     // and `read`: `head` aligns it), and every access to shared bytes is atomic.
     unsafe { AtomicU64::from_ptr(base.add(i).cast::<u64>()) }
+}
+
+/// Stores `src` at `dst` (valid for `src.len()` bytes) with relaxed atomics: single bytes up
+/// to an 8-byte boundary, then aligned words in address order, then single bytes.
+fn store_words(dst: *mut u8, src: &[u8]) {
+    let head = dst.align_offset(8).min(src.len());
+    let (bytes, rest) = src.split_at(head);
+    let (words, tail) = rest.split_at(rest.len() & !7);
+    for (i, &b) in bytes.iter().enumerate() {
+        byte_at(dst, i).store(b, Relaxed);
+    }
+    for (i, w) in words.chunks_exact(8).enumerate() {
+        let w = u64::from_ne_bytes(w.try_into().expect("chunks of 8"));
+        word_at(dst, head + 8 * i).store(w, Relaxed);
+    }
+    for (i, &b) in tail.iter().enumerate() {
+        byte_at(dst, head + words.len() + i).store(b, Relaxed);
+    }
+}
+
+/// Loads `dst.len()` bytes from `src` (valid for that many) with relaxed atomics, as
+/// `store_words` stores them.
+fn load_words(src: *mut u8, dst: &mut [u8]) {
+    let head = src.align_offset(8).min(dst.len());
+    let (bytes, rest) = dst.split_at_mut(head);
+    let n_words = rest.len() & !7;
+    let (words, tail) = rest.split_at_mut(n_words);
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = byte_at(src, i).load(Relaxed);
+    }
+    for (i, w) in words.chunks_exact_mut(8).enumerate() {
+        w.copy_from_slice(&word_at(src, head + 8 * i).load(Relaxed).to_ne_bytes());
+    }
+    for (i, b) in tail.iter_mut().enumerate() {
+        *b = byte_at(src, head + n_words + i).load(Relaxed);
+    }
+}
+
+/// Copies `len` bytes with one `rep movsb` (fast strings: 1.4x the word loops' speed at
+/// 1-4 KiB here).
+///
+/// # Safety
+/// `src` must be valid for reads and `dst` for writes of `len` bytes, and they must not
+/// overlap. Either may be shared memory that other threads access at the same time: the
+/// instruction is opaque to the compiler, and its effect is that of relaxed atomic byte
+/// loads and stores (torn at any byte under a race, as under DMA), which is defined.
+#[cfg(target_arch = "x86_64")]
+unsafe fn string_copy(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: the caller's promise; the direction flag is clear on entry by the ABI.
+    unsafe {
+        std::arch::asm!(
+            "rep movsb",
+            inout("rcx") len => _,
+            inout("rsi") src => _,
+            inout("rdi") dst => _,
+            options(nostack, preserves_flags),
+        );
+    }
 }
 
 impl Drop for SharedBuffer {
@@ -290,30 +325,62 @@ mod tests {
 
     #[test]
     fn racing_copies_are_defined_and_whole_words_stay_whole() {
-        // One thread writes all-ones or all-twos words. Short reads (word by word) see only
-        // whole words; long ones (one string copy on x86-64) see only bytes written.
-        let b = std::sync::Arc::new(SharedBuffer::new(4096).unwrap());
-        b.write(0, &[1; 4096]);
-        let w = b.clone();
-        let writer = std::thread::spawn(move || {
-            for i in 0..2000u32 {
-                w.write(0, &[(i % 2 + 1) as u8; 4096]);
+        // One thread writes all-ones or all-twos. Short copies (word by word) keep words
+        // whole; long ones (one string copy on x86-64) move only bytes that were written.
+        for len in [256, 4096] {
+            let b = std::sync::Arc::new(SharedBuffer::new(len + 8).unwrap());
+            b.write(0, &vec![1; len + 8]);
+            let w = b.clone();
+            let writer = std::thread::spawn(move || {
+                for i in 0..2000u32 {
+                    w.write(8, &vec![(i % 2 + 1) as u8; len]);
+                }
+            });
+            let mut out = vec![0u8; len];
+            for _ in 0..2000 {
+                b.read(8, &mut out);
+                if len < STRING_COPY_MIN {
+                    for word in out.chunks(8) {
+                        assert!(word.iter().all(|&x| x == word[0]), "{word:?}");
+                    }
+                }
+                assert!(out.iter().all(|&x| x == 1 || x == 2));
             }
-        });
-        let (mut short, mut long) = ([0u8; 256], [0u8; 4096]);
-        for _ in 0..2000 {
-            b.read(8, &mut short);
-            for word in short.chunks(8) {
-                assert!(word.iter().all(|&x| x == word[0]), "{word:?}");
-            }
-            b.read(0, &mut long);
-            assert!(long.iter().all(|&x| x == 1 || x == 2));
+            writer.join().unwrap();
         }
-        writer.join().unwrap();
-        // Quiet again: a long read is exact.
-        b.write(0, &[3; 4096]);
-        b.read(0, &mut long);
-        assert_eq!(long, [3; 4096]);
+    }
+
+    #[test]
+    fn the_last_byte_of_a_write_lands_last() {
+        // Write k fills every byte with k; a reader that sees k in the last byte must see
+        // at least k in the others (ib_write_lat waits on the last byte). The writer pauses
+        // between writes so that the reader samples every one many times.
+        for len in [100, 4096] {
+            let b = std::sync::Arc::new(SharedBuffer::new(len).unwrap());
+            let start = std::sync::Arc::new(std::sync::Barrier::new(2));
+            let (w, go) = (b.clone(), start.clone());
+            let writer = std::thread::spawn(move || {
+                go.wait();
+                for k in 1..=250u8 {
+                    w.write(0, &vec![k; len]);
+                    let t = std::time::Instant::now();
+                    while t.elapsed() < std::time::Duration::from_micros(20) {}
+                }
+            });
+            start.wait();
+            // The byte before the last word: a forward copy stores it last but for that word.
+            let (mut before, mut last) = ([0u8], [0u8]);
+            while last[0] < 250 {
+                b.read(len - 1, &mut last);
+                b.read(len - 9, &mut before);
+                assert!(
+                    before[0] >= last[0],
+                    "last byte {} seen before byte len - 9",
+                    last[0]
+                );
+            }
+            writer.join().unwrap();
+        }
     }
 
     #[test]
