@@ -10,8 +10,8 @@
 //! relaxed byte accesses to the model (a race may tear at any byte); the one way to plain
 //! bytes is the `unsafe` [`SharedBuffer::slice`], whose caller promises there is no
 //! writer. A write's last 8 bytes are stored after the rest: a reader that polls the last
-//! byte of a WRITE (as ib_write_lat does) sees it change last. RDMA atomics are real CPU atomics, atomic against the application's
-//! own atomic accesses too.
+//! byte of a WRITE (as ib_write_lat does) sees it change last. RDMA atomics are real CPU
+//! atomics, atomic against the application's own atomic accesses too.
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
