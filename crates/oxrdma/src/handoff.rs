@@ -47,6 +47,12 @@ impl Handoff {
         self.score.load(Ordering::Relaxed) < SKIP_AT
     }
 
+    /// Whether polls that find completions no longer hand the socket over: the application
+    /// comes back at once after them.
+    pub fn skipping(&self) -> bool {
+        self.score.load(Ordering::Relaxed) >= SKIP_AT
+    }
+
     /// The first empty poll after one that found completions, at `now`.
     pub fn polled_again(&self, now: u64) {
         let away = now.saturating_sub(self.found_at.load(Ordering::Relaxed));
@@ -100,10 +106,12 @@ mod tests {
         let handed = round_trips(&h, 40, 3_000);
         assert!(handed[..SKIP_AT as usize].iter().all(|&x| x));
         assert!(handed[SKIP_AT as usize..].iter().all(|&x| !x));
+        assert!(h.skipping());
         // Three late returns in a row from the top score still skip.
         assert!(round_trips(&h, 3, QUICK_NS).iter().all(|&x| !x));
         assert!(!h.found(0));
         h.woken();
+        assert!(!h.skipping());
         assert!(
             h.found(0),
             "a packet that woke the engine thread hands off again"

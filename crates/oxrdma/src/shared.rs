@@ -52,6 +52,8 @@ pub(crate) struct Shared {
     app_polled_at: AtomicU64,
     /// The last CQ poll found nothing: the application will poll (and drive) again.
     app_polling: AtomicBool,
+    /// An application thread polled a CQ or posted since the engine thread last looked.
+    app_called: AtomicBool,
     /// Whether a poll that finds completions hands the socket to the engine thread.
     pub(crate) handoff: Handoff,
     /// The engine thread's OS thread id (0 until it runs).
@@ -108,6 +110,7 @@ impl Shared {
             pending: AtomicBool::new(false),
             app_polled_at: AtomicU64::new(0),
             app_polling: AtomicBool::new(false),
+            app_called: AtomicBool::new(false),
             handoff: Handoff::default(),
             engine_tid: AtomicI32::new(0),
             epoch: Instant::now(),
@@ -179,6 +182,7 @@ impl Shared {
     /// and otherwise leaves it to the thread that holds it, which drives once more. A
     /// posting thread never waits for the lock, and does not wake the engine thread.
     pub fn kick(&self) {
+        self.called();
         self.pending.store(true, Ordering::SeqCst);
         // Pairs with the fence in `drive_pending` (and the engine thread's look at
         // `pending` after it unlocks): either the holder sees `pending` after unlocking,
@@ -217,7 +221,11 @@ impl Shared {
                 break;
             };
             self.pending.store(false, Ordering::SeqCst);
-            self.drive(&mut dev);
+            // Posted work goes out; what arrives is for the next poll, unless nothing could
+            // go (the window is full: ACKs may be waiting).
+            if dev.transmit().unwrap_or(0) == 0 {
+                self.drive(&mut dev);
+            }
             // A raw guard: `DeviceGuard`'s drop would do this.
             self.collect_events(&mut dev);
             let next = self.timer_to_pull(&dev);
@@ -256,6 +264,7 @@ impl Shared {
     /// lately (`handoff.rs`). A clock read, and no timer armed: arming one per poll cost
     /// more than the poll (`sleeper.rs`).
     pub fn polled(&self, found: usize) {
+        self.called();
         if found == 0 {
             // The time is taken when the application starts polling and then once in
             // `CLOCK_EVERY` polls: a clock read per poll was 3 % of a bandwidth client's
@@ -290,6 +299,19 @@ impl Shared {
                 self.sleeper.set_watched(true);
             }
         }
+    }
+
+    /// An application thread polls or posts. Stored only when it changes: every poll comes
+    /// here, and the line is the engine thread's to read.
+    fn called(&self) {
+        if !self.app_called.load(Ordering::Relaxed) {
+            self.app_called.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether an application thread polled or posted since the engine thread last asked.
+    pub(crate) fn app_called(&self) -> bool {
+        self.app_called.swap(false, Ordering::Relaxed)
     }
 
     /// Whether an application polls (and so drives the device): its last CQ poll found

@@ -72,25 +72,9 @@ impl Device {
         let mut moved = 0;
         loop {
             let mut now = self.now();
-            let mut progressed = false;
-            loop {
-                // Into every free slot at once: a QP's burst is built in one call.
-                let sent = &mut self.sent;
-                sent.clear();
-                self.engine
-                    .poll_transmit_many(now, self.tx.free_slots(), |t| sent.push(t));
-                for t in &self.sent {
-                    let dest = SocketAddr::new(t.dest.ip(), ROCE_V2_PORT);
-                    self.tx.push_from(dest, t.src_port, t.len);
-                }
-                let n = self.tx.count;
-                if n == 0 {
-                    break;
-                }
-                self.port.send_batch(&mut self.tx)?;
-                moved += n;
-                progressed = true;
-            }
+            let sent = self.transmit_at(now)?;
+            moved += sent;
+            let mut progressed = sent > 0;
             let mut received = false;
             while self.port.recv_batch(&mut self.rx)? > 0 {
                 now = self.now();
@@ -119,6 +103,35 @@ impl Device {
             if !progressed || received {
                 return Ok(moved);
             }
+        }
+    }
+
+    /// Sends what the engine has (what a post added), and nothing else: the receive a
+    /// [`Self::poll`] would try comes with the poller's next call. Returns how many packets
+    /// went.
+    pub fn transmit(&mut self) -> io::Result<usize> {
+        let now = self.now();
+        self.transmit_at(now)
+    }
+
+    fn transmit_at(&mut self, now: Nanos) -> io::Result<usize> {
+        let mut moved = 0;
+        loop {
+            // Into every free slot at once: a QP's burst is built in one call.
+            let sent = &mut self.sent;
+            sent.clear();
+            self.engine
+                .poll_transmit_many(now, self.tx.free_slots(), |t| sent.push(t));
+            for t in &self.sent {
+                let dest = SocketAddr::new(t.dest.ip(), ROCE_V2_PORT);
+                self.tx.push_from(dest, t.src_port, t.len);
+            }
+            let n = self.tx.count;
+            if n == 0 {
+                return Ok(moved);
+            }
+            self.port.send_batch(&mut self.tx)?;
+            moved += n;
         }
     }
 

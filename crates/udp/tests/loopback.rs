@@ -189,3 +189,51 @@ fn a_taken_address_is_one_clear_error() {
     let err = UdpPort::bind(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))).unwrap_err();
     assert!(matches!(err, BindError::NotLocal { .. }), "{err}");
 }
+
+#[test]
+fn transmit_sends_what_was_posted_and_leaves_arrivals_to_the_next_poll() {
+    let mut a = side([127, 0, 0, 85], 3);
+    let mut b = side([127, 0, 0, 86], 4);
+    connect(&mut a, &mut b);
+    b.dev
+        .engine
+        .post_recv(
+            b.qpn,
+            RecvWr {
+                wr_id: 9,
+                sges: vec![Sge {
+                    addr: b.iova,
+                    length: 64,
+                    lkey: b.lkey,
+                }],
+            },
+        )
+        .unwrap();
+    let mut s = SendWr::new(
+        4,
+        WrOpcode::Send,
+        SendData::Sges(vec![Sge {
+            addr: a.iova,
+            length: 16,
+            lkey: a.lkey,
+        }]),
+    );
+    s.flags = oxrdma_core::SendFlags::SIGNALED;
+    a.dev.engine.post_send(a.qpn, s).unwrap();
+    assert_eq!(a.dev.transmit().unwrap(), 1, "the SEND goes out");
+    // b has nothing to send: its transmit takes nothing in, the SEND waits in its socket.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    b.dev.wait(Duration::from_secs(5)).unwrap();
+    assert_eq!(b.dev.transmit().unwrap(), 0);
+    assert_eq!(b.dev.engine.stats().rx_packets, 0, "transmit received");
+    assert!(b.dev.engine.poll_cq(b.cq, 8).unwrap().is_empty());
+    // The next poll takes it in and completes the receive.
+    let mut got = Vec::new();
+    while got.is_empty() {
+        assert!(Instant::now() < deadline, "the SEND never arrived");
+        b.dev.poll().unwrap();
+        got = b.dev.engine.poll_cq(b.cq, 8).unwrap();
+    }
+    assert_eq!((got[0].wr_id, got[0].byte_len), (9, 16));
+    assert_eq!(b.dev.engine.stats().rx_packets, 1);
+}
