@@ -366,13 +366,29 @@ fn pcap_captures_decode_cleanly_with_valid_icrcs() {
         .output()
         .unwrap();
     let lines = json_lines(out);
-    // 100 messages (retransmissions may repeat a PSN, so count distinct ones).
-    let firsts: std::collections::BTreeSet<u64> = lines
+    // 100 WRITEs of 10,000 bytes, each a train of three WRITE ONLYs (4096, 4096, 1808
+    // bytes) whose RETHs name consecutive addresses; in first-sent order (retransmissions
+    // may repeat a PSN).
+    let mut seen = std::collections::HashSet::new();
+    let mut writes = Vec::new();
+    for l in lines
         .iter()
-        .filter(|l| l["opcode"] == "RC_RDMA_WRITE_FIRST")
-        .map(|l| l["psn"].as_u64().unwrap())
-        .collect();
-    assert_eq!(firsts.len(), 100);
+        .filter(|l| l["opcode"].as_str().unwrap().starts_with("RC_RDMA_WRITE"))
+    {
+        assert_eq!(l["opcode"], "RC_RDMA_WRITE_ONLY", "{l}");
+        let (va, len) = (l["reth"]["va"].as_u64(), l["reth"]["len"].as_u64());
+        assert_eq!(len, l["payload_len"].as_u64(), "{l}");
+        if seen.insert(l["psn"].as_u64().unwrap()) {
+            writes.push((va.unwrap(), len.unwrap()));
+        }
+    }
+    assert_eq!(writes.len(), 300);
+    assert!(
+        writes.chunks(3).all(|c| c[0].1 == 4096
+            && c[1] == (c[0].0 + 4096, 4096)
+            && c[2] == (c[1].0 + 4096, 1808)),
+        "{writes:?}"
+    );
     assert!(lines.iter().any(|l| l["opcode"] == "RC_ACKNOWLEDGE"));
     // The independent decoder, where installed (.ci/run installs it).
     if let Ok(t) = Command::new("tshark")

@@ -326,9 +326,18 @@ fn a_gap_is_naked_once_and_resent_from_the_missing_psn() {
         mtu: oxrdma_core::Mtu::Mtu256,
         ..Default::default()
     });
+    // The WRITE is a train of WRITE ONLYs (each names its own address): the second is
+    // lost once; the RETH of every WRITE packet is noted.
+    let first = p.a.sq_psn;
     let mut dropped = false;
+    let reths = Rc::new(RefCell::new(Vec::new()));
+    let r = reths.clone();
     let log = tap(&mut p, move |pkt| {
-        if pkt.bth.opcode == Opcode::RC_RDMA_WRITE_MIDDLE && !dropped {
+        if let Some(reth) = pkt.ext.reth {
+            r.borrow_mut()
+                .push((pkt.bth.psn.value(), reth.virtual_address));
+        }
+        if pkt.bth.psn.value() == (first + 1) & 0xff_ffff && !dropped {
             dropped = true;
             return TapAction::Drop;
         }
@@ -353,8 +362,8 @@ fn a_gap_is_naked_once_and_resent_from_the_missing_psn() {
         .filter(|e| e.3 == Some(Syndrome::Nak(NakCode::PsnSequenceError)))
         .collect();
     assert_eq!(naks.len(), 1, "one NAK per gap");
-    // The NAK names the first missing PSN, and the resend starts there with a MIDDLE packet.
-    let first = p.a.sq_psn;
+    // The NAK names the first missing PSN, and the resend starts there, with the address
+    // of that packet's bytes.
     assert_eq!(naks[0].1, (first + 1) & 0xff_ffff);
     let writes: Vec<_> = log
         .iter()
@@ -368,8 +377,9 @@ fn a_gap_is_naked_once_and_resent_from_the_missing_psn() {
     );
     assert_eq!(
         writes[10],
-        (Opcode::RC_RDMA_WRITE_MIDDLE, (first + 1) & 0xff_ffff)
+        (Opcode::RC_RDMA_WRITE_ONLY, (first + 1) & 0xff_ffff)
     );
+    assert_eq!(reths.borrow()[10], ((first + 1) & 0xff_ffff, p.b.addr(256)));
 }
 
 #[test]
@@ -901,7 +911,7 @@ fn sqd_drains_what_started_then_raises_sq_drained_once() {
     assert_eq!(drained(&mut p), 0);
 }
 
-/// Two QPs of node a, each with two 32-packet WRITEs queued (128 packets).
+/// Two QPs of node a, each with two 60-packet WRITEs queued (240 packets).
 fn two_busy_qps() -> Pair {
     let o = PairOptions::default();
     let mut p = Pair::new(&o);
@@ -919,7 +929,7 @@ fn two_busy_qps() -> Pair {
     for attr in oxrdma_sim::pair::connect_attrs(&o, gb, p.b.qpn, 1, 1) {
         e.modify_qp(second, &attr).expect("modify");
     }
-    let len = 32 * 1024; // 32 packets at the pair's 1024-byte MTU
+    let len = 60 * 1024; // 60 packets at the pair's 1024-byte MTU
     for (i, qpn) in [(0, p.a.qpn), (2, second)] {
         for k in 0..2 {
             let wr = write(i + k, p.a.sge(0, len), p.b.addr(0), p.b.mr.rkey);
@@ -930,8 +940,8 @@ fn two_busy_qps() -> Pair {
 }
 
 #[test]
-fn busy_qps_take_turns_in_bursts_of_thirty_two_packets() {
-    // The engine sends 32 packets of one QP, then 32 of the other (a UDP driver's whole
+fn busy_qps_take_turns_in_bursts_of_sixty_packets() {
+    // The engine sends 60 packets of one QP, then 60 of the other (a UDP driver's whole
     // send batch, one system call from that QP's socket), not one packet each in turn.
     let mut p = two_busy_qps();
     let e = &mut p.world.nodes[0].engine;
@@ -948,8 +958,8 @@ fn busy_qps_take_turns_in_bursts_of_thirty_two_packets() {
             bursts.push(1);
         }
     }
-    assert_eq!(ports.len(), 128, "every packet of the four WRITEs");
-    assert_eq!(bursts, vec![32; 4], "turns of 32 packets, QP by QP");
+    assert_eq!(ports.len(), 240, "every packet of the four WRITEs");
+    assert_eq!(bursts, vec![60; 4], "turns of 60 packets, QP by QP");
 }
 
 /// What identifies a packet of `two_busy_qps`, the remote address taken from the base of
@@ -1012,7 +1022,7 @@ fn many_slots_at_once_send_what_one_at_a_time_sends() {
             out.push(sent(t, &slots[at..at + t.len], base));
         }
     }
-    assert_eq!((out.len(), one_by_one.len()), (128, 128));
+    assert_eq!((out.len(), one_by_one.len()), (240, 240));
     assert!(out == one_by_one, "the same packets in the same order");
 }
 

@@ -8,12 +8,21 @@ use crate::verbs::{Access, QpState, QpType, WcStatus, WrOpcode};
 use crate::wr::{SendData, SendWr};
 use crate::Nanos;
 use oxrdma_wire::bth::Bth;
+use oxrdma_wire::reth::Reth;
 use oxrdma_wire::{AtomicEthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr, Psn, RethRepr};
 
 /// Most PSNs in flight (sent, not acknowledged) per QP.
 pub(crate) const WINDOW: u32 = 512;
 /// Messages that end without asking for an ACK, at most, before one asks anyway.
 const UNASKED_MSGS: u32 = 16;
+/// An RC RDMA WRITE (without immediate) longer than the path MTU goes as one WRITE ONLY
+/// per packet, each with its own RETH, rather than as FIRST, MIDDLE..., LAST. The bytes
+/// land where they would, in the same order, and the responder sees nothing else that a
+/// WRITE shows it (no completion, no receive consumed); only its MSN counts the packets.
+/// Every packet is then the same length, so a WRITE goes through the kernel as whole GSO
+/// runs: a FIRST, 16 bytes longer than a MIDDLE, was a datagram of its own. With the UDP
+/// driver's 60-packet batches: 64 KiB WRITE 1.19x on loopback and on a veth pair (README).
+const WRITE_TRAINS: bool = true;
 /// AckReq at least this often inside long messages (Linux rxe: every 64+ packets).
 pub(crate) const ACK_REQ_EVERY: u32 = 64;
 const BTH_LEN: usize = Bth::<&[u8]>::LEN;
@@ -142,6 +151,15 @@ struct NextPacket {
     ends_wqe: bool,
     /// It asks for an ACK whatever the cadence says.
     ack_req: bool,
+}
+
+/// The RETH of the WRITE ONLY that carries bytes `off..off + n` of a trained WRITE.
+fn train_reth(wr: &SendWr, off: u64, n: usize) -> RethRepr {
+    RethRepr {
+        virtual_address: wr.remote_addr.wrapping_add(off),
+        rkey: wr.rkey,
+        dma_length: n as u32,
+    }
 }
 
 /// The one packet of an atomic.
@@ -312,18 +330,29 @@ impl Qp {
         let psn = r.next_psn;
         let after = psn.add(1);
         let ack_req = self.qp_type == QpType::Rc && self.cadence_asks(after);
-        let opcode = send_write_opcode(self.qp_type, w.wr.opcode, false, false);
+        let train = self.trains(w.wr.opcode);
+        let opcode = send_write_opcode(self.qp_type, w.wr.opcode, train, train);
         bth(self.dest_qpn, opcode, psn, ack_req, false)
             .emit(&mut Bth::new_unchecked(&mut buf[..BTH_LEN]));
+        let mut ext = ExtHeaders::default();
+        let mut hlen = BTH_LEN;
+        if train {
+            let reth = train_reth(&w.wr, r.off, n);
+            reth.emit(&mut Reth::new_unchecked(
+                &mut buf[hlen..hlen + Reth::<&[u8]>::LEN],
+            ));
+            hlen += Reth::<&[u8]>::LEN;
+            ext.reth = Some(reth);
+        }
         let next = NextPacket {
             opcode,
-            ext: ExtHeaders::default(),
+            ext,
             payload: n,
             psns: 1,
             ends_wqe: false,
             ack_req,
         };
-        let total = self.finish_request(self.req.idx, buf, BTH_LEN, &next, now);
+        let total = self.finish_request(self.req.idx, buf, hlen, &next, now);
         self.sent_request(psn, true, ack_req, now);
         Some(total)
     }
@@ -521,6 +550,11 @@ impl Qp {
         total
     }
 
+    /// Whether a WQE of operation `op` goes as a train of WRITE ONLYs (`WRITE_TRAINS`).
+    fn trains(&self, op: WrOpcode) -> bool {
+        WRITE_TRAINS && op == WrOpcode::RdmaWrite && self.qp_type == QpType::Rc
+    }
+
     /// Whether `WINDOW` PSNs are in flight: nothing more is sent until an ACK.
     fn window_full(&self) -> bool {
         self.comp.una().distance_to(self.req.next_psn) >= WINDOW
@@ -606,9 +640,13 @@ impl Qp {
     fn send_write_packet(&self, w: &SendWqe, off: u64) -> NextPacket {
         let (wr, op) = (&w.wr, w.wr.opcode);
         let n = (self.mtu.bytes() as u64).min(w.len - off);
-        let (first, last) = (off == 0, off + n == w.len);
+        let (mut first, last) = (off == 0, off + n == w.len);
+        let train = self.trains(op);
         let mut ext = ExtHeaders::default();
-        if first && matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm) {
+        if train {
+            first = true;
+            ext.reth = Some(train_reth(wr, off, n as usize));
+        } else if first && matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm) {
             ext.reth = Some(RethRepr {
                 virtual_address: wr.remote_addr,
                 rkey: wr.rkey,
@@ -634,7 +672,7 @@ impl Qp {
             });
         }
         NextPacket {
-            opcode: send_write_opcode(self.qp_type, op, first, last),
+            opcode: send_write_opcode(self.qp_type, op, first, last || train),
             ext,
             payload: n as usize,
             psns: 1,
