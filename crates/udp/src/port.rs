@@ -337,7 +337,7 @@ impl UdpPort {
                 }
             }
         }
-        batch.count = 0;
+        batch.clear();
         self.runs = runs;
         Ok(())
     }

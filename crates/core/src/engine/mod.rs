@@ -259,18 +259,22 @@ impl Engine {
     }
 
     /// [`Self::poll_transmit`] for as many packets as `slots` holds buffers of
-    /// [`MAX_PACKET`] bytes: the `i`-th packet handed to `sent` is in the `i`-th buffer. A
-    /// QP's burst is built in one go (one lookup and one timer update for all its packets).
+    /// [`MAX_PACKET`] bytes, written back to back: each packet handed to `sent` starts
+    /// where the one before it ended (the first at 0), so a driver hands a run of them to
+    /// the kernel as one piece of memory. A QP's burst is built in one go (one lookup and
+    /// one timer update for all its packets).
     pub fn poll_transmit_many(
         &mut self,
         now: Nanos,
         slots: &mut [u8],
         mut sent: impl FnMut(Transmit),
     ) {
-        let mut bufs = slots.chunks_exact_mut(MAX_PACKET);
-        let Some(mut buf) = bufs.next() else {
+        let max = slots.len() / MAX_PACKET;
+        if max == 0 {
             return;
-        };
+        }
+        // Packet `n` starts at `at` <= n * MAX_PACKET, so it always has MAX_PACKET bytes.
+        let (mut at, mut n) = (0, 0);
         self.answer_doorbells();
         let mut room = true;
         while room {
@@ -284,6 +288,7 @@ impl Engine {
             // This QP's packets until it has none, the room is used up, or its burst ends
             // with another QP waiting (alone, it is its own next).
             let more = loop {
+                let buf = &mut slots[at..at + MAX_PACKET];
                 let mut ctx = ctx!(self, now);
                 let (len, dest) = match qp.next_response(buf) {
                     Some(len) => (Some(len), None),
@@ -305,11 +310,11 @@ impl Engine {
                     src_port: qp.udp_sport,
                     len,
                 });
-                let Some(next) = bufs.next() else {
+                (at, n) = (at + len, n + 1);
+                if n == max {
                     room = false;
                     break true;
-                };
-                buf = next;
+                }
                 if self.burst >= BURST && !self.active.is_empty() {
                     break true;
                 }
