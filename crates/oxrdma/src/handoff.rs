@@ -44,7 +44,7 @@ impl Handoff {
     /// A poll found completions at `now`: whether to hand the socket to the engine thread.
     pub fn found(&self, now: u64) -> bool {
         self.found_at.store(now, Ordering::Relaxed);
-        self.score.load(Ordering::Relaxed) < SKIP_AT
+        !self.skipping()
     }
 
     /// Whether polls that find completions no longer hand the socket over: the application

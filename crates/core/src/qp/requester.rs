@@ -153,8 +153,10 @@ struct NextPacket {
     ack_req: bool,
 }
 
-/// The RETH of the WRITE ONLY that carries bytes `off..off + n` of a trained WRITE.
-fn train_reth(wr: &SendWr, off: u64, n: usize) -> RethRepr {
+/// The RETH naming bytes `off..off + n` of the remote buffer of `wr`: a whole WRITE's on
+/// its FIRST or ONLY packet, one packet's on each of a train's (`WRITE_TRAINS`), the piece
+/// of a READ asked for.
+fn reth_for(wr: &SendWr, off: u64, n: usize) -> RethRepr {
     RethRepr {
         virtual_address: wr.remote_addr.wrapping_add(off),
         rkey: wr.rkey,
@@ -337,7 +339,7 @@ impl Qp {
         let mut ext = ExtHeaders::default();
         let mut hlen = BTH_LEN;
         if train {
-            let reth = train_reth(&w.wr, r.off, n);
+            let reth = reth_for(&w.wr, r.off, n);
             reth.emit(&mut Reth::new_unchecked(
                 &mut buf[hlen..hlen + Reth::<&[u8]>::LEN],
             ));
@@ -597,11 +599,7 @@ impl Qp {
         let until = w.arrived.next_arrived(i + 1).filter(|&a| a < w.npkts);
         let end = until.map_or(w.len, |a| u64::from(a) * mtu);
         let ext = ExtHeaders {
-            reth: Some(RethRepr {
-                virtual_address: w.wr.remote_addr.wrapping_add(off),
-                rkey: w.wr.rkey,
-                dma_length: (end - off) as u32,
-            }),
+            reth: Some(reth_for(&w.wr, off, (end - off) as usize)),
             ..ExtHeaders::default()
         };
         NextPacket {
@@ -640,18 +638,14 @@ impl Qp {
     fn send_write_packet(&self, w: &SendWqe, off: u64) -> NextPacket {
         let (wr, op) = (&w.wr, w.wr.opcode);
         let n = (self.mtu.bytes() as u64).min(w.len - off);
-        let (mut first, last) = (off == 0, off + n == w.len);
         let train = self.trains(op);
+        // A train's every packet is a message of its own (an ONLY); `last` stays the WQE's.
+        let (first, last) = (off == 0 || train, off + n == w.len);
         let mut ext = ExtHeaders::default();
         if train {
-            first = true;
-            ext.reth = Some(train_reth(wr, off, n as usize));
+            ext.reth = Some(reth_for(wr, off, n as usize));
         } else if first && matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm) {
-            ext.reth = Some(RethRepr {
-                virtual_address: wr.remote_addr,
-                rkey: wr.rkey,
-                dma_length: w.len as u32,
-            });
+            ext.reth = Some(reth_for(wr, 0, w.len as usize));
         }
         if last && matches!(op, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm) {
             ext.immdt = Some(wr.imm);
