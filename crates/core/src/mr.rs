@@ -2,7 +2,7 @@
 
 use crate::memory::SharedBuffer;
 use crate::verbs::Access;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 /// A registered memory region.

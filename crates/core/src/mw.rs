@@ -4,7 +4,7 @@
 use crate::mr::Regions;
 use crate::verbs::{Access, MwType, WcStatus};
 use crate::wr::MwBind;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// A memory window.
 #[derive(Debug, Clone)]

@@ -138,6 +138,17 @@ pub struct OpcodeInfo {
     pub payload: Payload,
 }
 
+/// [`Opcode::info`] of every byte.
+static INFO: [Result<OpcodeInfo>; 256] = {
+    let mut table = [Err(WireError::UnsupportedTransport(0)); 256];
+    let mut i = 0;
+    while i < 256 {
+        table[i] = Opcode(i as u8).build();
+        i += 1;
+    }
+    table
+};
+
 /// The largest payload one packet may carry (the largest IB path MTU).
 pub const MAX_PAYLOAD: usize = 4096;
 
@@ -219,7 +230,14 @@ impl Opcode {
     }
 
     /// The table entry for this opcode, or why there is none.
+    #[inline]
     pub fn info(self) -> Result<OpcodeInfo> {
+        INFO[usize::from(self.0)]
+    }
+
+    /// What [`Opcode::info`] answers, worked out once for every byte at compile time (every
+    /// packet asks, several times).
+    const fn build(self) -> Result<OpcodeInfo> {
         use Operation::*;
         use Payload::{Any, Exactly, None as NoData};
         use Position::*;
