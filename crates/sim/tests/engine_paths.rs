@@ -1238,7 +1238,7 @@ fn unsignaled_writes_a_round_trip_apart_ask_for_an_ack_once_in_16() {
 }
 
 #[test]
-fn a_stream_of_unsignaled_writes_asks_for_acks() {
+fn a_stream_of_unsignaled_writes_asks_once_in_a_quarter_of_the_queue() {
     let mut p = Pair::new(&PairOptions::default());
     let log = tap(&mut p, |_| TapAction::Pass);
     for i in 0..20 {
@@ -1246,9 +1246,23 @@ fn a_stream_of_unsignaled_writes_asks_for_acks() {
     }
     p.run();
     assert_eq!(p.wcs(0).len(), 1);
-    // Back to back: each one's ACK frees its send-queue slot early.
-    let (asks, _) = write_asks(&log);
-    assert_eq!(asks, vec![true; 20]);
+    for i in 0..20 {
+        assert_eq!(p.b.read(8 * i, 8), vec![i as u8 + 1; 8], "WRITE {i}");
+    }
+    // Back to back with 20 outstanding: every fifth asks, so that ACKs free the send
+    // queue's slots without one per message.
+    let (asks, acks) = write_asks(&log);
+    let want: Vec<bool> = (0..20).map(|i| i % 5 == 4).collect();
+    assert_eq!((asks, acks), (want, 4));
+    // A shallow stream (three outstanding) asks at every message of the stream: not the
+    // first, which comes long after the last (as a ping-pong's does).
+    let log = tap(&mut p, |_| TapAction::Pass);
+    for i in 0..3 {
+        small_write(&mut p, 20 + i, i == 2);
+    }
+    p.run();
+    assert_eq!(p.wcs(0).len(), 1);
+    assert_eq!(write_asks(&log).0, vec![false, true, true]);
 }
 
 #[test]

@@ -15,6 +15,9 @@ use oxrdma_wire::{AtomicEthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr, Psn, 
 pub(crate) const WINDOW: u32 = 512;
 /// Messages that end without asking for an ACK, at most, before one asks anyway.
 const UNASKED_MSGS: u32 = 16;
+/// A stream asks for an ACK once in (WQEs outstanding / this) messages, at least once in
+/// one (`acked_at_end`).
+const STREAM_ASK_SHARE: u32 = 4;
 /// An RC RDMA WRITE (without immediate) longer than the path MTU goes as one WRITE ONLY
 /// per packet, each with its own RETH, rather than as FIRST, MIDDLE..., LAST. The bytes
 /// land where they would, in the same order, and the responder sees nothing else that a
@@ -615,12 +618,14 @@ impl Qp {
     /// Whether the message of the WQE at `idx`, ending `now`, asks for an ACK with its last
     /// packet. A READ or atomic always does (its response is the answer), and so does a
     /// SEND or WRITE that is signaled (its completion waits for the ACK), one of a stream
-    /// (less than half a round trip after the message before it: its ACKs free the send
-    /// queue's slots; asking once in 16 messages there cost a message-rate test 0.65x), and
-    /// one in 16 whatever its flags. The others do not: in a ping-pong each message leaves
-    /// a round trip after the last, and its ACK was a second datagram each way per message
-    /// (1.5x the half round trip here); a later ACK covers it. A tail left unacknowledged
-    /// is asked again by the tail-loss probe, whose resent packet asks.
+    /// (less than half a round trip after the message before it) once in a quarter of the
+    /// WQEs outstanding (its ACKs free the send queue's slots: asking at every message cost
+    /// 8 B WRITE's message rate 1/1.17 at perftest's depth of 128, and 4 KiB WRITE's
+    /// bandwidth 1/1.21; asking once in 8 at a depth of 16 cost 0.79x), and one in 16
+    /// whatever its flags. The others do not: in a ping-pong each message leaves a round
+    /// trip after the last, and its ACK was a second datagram each way per message (1.5x
+    /// the half round trip here); a later ACK covers it. A tail left unacknowledged is
+    /// asked again by the tail-loss probe, whose resent packet asks.
     fn acked_at_end(&self, idx: usize, now: Nanos) -> bool {
         let w = &self.sq[idx];
         let streaming = match (self.req.last_msg_at, self.comp.srtt()) {
@@ -630,8 +635,15 @@ impl Qp {
         w.wr.opcode.is_read_or_atomic()
             || self.sq_sig_all()
             || w.wr.flags.contains(crate::SendFlags::SIGNALED)
-            || streaming
+            || streaming && self.req.unasked_msgs + 1 >= self.stream_asks_every()
             || self.req.unasked_msgs + 1 >= UNASKED_MSGS
+    }
+
+    /// How many messages of a stream end per one that asks for an ACK: a quarter of the
+    /// WQEs outstanding, so the ACKs free the send queue's slots at a pace its depth can
+    /// wait for.
+    fn stream_asks_every(&self) -> u32 {
+        (self.sq.len() as u32 / STREAM_ASK_SHARE).max(1)
     }
 
     /// The packet of a SEND or WRITE that starts at byte `off` of `w`.
