@@ -77,13 +77,17 @@ ox2() {
   "$ox" perf "$@" -d 127.0.0.2 -p "$port" --json 127.0.0.3
   wait "$spid" 2>/dev/null || true
 }
+# iperf3 -J on stdin: Gb/s, then the CPU time per GB moved (ms) of the client and the server
+# (each process's user + system time, as --cpu-util counts oxrdma's).
+tcpjson() { python3 -c 'import json,sys; e=json.load(sys.stdin)["end"]; g=e["sum_received"]["bits_per_second"]/1e9; c=e["cpu_utilization_percent"]; print(g, c["host_total"]*80/g, c["remote_total"]*80/g)'; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-tcp=(); udp=(); udpb=(); floor=(); vgso=(); bw=(); rbw=(); sbw=(); lat=(); slat=(); lat0=(); bw2=(); cpuc=(); cpus=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
+tcpc=(); tcps=(); vtcpc=(); vtcps=(); vcpuc=(); vcpus=(); tcp=(); udp=(); udpb=(); floor=(); vgso=(); bw=(); rbw=(); sbw=(); lat=(); slat=(); lat0=(); bw2=(); cpuc=(); cpus=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
 for r in $(seq "$REPS"); do
   p=$(( 20000 + RANDOM % 9000 ))
   iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null 2>&1 & pids+=($!)
   sleep 0.3
-  tcp+=("$(iperf3 -c 127.0.0.1 -p "$p" -t 2 -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9)')")
+  read -r g c sv <<<"$(iperf3 -c 127.0.0.1 -p "$p" -t 2 -J | tcpjson)"
+  tcp+=("$g"); tcpc+=("$c"); tcps+=("$sv")
   q=$(( 20000 + RANDOM % 9000 ))
   sockperf server -i 127.0.0.1 -p "$q" --nonblocked >/dev/null 2>&1 & spid=$!; pids+=($spid)
   sleep 0.3
@@ -124,11 +128,13 @@ for r in $(seq "$REPS"); do
     p=$(( 20000 + RANDOM % 9000 ))
     inns "${ns[1]}" iperf3 -s -1 -B 10.99.0.2 -p "$p" >/dev/null 2>&1 & pids+=($!)
     sleep 0.3
-    vtcp+=("$(inns "${ns[0]}" iperf3 -c 10.99.0.2 -p "$p" -t 2 -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9)')")
+    read -r g c sv <<<"$(inns "${ns[0]}" iperf3 -c 10.99.0.2 -p "$p" -t 2 -J | tcpjson)"
+    vtcp+=("$g"); vtcpc+=("$c"); vtcps+=("$sv")
     p=$(( 20000 + RANDOM % 9000 ))
     inns "${ns[1]}" "$ox" perf write-bw -d 10.99.0.2 -p "$p" -s 65536 -n 10000 --json >/dev/null 2>&1 & spid=$!; pids+=($spid)
     sleep 0.3
-    vbw+=("$(inns "${ns[0]}" "$ox" perf write-bw -d 10.99.0.1 -p "$p" -s 65536 -n 10000 --json 10.99.0.2 | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
+    read -r g c sv <<<"$(inns "${ns[0]}" "$ox" perf write-bw -d 10.99.0.1 -p "$p" -s 65536 -n 10000 --json --cpu-util 10.99.0.2 | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["bw_avg_gbps"], j["cpu_client_ms_per_gb"], j["cpu_server_ms_per_gb"])')"
+    vbw+=("$g"); vcpuc+=("$c"); vcpus+=("$sv")
     wait "$spid" 2>/dev/null || true
     # 1040-byte datagrams (a 1 KiB RoCE packet), 62 per send (64 KiB at most per message).
     vgso+=("$(inns "${ns[1]}" "$tmp/udp_ceiling" gso 1040 62 1 10.99.0.2 "${ns[0]}" | awk '{print $1 * 8 / 1000}')")
@@ -140,6 +146,7 @@ T=$(printf '%s\n' "${tcp[@]}" | median); B=$(printf '%s\n' "${bw[@]}" | median)
 U=$(printf '%s\n' "${udp[@]}" | median); L=$(printf '%s\n' "${lat[@]}" | median)
 printf 'median of %d rounds\n' "$REPS"
 printf '%-44s %10.3f Gb/s\n' "iperf3 TCP single stream (127.0.0.1)" "$T"
+printf '%-44s %10.1f ms client, %.1f ms server\n' "  its CPU per GB moved" "$(printf '%s\n' "${tcpc[@]}" | median)" "$(printf '%s\n' "${tcps[@]}" | median)"
 printf '%-44s %10.3f Gb/s   ratio %.3f (target >= 1.5)\n' "oxrdma 64 KiB RDMA WRITE bandwidth" "$B" "$(echo "$B / $T" | bc -l)"
 CC=$(printf '%s\n' "${cpuc[@]}" | median); CS=$(printf '%s\n' "${cpus[@]}" | median)
 printf '%-44s %10.1f ms client (post, poll, send), %.1f ms server (receive, place)\n' "  its CPU per GB moved" "$CC" "$CS"
@@ -165,7 +172,9 @@ printf '%-44s %10.3f us     ratio to it %.3f, pair by pair %.3f (target 0.95..1.
 if [ "$VETH" = 1 ]; then
   VT=$(printf '%s\n' "${vtcp[@]}" | median); VB=$(printf '%s\n' "${vbw[@]}" | median)
   printf '%-44s %10.3f Gb/s\n' "veth MTU 1500: iperf3 TCP single stream" "$VT"
+  printf '%-44s %10.1f ms client, %.1f ms server\n' "  its CPU per GB moved" "$(printf '%s\n' "${vtcpc[@]}" | median)" "$(printf '%s\n' "${vtcps[@]}" | median)"
   printf '%-44s %10.3f Gb/s   ratio %.3f (target >= 1.2)\n' "veth MTU 1500: oxrdma 64 KiB WRITE" "$VB" "$(echo "$VB / $VT" | bc -l)"
+  printf '%-44s %10.1f ms client, %.1f ms server\n' "  its CPU per GB moved" "$(printf '%s\n' "${vcpuc[@]}" | median)" "$(printf '%s\n' "${vcpus[@]}" | median)"
   VG=$(printf '%s\n' "${vgso[@]}" | median)
   printf '%-44s %10.3f Gb/s   ratio %.3f to TCP; oxrdma is %.3f of it\n' "veth MTU 1500: raw UDP, 1040 B x 62, GSO/GRO" "$VG" "$(echo "$VG / $VT" | bc -l)" "$(echo "$VB / $VG" | bc -l)"
 fi
