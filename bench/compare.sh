@@ -3,6 +3,7 @@
 # measured in the same run, rounds interleaved, medians and ratios printed:
 #   - 64 KiB WRITE bandwidth   vs  iperf3 single-stream TCP (127.0.0.1)
 #   - 8 B WRITE half round trip vs  sockperf UDP ping-pong (p50 one-way), spinning both ends
+#     (and an 8 B READ's round trip against a target that does nothing, vs twice that)
 #     (and blocking both ends: the wake-up a passive WRITE target costs); and 8 B SEND
 #     half round trip with both ends polling their CQ (perf send-lat: nobody sleeps, as
 #     spinning sockperf), next to spinning sockperf
@@ -81,7 +82,7 @@ ox2() {
 # (each process's user + system time, as --cpu-util counts oxrdma's).
 tcpjson() { python3 -c 'import json,sys; e=json.load(sys.stdin)["end"]; g=e["sum_received"]["bits_per_second"]/1e9; c=e["cpu_utilization_percent"]; print(g, c["host_total"]*80/g, c["remote_total"]*80/g)'; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-tcpc=(); tcps=(); vtcpc=(); vtcps=(); vcpuc=(); vcpus=(); tcp=(); udp=(); udpb=(); floor=(); vgso=(); bw=(); rbw=(); sbw=(); lat=(); slat=(); lat0=(); bw2=(); cpuc=(); cpus=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
+rlat=(); tcpc=(); tcps=(); vtcpc=(); vtcps=(); vcpuc=(); vcpus=(); tcp=(); udp=(); udpb=(); floor=(); vgso=(); bw=(); rbw=(); sbw=(); lat=(); slat=(); lat0=(); bw2=(); cpuc=(); cpus=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
 for r in $(seq "$REPS"); do
   p=$(( 20000 + RANDOM % 9000 ))
   iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null 2>&1 & pids+=($!)
@@ -113,6 +114,8 @@ for r in $(seq "$REPS"); do
   sbw+=("$($ox perf send-bw --loopback -s 65536 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bw_avg_gbps"])')")
   lat+=("$($ox perf write-lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
   slat+=("$($ox perf send-lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
+  # A READ's whole round trip, its target doing nothing (its engine thread alone answers).
+  rlat+=("$($ox perf read-lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
   # perftest sends nothing inline on this library (its device table does not know it): the
   # same test for oxrdma perf is -I 0.
   lat0+=("$(ox2 write-lat -s 8 -I 0 -n 20000 | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])')")
@@ -159,6 +162,8 @@ printf '%-44s %10.3f us\n' "sockperf UDP ping-pong p50 one-way, blocking" "$UB"
 printf '%-44s %10.3f us     ratio %.3f (target <= 1.2), %.3f to blocking\n' "oxrdma 8 B RDMA WRITE half round trip p50" "$L" "$(echo "$L / $U" | bc -l)" "$(echo "$L / $UB" | bc -l)"
 F=$(printf '%s\n' "${floor[@]}" | median)
 printf '%-44s %10.3f us     ratio %.3f to sockperf\n' "raw UDP ping-pong, oxrdma's system calls" "$F" "$(echo "$F / $U" | bc -l)"
+RL=$(printf '%s\n' "${rlat[@]}" | median)
+printf '%-44s %10.3f us     ratio %.3f to a spinning UDP round trip\n' "oxrdma 8 B READ round trip, passive target" "$RL" "$(echo "$RL / (2 * $U)" | bc -l)"
 SL=$(printf '%s\n' "${slat[@]}" | median)
 printf '%-44s %10.3f us     ratio %.3f to spinning, %.3f to the floor\n' "oxrdma 8 B SEND half round trip, both poll" "$SL" "$(echo "$SL / $U" | bc -l)" "$(echo "$SL / $F" | bc -l)"
 CB=$(printf '%s\n' "${cbw[@]}" | median); CL=$(printf '%s\n' "${clat[@]}" | median)

@@ -10,6 +10,7 @@
 mod channel;
 mod connect;
 mod context;
+mod cores;
 mod cq;
 mod destroy;
 mod error;

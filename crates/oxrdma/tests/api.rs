@@ -305,3 +305,38 @@ fn a_target_that_stops_calling_in_still_takes_writes() {
         "WRITE to a target that found completions took {took:?}"
     );
 }
+
+/// The CPU time a thread of this process has used (`schedstat`'s first field, ns).
+fn cpu_ns(tid: i32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap();
+    s.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_passive_targets_engine_thread_stops_polling_when_the_reads_stop() {
+    // The target's engine thread polls on after the packets it moved while a core is free
+    // (nic.rs, `SPIN`), so READs against a target that does nothing are not held up by a
+    // wake-up each; once they stop, it must go back to sleep.
+    let a = side("127.0.0.37", 1, 4096);
+    let b = side("127.0.0.38", 1, 4096);
+    connect_all(&a, &b);
+    for i in 0..200 {
+        let mut r = SendWr::new(i, WrOpcode::RdmaRead, SendData::Sges(vec![a.mr.sge(0, 8)]));
+        (r.remote_addr, r.rkey) = (b.mr.addr(), b.mr.rkey());
+        a.qps[0].post_send(r).unwrap();
+        let wc = wait(&a.cq, 1);
+        assert_eq!(wc[0].status, WcStatus::Success, "READ {i}");
+    }
+    let tid = b.ctx.engine_tid().expect("the engine thread runs");
+    std::thread::sleep(Duration::from_millis(50));
+    let before = cpu_ns(tid);
+    std::thread::sleep(Duration::from_millis(300));
+    let used = cpu_ns(tid) - before;
+    // Asleep, it wakes a few times (its deadline timer, `MAX_SLEEP`); polling, it would
+    // take most of the 300 ms.
+    assert!(
+        used < 30_000_000,
+        "the idle engine thread used {} ms of 300",
+        used / 1_000_000
+    );
+}
