@@ -5,7 +5,7 @@
 use crate::Nanos;
 use std::collections::BTreeSet;
 
-/// The timers a QP's requester runs.
+/// The timers a QP runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Timer {
     /// Local ACK timeout: resend from the oldest unacknowledged PSN (spends `retry_cnt`).
@@ -14,9 +14,12 @@ pub(crate) enum Timer {
     RnrWait,
     /// Tail-loss probe: resend from the oldest unacknowledged PSN after a short stall.
     Probe,
+    /// The end of a positive ACK's hold (`Qp::hold_ack`): it goes out then if no request
+    /// took it along.
+    AckHold,
 }
 
-const TIMERS: usize = 3;
+const TIMERS: usize = 4;
 
 /// One QP's deadlines, one slot per [`Timer`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

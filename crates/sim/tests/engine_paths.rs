@@ -1300,3 +1300,54 @@ fn an_unsignaled_tail_is_acknowledged_through_the_probe() {
     p.run();
     assert_eq!(p.wcs(0).len(), 1);
 }
+
+/// A signaled 8-byte WRITE from end `from` (0 = a) into the other end's buffer at `off`.
+fn write_across(p: &Pair, from: usize, wr_id: u64, off: usize) -> SendWr {
+    let (src, dst) = if from == 0 {
+        (&p.a, &p.b)
+    } else {
+        (&p.b, &p.a)
+    };
+    src.buf.write(off, &[wr_id as u8; 8]);
+    write(wr_id, src.sge(off, 8), dst.addr(off), dst.mr.rkey)
+}
+
+#[test]
+fn a_ping_pongs_ack_waits_for_the_answer_and_goes_right_after_it() {
+    let mut p = Pair::new(&PairOptions::default());
+    let log = tap(&mut p, |_| TapAction::Pass);
+    let (pa, pb) = (p.a.sq_psn, p.b.sq_psn);
+    let (w, ack) = (Opcode::RC_RDMA_WRITE_ONLY, Opcode::RC_ACKNOWLEDGE);
+    let sent = |log: &PacketLog| -> Vec<(Opcode, u32)> {
+        log.borrow().iter().map(|e| (e.0, e.1)).collect()
+    };
+    // b has sent nothing: its ACK of a's WRITE goes at once.
+    p.post_send(0, write_across(&p, 0, 1, 0));
+    p.run();
+    assert_eq!(p.wcs(0).len(), 1);
+    assert_eq!(sent(&log), vec![(w, pa), (ack, pa)]);
+    // b answers. a sent lately, so it holds its ACK (the WRITE arrives 5 us on)...
+    p.post_send(1, write_across(&p, 1, 2, 8));
+    pause(&mut p, 15_000);
+    assert_eq!(sent(&log)[2..], [(w, pb)]);
+    assert!(p.wcs(1).is_empty(), "b's WRITE is not acknowledged yet");
+    // ...until a's next WRITE, which it goes right after. b does not answer that one: its
+    // ACK goes alone once the hold ends (20 us after the WRITE arrived).
+    p.post_send(0, write_across(&p, 0, 3, 16));
+    pause(&mut p, 15_000);
+    assert_eq!(sent(&log)[3..], [(w, pa + 1), (ack, pb)]);
+    assert_eq!(
+        p.wcs(1).len(),
+        1,
+        "b's WRITE completes with the ACK behind a's"
+    );
+    p.run();
+    assert_eq!(sent(&log)[5..], [(ack, pa + 1)]);
+    assert_eq!(p.wcs(0).len(), 1);
+    for (off, id) in [(0, 1), (8, 2), (16, 3)] {
+        assert_eq!(
+            (p.a.read(off, 8), p.b.read(off, 8)),
+            (vec![id; 8], vec![id; 8])
+        );
+    }
+}

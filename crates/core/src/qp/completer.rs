@@ -89,6 +89,24 @@ impl Completer {
         self.timers.stop_all();
     }
 
+    /// Holds the responder's positive ACK back until `until` (`Qp::hold_ack`), unless one
+    /// is held already.
+    pub(crate) fn hold_ack(&mut self, until: Nanos) {
+        if !self.ack_held() {
+            self.timers.set(Timer::AckHold, until);
+        }
+    }
+
+    /// Whether a positive ACK is held back.
+    pub(crate) fn ack_held(&self) -> bool {
+        self.timers.is_running(Timer::AckHold)
+    }
+
+    /// Lets a held ACK go.
+    pub(crate) fn release_ack(&mut self) {
+        self.timers.stop(Timer::AckHold);
+    }
+
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
         self.timers.next()
     }
@@ -439,6 +457,11 @@ impl Qp {
     /// Timer expiries: local ACK timeout and the end of an RNR wait.
     pub(crate) fn handle_timers(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let mut fired = false;
+        if self.comp.timers.is_expired(Timer::AckHold, ctx.now) {
+            // No request took the held ACK along: it goes alone.
+            self.comp.timers.stop(Timer::AckHold);
+            fired = true;
+        }
         if self.comp.timers.is_expired(Timer::RnrWait, ctx.now) {
             self.comp.timers.stop(Timer::RnrWait);
             self.rewind(self.comp.rnr_psn);

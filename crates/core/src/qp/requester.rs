@@ -66,6 +66,11 @@ struct Repair {
 }
 
 impl Requester {
+    /// When the last message's last packet was first sent.
+    pub(crate) fn last_msg_sent_at(&self) -> Option<Nanos> {
+        self.last_msg_at
+    }
+
     /// The first PSN to send (modify QP's sq_psn).
     pub(crate) fn start_at(&mut self, psn: Psn) {
         self.next_psn = psn;
@@ -254,6 +259,10 @@ impl Qp {
         let idx = self.req.idx;
         let dest = self.sq.get(idx).and_then(|w| w.ud_dest);
         let len = self.next_request_inner(ctx, buf);
+        if len.is_some() {
+            // A held ACK goes right after this request (`Qp::hold_ack`).
+            self.comp.release_ack();
+        }
         if len.is_some() && self.qp_type != QpType::Rc {
             // Unreliable: nothing waits for an ACK. A WQE is done once its last packet left.
             self.comp.unreliable_sent(self.req.next_psn);

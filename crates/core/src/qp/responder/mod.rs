@@ -136,6 +136,18 @@ impl Responder {
         (self.msn + 1) & 0xff_ffff
     }
 
+    /// Whether the one reply waiting is a positive ACK (which may be held back).
+    pub(crate) fn only_an_ack_waits(&self) -> bool {
+        self.replies.len() == 1
+            && matches!(
+                self.replies.front(),
+                Some(Reply::Ack {
+                    syndrome: Syndrome::Ack { .. },
+                    ..
+                })
+            )
+    }
+
     fn push_ack(&mut self, psn: Psn, syndrome: Syndrome, msn: u32) {
         // Coalesce: a newer positive ACK covers an older one not yet sent.
         if let (
