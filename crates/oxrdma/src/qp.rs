@@ -185,9 +185,10 @@ impl QueuePair {
 impl Drop for QueuePair {
     fn drop(&mut self) {
         let mut dev = self.ctx.shared().lock();
-        // Send what is queued first (the ACK for the peer's last message, above all), so a
-        // program that exits right after its last completion does not leave the peer
-        // retrying into the void.
+        // Send what is queued first (the ACK for the peer's last message, above all, held
+        // or not), so a program that exits right after its last completion does not leave
+        // the peer retrying into the void.
+        dev.engine.release_ack(self.qpn);
         for _ in 0..4 {
             if dev.poll().unwrap_or(0) == 0 {
                 break;

@@ -340,3 +340,49 @@ fn a_passive_targets_engine_thread_stops_polling_when_the_reads_stop() {
         used / 1_000_000
     );
 }
+
+#[test]
+fn a_qp_destroyed_right_after_its_last_receive_still_acknowledges_it() {
+    // In a ping-pong a receiver holds its ACK for the answer it may post (the core's
+    // `hold_ack`); one that destroys its QP instead must send the ACK first, or the peer's
+    // last SEND ends in retries.
+    let a = side("127.0.0.39", 1, 4096);
+    let b = side("127.0.0.40", 1, 4096);
+    connect_all(&a, &b);
+    let recv = |s: &Side, id: u64| {
+        s.qps[0]
+            .post_recv(RecvWr {
+                wr_id: id,
+                sges: vec![s.mr.sge(1024, 64)],
+            })
+            .unwrap();
+    };
+    let send = |s: &Side, id: u64| {
+        s.qps[0]
+            .post_send(SendWr::new(
+                id,
+                WrOpcode::Send,
+                SendData::Sges(vec![s.mr.sge(0, 64)]),
+            ))
+            .unwrap();
+    };
+    recv(&a, 10);
+    recv(&b, 20);
+    recv(&b, 21);
+    // a -> b, b -> a: b has sent lately when a's second SEND arrives.
+    send(&a, 1);
+    assert!(wait(&b.cq, 1).iter().all(|w| w.status == WcStatus::Success));
+    send(&b, 2);
+    let wcs = wait(&a.cq, 2);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    send(&a, 3);
+    let wcs = wait(&b.cq, 2);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    // b is done: it destroys its QP at once (the ACK of a's SEND 3 held, or queued).
+    let Side {
+        ctx: _bctx, qps, ..
+    } = b;
+    drop(qps);
+    let wc = wait(&a.cq, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (3, WcStatus::Success));
+}

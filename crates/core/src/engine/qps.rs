@@ -78,6 +78,16 @@ impl Engine {
         Ok(qpn)
     }
 
+    /// Sends a QP's held ACK (a ping-pong's, waiting for the answer) at the next transmit:
+    /// a driver calls it, and transmits, before it destroys the QP, so that a program that
+    /// exits after its last completion does not leave the peer retrying.
+    pub fn release_ack(&mut self, qpn: u32) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            qp.release_ack();
+            touched(&mut self.active, &mut self.timers, qp);
+        }
+    }
+
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
         let qp = self
             .qps

@@ -372,6 +372,12 @@ impl Qp {
     /// our last request left lately, though acknowledged: a ping-pong that fell out of
     /// step (an ACK that went alone) gets back into it. A peer that only sends gets its
     /// ACK at once.
+    /// Lets a held ACK go at the next transmit (before the QP is destroyed: the peer must
+    /// not be left retrying).
+    pub(crate) fn release_ack(&mut self) {
+        self.comp.release_ack();
+    }
+
     fn hold_ack(&mut self, now: Nanos) {
         let ours_outstanding = self.comp.una() != self.req.high_psn();
         let ours_lately = self
