@@ -1328,13 +1328,13 @@ fn a_ping_pongs_ack_waits_for_the_answer_and_goes_right_after_it() {
     assert_eq!(sent(&log), vec![(w, pa), (ack, pa)]);
     // b answers. a sent lately, so it holds its ACK (the WRITE arrives 5 us on)...
     p.post_send(1, write_across(&p, 1, 2, 8));
-    pause(&mut p, 15_000);
+    pause(&mut p, 12_000);
     assert_eq!(sent(&log)[2..], [(w, pb)]);
     assert!(p.wcs(1).is_empty(), "b's WRITE is not acknowledged yet");
     // ...until a's next WRITE, which it goes right after. b does not answer that one: its
-    // ACK goes alone once the hold ends (20 us after the WRITE arrived).
+    // ACK goes alone once the hold ends (10 us after the WRITE arrived).
     p.post_send(0, write_across(&p, 0, 3, 16));
-    pause(&mut p, 15_000);
+    pause(&mut p, 12_000);
     assert_eq!(sent(&log)[3..], [(w, pa + 1), (ack, pb)]);
     assert_eq!(
         p.wcs(1).len(),

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 /// How long a positive ACK is held back at most for a request to take it along
 /// (`Qp::hold_ack`): a ping-pong's application answers within microseconds.
-const ACK_HOLD: Nanos = 20_000;
+const ACK_HOLD: Nanos = 10_000;
 /// A QP whose last request left this recently holds its ACKs (`Qp::hold_ack`).
 const HOLD_IF_SENT_WITHIN: Nanos = 200_000;
 
@@ -363,28 +363,32 @@ impl Qp {
         self.apply(ctx, r)
     }
 
-    /// Holds back the positive ACK a request just asked for, for at most `ACK_HOLD`, while
-    /// this QP's own requests wait for theirs: the peer is then answering us, and we are
-    /// likely about to answer it. A request posted meanwhile goes first and the ACK right
-    /// after it (`next_request`), so the peer, polling for that ACK, takes our request in
-    /// the same receive, and does not leave it to its engine thread to place while it spins
-    /// on memory (a WRITE ping-pong's wake-up per message, 18-25 us on this VM). Also when
-    /// our last request left lately, though acknowledged: a ping-pong that fell out of
-    /// step (an ACK that went alone) gets back into it. A peer that only sends gets its
-    /// ACK at once.
     /// Lets a held ACK go at the next transmit (before the QP is destroyed: the peer must
     /// not be left retrying).
     pub(crate) fn release_ack(&mut self) {
         self.comp.release_ack();
     }
 
+    /// Holds back the positive ACK a request just asked for, for at most `ACK_HOLD`, while
+    /// this QP's one request out waits for its own ACK: the peer is then answering us,
+    /// and we are likely about to answer it. A request posted meanwhile goes first and the
+    /// ACK right after it (`next_request`), so the peer, polling for that ACK, takes our
+    /// request in the same receive, and does not leave it to its engine thread to place
+    /// while it spins on memory (a WRITE ping-pong's wake-up per message, 18-25 us on this
+    /// VM). Also when our last request left lately, though acknowledged: a ping-pong that
+    /// fell out of step (an ACK that went alone) gets back into it. A peer that only sends,
+    /// or a QP with more than one message out (streams both ways), gets its ACK at once.
     fn hold_ack(&mut self, now: Nanos) {
         let ours_outstanding = self.comp.una() != self.req.high_psn();
         let ours_lately = self
             .req
             .last_msg_sent_at()
             .is_some_and(|t| now.saturating_sub(t) < HOLD_IF_SENT_WITHIN);
+        // A ping-pong has one message of ours out at most; a stream (both ways at once)
+        // must not hold: each side, its window full, would wait for the other's ACK.
+        let one_at_a_time = self.sq.len() <= 1;
         if self.qp_type == QpType::Rc
+            && one_at_a_time
             && (ours_outstanding || ours_lately)
             && self.resp.only_an_ack_waits()
         {
