@@ -1351,3 +1351,25 @@ fn a_ping_pongs_ack_waits_for_the_answer_and_goes_right_after_it() {
         );
     }
 }
+
+#[test]
+fn a_qp_with_more_than_one_message_out_acknowledges_at_once() {
+    // Streams both ways must not hold ACKs (each side would wait for the other's): a has
+    // two WRITEs out when b's arrives, so it acknowledges b's at once.
+    let mut p = Pair::new(&PairOptions::default());
+    let log = tap(&mut p, |_| TapAction::Pass);
+    let pb = p.b.sq_psn;
+    p.post_send(0, write_across(&p, 0, 1, 0));
+    p.post_send(0, write_across(&p, 0, 2, 16));
+    p.post_send(1, write_across(&p, 1, 3, 8));
+    // The WRITEs cross (5 us each way); a's ACK of b's leaves as b's WRITE arrives.
+    pause(&mut p, 7_000);
+    let acked_b = log
+        .borrow()
+        .iter()
+        .any(|e| (e.0, e.1) == (Opcode::RC_ACKNOWLEDGE, pb));
+    assert!(acked_b, "a held its ACK with two WRITEs out");
+    p.run();
+    assert_eq!(p.wcs(0).len(), 2);
+    assert_eq!(p.wcs(1).len(), 1);
+}
