@@ -454,7 +454,8 @@ impl Qp {
         Ok(())
     }
 
-    /// Timer expiries: local ACK timeout and the end of an RNR wait.
+    /// Timer expiries: local ACK timeout, the end of an RNR wait, a tail-loss probe, and
+    /// the end of an ACK hold.
     pub(crate) fn handle_timers(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let mut fired = false;
         if self.comp.timers.is_expired(Timer::AckHold, ctx.now) {
