@@ -460,7 +460,7 @@ impl Qp {
         let mut fired = false;
         if self.comp.timers.is_expired(Timer::AckHold, ctx.now) {
             // No request took the held ACK along: it goes alone.
-            self.comp.timers.stop(Timer::AckHold);
+            self.comp.release_ack();
             fired = true;
         }
         if self.comp.timers.is_expired(Timer::RnrWait, ctx.now) {

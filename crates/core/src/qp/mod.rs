@@ -379,6 +379,10 @@ impl Qp {
     /// fell out of step (an ACK that went alone) gets back into it. A peer that only sends,
     /// or a QP with more than one message out (streams both ways), gets its ACK at once.
     fn hold_ack(&mut self, now: Nanos) {
+        // Most request packets (a stream's) ask for nothing: settled on the first question.
+        if self.qp_type != QpType::Rc || !self.resp.only_an_ack_waits() {
+            return;
+        }
         let ours_outstanding = self.comp.una() != self.req.high_psn();
         let ours_lately = self
             .req
@@ -387,11 +391,7 @@ impl Qp {
         // A ping-pong has one message of ours out at most; a stream (both ways at once)
         // must not hold: each side, its window full, would wait for the other's ACK.
         let one_at_a_time = self.sq.len() <= 1;
-        if self.qp_type == QpType::Rc
-            && one_at_a_time
-            && (ours_outstanding || ours_lately)
-            && self.resp.only_an_ack_waits()
-        {
+        if one_at_a_time && (ours_outstanding || ours_lately) {
             self.comp.hold_ack(now + ACK_HOLD);
         }
     }
