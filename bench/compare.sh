@@ -11,6 +11,7 @@
 #     RoCE packet) 15 per send with GSO/GRO, and 64-byte datagrams 32 per sendmmsg, next to
 #     oxrdma's 64 KiB WRITE bandwidth and 8 B WRITE message rate; and a ping-pong that makes
 #     oxrdma's system calls (recvmsg, sendmmsg), the kernel's floor under its 8 B latency
+#     (and one answering with a WRITE and its held ACK in one GSO message, as oxrdma does)
 #   - 64 KiB READ and SEND bandwidth (-n 20000), next to WRITE's, and WRITE's CPU time per
 #     GB on each side (--cpu-util)
 #   - 64 KiB WRITE bandwidth with 1, 4 and 64 QPs (-q), 2 s each
@@ -82,7 +83,7 @@ ox2() {
 # (each process's user + system time, as --cpu-util counts oxrdma's).
 tcpjson() { python3 -c 'import json,sys; e=json.load(sys.stdin)["end"]; g=e["sum_received"]["bits_per_second"]/1e9; c=e["cpu_utilization_percent"]; print(g, c["host_total"]*80/g, c["remote_total"]*80/g)'; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-rlat=(); tcpc=(); tcps=(); vtcpc=(); vtcps=(); vcpuc=(); vcpus=(); tcp=(); udp=(); udpb=(); floor=(); vgso=(); bw=(); rbw=(); sbw=(); lat=(); slat=(); lat0=(); bw2=(); cpuc=(); cpus=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
+rlat=(); tcpc=(); tcps=(); vtcpc=(); vtcps=(); vcpuc=(); vcpus=(); tcp=(); udp=(); udpb=(); floor=(); floor2=(); vgso=(); bw=(); rbw=(); sbw=(); lat=(); slat=(); lat0=(); bw2=(); cpuc=(); cpus=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
 for r in $(seq "$REPS"); do
   p=$(( 20000 + RANDOM % 9000 ))
   iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null 2>&1 & pids+=($!)
@@ -102,6 +103,7 @@ for r in $(seq "$REPS"); do
   udpb+=("$(sockperf ping-pong -i 127.0.0.1 -p "$q" -m 64 -t 1 2>/dev/null | awk '/percentile 50.000/ {print $NF}')")
   kill "$spid" 2>/dev/null || true
   floor+=("$("$tmp/udp_ceiling" pingpong 100000)")
+  floor2+=("$("$tmp/udp_ceiling" pingpong 100000 pair)")
   j=$($ox perf write-bw --loopback -s 65536 -n 20000 --json --cpu-util)
   bw+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["bw_avg_gbps"])' "$j")")
   cpuc+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["cpu_client_ms_per_gb"])' "$j")")
@@ -162,6 +164,8 @@ printf '%-44s %10.3f us\n' "sockperf UDP ping-pong p50 one-way, blocking" "$UB"
 printf '%-44s %10.3f us     ratio %.3f (target <= 1.2), %.3f to blocking\n' "oxrdma 8 B RDMA WRITE half round trip p50" "$L" "$(echo "$L / $U" | bc -l)" "$(echo "$L / $UB" | bc -l)"
 F=$(printf '%s\n' "${floor[@]}" | median)
 printf '%-44s %10.3f us     ratio %.3f to sockperf\n' "raw UDP ping-pong, oxrdma's system calls" "$F" "$(echo "$F / $U" | bc -l)"
+F2=$(printf '%s\n' "${floor2[@]}" | median)
+printf '%-44s %10.3f us     ratio %.3f to sockperf; oxrdma WRITE is %.3f of it\n' "  the same, answering with a WRITE+ACK pair" "$F2" "$(echo "$F2 / $U" | bc -l)" "$(echo "$L / $F2" | bc -l)"
 RL=$(printf '%s\n' "${rlat[@]}" | median)
 printf '%-44s %10.3f us     ratio %.3f to a spinning UDP round trip\n' "oxrdma 8 B READ round trip, passive target" "$RL" "$(echo "$RL / (2 * $U)" | bc -l)"
 SL=$(printf '%s\n' "${slat[@]}" | median)

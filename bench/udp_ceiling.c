@@ -12,6 +12,10 @@
  *                                         recvmsg with room for the GRO control message, and
  *                                         sendmmsg to an address; the kernel's floor under
  *                                         oxrdma's 8 B latency (sockperf uses recvfrom/sendto)
+ *   udp_ceiling pingpong ITERATIONS pair  the same, each answer a 40-byte WRITE and a
+ *                                         20-byte ACK in one GSO message from a socket
+ *                                         connected to the peer, as oxrdma answers in a
+ *                                         WRITE ping-pong (its floor there)
  *   ... SECONDS ADDRESS NETNS            the parent receives on ADDRESS (an IPv4 address of
  *                                         the namespace it runs in) and the child sends from
  *                                         network namespace NETNS (`ip netns` name; root): a
@@ -95,8 +99,29 @@ static int bound(const char *ip, struct sockaddr_in *a)
 	return s;
 }
 
-/* One spinning receive and one send, as oxrdma makes them. */
-static void bounce(int s, struct sockaddr_in *to)
+/* With `pair`: each answer is an 8 B WRITE (40 bytes) and the held ACK of the peer's
+ * (20 bytes) in one GSO message, from a socket connected to the peer, as oxrdma answers
+ * in a WRITE ping-pong. */
+static int ping_pair;
+
+/* Sends the pair from `s`, connected to the peer. */
+static void send_pair(int s)
+{
+	char out[60] = { 0 }, control[CMSG_SPACE(sizeof(uint16_t))] = { 0 };
+	struct iovec o = { out, sizeof out };
+	struct mmsghdr m = { .msg_hdr = { .msg_iov = &o, .msg_iovlen = 1, .msg_control = control,
+					  .msg_controllen = sizeof control } };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m.msg_hdr);
+	c->cmsg_level = SOL_UDP;
+	c->cmsg_type = UDP_SEGMENT;
+	c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+	*(uint16_t *)CMSG_DATA(c) = 40;
+	sendmmsg(s, &m, 1, MSG_DONTWAIT);
+}
+
+/* One spinning receive and one send, as oxrdma makes them (the send from `out_s` if it
+ * sends pairs). */
+static void bounce(int s, int out_s, struct sockaddr_in *to)
 {
 	char buf[4200], name[128], control[64], out[24] = { 0 };
 	struct iovec iov = { buf, sizeof buf };
@@ -106,6 +131,10 @@ static void bounce(int s, struct sockaddr_in *to)
 				     .msg_iovlen = 1, .msg_control = control,
 				     .msg_controllen = sizeof control };
 	while (recvmsg(s, &h, MSG_DONTWAIT) < 0);
+	if (ping_pair) {
+		send_pair(out_s);
+		return;
+	}
 	struct iovec o = { out, sizeof out };
 	struct mmsghdr m = { .msg_hdr = { .msg_name = to, .msg_namelen = sizeof *to, .msg_iov = &o,
 					  .msg_iovlen = 1 } };
@@ -115,11 +144,23 @@ static void bounce(int s, struct sockaddr_in *to)
 static struct sockaddr_in ping_a, ping_b;
 static int ping_n;
 
+/* A socket on 127.0.0.1 connected to `peer`. */
+static int connected_to(struct sockaddr_in *peer)
+{
+	struct sockaddr_in me;
+	int s = bound("127.0.0.1", &me);
+	if (connect(s, (void *)peer, sizeof *peer)) {
+		perror("connect");
+		exit(1);
+	}
+	return s;
+}
+
 static void *ponger(void *x)
 {
-	int s = *(int *)x;
+	int *s = x;
 	for (int i = 0; i <= ping_n; i++)
-		bounce(s, &ping_a);
+		bounce(s[0], s[1], &ping_a);
 	return NULL;
 }
 
@@ -129,21 +170,25 @@ static int cmp(const void *x, const void *y)
 	return (d > 0) - (d < 0);
 }
 
-static int pingpong(int n)
+static int pingpong(int n, int pair)
 {
-	int a = bound("127.0.0.1", &ping_a), b = bound("127.0.0.1", &ping_b);
+	int a = bound("127.0.0.1", &ping_a), b[2];
+	b[0] = bound("127.0.0.1", &ping_b);
+	int a_out = pair ? connected_to(&ping_b) : a;
+	b[1] = pair ? connected_to(&ping_a) : b[0];
 	ping_n = n;
+	ping_pair = pair;
 	pthread_t t;
-	pthread_create(&t, NULL, ponger, &b);
+	pthread_create(&t, NULL, ponger, b);
 	double *lat = calloc((size_t)n, sizeof *lat);
 	char out[24] = { 0 };
 	sendto(a, out, sizeof out, 0, (void *)&ping_b, sizeof ping_b);
 	for (int i = 0; i < n; i++) {
 		double t0 = now();
-		bounce(a, &ping_b);
+		bounce(a, a_out, &ping_b);
 		lat[i] = now() - t0;
 	}
-	bounce(a, &ping_b); /* the ponger's last */
+	bounce(a, a_out, &ping_b); /* the ponger's last */
 	pthread_join(t, NULL);
 	qsort(lat, (size_t)n, sizeof *lat, cmp);
 	printf("%.3f\n", lat[n / 2] / 2 * 1e6);
@@ -152,11 +197,12 @@ static int pingpong(int n)
 
 int main(int argc, char **argv)
 {
-	if (argc == 3 && !strcmp(argv[1], "pingpong") && atoi(argv[2]) > 0)
-		return pingpong(atoi(argv[2]));
+	if ((argc == 3 || (argc == 4 && !strcmp(argv[3], "pair"))) &&
+	    !strcmp(argv[1], "pingpong") && atoi(argv[2]) > 0)
+		return pingpong(atoi(argv[2]), argc == 4);
 	if ((argc != 5 && argc != 7) || (strcmp(argv[1], "gso") && strcmp(argv[1], "pps"))) {
 		fprintf(stderr, "usage: %s gso|pps SIZE COUNT SECONDS [ADDRESS NETNS]\n"
-				"       %s pingpong ITERATIONS\n", argv[0], argv[0]);
+				"       %s pingpong ITERATIONS [pair]\n", argv[0], argv[0]);
 		return 2;
 	}
 	int gso = !strcmp(argv[1], "gso"), len = atoi(argv[2]), per = atoi(argv[3]);
