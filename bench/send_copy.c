@@ -13,8 +13,8 @@
  *   send_copy SEGMENT SECONDS ADDRESS PORT    to a receiver started elsewhere (another
  *                                             network namespace: a veth pair), with
  *   send_copy recv ADDRESS PORT               that receiver
- * SEGMENT is one packet's bytes on the wire (4128: a 4 KiB RoCE WRITE MIDDLE and its
- * headers; 1060: 1 KiB, an Ethernet MTU). Prints, per way, the payload rate and the
+ * SEGMENT is one packet's UDP payload (4128: an RDMA WRITE ONLY of 4 KiB with its BTH,
+ * RETH and ICRC, as oxrdma sends a WRITE's packets; 1060: of 1 KiB, an Ethernet MTU's). Prints, per way, the payload rate and the
  * sender's CPU milliseconds per GB (on loopback the kernel delivers in the sender's system
  * call, so that counts the receive path too).
  */

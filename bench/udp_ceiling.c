@@ -119,8 +119,7 @@ static void send_pair(int s)
 	sendmmsg(s, &m, 1, MSG_DONTWAIT);
 }
 
-/* One spinning receive and one send, as oxrdma makes them (the send from `out_s` if it
- * sends pairs). */
+/* One spinning receive on `s` and one send from `out_s`, as oxrdma makes them. */
 static void bounce(int s, int out_s, struct sockaddr_in *to)
 {
 	char buf[4200], name[128], control[64], out[24] = { 0 };
@@ -138,7 +137,7 @@ static void bounce(int s, int out_s, struct sockaddr_in *to)
 	struct iovec o = { out, sizeof out };
 	struct mmsghdr m = { .msg_hdr = { .msg_name = to, .msg_namelen = sizeof *to, .msg_iov = &o,
 					  .msg_iovlen = 1 } };
-	sendmmsg(s, &m, 1, MSG_DONTWAIT);
+	sendmmsg(out_s, &m, 1, MSG_DONTWAIT);
 }
 
 static struct sockaddr_in ping_a, ping_b;
