@@ -28,9 +28,13 @@ cleanup() {
 }
 trap cleanup EXIT
 write_bw=(perf write-bw -s 65536 -n "$ITERS" --json --cpu-util)
+# Every CPU as root (the kernel's share included); otherwise the run's own threads, as far
+# as perf_event_paranoid lets a user see them.
+scope=(-a)
+[ "$(id -u)" = 0 ] || scope=()
 case $MODE in
 loopback)
-  perf record -q -a -e cpu-clock -F "$HZ" -o "$tmp/perf.data" -- \
+  perf record -q "${scope[@]}" -e cpu-clock -F "$HZ" -o "$tmp/perf.data" -- \
     "$ox" "${write_bw[@]}" --loopback >"$tmp/run.json"
   ;;
 veth)
