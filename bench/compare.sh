@@ -51,15 +51,9 @@ cleanup() {
 trap cleanup EXIT
 VETH=${VETH:-$([ "$(id -u)" = 0 ] && echo 1 || echo 0)}
 if [ "$VETH" = 1 ]; then
-  # Two namespaces joined by a veth pair with Ethernet's MTU; 10.99.0.1 and .2 exist only
-  # inside them.
-  ip netns add "${ns[0]}" && ip netns add "${ns[1]}"
-  ip link add oxbv0 netns "${ns[0]}" mtu 1500 type veth peer name oxbv1 netns "${ns[1]}" mtu 1500
-  for i in 0 1; do
-    ip -n "${ns[$i]}" addr add "10.99.0.$((i + 1))/24" dev "oxbv$i"
-    ip -n "${ns[$i]}" link set "oxbv$i" up
-    ip -n "${ns[$i]}" link set lo up
-  done
+  # shellcheck source=bench/veth_pair.sh
+  . bench/veth_pair.sh
+  veth_pair "${ns[0]}" "${ns[1]}" oxbv
 fi
 inns() { local n=$1; shift; ip netns exec "$n" "$@"; }
 # perftest TOOL ARGS...: server and client on this host over the C library; the client's output.

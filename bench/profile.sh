@@ -38,13 +38,9 @@ loopback)
     "$ox" "${write_bw[@]}" --loopback >"$tmp/run.json"
   ;;
 veth)
-  ip netns add "${ns[0]}" && ip netns add "${ns[1]}"
-  ip link add oxpv0 netns "${ns[0]}" mtu 1500 type veth peer name oxpv1 netns "${ns[1]}" mtu 1500
-  for i in 0 1; do
-    ip -n "${ns[$i]}" addr add "10.99.0.$((i + 1))/24" dev "oxpv$i"
-    ip -n "${ns[$i]}" link set "oxpv$i" up
-    ip -n "${ns[$i]}" link set lo up
-  done
+  # shellcheck source=bench/veth_pair.sh
+  . bench/veth_pair.sh
+  veth_pair "${ns[0]}" "${ns[1]}" oxpv
   p=$((20000 + RANDOM % 9000))
   ip netns exec "${ns[1]}" "$ox" "${write_bw[@]}" -d 10.99.0.2 -p "$p" >/dev/null 2>&1 &
   spid=$!
