@@ -23,7 +23,10 @@ export LD_LIBRARY_PATH=$lib
 unset OXRDMA_DEVICES
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-port=$((20000 + RANDOM % 20000))
+# Listening ports below the kernel's ephemeral range, so that no client's local port of an
+# earlier case (or of anything else on the host) already holds the one a server wants.
+eph_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+port=$((10000 + RANDOM % (eph_low - 10100)))
 pass=0; fail=0; results=()
 
 report() { # name ok detail
@@ -32,6 +35,9 @@ report() { # name ok detail
 
 # The "#bytes #iterations" rows of a perftest table, or the "N bytes in" of a pingpong.
 counts() { awk '/^ *[0-9]+ +[0-9]+ /{print $1, $2} / bytes in /{print $1}' "$1" | sort; }
+
+# The first line of a program's output that says what went wrong.
+why() { grep -iE 'fail|error|couldn|unable|did not' "$1" | head -1 | tr -s ' \t' ' '; }
 
 # pair NAME TOOL ARGS...: server and client of one case.
 pair() {
@@ -47,12 +53,13 @@ pair() {
     timeout 300 "$@" -p $port localhost >"$c" 2>&1
     crc=$?
     grep -qE "Couldn't connect|Unable to open file descriptor for socket connection" "$c" || break
+    kill -0 $spid 2>/dev/null || break # the server is gone: retrying cannot help
   done
   wait $spid; local src=$?
   local sc cc
   sc=$(counts "$s"); cc=$(counts "$c")
   if [ $src -ne 0 ] || [ $crc -ne 0 ]; then
-    report "$name" 0 "exit server $src client $crc: $(grep -v '^ *$' "$c" "$s" | grep -iE 'fail|error|couldn|unable' | head -2 | tr '\n' ' ')"
+    report "$name" 0 "exit server $src client $crc; server: $(why "$s"); client: $(why "$c")"
   elif [ -z "$cc$sc" ]; then
     report "$name" 0 "no results printed"
   elif [ -n "$sc" ] && [ -n "$cc" ] && [ -n "$(comm -23 <(echo "$sc") <(echo "$cc"))" ]; then
@@ -96,7 +103,11 @@ for test in write read send atomic; do
   # Atomics have one size (8 B): perftest refuses -a for them.
   all=-a; [ $test = atomic ] && all=
   for c in $types; do
-    pair "ib_${test}_bw -c $c $all" ib_${test}_bw -c $c $all -n 100
+    # UC has no flow control: a sender that outruns its receiver loses messages (here, in
+    # the receiver's socket buffer, 32 MiB), and perftest's send server then waits 120 s
+    # for them and fails. 100 messages of 8 MiB outrun it on a loaded host; 5 fit.
+    n=100; [ $test$c = sendUC ] && n=5
+    pair "ib_${test}_bw -c $c $all -n $n" ib_${test}_bw -c $c $all -n $n
     pair "ib_${test}_lat -c $c $all" ib_${test}_lat -c $c $all -n 100
   done
   pair "ib_${test}_bw -q 4" ib_${test}_bw -q 4 -n 1000
