@@ -386,3 +386,17 @@ fn a_qp_destroyed_right_after_its_last_receive_still_acknowledges_it() {
     let wc = wait(&a.cq, 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (3, WcStatus::Success));
 }
+
+#[test]
+fn each_devices_engine_thread_is_named_by_its_address() {
+    // Linux keeps 15 bytes of a thread's name: the two ends of a loopback run must still
+    // tell apart in `top -H` and perf.
+    let a = Context::open("127.0.0.43".parse().unwrap()).unwrap();
+    let b = Context::open("127.0.0.44".parse().unwrap()).unwrap();
+    let comm = |ctx: &Context| {
+        let tid = ctx.engine_tid().expect("the engine thread runs");
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap()
+    };
+    assert_eq!(comm(&a).trim_end(), "nic-127.0.0.43");
+    assert_eq!(comm(&b).trim_end(), "nic-127.0.0.44");
+}
