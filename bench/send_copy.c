@@ -32,12 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
+#include "udp_bench.h"
+
 #ifndef SO_ZEROCOPY
 #define SO_ZEROCOPY 60
 #endif
@@ -49,13 +45,6 @@ enum way { STAGED, COPY, GATHER, ZEROCOPY, WAYS };
 static const char *names[WAYS] = { "staged", "copy", "gather", "zerocopy" };
 /* Bytes of headers in front of each payload (BTH and RETH; the ICRC rides with them). */
 enum { HDR = 32, MAX_RUN = 64 };
-
-static double seconds(clockid_t c)
-{
-	struct timespec t;
-	clock_gettime(c, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 static int receiver(const char *ip, int port)
 {

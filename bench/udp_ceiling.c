@@ -37,19 +37,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
+#include "udp_bench.h"
+
 #define MAX_BATCH 64
 
 static double now(void)
 {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
+	return seconds(CLOCK_MONOTONIC);
 }
 
 static void sender(struct sockaddr_in *to, int gso, int len, int per, double secs)
