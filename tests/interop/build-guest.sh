@@ -9,7 +9,7 @@ need_host_pkgs || die "cannot install host packages"
 mkdir -p "$G"
 cd "$G"
 
-PKGS=linux-image-amd64,initramfs-tools,kmod,udev,rdma-core,ibverbs-utils,ibverbs-providers,libibverbs1,librdmacm1,perftest,rdmacm-utils,iproute2,iputils-ping,tcpdump,ethtool,procps
+PKGS=linux-image-amd64,initramfs-tools,kmod,udev,rdma-core,ibverbs-utils,ibverbs-providers,libibverbs1,librdmacm1,perftest,rdmacm-utils,iproute2,iputils-ping,tcpdump,ethtool,procps,python3,python3-pyverbs
 
 if [ ! -f rootfs/.oxr-done ]; then
     log "mmdebstrap bookworm -> $G/rootfs"

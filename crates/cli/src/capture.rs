@@ -2,10 +2,11 @@
 //! covers.
 
 use anyhow::{bail, Context};
-use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+use etherparse::{EtherType, LaxNetSlice, LaxSlicedPacket, TransportSlice};
 use pcap_file::pcap::PcapReader;
 use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::DataLink;
+use pcap_file::TsResolution;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::net::{IpAddr, SocketAddr};
@@ -26,8 +27,11 @@ pub struct RoceFrame<'a> {
     pub dst: SocketAddr,
     ip_udp: [u8; MAX_IP_UDP],
     ip_udp_len: usize,
-    /// The UDP payload: BTH through ICRC.
+    /// The UDP payload: BTH through ICRC, or as much of it as was captured.
     pub payload: &'a [u8],
+    /// The UDP payload's length on the wire, when the capture holds less of it (taken
+    /// with a snap length, e.g. `tcpdump -s 256` to record headers only).
+    pub cut_from: Option<usize>,
 }
 
 impl RoceFrame<'_> {
@@ -47,6 +51,8 @@ pub struct FrameCounts {
     /// Frames whose headers could not be read (cut short by the capture's snap length, or
     /// broken): whether they were RoCE is unknown.
     pub unreadable: usize,
+    /// RoCEv2 packets captured only in part (a snap length).
+    pub cut: usize,
 }
 
 /// Calls `f` for every UDP datagram to `port` in the pcap or pcapng file at `path`.
@@ -64,6 +70,11 @@ where
     let mut frame = |link: DataLink, time: Duration, data: &[u8]| -> anyhow::Result<()> {
         counts.frames += 1;
         match roce_frame(counts.frames, link, time, data, port) {
+            Ok(Some(rf)) if rf.cut_from.is_some() => {
+                counts.roce += 1;
+                counts.cut += 1;
+                f(&rf)?;
+            }
             Ok(Some(rf)) => {
                 counts.roce += 1;
                 f(&rf)?;
@@ -98,17 +109,28 @@ where
     } else {
         let mut r = PcapReader::new(reader)
             .with_context(|| format!("{} is not a pcap or pcapng file", path.display()))?;
-        let link = r.header().datalink;
-        while let Some(p) = r.next_packet() {
+        let header = r.header();
+        // Raw records: pcap-file's checked ones refuse a record whose original length
+        // exceeds the snap length, which is every packet cut short by that length.
+        while let Some(p) = r.next_raw_packet() {
             let p = p.with_context(|| format!("corrupt packet record in {}", path.display()))?;
-            frame(link, p.timestamp, &p.data)?;
+            let nanos = match header.ts_resolution {
+                TsResolution::MicroSecond => u64::from(p.ts_frac) * 1000,
+                TsResolution::NanoSecond => u64::from(p.ts_frac),
+            };
+            let time = Duration::from_secs(u64::from(p.ts_sec)) + Duration::from_nanos(nanos);
+            frame(header.datalink, time, &p.data)?;
         }
     }
     Ok(counts)
 }
 
+/// Length of a Linux cooked capture (SLL) header; its protocol (an EtherType) ends it.
+const SLL_LEN: usize = 16;
+
 /// The RoCEv2 datagram in one frame, if it is one; `Err` if the frame's headers cannot be
-/// read at all.
+/// read at all. Sliced laxly: a frame cut short by the snap length still yields its IP and
+/// UDP headers and what it holds of the payload.
 fn roce_frame<'a>(
     index: usize,
     link: DataLink,
@@ -117,19 +139,27 @@ fn roce_frame<'a>(
     port: u16,
 ) -> Result<Option<RoceFrame<'a>>, ()> {
     let sliced = match link {
-        DataLink::ETHERNET => SlicedPacket::from_ethernet(data),
-        DataLink::LINUX_SLL => SlicedPacket::from_linux_sll(data),
-        DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => SlicedPacket::from_ip(data),
+        DataLink::ETHERNET => LaxSlicedPacket::from_ethernet(data).map_err(|_| ())?,
+        DataLink::LINUX_SLL => {
+            let proto = data.get(SLL_LEN - 2..SLL_LEN).ok_or(())?;
+            let proto = EtherType(u16::from_be_bytes([proto[0], proto[1]]));
+            LaxSlicedPacket::from_ether_type(proto, &data[SLL_LEN..])
+        }
+        DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => {
+            LaxSlicedPacket::from_ip(data).map_err(|_| ())?
+        }
         _ => return Ok(None),
+    };
+    if sliced.net.is_none() || (sliced.transport.is_none() && sliced.stop_err.is_some()) {
+        return Err(());
     }
-    .map_err(|_| ())?;
     Ok(udp_datagram(index, time, &sliced, port))
 }
 
 fn udp_datagram<'a>(
     index: usize,
     time: Duration,
-    sliced: &SlicedPacket<'a>,
+    sliced: &LaxSlicedPacket<'a>,
     port: u16,
 ) -> Option<RoceFrame<'a>> {
     let Some(TransportSlice::Udp(udp)) = &sliced.transport else {
@@ -139,7 +169,7 @@ fn udp_datagram<'a>(
         return None;
     }
     let (ip_hdr, src, dst): (&[u8], IpAddr, IpAddr) = match &sliced.net {
-        Some(NetSlice::Ipv4(v4)) => {
+        Some(LaxNetSlice::Ipv4(v4)) => {
             let h = v4.header();
             (
                 h.slice(),
@@ -147,7 +177,7 @@ fn udp_datagram<'a>(
                 h.destination_addr().into(),
             )
         }
-        Some(NetSlice::Ipv6(v6)) => {
+        Some(LaxNetSlice::Ipv6(v6)) => {
             let h = v6.header();
             (
                 h.slice(),
@@ -158,6 +188,10 @@ fn udp_datagram<'a>(
         _ => return None,
     };
     let udp_hdr = udp.header_slice();
+    // The UDP length field says how long the payload was on the wire.
+    let wire_len = usize::from(udp.length()).saturating_sub(8);
+    let payload = udp.payload();
+    let cut_from = (payload.len() < wire_len).then_some(wire_len);
     let ip_udp_len = ip_hdr.len() + udp_hdr.len();
     if ip_udp_len > MAX_IP_UDP {
         return None;
@@ -172,6 +206,7 @@ fn udp_datagram<'a>(
         dst: SocketAddr::new(dst, udp.destination_port()),
         ip_udp,
         ip_udp_len,
-        payload: udp.payload(),
+        payload,
+        cut_from,
     })
 }

@@ -33,7 +33,8 @@ pub fn run(a: &DecodeArgs) -> anyhow::Result<bool> {
     let mut bad = 0usize;
     let counts = crate::capture::for_each_roce(file, port, |frame| {
         let d = decode(frame);
-        if d.icrc != "ok" {
+        // A packet cut by the snap length counts as bad only if its headers are cut too.
+        if d.icrc != "ok" && (d.icrc != "cut" || d.packet.is_none()) {
             bad += 1;
         }
         if json {
@@ -55,8 +56,15 @@ pub fn run(a: &DecodeArgs) -> anyhow::Result<bool> {
             format!(", {} frames unreadable (cut short?)", counts.unreadable)
         } else {
             String::new()
-        }
+        },
     );
+    if counts.cut > 0 {
+        eprintln!(
+            "{}: {} RoCEv2 packets captured in part (snap length): headers decoded, ICRC not checked",
+            file.display(),
+            counts.cut
+        );
+    }
     // Strict: a frame that cannot be read may have been a RoCE packet; it is not checked.
     Ok(!(strict && (bad > 0 || counts.unreadable > 0)))
 }
@@ -69,7 +77,8 @@ pub struct Decoded {
     pub time: f64,
     pub src: String,
     pub dst: String,
-    /// `ok`, `bad` or `unchecked` (when the packet did not parse far enough).
+    /// `ok`, `bad`, `unchecked` (when the packet did not parse far enough) or `cut` (the
+    /// capture holds only part of the packet: its snap length).
     pub icrc: &'static str,
     /// Why the packet did not parse or its ICRC did not verify.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -237,6 +246,10 @@ pub fn decode(f: &RoceFrame<'_>) -> Decoded {
         error: None,
         packet: None,
     };
+    if let Some(wire_len) = f.cut_from {
+        decode_cut(f, wire_len, &mut d);
+        return d;
+    }
     match PacketRepr::parse(f.payload) {
         Ok(p) => {
             let pad = f.payload[1] >> 4 & 3;
@@ -252,6 +265,29 @@ pub fn decode(f: &RoceFrame<'_>) -> Decoded {
         Err(e) => d.error = Some(e.to_string()),
     }
     d
+}
+
+/// A packet captured in part (a snap length): its headers, read as if the missing bytes
+/// were zeros, if the capture holds all of them; its ICRC cannot be checked.
+fn decode_cut(f: &RoceFrame<'_>, wire_len: usize, d: &mut Decoded) {
+    d.icrc = "cut";
+    let held = f.payload.len();
+    let mut whole = vec![0u8; wire_len];
+    whole[..held].copy_from_slice(f.payload);
+    match PacketRepr::parse(&whole) {
+        Ok(p) => {
+            let headers = p.payload.as_ptr() as usize - whole.as_ptr() as usize;
+            if held >= headers {
+                d.packet = Some(fields(&p, whole[1] >> 4 & 3));
+                d.error = Some(format!("captured {held} of {wire_len} bytes"));
+            } else {
+                d.error = Some(format!(
+                    "captured {held} of {wire_len} bytes: the headers ({headers} bytes) are cut"
+                ));
+            }
+        }
+        Err(e) => d.error = Some(format!("captured {held} of {wire_len} bytes: {e}")),
+    }
 }
 
 /// The one-line text form.

@@ -127,8 +127,8 @@ fn strict_mode_fails_on_a_corrupted_packet() {
     assert!(bad_lines[0].contains("ICRC mismatch"));
     // Without --strict the same file decodes with status 0.
     assert!(oxrdma().arg("decode").arg(&bad).status().unwrap().success());
-    // A RoCE frame cut short by the capture (50 of 100 bytes: Ethernet, IPv4, UDP to 4791
-    // and 8 bytes of a BTH) cannot be checked, so --strict fails on it too.
+    // A RoCE frame cut short by the capture inside its headers (50 of 100 bytes: Ethernet,
+    // IPv4, UDP to 4791 and 8 bytes of a BTH) cannot be checked, so --strict fails on it.
     let mut frame = vec![0u8; 12];
     frame.extend_from_slice(&[0x08, 0x00]); // IPv4
     frame.extend_from_slice(&[
@@ -152,9 +152,78 @@ fn strict_mode_fails_on_a_corrupted_packet() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8(out.stderr)
-        .unwrap()
-        .contains("1 frames unreadable"));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("captured 8 of 58 bytes"), "{stdout}");
+    assert!(stdout.contains("MALFORMED"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `src` rewritten as `tcpdump -s snaplen` would have captured it: each record cut to
+/// `snaplen` bytes, its original length kept.
+fn snapped_copy(src: &Path, dst: &Path, snaplen: usize) {
+    use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+    let mut r = PcapReader::new(std::fs::File::open(src).unwrap()).unwrap();
+    let mut header = r.header();
+    header.snaplen = snaplen as u32;
+    let mut w = PcapWriter::with_header(std::fs::File::create(dst).unwrap(), header).unwrap();
+    while let Some(p) = r.next_packet() {
+        let p = p.unwrap();
+        let data = &p.data[..p.data.len().min(snaplen)];
+        w.write_packet(&PcapPacket::new(p.timestamp, p.orig_len, data))
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_capture_with_a_snap_length_decodes_every_header() {
+    // tcpdump -s 128 records headers only; the decoder read none of it ("orig_len >
+    // snap_len"). Every packet must decode as in the whole capture, marked as cut.
+    let dir = scratch_dir("snaplen");
+    for name in ["rc_write_bw.pcap", "rc_atomic_faa.pcap", "ud_pingpong.pcap"] {
+        let cut = dir.join(name);
+        snapped_copy(&vector(name), &cut, 128);
+        let whole = json_lines(
+            oxrdma()
+                .args(["decode", "--json"])
+                .arg(vector(name))
+                .output()
+                .unwrap(),
+        );
+        let out = oxrdma()
+            .args(["decode", "--json", "--strict"])
+            .arg(&cut)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        let snapped = json_lines(out);
+        assert_eq!(snapped.len(), whole.len(), "{name}: {stderr}");
+        let mut cut_seen = 0;
+        for (w, s) in whole.iter().zip(&snapped) {
+            for key in [
+                "frame",
+                "opcode",
+                "dest_qpn",
+                "psn",
+                "payload_len",
+                "reth",
+                "aeth",
+            ] {
+                assert_eq!(w.get(key), s.get(key), "{name} frame {}: {key}", w["frame"]);
+            }
+            if s["icrc"] == "cut" {
+                cut_seen += 1;
+            } else {
+                assert_eq!(s["icrc"], "ok", "{name}: {s}");
+            }
+        }
+        if name == "rc_write_bw.pcap" {
+            assert!(
+                cut_seen > 0,
+                "{name}: no packet was longer than the snap length"
+            );
+            assert!(stderr.contains("captured in part"), "{stderr}");
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

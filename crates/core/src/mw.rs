@@ -94,7 +94,9 @@ impl Windows {
             // A type 2 window must be invalidated before it is bound again.
             return err;
         }
-        if !Access::REMOTE.contains(b.access) {
+        // Local access bits mean nothing on a window but are allowed (rdma-core's tests bind
+        // with LOCAL_WRITE | REMOTE_WRITE; rxe takes any access it supports on a region).
+        if !Access::ALL.contains(b.access) {
             return err;
         }
         let binding = if b.length == 0 && mw.mw_type == MwType::Type1 {

@@ -11,8 +11,35 @@ use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Mutex;
 
-/// Opens the oxrdma context for `d`: its own address, or the first free loopback one.
-fn open_ox(d: &Device, name: &str) -> Result<oxrdma::Context, c_int> {
+/// The devices this process has open, one context of each to open others from.
+static OPEN: Mutex<Vec<(usize, oxrdma::WeakDevice)>> = Mutex::new(Vec::new());
+
+/// Opens a context on `d`. A device this process has open already gives another context of
+/// the same device, as on a NIC: the same GID, and QPs of the two contexts reach each other
+/// (test suites open one device twice and connect its QPs to their own GID). Otherwise the
+/// device opens on its address, or the first free loopback one.
+fn open_ox(d: &'static Device, name: &str) -> Result<oxrdma::Context, c_int> {
+    let key = std::ptr::from_ref(d) as usize;
+    let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+    open.retain(|(_, w)| w.is_open());
+    if let Some(again) = open
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, w)| w.open_again())
+    {
+        return again.map_err(|e| {
+            eprintln!("oxrdma: device {name}: {e}");
+            libc::ENOMEM
+        });
+    }
+    let c = open_first(d, name)?;
+    open.push((key, c.weak_device()));
+    Ok(c)
+}
+
+/// Opens `d` for the first time in this process: its own address, or the first free
+/// loopback one.
+fn open_first(d: &Device, name: &str) -> Result<oxrdma::Context, c_int> {
     let fail = |ip: IpAddr, e: Error| match &e {
         Error::Bind(BindError::InUse { .. }) => {
             eprintln!(

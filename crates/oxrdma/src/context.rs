@@ -1,11 +1,12 @@
 //! A device context: an open device (`shared.rs`) and its engine thread (`nic.rs`).
 
 use crate::error::Result;
+use crate::events::{Events, Source};
 use crate::shared::Shared;
 use oxrdma_udp::Device;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
 /// Owns the engine thread: stops and joins it when the last handle goes away.
@@ -24,10 +25,37 @@ impl Drop for Inner {
     }
 }
 
-/// An open RDMA device: one IP address, UDP port 4791, one engine thread.
+/// An open RDMA device: one IP address, UDP port 4791, one engine thread. Clones are the
+/// same context; [`Context::open_again`] opens another context on the same device, as a
+/// second `ibv_open_device` does.
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<Inner>,
+    /// This context's asynchronous events (those of the CQs, QPs and SRQs made through it).
+    events: Arc<Events>,
+}
+
+/// A device that may be open: does not keep it open, and opens another context on it
+/// while some context of it is ([`WeakDevice::open_again`]).
+#[derive(Clone, Debug, Default)]
+pub struct WeakDevice {
+    inner: Weak<Inner>,
+}
+
+impl WeakDevice {
+    /// A new context on the device, if some context still holds it open.
+    pub fn open_again(&self) -> Option<Result<Context>> {
+        let inner = self.inner.upgrade()?;
+        Some(Events::new().map(|e| Context {
+            inner,
+            events: Arc::new(e),
+        }))
+    }
+
+    /// Whether some context still holds the device open.
+    pub fn is_open(&self) -> bool {
+        self.inner.strong_count() > 0
+    }
 }
 
 impl std::fmt::Debug for Context {
@@ -70,7 +98,37 @@ impl Context {
                 shared,
                 thread: Some(thread),
             }),
+            events: Arc::new(Events::new()?),
         })
+    }
+
+    /// Another context on this context's device (what a second `ibv_open_device` of one
+    /// device gives on a NIC): the same address, GID and engine, so QPs of the two reach
+    /// each other through the one port and name each other by QPN; its own asynchronous
+    /// events and descriptor. The device closes when the last context of it goes.
+    pub fn open_again(&self) -> Result<Context> {
+        Ok(Context {
+            inner: self.inner.clone(),
+            events: Arc::new(Events::new()?),
+        })
+    }
+
+    /// This context's device, without keeping it open (to open it again while it is, as
+    /// the C library does when a program opens one device twice).
+    pub fn weak_device(&self) -> WeakDevice {
+        WeakDevice {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// Whether `self` and `other` are contexts of the same open device.
+    pub fn same_device(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The events of `src` (just made through this context) go to this context.
+    pub(crate) fn claim(&self, src: Source) {
+        self.shared().owners.claim(src, &self.events);
     }
 
     pub(crate) fn shared(&self) -> &Shared {
@@ -134,6 +192,7 @@ impl Context {
         let mut dev = self.shared().lock();
         let cq = dev.engine.create_cq(depth)?;
         let ring = dev.engine.cq_ring(cq).expect("the CQ just made");
+        self.claim(Source::Cq(cq));
         drop(dev);
         Ok(crate::CompletionQueue {
             ctx: self.clone(),
@@ -155,21 +214,21 @@ impl Context {
         let shared = self.shared();
         // Events the engine holds are moved out when the lock is let go.
         drop(shared.try_lock());
-        shared.events.pop()
+        self.events.pop()
     }
 
     /// The next asynchronous event (`ibv_get_async_event`): waits for one, unless
     /// [`Context::async_fd`] was made non-blocking (then `Ok(None)` when none waits).
     pub fn get_async_event(&self) -> Result<Option<oxrdma_core::AsyncEvent>> {
         drop(self.shared().try_lock());
-        self.shared().events.wait()
+        self.events.wait()
     }
 
     /// A descriptor readable exactly while asynchronous events wait
     /// (`ibv_context.async_fd`).
     pub fn async_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
-        self.shared().events.as_fd()
+        self.events.as_fd()
     }
 
     /// A random 24-bit PSN from the device's CSPRNG.

@@ -80,5 +80,5 @@ impl CompletionQueue {
 
 crate::destroy::destroy_with! {
     /// `ibv_destroy_cq`: busy while a QP uses it.
-    CompletionQueue.cq => destroy_cq;
+    CompletionQueue.cq => destroy_cq, events Cq;
 }

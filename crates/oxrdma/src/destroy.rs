@@ -3,9 +3,10 @@
 //! as `ibv_dealloc_pd` and friends return EBUSY.
 
 /// For each `Type.handle => engine_method;`: `Type::try_destroy` and `Drop`, both calling
-/// `engine.engine_method(self.handle)` once; the type has `ctx` and `live` fields.
+/// `engine.engine_method(self.handle)` once; the type has `ctx` and `live` fields. With
+/// `, events Source`, the object's asynchronous events stop going to its context.
 macro_rules! destroy_with {
-    ($($(#[$doc:meta])* $ty:ident . $handle:ident => $destroy:ident;)*) => {$(
+    ($($(#[$doc:meta])* $ty:ident . $handle:ident => $destroy:ident $(, events $src:ident)?;)*) => {$(
         impl $ty {
             $(#[$doc])*
             /// On failure the object comes back with the error, still usable.
@@ -14,6 +15,7 @@ macro_rules! destroy_with {
                 match r {
                     Ok(()) => {
                         self.live = false;
+                        $(self.ctx.shared().owners.release(crate::events::Source::$src(self.$handle));)?
                         Ok(())
                     }
                     Err(e) => Err((self, e.into())),
@@ -25,6 +27,7 @@ macro_rules! destroy_with {
             fn drop(&mut self) {
                 if self.live {
                     let _ = self.ctx.shared().lock().engine.$destroy(self.$handle);
+                    $(self.ctx.shared().owners.release(crate::events::Source::$src(self.$handle));)?
                 }
             }
         }

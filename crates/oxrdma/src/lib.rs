@@ -25,7 +25,7 @@ mod sleeper;
 
 pub use channel::CompletionChannel;
 pub use connect::{exchange, PeerInfo};
-pub use context::Context;
+pub use context::{Context, WeakDevice};
 pub use cq::CompletionQueue;
 pub use error::{Error, Result};
 pub use oxrdma_udp::{BindError, RxDropReport};

@@ -2,6 +2,7 @@
 
 use crate::context::Context;
 use crate::error::Result;
+use crate::events::Source;
 use oxrdma_core::{Access, Sge, SharedBuffer};
 use std::sync::Arc;
 
@@ -106,6 +107,7 @@ impl ProtectionDomain {
             .lock()
             .engine
             .create_srq(self.pd, max_wr, max_sge, srq_limit)?;
+        self.ctx.claim(Source::Srq(srq));
         Ok(SharedReceiveQueue {
             ctx: self.ctx.clone(),
             srq,
@@ -158,6 +160,7 @@ impl ProtectionDomain {
         let mut dev = self.ctx.shared().lock();
         let qpn = dev.engine.create_qp(self.pd, &attr)?;
         let post = dev.engine.qp_post(qpn)?;
+        self.ctx.claim(Source::Qp(qpn));
         drop(dev);
         Ok(crate::QueuePair {
             ctx: self.ctx.clone(),
@@ -368,7 +371,7 @@ crate::destroy::destroy_with! {
     /// `ibv_destroy_ah`.
     AddressHandle.ah => destroy_ah;
     /// `ibv_destroy_srq`: busy while a QP uses it.
-    SharedReceiveQueue.srq => destroy_srq;
+    SharedReceiveQueue.srq => destroy_srq, events Srq;
     /// `ibv_dealloc_mw`.
     MemoryWindow.handle => dealloc_mw;
 }

@@ -195,5 +195,10 @@ impl Drop for QueuePair {
             }
         }
         let _ = dev.engine.destroy_qp(self.qpn);
+        drop(dev);
+        self.ctx
+            .shared()
+            .owners
+            .release(crate::events::Source::Qp(self.qpn));
     }
 }

@@ -8,7 +8,7 @@
 
 use crate::channel::ChannelInner;
 use crate::error::Result;
-use crate::events::Events;
+use crate::events::Owners;
 use crate::handoff::Handoff;
 use crate::lock::lock;
 use crate::sleeper::Sleeper;
@@ -59,8 +59,9 @@ pub(crate) struct Shared {
     /// The engine thread's OS thread id (0 until it runs).
     pub(crate) engine_tid: AtomicI32,
     epoch: Instant,
-    /// Asynchronous events, taken from the engine whenever a thread lets go of it.
-    pub events: Events,
+    /// Which context gets each object's asynchronous events (taken from the engine
+    /// whenever a thread lets go of it).
+    pub(crate) owners: Owners,
 }
 
 /// The device, locked; on unlock, work posted meanwhile by threads that found it locked
@@ -114,7 +115,7 @@ impl Shared {
             handoff: Handoff::default(),
             engine_tid: AtomicI32::new(0),
             epoch: Instant::now(),
-            events: Events::new()?,
+            owners: Owners::default(),
         })
     }
 
@@ -170,11 +171,11 @@ impl Shared {
         let _ = dev.poll();
     }
 
-    /// Moves the engine's asynchronous events to `events` (where the program takes them
-    /// without the device lock, and its descriptor says they wait).
+    /// Moves the engine's asynchronous events to their contexts' queues (where the program
+    /// takes them without the device lock, and its descriptor says they wait).
     pub(crate) fn collect_events(&self, dev: &mut Device) {
         while let Some(e) = dev.engine.poll_event() {
-            self.events.push(e);
+            self.owners.deliver(e);
         }
     }
 

@@ -72,6 +72,19 @@ fn a_type2_window_opens_its_range_with_its_rights_only() {
 }
 
 #[test]
+fn a_window_bound_with_local_write_too_opens_for_remote_writes() {
+    // rdma-core's own tests bind with LOCAL_WRITE | REMOTE_WRITE, which rxe accepts: the
+    // local bit means nothing on a window (it was refused with MW_BIND_ERR).
+    let mut p = pair();
+    let (_, rkey) = bind_type2(&mut p, Access::LOCAL_WRITE.union(Access::REMOTE_WRITE));
+    assert!(p.a.buf.write(0, &[9u8; 64]));
+    p.post_send(0, write(&p, 1, 4096, 64, rkey));
+    p.run();
+    assert_eq!(statuses(&mut p, 0), vec![(1, WcStatus::Success)]);
+    assert_eq!(p.b.read(4096, 64), vec![9u8; 64]);
+}
+
+#[test]
 fn a_window_without_read_rights_refuses_a_read() {
     let mut p = pair();
     let (_, rkey) = bind_type2(&mut p, Access::REMOTE_WRITE);
