@@ -28,20 +28,51 @@ impl Drop for Namespaces {
     }
 }
 
-/// Opens a device from inside namespace `ns` (its socket stays there).
-fn open_in(ns: &str, addr: &str) -> Context {
-    let f = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns file");
-    let addr = addr.parse().unwrap();
+/// Runs `f` in a thread inside namespace `ns`: what it opens (sockets) stays there.
+fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns file");
     std::thread::spawn(move || {
         rustix::thread::move_into_link_name_space(
-            f.as_fd(),
+            file.as_fd(),
             Some(rustix::thread::LinkNameSpaceType::Network),
         )
         .expect("setns");
-        Context::open(addr).expect("open device in namespace")
+        f()
     })
     .join()
     .unwrap()
+}
+
+/// Opens a device from inside namespace `ns` (its socket stays there).
+fn open_in(ns: &str, addr: &str) -> Context {
+    let addr = addr.parse().unwrap();
+    in_ns(ns, move || {
+        Context::open(addr).expect("open device in namespace")
+    })
+}
+
+/// Whether a UDP datagram from `from` in namespace `na` reaches `to` in `nb` within a
+/// second (the project's own probe: a minimal machine has no ping).
+fn udp_reaches(na: &str, from: &str, nb: &str, to: &str) -> bool {
+    use std::net::{IpAddr, SocketAddr, UdpSocket};
+    let (from, to): (IpAddr, IpAddr) = (from.parse().unwrap(), to.parse().unwrap());
+    let rx = in_ns(nb, move || UdpSocket::bind(SocketAddr::new(to, 0)));
+    let tx = in_ns(na, move || UdpSocket::bind(SocketAddr::new(from, 0)));
+    let (Ok(rx), Ok(tx)) = (rx, tx) else {
+        return false;
+    };
+    let dst = rx.local_addr().unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        let _ = tx.send_to(b"probe", dst);
+        let mut b = [0u8; 8];
+        if matches!(rx.recv_from(&mut b), Ok((5, _))) {
+            return true;
+        }
+    }
+    false
 }
 
 #[test]
@@ -73,12 +104,7 @@ fn rc_between_two_network_namespaces() {
     }
     // A fresh IPv6 link needs a moment (link-local address, neighbour discovery) before it
     // carries anything; RC's retry budget (half a second here) is shorter than that.
-    let ready = (0..50).any(|_| {
-        std::thread::sleep(Duration::from_millis(100));
-        ip(&[
-            "netns", "exec", &na, "ping", "-6", "-c1", "-W1", "-q", "fd99::2",
-        ])
-    });
+    let ready = (0..10).any(|_| udp_reaches(&na, "fd99::1", &nb, "fd99::2"));
     assert!(ready, "the IPv6 link between the namespaces never came up");
     for (x, y) in [("10.199.0.1", "10.199.0.2"), ("fd99::1", "fd99::2")] {
         let a = open_in(&na, x);
