@@ -4,6 +4,7 @@ pub mod args;
 pub mod capture;
 pub mod decode;
 pub mod devinfo;
+pub mod devnodes;
 pub mod drops;
 pub mod oob;
 pub mod perf;

@@ -1,7 +1,7 @@
 //! `oxrdma`: the oxrdma command-line tool.
 
 use clap::{Parser, Subcommand};
-use oxrdma_cli::{decode, devinfo, pingpong, scale, sim, threads, udpingpong};
+use oxrdma_cli::{decode, devinfo, devnodes, pingpong, scale, sim, threads, udpingpong};
 use std::io;
 use std::process::ExitCode;
 
@@ -25,6 +25,9 @@ enum Command {
     UdPingpong(udpingpong::UdPingpongArgs),
     /// Describe the RDMA device on an address, like ibv_devinfo -v.
     Devinfo(devinfo::DevinfoArgs),
+    /// Make /dev/infiniband/uverbs<N> for each configured device, which UCX (Open MPI,
+    /// MPICH) looks for before it opens one; as root, once per boot. --remove undoes it.
+    DevNodes(devnodes::DevNodesArgs),
     /// RDMA benchmarks over UDP in the spirit of perftest.
     Perf(Box<oxrdma_cli::perf::PerfCli>),
     /// What idle QPs cost: the idle driver pass and an 8 B WRITE's round trip with 1, 1,000
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Command::Pingpong(a) => done(pingpong::pingpong(a)),
         Command::UdPingpong(a) => done(udpingpong::ud_pingpong(a)),
         Command::Devinfo(a) => done(devinfo::devinfo(a.addr)),
+        Command::DevNodes(a) => done(devnodes::run(a)),
         Command::Perf(p) => done(p.run()),
         Command::Scale(a) => scale::run(a).map(|_| true),
         Command::Threads(a) => threads::run(a).map(|_| true),

@@ -334,7 +334,7 @@ fn devinfo_describes_the_device_and_refuses_foreign_addresses() {
         text.contains("GID[  0]:\t\t::ffff:127.0.0.31, RoCE v2"),
         "{text}"
     );
-    assert!(text.contains("atomic_cap:\t\t\tATOMIC_GLOB"));
+    assert!(text.contains("atomic_cap:\t\t\tATOMIC_HCA"));
     let out = oxrdma()
         .args(["devinfo", "-d", "192.0.2.1"])
         .output()
@@ -771,4 +771,47 @@ fn a_reader_that_goes_away_ends_decode_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
+}
+
+#[test]
+fn dev_nodes_makes_one_node_per_device_and_removes_it() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let dir = scratch_dir("devnodes").join("infiniband");
+    let run = |extra: &[&str]| {
+        oxrdma()
+            .args(["dev-nodes", "--dir"])
+            .arg(&dir)
+            .args(extra)
+            .env("OXRDMA_DEVICES", "oxr0=127.0.0.2,oxr1=127.0.0.3")
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("run as root"));
+        eprintln!("SKIPPED: making device nodes needs root");
+        return;
+    }
+    assert!(out.status.success(), "{}", common_text(&out));
+    for n in ["uverbs0", "uverbs1"] {
+        let m = std::fs::symlink_metadata(dir.join(n)).unwrap();
+        assert!(m.file_type().is_char_device(), "{n}");
+        assert_eq!((libc::major(m.rdev()), libc::minor(m.rdev())), (1, 3));
+        assert_eq!(m.mode() & 0o777, 0o666);
+    }
+    assert!(!dir.join("uverbs2").exists());
+    assert!(common_text(&run(&[])).contains("uverbs0 is there"));
+    assert!(run(&["--remove"]).status.success());
+    assert!(!dir.join("uverbs0").exists() && !dir.join("uverbs1").exists());
+    std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
+}
+
+fn common_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }

@@ -43,7 +43,7 @@ impl Default for DeviceAttr {
             // As rxe (and so what perftest asks for).
             max_qp_rd_atom: 128,
             max_inline_data: 256,
-            atomic_cap: AtomicCap::Glob,
+            atomic_cap: AtomicCap::Hca,
             max_mw: 1 << 16,
             max_srq: 1 << 16,
             max_srq_wr: 16_384,

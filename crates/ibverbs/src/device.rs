@@ -7,7 +7,7 @@
 //! find each other with nothing set (each end's GID says which address it took).
 
 use crate::abi::{ibv_device, IBV_SYSFS_NAME_MAX, IBV_SYSFS_PATH_MAX};
-use crate::config;
+use oxrdma::config;
 use std::ffi::{c_char, c_int};
 use std::net::IpAddr;
 use std::sync::OnceLock;
@@ -201,3 +201,4 @@ pub(crate) extern "C" fn get_device_index(dev: *mut ibv_device) -> c_int {
         .position(|d| std::ptr::eq(&d.ibv, dev))
         .map_or(-1, |i| i as c_int)
 }
+const _: () = assert!(oxrdma::config::NAME_MAX == IBV_SYSFS_NAME_MAX);

@@ -12,7 +12,6 @@
 pub mod abi;
 mod ah;
 mod async_event;
-mod config;
 pub mod context;
 mod cq;
 mod cq_ex;

@@ -9,6 +9,18 @@ use oxrdma::{
 };
 use std::ffi::c_int;
 
+/// The `sl` of a completion: for a UD receive over IPv4, 2, which mlx5 devices report there
+/// for RoCE (the network header type; IPv6 is 0 here, as on rxe); 0 otherwise. UCX's UD
+/// transport reads it to know where in the 40-byte GRH area the destination address lies
+/// (an IPv4 header's at bytes 36..39, else a GID at 24..39) and drops what does not name
+/// one of the device's GIDs: with 0 it dropped every IPv4 datagram.
+pub(crate) fn wc_sl(w: &WorkCompletion) -> u8 {
+    match w.src_gid.map(|g| g.ip()) {
+        Some(std::net::IpAddr::V4(_)) => 2,
+        _ => 0,
+    }
+}
+
 /// Writes `w` as an `ibv_wc`.
 ///
 /// # Safety
@@ -40,7 +52,7 @@ pub(crate) unsafe fn write_wc(out: *mut ibv_wc, w: &WorkCompletion) {
         wc_flags: flags,
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl: wc_sl(w),
         dlid_path_bits: 0,
     };
     // SAFETY: the caller's promise.

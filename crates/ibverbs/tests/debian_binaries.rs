@@ -182,7 +182,7 @@ fn ibv_devinfo_describes_an_active_roce_v2_port() {
         "PORT_ACTIVE (4)",
         "link_layer:\t\tEthernet",
         "active_mtu:\t\t4096 (5)",
-        "atomic_cap:\t\t\tATOMIC_GLOB (2)",
+        "atomic_cap:\t\t\tATOMIC_HCA (1)",
     ] {
         assert!(text.contains(want), "no '{want}' in\n{text}");
     }

@@ -8,6 +8,7 @@
 //! by copying, and the engine checks every key, bound and permission.
 
 mod channel;
+pub mod config;
 mod connect;
 mod context;
 mod cores;

@@ -45,7 +45,7 @@ fn invalid<T: std::fmt::Debug>(r: Result<T, VerbsError>) {
 #[test]
 fn every_object_count_is_capped() {
     let mut e = tiny();
-    assert_eq!(DeviceAttr::default().atomic_cap, AtomicCap::Glob);
+    assert_eq!(DeviceAttr::default().atomic_cap, AtomicCap::Hca);
     assert_eq!(DeviceAttr::default().max_qp_rd_atom, 128, "as rxe");
     let pd = e.alloc_pd().unwrap();
     exhausted(e.alloc_pd());

@@ -1,5 +1,6 @@
-//! Which devices the configuration names, by name and address. The first of these that
-//! exists decides:
+//! Which devices the configuration names, by name and address (the C library's device
+//! list, and the tool's commands that act on every device). The first of these that exists
+//! decides:
 //! 1. `OXRDMA_DEVICES="oxr0=127.0.0.2,oxr1=[::1]"` (name=address pairs, commas between);
 //! 2. the file `OXRDMA_CONFIG` names (it must exist);
 //! 3. `$XDG_CONFIG_HOME/oxrdma/devices.conf` (`~/.config/...` without the variable);
@@ -8,9 +9,11 @@
 //! A file holds one `name = address` per line; `#` starts a comment. With none of them,
 //! `Ok(None)`: the caller's default device.
 
-use crate::abi::IBV_SYSFS_NAME_MAX;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+
+/// A device name's longest length plus one (`IBV_SYSFS_NAME_MAX`, the C struct's array).
+pub const NAME_MAX: usize = 64;
 
 /// Devices as (name, address), in the order configured.
 pub type DeviceList = Vec<(String, IpAddr)>;
@@ -70,7 +73,7 @@ fn parse_item(item: &str) -> Result<(String, IpAddr), String> {
         .split_once('=')
         .ok_or_else(|| format!("'{item}' is not name=address"))?;
     let (name, addr) = (name.trim(), addr.trim());
-    if name.is_empty() || name.len() >= IBV_SYSFS_NAME_MAX || name.contains(char::is_whitespace) {
+    if name.is_empty() || name.len() >= NAME_MAX || name.contains(char::is_whitespace) {
         return Err(format!(
             "device name '{name}' is empty, too long or has a space"
         ));
