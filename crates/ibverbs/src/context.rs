@@ -22,6 +22,9 @@ pub struct Context {
     pub dev: &'static Device,
     /// Its CQs, QPs and SRQs by the numbers events name them by (`registry.rs`).
     pub objects: Mutex<Registry>,
+    /// What `cmd_fd` is: /dev/null, a real descriptor for programs that dup it (rdma-core's
+    /// shared-PD test does, and then finds `ibv_import_device` unsupported, as on rxe).
+    pub cmd: Option<std::fs::File>,
 }
 
 /// What `ibv_port_attr` bytes rdma-core 44's exported `ibv_query_port` fills
@@ -202,7 +205,7 @@ fn port_attr(c: &Context) -> ibv_port_attr {
         state: 4,   // IBV_PORT_ACTIVE
         max_mtu: 5, // IBV_MTU_4096
         active_mtu: c.ox.active_mtu() as c_uint,
-        gid_tbl_len: 1,
+        gid_tbl_len: GID_TBL_LEN as c_int,
         // CM_SUP and IP_BASED_GIDS.
         port_cap_flags: (1 << 16) | (1 << 26),
         max_msg_sz: 1 << 31,
@@ -291,7 +294,12 @@ unsafe fn write_port_entry<T>(
     }
 }
 
-/// `ibv_query_gid`: index 0 is the device's RoCE v2 GID (its address).
+/// The GID table's size, as rxe's: entry 0 holds the device's GID, the others are empty
+/// (programs and test suites look for an empty index, and rxe's table is sparse).
+pub const GID_TBL_LEN: u32 = 1024;
+
+/// `ibv_query_gid`: index 0 is the device's RoCE v2 GID (its address); an empty index of
+/// the table reads as the zero GID (rdma-core's behaviour for an empty entry).
 ///
 /// # Safety
 /// `ctx` is NULL or open; `gid` is NULL or writable.
@@ -301,6 +309,15 @@ pub(crate) unsafe extern "C" fn query_gid(
     index: c_int,
     gid: *mut ibv_gid,
 ) -> c_int {
+    if (1..GID_TBL_LEN as c_int).contains(&index) {
+        // SAFETY: the caller's promise.
+        let open = unsafe { Context::from_ibv(ctx) }.is_some();
+        if open && port == 1 && !gid.is_null() {
+            // SAFETY: writable (caller's promise, not NULL).
+            unsafe { gid.write(ibv_gid { raw: [0; 16] }) };
+            return 0;
+        }
+    }
     // SAFETY: the caller's promise.
     unsafe { write_port_entry(ctx, port, index.into(), gid, Context::gid) }
 }
@@ -363,6 +380,9 @@ pub(crate) unsafe extern "C" fn query_gid_ex(
         return libc::EINVAL;
     };
     if port != 1 || flags != 0 || entry.is_null() || entry_size < size_of::<ibv_gid_entry>() {
+        return libc::EINVAL;
+    }
+    if index >= GID_TBL_LEN {
         return libc::EINVAL;
     }
     if index != 0 {

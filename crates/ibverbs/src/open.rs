@@ -95,6 +95,15 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_co
         use std::os::fd::AsRawFd;
         ox.async_fd().as_raw_fd()
     };
+    let cmd = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .ok();
+    let cmd_fd = cmd.as_ref().map_or(-1, |f| {
+        use std::os::fd::AsRawFd;
+        f.as_raw_fd()
+    });
     let ctx = Box::new(Context {
         vctx: verbs_context {
             query_port: Some(query_port_ex),
@@ -115,7 +124,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_co
                     dealloc_mw: Some(crate::mw::dealloc_mw),
                     ..ibv_context_ops::EMPTY
                 },
-                cmd_fd: -1,
+                cmd_fd,
                 async_fd,
                 num_comp_vectors: 1,
                 // PTHREAD_MUTEX_INITIALIZER is all zeros in glibc.
@@ -127,6 +136,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_co
         ox,
         dev: d,
         objects: Mutex::new(Registry::default()),
+        cmd,
     });
     let ctx = Box::leak(ctx);
     &mut ctx.vctx.context

@@ -146,19 +146,33 @@ pub(crate) unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
     unsafe { Mr::destroy(mr, MemoryRegion::try_destroy) }
 }
 
-/// `ibv_rereg_mr`: not offered, as rxe offers none: errno EOPNOTSUPP and
-/// `IBV_REREG_MR_ERR_INPUT` (the old region stays valid, unchanged).
+/// `ibv_rereg_mr`: rdma-core 44's argument checks (`IBV_REREG_MR_ERR_INPUT`, EINVAL), then
+/// the device's answer, which is rxe's (Linux 6.1): not offered, `IBV_REREG_MR_ERR_CMD` with
+/// EOPNOTSUPP. The region stays valid and unchanged.
 ///
 /// # Safety
-/// Any arguments (none is touched).
+/// Any arguments (none is dereferenced).
 pub(crate) unsafe extern "C" fn rereg_mr(
-    _mr: *mut ibv_mr,
-    _flags: c_int,
+    mr: *mut ibv_mr,
+    flags: c_int,
     _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _len: usize,
-    _access: c_int,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
 ) -> c_int {
+    const CHANGE_TRANSLATION: c_int = 1;
+    const CHANGE_ACCESS: c_int = 4;
+    const FLAGS_SUPPORTED: c_int = 0xf;
+    const ERR_INPUT: c_int = -1;
+    const ERR_CMD: c_int = -4;
+    let bad_input = mr.is_null()
+        || flags & !FLAGS_SUPPORTED != 0
+        || (flags & CHANGE_TRANSLATION != 0 && (len == 0 || addr.is_null()))
+        || (access != 0 && flags & CHANGE_ACCESS == 0);
+    if bad_input {
+        set_errno(libc::EINVAL);
+        return ERR_INPUT;
+    }
     set_errno(libc::EOPNOTSUPP);
-    -1
+    ERR_CMD
 }
