@@ -42,7 +42,7 @@ int main(void)
 	struct ibv_port_attr pa;
 	CHECK(ibv_query_port(ctx, 1, &pa) == 0, "ibv_query_port");
 	CHECK(pa.state == IBV_PORT_ACTIVE && pa.link_layer == IBV_LINK_LAYER_ETHERNET &&
-		      pa.gid_tbl_len == 1 && pa.pkey_tbl_len == 1 &&
+		      pa.gid_tbl_len == 1024 && pa.pkey_tbl_len == 1 &&
 		      pa.active_mtu >= IBV_MTU_1024 && pa.active_mtu <= pa.max_mtu,
 	      "port: state %d link %d gids %d pkeys %d mtu %d/%d", pa.state, pa.link_layer,
 	      pa.gid_tbl_len, pa.pkey_tbl_len, pa.active_mtu, pa.max_mtu);
