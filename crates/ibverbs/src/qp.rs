@@ -363,10 +363,12 @@ pub(crate) unsafe extern "C" fn post_send(
         return libc::EINVAL;
     };
     let ud = q.ox().qp_type() == QpType::Ud;
+    // Every WR queued, then the device driven once (when `list` drops).
+    let mut list = q.ox().post_list();
     // SAFETY: the caller's promise.
     unsafe {
         post_list(wr, bad, |w| {
-            q.ox().post_send(send_wr(w, ud)?).map_err(|e| errno_of(&e))
+            list.post_send(send_wr(w, ud)?).map_err(|e| errno_of(&e))
         })
     }
 }
@@ -384,6 +386,7 @@ pub(crate) unsafe extern "C" fn post_recv(
     let Some(q) = (unsafe { qp_of(qp) }) else {
         return libc::EINVAL;
     };
+    let mut list = q.ox().post_list();
     // SAFETY: the caller's promise.
-    unsafe { post_recv_list(wr, bad, |w| q.ox().post_recv(w)) }
+    unsafe { post_recv_list(wr, bad, |w| list.post_recv(w)) }
 }

@@ -278,7 +278,7 @@ pub(crate) unsafe fn post_list<W: Linked>(
 pub(crate) unsafe fn post_recv_list(
     first: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
-    post: impl Fn(RecvWr) -> oxrdma::Result<()>,
+    mut post: impl FnMut(RecvWr) -> oxrdma::Result<()>,
 ) -> c_int {
     let post_one = |w: &ibv_recv_wr| {
         // SAFETY: the caller's promise.

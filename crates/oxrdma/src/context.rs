@@ -231,6 +231,13 @@ impl Context {
         self.events.as_fd()
     }
 
+    /// How many doorbells posting threads have rung on this device: one per `post_send`
+    /// call, one per [`crate::QueuePair::post_list`] however many WRs it holds (a NIC's
+    /// doorbell counter; each one drives the device once).
+    pub fn doorbells(&self) -> u64 {
+        self.shared().doorbells.load(Ordering::Relaxed)
+    }
+
     /// A random 24-bit PSN from the device's CSPRNG.
     pub fn random_psn(&self) -> u32 {
         self.shared().lock().engine.random_psn()

@@ -33,7 +33,7 @@ pub use oxrdma_udp::{BindError, RxDropReport};
 pub use pd::{
     AddressHandle, MemoryRegion, MemoryWindow, ProtectionDomain, QpInit, SharedReceiveQueue,
 };
-pub use qp::{ConnectOptions, Endpoint, QueuePair};
+pub use qp::{ConnectOptions, Endpoint, PostList, QueuePair};
 
 /// `enum ibv_qp_attr_mask` bits (what a [`QpAttr`] sets is its `mask()`).
 pub use oxrdma_core::mask as qp_attr_mask;

@@ -171,6 +171,18 @@ impl QueuePair {
         Ok(())
     }
 
+    /// A list of work requests posted as one: each [`PostList::post_send`] or
+    /// [`PostList::post_recv`] checks and queues its WR at once, and the device is driven
+    /// once, when the list is dropped, as a NIC's doorbell is rung once for all the WQEs
+    /// written before it (`ibv_post_send` with a chain of WRs).
+    pub fn post_list(&self) -> PostList<'_> {
+        PostList {
+            qp: self,
+            sends: false,
+            flush: false,
+        }
+    }
+
     /// `ibv_post_recv` of one WR.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         self.post.post_recv(wr)?;
@@ -179,6 +191,42 @@ impl QueuePair {
             self.ctx.shared().kick();
         }
         Ok(())
+    }
+}
+
+/// Work requests queued on one QP, the device driven once when dropped
+/// ([`QueuePair::post_list`]).
+#[derive(Debug)]
+pub struct PostList<'a> {
+    qp: &'a QueuePair,
+    /// Sends were queued: the device has work.
+    sends: bool,
+    /// Receives were posted in ERR: the engine flushes them.
+    flush: bool,
+}
+
+impl PostList<'_> {
+    /// Checks and queues one send WR (the errors of `ibv_post_send`; nothing is queued on
+    /// error). It leaves when the list is dropped, or earlier if the device is busy anyway.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<()> {
+        self.qp.post.post_send(wr)?;
+        self.sends = true;
+        Ok(())
+    }
+
+    /// Checks and queues one receive WR.
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<()> {
+        self.qp.post.post_recv(wr)?;
+        self.flush |= self.qp.post.state() == QpState::Err;
+        Ok(())
+    }
+}
+
+impl Drop for PostList<'_> {
+    fn drop(&mut self) {
+        if self.sends || self.flush {
+            self.qp.ctx.shared().kick();
+        }
     }
 }
 

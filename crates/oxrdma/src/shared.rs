@@ -48,6 +48,8 @@ pub(crate) struct Shared {
     any_armed: AtomicBool,
     /// Work was posted while another thread held `dev`: whoever holds it drives again.
     pub(crate) pending: AtomicBool,
+    /// Doorbells rung by posting threads (`kick`): one per post call or post list.
+    pub(crate) doorbells: AtomicU64,
     /// When an application thread last polled a CQ and found nothing (ns since `epoch`).
     app_polled_at: AtomicU64,
     /// The last CQ poll found nothing: the application will poll (and drive) again.
@@ -109,6 +111,7 @@ impl Shared {
             armed: Mutex::new(Vec::new()),
             any_armed: AtomicBool::new(false),
             pending: AtomicBool::new(false),
+            doorbells: AtomicU64::new(0),
             app_polled_at: AtomicU64::new(0),
             app_polling: AtomicBool::new(false),
             app_called: AtomicBool::new(false),
@@ -183,6 +186,7 @@ impl Shared {
     /// and otherwise leaves it to the thread that holds it, which drives once more. A
     /// posting thread never waits for the lock, and does not wake the engine thread.
     pub fn kick(&self) {
+        self.doorbells.fetch_add(1, Ordering::Relaxed);
         self.called();
         self.pending.store(true, Ordering::SeqCst);
         // Pairs with the fence in `drive_pending` (and the engine thread's look at

@@ -101,3 +101,51 @@ fn two_contexts_of_one_device_share_the_nic_and_keep_their_events() {
     assert!(!weak.is_open());
     assert!(weak.open_again().is_none());
 }
+
+#[test]
+fn a_post_list_rings_the_doorbell_once() {
+    let ctx = Context::open("127.0.0.76".parse().unwrap()).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mr = pd.register(4096, Access::ALL).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
+    let cap = QpCap {
+        max_send_wr: 64,
+        ..QpCap::default()
+    };
+    let (qa, qb) = (
+        pd.create_qp(&cq, &cq, QpType::Rc, cap).unwrap(),
+        pd.create_qp(&cq, &cq, QpType::Rc, cap).unwrap(),
+    );
+    let o = ConnectOptions::default();
+    qa.connect(1, &qb.endpoint(2), &o).unwrap();
+    qb.connect(2, &qa.endpoint(1), &o).unwrap();
+    let write = |i: u64| {
+        let mut w = SendWr::new(i, WrOpcode::RdmaWrite, SendData::Sges(vec![mr.sge(0, 8)]));
+        (w.remote_addr, w.rkey) = (mr.addr() + 8 * (i % 500), mr.rkey());
+        w
+    };
+    let before = ctx.doorbells();
+    {
+        let mut list = qa.post_list();
+        for i in 0..32 {
+            list.post_send(write(i)).unwrap();
+        }
+        // A WR the QP refuses fails alone; those before it stay posted.
+        let mut bad = write(99);
+        bad.data = SendData::Inline(vec![0; 1 << 16]); // beyond max_inline_data
+        assert!(list.post_send(bad).is_err());
+    }
+    assert_eq!(ctx.doorbells() - before, 1, "one doorbell for a list of 32");
+    let wcs = wait(&cq, 32);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    let before = ctx.doorbells();
+    for i in 0..32 {
+        qa.post_send(write(i)).unwrap();
+    }
+    assert_eq!(ctx.doorbells() - before, 32, "one doorbell per single post");
+    wait(&cq, 32);
+    // An empty list rings nothing.
+    let before = ctx.doorbells();
+    drop(qa.post_list());
+    assert_eq!(ctx.doorbells(), before);
+}
