@@ -279,6 +279,27 @@ for i in "${!C_NAME[@]}"; do
     esac
 done
 
+# The verbs conformance suite (tests/conformance) on rxe0 in the guest, with the guest's own
+# rdma-core: every case must give what oxrdma's library gives (its CI run), except the
+# cases rxe-known.txt names, where rxe departs from the verbs (each with its reason).
+if selected conformance && guest_alive; then
+    t0=$SECONDS
+    conf=$HERE/../conformance
+    out=""
+    if CONFORMANCE_BUILD_ONLY=1 CONFORMANCE_BIN="$SHARE/conformance" bash "$conf/run.sh" > "$RUN/conformance-build.log" 2>&1; then
+        # Its status is 1 where rxe fails cases: compare.sh judges.
+        guest_run "$SHARE" 1500 'cd /mnt/share && ./conformance -d rxe0 -g $IDX4' > "$RUN/conformance-rxe.log" 2>&1 || true
+        out=$(bash "$conf/compare.sh" "$RUN/conformance-rxe.log") && ok=1 || ok=0
+    else
+        ok=0; out="cannot build it: see $RUN/conformance-build.log"
+    fi
+    if [ $ok = 1 ]; then
+        row "conformance/rxe" PASS $((SECONDS - t0)) "$(tail -1 <<< "$out")"
+    else
+        row "conformance/rxe" FAIL $((SECONDS - t0)) "$(tr '\n' ';' <<< "$out" | cut -c1-400)"
+    fi
+fi
+
 guest_run "$SHARE" 30 'for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo "$(basename $f) $(cat $f)"; done' > "$RUN/guest-rxe-counters.txt" 2>&1
 guest_stop "$SHARE"
 print_table; fails=$?

@@ -5,7 +5,7 @@ use crate::errno::errno_of;
 use crate::object::Obj;
 use oxrdma::{
     AddressHandle, MemoryRegion, MemoryWindow, MwBind, RecvWr, SendData, SendFlags, SendWr, Sge,
-    UdDest, WorkCompletion, WrOpcode,
+    UdDest, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use std::ffi::c_int;
 
@@ -37,7 +37,10 @@ pub(crate) unsafe fn write_wc(out: *mut ibv_wc, w: &WorkCompletion) {
         flags |= IBV_WC_WITH_INV;
         imm = k;
     }
-    if w.src_gid.is_some() {
+    // rxe flags every successful receive with IBV_WC_GRH (each RoCEv2 packet carries the IP
+    // header a GRH maps to), RC and UC too; only UD puts the 40 bytes in the buffer.
+    let received = matches!(w.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm);
+    if w.src_gid.is_some() || (received && w.status == WcStatus::Success) {
         flags |= IBV_WC_GRH;
     }
     let wc = ibv_wc {

@@ -250,7 +250,7 @@ fn a_ud_qp_receives_from_an_srq() {
     let got = s.recvs();
     assert_eq!(
         got,
-        vec![(0, rq, WcStatus::LocLenErr)],
+        vec![(0, rq, WcStatus::LocQpOpErr)],
         "64-byte buffer < 40 + 64"
     );
 }

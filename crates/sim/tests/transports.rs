@@ -228,7 +228,7 @@ fn ud_messages_longer_than_the_mtu_are_refused_at_post() {
 }
 
 #[test]
-fn ud_without_a_receive_is_dropped_and_a_short_buffer_is_a_length_error() {
+fn ud_without_a_receive_is_dropped_and_a_short_buffer_fails_the_receive() {
     let mut p = pair(QpType::Ud);
     p.post_send(0, ud_send(&p, 1, 100, 0x1111_1111, None));
     p.run();
@@ -237,7 +237,7 @@ fn ud_without_a_receive_is_dropped_and_a_short_buffer_is_a_length_error() {
     p.post_send(0, ud_send(&p, 2, 100, 0x1111_1111, None));
     p.run();
     let b = p.wcs(1);
-    assert_eq!((b[0].wr_id, b[0].status), (2, WcStatus::LocLenErr));
+    assert_eq!((b[0].wr_id, b[0].status), (2, WcStatus::LocQpOpErr));
 }
 
 #[test]

@@ -233,7 +233,16 @@ impl Qp {
                 } else {
                     Access::empty()
                 };
-                ctx.mrs.local(pd, sges, need).ok_or(WcStatus::LocProtErr)?
+                // As rxe: a READ or atomic whose local SGEs fail the check completes with a
+                // local protection error, a SEND or WRITE that cannot gather its data with a
+                // local QP operation error (rxe's requester fails every packet it cannot
+                // build so).
+                let bad = if w.wr.opcode.is_read_or_atomic() {
+                    WcStatus::LocProtErr
+                } else {
+                    WcStatus::LocQpOpErr
+                };
+                ctx.mrs.local(pd, sges, need).ok_or(bad)?
             }
         };
         let npkts = if w.wr.opcode.is_atomic() {

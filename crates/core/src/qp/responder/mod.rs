@@ -434,8 +434,10 @@ impl Responder {
         if !scatter(&rp.segs, rp.off, pkt.payload) {
             let wr_id = rp.wr_id;
             self.recv = None;
-            self.recv_failed(ctx, q, wr_id, WcStatus::LocLenErr);
-            return Err(NakCode::InvalidRequest);
+            // As rxe: the receive completes with a local QP operation error, and the
+            // requester is NAKed with a remote operational error.
+            self.recv_failed(ctx, q, wr_id, WcStatus::LocQpOpErr);
+            return Err(NakCode::RemoteOperationalError);
         }
         rp.off += pkt.payload.len();
         if info.position.ends_message() {
@@ -462,9 +464,15 @@ impl Responder {
             .mrs
             .place(q.pd, &wr.sges, Access::LOCAL_WRITE, pkt.payload);
         if let Err(status) = placed {
+            // A message longer than the receive: rxe's status (see `recv_send`).
+            let status = match status {
+                WcStatus::LocLenErr => WcStatus::LocQpOpErr,
+                s => s,
+            };
             self.recv_failed(ctx, q, wr.wr_id, status);
             return Err(match status {
-                WcStatus::LocProtErr => NakCode::RemoteOperationalError,
+                // What the receive WQE could not take: rxe says remote operational error.
+                WcStatus::LocProtErr | WcStatus::LocQpOpErr => NakCode::RemoteOperationalError,
                 _ => NakCode::InvalidRequest,
             });
         }

@@ -46,7 +46,8 @@ impl Responder {
             Some(segs) if scatter(&segs, 0, grh) && scatter(&segs, GRH_LEN, pkt.payload) => {
                 WcStatus::Success
             }
-            Some(_) => WcStatus::LocLenErr,
+            // A datagram longer than the receive: rxe's status (not IBA's length error).
+            Some(_) => WcStatus::LocQpOpErr,
         };
         self.release(q);
         ctx.complete(
