@@ -77,7 +77,7 @@ fuzz_target!(|data: &[u8]| {
         e.modify_qp(qpn, &a).unwrap();
     }
     for i in 0..2 {
-        let wr = RecvWr { wr_id: i, sges: vec![Sge { addr: 1024 * i, length: 1024, lkey: mr.lkey }] };
+        let wr = RecvWr { wr_id: i, sges: vec![Sge { addr: 1024 * i, length: 1024, lkey: mr.lkey }].into() };
         match srq {
             Some(s) => e.post_srq_recv(s, wr).unwrap(),
             None => e.post_recv(qpn, wr).unwrap(),
@@ -89,7 +89,7 @@ fuzz_target!(|data: &[u8]| {
     if t != QpType::Ud && kind & 8 != 0 {
         // A type 2 window over [2048, 4096) with a guessable rkey.
         let (mw, rkey) = e.alloc_mw(pd, MwType::Type2).unwrap();
-        let mut b = SendWr::new(8, WrOpcode::BindMw, SendData::Sges(vec![]));
+        let mut b = SendWr::new(8, WrOpcode::BindMw, SendData::Sges(vec![].into()));
         b.bind = Some(MwBind {
             mw,
             rkey: (rkey & !0xff) | 1,
@@ -101,7 +101,7 @@ fuzz_target!(|data: &[u8]| {
         e.post_send(qpn, b).unwrap();
     }
     if t == QpType::Rc {
-        let mut rd = SendWr::new(9, WrOpcode::RdmaRead, SendData::Sges(vec![Sge { addr: 4096, length: 600, lkey: mr.lkey }]));
+        let mut rd = SendWr::new(9, WrOpcode::RdmaRead, SendData::Sges(vec![Sge { addr: 4096, length: 600, lkey: mr.lkey }].into()));
         rd.rkey = 1;
         e.post_send(qpn, rd).unwrap();
     }

@@ -87,7 +87,7 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
     let post_recv = || {
         qp.post_recv(RecvWr {
             wr_id: RECV_WRID,
-            sges: vec![mr.sge(0, a.size)],
+            sges: vec![mr.sge(0, a.size)].into(),
         })
     };
     for _ in 0..a.rx_depth {
@@ -95,11 +95,11 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
     }
     let post_send = || {
         let data = if a.size <= 64 {
-            let mut v = vec![0u8; a.size];
+            let mut v = oxrdma::InlineData::from_elem(0, a.size);
             mr.read(0, &mut v);
             SendData::Inline(v)
         } else {
-            SendData::Sges(vec![mr.sge(0, a.size)])
+            SendData::Sges(vec![mr.sge(0, a.size)].into())
         };
         let mut wr = SendWr::new(SEND_WRID, oxrdma::WrOpcode::Send, data);
         wr.flags = SendFlags::SIGNALED;

@@ -193,7 +193,7 @@ fn write_rtt(a: &mut End, b: &mut End, wr_id: u64) -> anyhow::Result<Duration> {
         length: 8,
         lkey: a.lkey,
     };
-    let mut wr = SendWr::new(wr_id, WrOpcode::RdmaWrite, SendData::Sges(vec![sge]));
+    let mut wr = SendWr::new(wr_id, WrOpcode::RdmaWrite, SendData::Sges(vec![sge].into()));
     wr.remote_addr = b.iova + 8;
     wr.rkey = b.rkey;
     let start = Instant::now();

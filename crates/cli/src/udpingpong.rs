@@ -98,7 +98,7 @@ pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
     let post_recv = || {
         qp.post_recv(RecvWr {
             wr_id: RECV_WRID,
-            sges: vec![mr.sge(0, a.size + GRH)],
+            sges: vec![mr.sge(0, a.size + GRH)].into(),
         })
     };
     for _ in 0..a.rx_depth {
@@ -119,11 +119,11 @@ pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
     println!("{}", address_line("remote address:", ',', &peer));
     let post_send = || {
         let data = if a.size <= 64 {
-            let mut v = vec![0u8; a.size];
+            let mut v = oxrdma::InlineData::from_elem(0, a.size);
             mr.read(GRH, &mut v);
             SendData::Inline(v)
         } else {
-            SendData::Sges(vec![mr.sge(GRH, a.size)])
+            SendData::Sges(vec![mr.sge(GRH, a.size)].into())
         };
         let mut wr = SendWr::new(SEND_WRID, oxrdma::WrOpcode::Send, data);
         wr.flags = SendFlags::SIGNALED;

@@ -38,7 +38,7 @@ pub use verbs::{
     Access, AsyncEvent, EventType, Mtu, MwType, QpState, QpType, SendFlags, WcOpcode, WcStatus,
     WrOpcode,
 };
-pub use wr::{MwBind, RecvWr, SendData, SendWr, Sge, UdDest, WorkCompletion};
+pub use wr::{InlineData, MwBind, RecvWr, SendData, SendWr, Sge, SgeList, UdDest, WorkCompletion};
 
 /// Time in nanoseconds on the driver's clock (virtual in the simulator).
 pub type Nanos = u64;

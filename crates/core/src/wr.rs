@@ -12,13 +12,20 @@ pub struct Sge {
     pub lkey: u32,
 }
 
+/// A work request's scatter/gather list. Up to four SGEs live in the WR itself, so posting
+/// the usual WR allocates nothing (`vec![..].into()` or `SgeList::from_slice` make one).
+pub type SgeList = smallvec::SmallVec<[Sge; 4]>;
+
+/// Inline data of a send WR: up to 64 bytes live in the WR itself.
+pub type InlineData = smallvec::SmallVec<[u8; 64]>;
+
 /// Where the data of a send WR comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendData {
     /// Gathered from registered memory when the WR is executed.
-    Sges(Vec<Sge>),
+    Sges(SgeList),
     /// Copied at post time (`IBV_SEND_INLINE`); no memory registration needed.
-    Inline(Vec<u8>),
+    Inline(InlineData),
 }
 
 /// `struct ibv_send_wr`, one WR at a time.
@@ -102,7 +109,7 @@ impl SendWr {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecvWr {
     pub wr_id: u64,
-    pub sges: Vec<Sge>,
+    pub sges: SgeList,
 }
 
 /// `struct ibv_wc`, the fields oxrdma fills.

@@ -8,7 +8,7 @@ use crate::abi::*;
 use crate::errno::{errno_of, ptr_or_errno};
 use crate::qp::{new_qp, qp_of, Batch, QpObj};
 use crate::work::{inline_bytes, mw_bind, ud_dest};
-use oxrdma::{QpType, SendData, SendFlags, SendWr, Sge, WrOpcode};
+use oxrdma::{QpType, SendData, SendFlags, SendWr, Sge, SgeList, WrOpcode};
 use std::ffi::{c_int, c_void};
 use std::sync::MutexGuard;
 
@@ -125,7 +125,7 @@ unsafe fn begin(qp: *mut ibv_qp_ex, opcode: WrOpcode, f: impl FnOnce(&mut SendWr
     };
     // SAFETY: `qp` is the live QP's struct; the program set these before this call.
     let (wr_id, flags) = unsafe { ((*qp).wr_id, (*qp).wr_flags) };
-    let mut wr = SendWr::new(wr_id, opcode, SendData::Sges(Vec::new()));
+    let mut wr = SendWr::new(wr_id, opcode, SendData::Sges(Default::default()));
     wr.flags = SendFlags(flags);
     f(&mut wr);
     b.wrs.push(wr);
@@ -223,11 +223,10 @@ unsafe extern "C" fn wr_set_ud_addr(qp: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u3
 /// # Safety
 /// `qp` is NULL or created by `ibv_create_qp_ex`.
 unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    let sges = if length == 0 {
-        Vec::new()
-    } else {
-        vec![Sge { addr, length, lkey }]
-    };
+    let mut sges = SgeList::new();
+    if length != 0 {
+        sges.push(Sge { addr, length, lkey });
+    }
     // SAFETY: the caller's promise.
     unsafe { set_data(qp, SendData::Sges(sges)) }
 }
@@ -237,8 +236,8 @@ unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length
 /// # Safety
 /// `qp` is NULL or created by `ibv_create_qp_ex`; `list` has `n` readable entries.
 unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
-    let sges = match n {
-        0 => Vec::new(),
+    let sges: SgeList = match n {
+        0 => SgeList::new(),
         // SAFETY: the caller's promise.
         _ if !list.is_null() => unsafe { std::slice::from_raw_parts(list, n) }
             .iter()
@@ -289,7 +288,7 @@ unsafe extern "C" fn wr_set_inline_data_list(
             if total > q.ox().cap().max_inline_data as usize {
                 return Err(libc::ENOSPC);
             }
-            let sges: Vec<Sge> = bufs
+            let sges: SgeList = bufs
                 .iter()
                 .map(|b| Sge {
                     addr: b.addr as u64,

@@ -7,6 +7,7 @@ use oxrdma::{
     AddressHandle, MemoryRegion, MemoryWindow, MwBind, RecvWr, SendData, SendFlags, SendWr, Sge,
     UdDest, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
+use oxrdma::{InlineData, SgeList};
 use std::ffi::c_int;
 
 /// The `sl` of a completion: for a UD receive over IPv4, 2, which mlx5 devices report there
@@ -66,12 +67,12 @@ pub(crate) unsafe fn write_wc(out: *mut ibv_wc, w: &WorkCompletion) {
 ///
 /// # Safety
 /// `sg_list` has `num_sge` readable entries (or `num_sge` is 0).
-unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<Vec<Sge>, c_int> {
+unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<SgeList, c_int> {
     if num_sge < 0 || (num_sge > 0 && sg_list.is_null()) {
         return Err(libc::EINVAL);
     }
     if num_sge == 0 {
-        return Ok(Vec::new());
+        return Ok(SgeList::new());
     }
     // SAFETY: the caller's promise.
     let list = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
@@ -94,12 +95,13 @@ const INLINE_COPY_LIMIT: u64 = 1 << 16;
 ///
 /// # Safety
 /// Each SGE's `addr` has `length` readable bytes.
-pub(crate) unsafe fn inline_bytes(list: &[Sge]) -> Result<Vec<u8>, c_int> {
+pub(crate) unsafe fn inline_bytes(list: &[Sge]) -> Result<InlineData, c_int> {
     let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
     if total > INLINE_COPY_LIMIT {
         return Err(libc::EINVAL);
     }
-    let mut v = Vec::with_capacity(total as usize);
+    // Up to 64 bytes stay in the WR: no allocation.
+    let mut v = InlineData::with_capacity(total as usize);
     for s in list.iter().filter(|s| s.length > 0) {
         // SAFETY: the caller's promise.
         let b = unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };

@@ -45,7 +45,7 @@ fn server(listener: TcpListener) -> oxrdma::Result<()> {
     // (A SEND arriving before this receive is posted meets an RNR NAK and is retried.)
     qp.post_recv(RecvWr {
         wr_id: 1,
-        sges: vec![mr.sge(0, 64)],
+        sges: vec![mr.sge(0, 64)].into(),
     })?;
     let wc = wait(&cq, 1)?;
     let mut msg = vec![0u8; wc[0].byte_len as usize];
@@ -78,13 +78,17 @@ fn client(port: u16) -> oxrdma::Result<()> {
     let data: Vec<u8> = (0..LEN).map(|i| (i * 31 % 251) as u8).collect();
     mr.write(0, &data);
     let start = Instant::now();
-    let mut w = SendWr::new(1, WrOpcode::RdmaWrite, SendData::Sges(vec![mr.sge(0, LEN)]));
+    let mut w = SendWr::new(
+        1,
+        WrOpcode::RdmaWrite,
+        SendData::Sges(vec![mr.sge(0, LEN)].into()),
+    );
     (w.remote_addr, w.rkey) = (peer.addr, peer.rkey);
     qp.post_send(w)?;
     let mut r = SendWr::new(
         2,
         WrOpcode::RdmaRead,
-        SendData::Sges(vec![mr.sge(LEN, LEN)]),
+        SendData::Sges(vec![mr.sge(LEN, LEN)].into()),
     );
     (r.remote_addr, r.rkey) = (peer.addr, peer.rkey);
     qp.post_send(r)?;
@@ -96,7 +100,7 @@ fn client(port: u16) -> oxrdma::Result<()> {
     let mut s = SendWr::new(
         3,
         WrOpcode::SendWithImm,
-        SendData::Inline(b"hello, RDMA".to_vec()),
+        SendData::Inline(b"hello, RDMA"[..].into()),
     );
     s.imm = 0x1234;
     qp.post_send(s)?;

@@ -69,20 +69,20 @@ fn write_read_send_with_engine_threads() {
     b.qps[0]
         .post_recv(RecvWr {
             wr_id: 9,
-            sges: vec![b.mr.sge(3 << 20, 100)],
+            sges: vec![b.mr.sge(3 << 20, 100)].into(),
         })
         .unwrap();
     let mut w = SendWr::new(
         1,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![a.mr.sge(0, data.len())]),
+        SendData::Sges(vec![a.mr.sge(0, data.len())].into()),
     );
     (w.remote_addr, w.rkey) = (b.mr.addr(), b.mr.rkey());
     a.qps[0].post_send(w).unwrap();
     let mut r = SendWr::new(
         2,
         WrOpcode::RdmaRead,
-        SendData::Sges(vec![a.mr.sge(2 << 20, data.len())]),
+        SendData::Sges(vec![a.mr.sge(2 << 20, data.len())].into()),
     );
     (r.remote_addr, r.rkey) = (b.mr.addr(), b.mr.rkey());
     a.qps[0].post_send(r).unwrap();
@@ -90,7 +90,7 @@ fn write_read_send_with_engine_threads() {
         .post_send(SendWr::new(
             3,
             WrOpcode::Send,
-            SendData::Inline(b"ping".to_vec()),
+            SendData::Inline(b"ping"[..].into()),
         ))
         .unwrap();
     let wcs = wait(&a.cq, 3);
@@ -111,7 +111,7 @@ fn completion_channel_wakes_a_sleeping_thread() {
     // Nothing posted: no event.
     a.cq.req_notify(&ch);
     assert!(!ch.wait(Duration::from_millis(50)).unwrap());
-    let mut w = SendWr::new(1, WrOpcode::RdmaWrite, SendData::Inline(vec![1; 16]));
+    let mut w = SendWr::new(1, WrOpcode::RdmaWrite, SendData::Inline(vec![1; 16].into()));
     (w.remote_addr, w.rkey) = (b.mr.addr(), b.mr.rkey());
     a.qps[0].post_send(w).unwrap();
     assert!(ch.wait(Duration::from_secs(5)).unwrap(), "no wake-up");
@@ -135,7 +135,11 @@ fn a_cq_armed_right_after_an_empty_poll_still_wakes_at_once() {
         assert_eq!(a.cq.poll(&mut wcs, 8).unwrap(), 0);
         a.cq.req_notify(&ch);
         let start = std::time::Instant::now();
-        let mut w = SendWr::new(round, WrOpcode::RdmaWrite, SendData::Inline(vec![1; 16]));
+        let mut w = SendWr::new(
+            round,
+            WrOpcode::RdmaWrite,
+            SendData::Inline(vec![1; 16].into()),
+        );
         (w.remote_addr, w.rkey) = (b.mr.addr(), b.mr.rkey());
         a.qps[0].post_send(w).unwrap();
         assert!(ch.wait(Duration::from_secs(5)).unwrap(), "no wake-up");
@@ -168,7 +172,7 @@ fn sixty_four_qps_from_four_threads() {
                         let mut w = SendWr::new(
                             (q * 4 + k) as u64,
                             WrOpcode::RdmaWrite,
-                            SendData::Sges(vec![a.mr.sge(off, 8192)]),
+                            SendData::Sges(vec![a.mr.sge(off, 8192)].into()),
                         );
                         (w.remote_addr, w.rkey) = (addr + off as u64, rkey);
                         a.qps[q].post_send(w).unwrap();
@@ -224,13 +228,13 @@ fn bad_arguments_are_clear_errors_that_change_nothing() {
     let e = err(qp.post_send(SendWr::new(
         1,
         WrOpcode::Send,
-        SendData::Sges(vec![mr.sge(0, 8)]),
+        SendData::Sges(vec![mr.sge(0, 8)].into()),
     )));
     assert!(!e.is_empty());
     assert!(qp
         .post_recv(RecvWr {
             wr_id: 2,
-            sges: vec![mr.sge(0, 4096)]
+            sges: vec![mr.sge(0, 4096)].into()
         })
         .is_err());
     // Nothing was queued: the CQ stays empty.
@@ -251,7 +255,7 @@ fn write_to_a_silent_target(a: &Side, b: &Side, off: usize, byte: u8) -> Duratio
     let mut w = SendWr::new(
         u64::from(byte),
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![a.mr.sge(0, 64)]),
+        SendData::Sges(vec![a.mr.sge(0, 64)].into()),
     );
     (w.remote_addr, w.rkey) = (b.mr.addr() + off as u64, b.mr.rkey());
     let t = Instant::now();
@@ -287,14 +291,14 @@ fn a_target_that_stops_calling_in_still_takes_writes() {
     b.qps[0]
         .post_recv(RecvWr {
             wr_id: 7,
-            sges: vec![b.mr.sge(4096, 16)],
+            sges: vec![b.mr.sge(4096, 16)].into(),
         })
         .unwrap();
     a.qps[0]
         .post_send(SendWr::new(
             8,
             WrOpcode::Send,
-            SendData::Inline(b"hi".to_vec()),
+            SendData::Inline(b"hi"[..].into()),
         ))
         .unwrap();
     assert_eq!(wait(&b.cq, 1)[0].wr_id, 7);
@@ -321,7 +325,11 @@ fn a_passive_targets_engine_thread_stops_polling_when_the_reads_stop() {
     let b = side("127.0.0.38", 1, 4096);
     connect_all(&a, &b);
     for i in 0..200 {
-        let mut r = SendWr::new(i, WrOpcode::RdmaRead, SendData::Sges(vec![a.mr.sge(0, 8)]));
+        let mut r = SendWr::new(
+            i,
+            WrOpcode::RdmaRead,
+            SendData::Sges(vec![a.mr.sge(0, 8)].into()),
+        );
         (r.remote_addr, r.rkey) = (b.mr.addr(), b.mr.rkey());
         a.qps[0].post_send(r).unwrap();
         let wc = wait(&a.cq, 1);
@@ -353,7 +361,7 @@ fn a_qp_destroyed_right_after_its_last_receive_still_acknowledges_it() {
         s.qps[0]
             .post_recv(RecvWr {
                 wr_id: id,
-                sges: vec![s.mr.sge(1024, 64)],
+                sges: vec![s.mr.sge(1024, 64)].into(),
             })
             .unwrap();
     };
@@ -362,7 +370,7 @@ fn a_qp_destroyed_right_after_its_last_receive_still_acknowledges_it() {
             .post_send(SendWr::new(
                 id,
                 WrOpcode::Send,
-                SendData::Sges(vec![s.mr.sge(0, 64)]),
+                SendData::Sges(vec![s.mr.sge(0, 64)].into()),
             ))
             .unwrap();
     };

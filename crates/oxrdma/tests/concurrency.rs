@@ -70,7 +70,7 @@ fn posting_polling_and_registering_from_seven_threads() {
                         (WrOpcode::RdmaRead, QPS * CHUNK + src)
                     };
                     let sges = vec![ma.sge(local, CHUNK)];
-                    let mut w = SendWr::new((q as u64) << 32 | i, op, SendData::Sges(sges));
+                    let mut w = SendWr::new((q as u64) << 32 | i, op, SendData::Sges(sges.into()));
                     (w.remote_addr, w.rkey) = (addr + (q * CHUNK) as u64, rkey);
                     qp.post_send(w).unwrap();
                 }

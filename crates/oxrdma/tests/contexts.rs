@@ -51,7 +51,7 @@ fn two_contexts_of_one_device_share_the_nic_and_keep_their_events() {
     for i in 0..2 {
         srq.post_recv(RecvWr {
             wr_id: i,
-            sges: vec![mb.sge(i as usize * 64, 64)],
+            sges: vec![mb.sge(i as usize * 64, 64)].into(),
         })
         .unwrap();
     }
@@ -60,7 +60,7 @@ fn two_contexts_of_one_device_share_the_nic_and_keep_their_events() {
     qa.post_send(SendWr::new(
         9,
         WrOpcode::Send,
-        SendData::Sges(vec![ma.sge(0, 21)]),
+        SendData::Sges(vec![ma.sge(0, 21)].into()),
     ))
     .unwrap();
     assert_eq!(wait(&ca, 1)[0].status, WcStatus::Success);
@@ -120,7 +120,11 @@ fn a_post_list_rings_the_doorbell_once() {
     qa.connect(1, &qb.endpoint(2), &o).unwrap();
     qb.connect(2, &qa.endpoint(1), &o).unwrap();
     let write = |i: u64| {
-        let mut w = SendWr::new(i, WrOpcode::RdmaWrite, SendData::Sges(vec![mr.sge(0, 8)]));
+        let mut w = SendWr::new(
+            i,
+            WrOpcode::RdmaWrite,
+            SendData::Sges(vec![mr.sge(0, 8)].into()),
+        );
         (w.remote_addr, w.rkey) = (mr.addr() + 8 * (i % 500), mr.rkey());
         w
     };
@@ -132,7 +136,7 @@ fn a_post_list_rings_the_doorbell_once() {
         }
         // A WR the QP refuses fails alone; those before it stay posted.
         let mut bad = write(99);
-        bad.data = SendData::Inline(vec![0; 1 << 16]); // beyond max_inline_data
+        bad.data = SendData::Inline(vec![0; 1 << 16].into()); // beyond max_inline_data
         assert!(list.post_send(bad).is_err());
     }
     assert_eq!(ctx.doorbells() - before, 1, "one doorbell for a list of 32");

@@ -152,14 +152,14 @@ fn transfer(a: &Context, b: &Context, label: &str) {
     let mut w = SendWr::new(
         1,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![ma.sge(0, data.len())]),
+        SendData::Sges(vec![ma.sge(0, data.len())].into()),
     );
     (w.remote_addr, w.rkey) = (mb.addr(), mb.rkey());
     qa.post_send(w).unwrap();
     let mut r = SendWr::new(
         2,
         WrOpcode::RdmaRead,
-        SendData::Sges(vec![ma.sge(1 << 20, data.len())]),
+        SendData::Sges(vec![ma.sge(1 << 20, data.len())].into()),
     );
     (r.remote_addr, r.rkey) = (mb.addr(), mb.rkey());
     qa.post_send(r).unwrap();

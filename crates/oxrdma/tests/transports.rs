@@ -63,24 +63,24 @@ fn uc_send_and_write_with_imm_over_udp() {
     ma.write(0, &data);
     qb.post_recv(RecvWr {
         wr_id: 1,
-        sges: vec![mb.sge(0, 64 << 10)],
+        sges: vec![mb.sge(0, 64 << 10)].into(),
     })
     .unwrap();
     qb.post_recv(RecvWr {
         wr_id: 2,
-        sges: vec![],
+        sges: vec![].into(),
     })
     .unwrap();
     qa.post_send(SendWr::new(
         10,
         WrOpcode::Send,
-        SendData::Sges(vec![ma.sge(0, data.len())]),
+        SendData::Sges(vec![ma.sge(0, data.len())].into()),
     ))
     .unwrap();
     let mut w = SendWr::new(
         11,
         WrOpcode::RdmaWriteWithImm,
-        SendData::Sges(vec![ma.sge(0, data.len())]),
+        SendData::Sges(vec![ma.sge(0, data.len())].into()),
     );
     (w.remote_addr, w.rkey, w.imm) = (mb.addr() + (64 << 10), mb.rkey(), 0x1234);
     qa.post_send(w).unwrap();
@@ -127,14 +127,18 @@ fn ud_ping_pong_over_udp_answers_the_source_from_the_completion() {
     for (qp, mr) in [(&qa, &ma), (&qb, &mb)] {
         qp.post_recv(RecvWr {
             wr_id: 7,
-            sges: vec![mr.sge(4096, 40 + mtu.min(4096))],
+            sges: vec![mr.sge(4096, 40 + mtu.min(4096))].into(),
         })
         .unwrap();
     }
     // a → b, to b's GID.
     ma.write(0, b"ping from a");
     let ah = pa.create_ah(b.gid()).unwrap();
-    let mut w = SendWr::new(1, WrOpcode::Send, SendData::Sges(vec![ma.sge(0, 11)]));
+    let mut w = SendWr::new(
+        1,
+        WrOpcode::Send,
+        SendData::Sges(vec![ma.sge(0, 11)].into()),
+    );
     w.ud = Some(UdDest {
         ah: ah.id(),
         remote_qpn: qb.qpn(),
@@ -158,7 +162,11 @@ fn ud_ping_pong_over_udp_answers_the_source_from_the_completion() {
     // b answers whoever it was, from the completion alone.
     let back = pb.create_ah(got.src_gid.unwrap()).unwrap();
     mb.write(0, b"pong");
-    let mut w = SendWr::new(2, WrOpcode::SendWithImm, SendData::Sges(vec![mb.sge(0, 4)]));
+    let mut w = SendWr::new(
+        2,
+        WrOpcode::SendWithImm,
+        SendData::Sges(vec![mb.sge(0, 4)].into()),
+    );
     w.imm = 99;
     w.ud = Some(UdDest {
         ah: back.id(),
@@ -173,14 +181,18 @@ fn ud_ping_pong_over_udp_answers_the_source_from_the_completion() {
         (44, Some(99), qb.qpn())
     );
     // Longer than the MTU: refused at post, nothing sent.
-    let mut w = SendWr::new(3, WrOpcode::Send, SendData::Sges(vec![ma.sge(0, mtu + 1)]));
+    let mut w = SendWr::new(
+        3,
+        WrOpcode::Send,
+        SendData::Sges(vec![ma.sge(0, mtu + 1)].into()),
+    );
     w.ud = Some(UdDest {
         ah: ah.id(),
         remote_qpn: qb.qpn(),
         remote_qkey: QKEY,
     });
     let big = pa.register(mtu + 1, Access::ALL).unwrap();
-    w.data = SendData::Sges(vec![big.sge(0, mtu + 1)]);
+    w.data = SendData::Sges(vec![big.sge(0, mtu + 1)].into());
     assert!(qa.post_send(w).is_err());
 }
 
@@ -215,7 +227,7 @@ fn srq_over_udp_serves_two_rc_qps_and_signals_its_limit() {
     for i in 0..4 {
         srq.post_recv(RecvWr {
             wr_id: i,
-            sges: vec![mb.sge(i as usize * 64, 64)],
+            sges: vec![mb.sge(i as usize * 64, 64)].into(),
         })
         .unwrap();
     }
@@ -225,7 +237,7 @@ fn srq_over_udp_serves_two_rc_qps_and_signals_its_limit() {
         qa.post_send(SendWr::new(
             i as u64,
             WrOpcode::Send,
-            SendData::Sges(vec![ma.sge(0, 8)]),
+            SendData::Sges(vec![ma.sge(0, 8)].into()),
         ))
         .unwrap();
         wait(&ca, 1);
@@ -266,13 +278,17 @@ fn memory_windows_over_udp() {
     // Type 2: bound by a work request on b's QP, closed by a's SEND_WITH_INV.
     let mw = pb.alloc_mw(oxrdma::MwType::Type2).unwrap();
     let bind = mb.window(&mw, 4096, 4096, Access::REMOTE_WRITE);
-    let mut wr = SendWr::new(1, WrOpcode::BindMw, SendData::Sges(vec![]));
+    let mut wr = SendWr::new(1, WrOpcode::BindMw, SendData::Sges(vec![].into()));
     wr.bind = Some(bind);
     qb.post_send(wr).unwrap();
     assert_eq!(wait(cb, 1)[0].opcode, WcOpcode::BindMw);
     assert_eq!(mw.rkey(), bind.rkey);
     ma.write(0, b"through the window");
-    let mut w = SendWr::new(2, WrOpcode::RdmaWrite, SendData::Sges(vec![ma.sge(0, 18)]));
+    let mut w = SendWr::new(
+        2,
+        WrOpcode::RdmaWrite,
+        SendData::Sges(vec![ma.sge(0, 18)].into()),
+    );
     (w.remote_addr, w.rkey) = (mb.addr() + 5000, mw.rkey());
     qa.post_send(w).unwrap();
     assert_eq!(wait(ca, 1)[0].status, WcStatus::Success);
@@ -281,15 +297,23 @@ fn memory_windows_over_udp() {
     assert_eq!(&got, b"through the window");
     qb.post_recv(RecvWr {
         wr_id: 3,
-        sges: vec![mb.sge(0, 64)],
+        sges: vec![mb.sge(0, 64)].into(),
     })
     .unwrap();
-    let mut s = SendWr::new(4, WrOpcode::SendWithInv, SendData::Sges(vec![ma.sge(0, 4)]));
+    let mut s = SendWr::new(
+        4,
+        WrOpcode::SendWithInv,
+        SendData::Sges(vec![ma.sge(0, 4)].into()),
+    );
     s.invalidate_rkey = mw.rkey();
     qa.post_send(s).unwrap();
     assert_eq!(wait(ca, 1)[0].status, WcStatus::Success);
     assert_eq!(wait(cb, 1)[0].invalidated_rkey, Some(mw.rkey()));
-    let mut w = SendWr::new(5, WrOpcode::RdmaWrite, SendData::Sges(vec![ma.sge(0, 4)]));
+    let mut w = SendWr::new(
+        5,
+        WrOpcode::RdmaWrite,
+        SendData::Sges(vec![ma.sge(0, 4)].into()),
+    );
     (w.remote_addr, w.rkey) = (mb.addr() + 5000, mw.rkey());
     qa.post_send(w).unwrap();
     assert_eq!(wait(ca, 1)[0].status, WcStatus::RemAccessErr);

@@ -246,7 +246,10 @@ impl Pair {
     /// Posts a receive of `sges` with `wr_id` on node `n`'s QP.
     pub fn post_recv(&mut self, n: usize, wr_id: u64, sges: Vec<Sge>) {
         let qpn = if n == 0 { self.a.qpn } else { self.b.qpn };
-        let wr = oxrdma_core::RecvWr { wr_id, sges };
+        let wr = oxrdma_core::RecvWr {
+            wr_id,
+            sges: sges.into(),
+        };
         self.world.nodes[n]
             .engine
             .post_recv(qpn, wr)

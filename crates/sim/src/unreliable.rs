@@ -142,7 +142,7 @@ fn post_recvs(world: &mut World, s: &Side) {
     for i in 0..s.recvs {
         let wr = RecvWr {
             wr_id: i as u64,
-            sges: vec![sge(s, i * s.slot, s.slot)],
+            sges: vec![sge(s, i * s.slot, s.slot)].into(),
         };
         world.nodes[s.node]
             .engine
@@ -236,7 +236,11 @@ fn run_uc(cfg: &UnreliableConfig) -> UnreliableReport {
         for (i, (&len, &op)) in lens.iter().zip(&ops).enumerate() {
             let id = (p * n + i) as u64;
             sa.buf.write(off, &content(id, len));
-            let mut wr = SendWr::new(i as u64, op, SendData::Sges(vec![sge(&sa, off, len)]));
+            let mut wr = SendWr::new(
+                i as u64,
+                op,
+                SendData::Sges(vec![sge(&sa, off, len)].into()),
+            );
             wr.flags = SendFlags::SIGNALED;
             wr.imm = i as u32;
             wr.remote_addr = sb.mr.iova + (n * slot + off) as u64;
@@ -373,7 +377,7 @@ fn run_ud(cfg: &UnreliableConfig) -> UnreliableReport {
             let mut wr = SendWr::new(
                 seq as u64,
                 WrOpcode::Send,
-                SendData::Sges(vec![sge(s, s.recvs * s.slot + seq * mtu, len)]),
+                SendData::Sges(vec![sge(s, s.recvs * s.slot + seq * mtu, len)].into()),
             );
             wr.ud = Some(UdDest {
                 ah: s.ahs[sides[to].node],

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 fn write(wr_id: u64, sge: oxrdma_core::Sge, remote: u64, rkey: u32) -> SendWr {
-    let mut wr = SendWr::new(wr_id, WrOpcode::RdmaWrite, SendData::Sges(vec![sge]));
+    let mut wr = SendWr::new(wr_id, WrOpcode::RdmaWrite, SendData::Sges(vec![sge].into()));
     wr.remote_addr = remote;
     wr.rkey = rkey;
     wr
@@ -25,7 +25,7 @@ fn read(wr_id: u64, sge: oxrdma_core::Sge, remote: u64, rkey: u32) -> SendWr {
 }
 
 fn send(wr_id: u64, sge: oxrdma_core::Sge) -> SendWr {
-    SendWr::new(wr_id, WrOpcode::Send, SendData::Sges(vec![sge]))
+    SendWr::new(wr_id, WrOpcode::Send, SendData::Sges(vec![sge].into()))
 }
 
 /// (opcode, PSN, AckReq, AETH syndrome) of every packet sent.
@@ -151,7 +151,7 @@ fn misaligned_atomic_is_an_invalid_request() {
     let mut wr = SendWr::new(
         1,
         WrOpcode::AtomicFetchAndAdd,
-        SendData::Sges(vec![p.a.sge(0, 8)]),
+        SendData::Sges(vec![p.a.sge(0, 8)].into()),
     );
     wr.remote_addr = p.b.addr(4);
     wr.rkey = p.b.mr.rkey;
@@ -400,7 +400,7 @@ fn duplicate_atomic_is_answered_from_the_cache_not_executed_again() {
     let mut wr = SendWr::new(
         1,
         WrOpcode::AtomicFetchAndAdd,
-        SendData::Sges(vec![p.a.sge(0, 8)]),
+        SendData::Sges(vec![p.a.sge(0, 8)].into()),
     );
     wr.remote_addr = p.b.addr(64);
     wr.rkey = p.b.mr.rkey;
@@ -428,7 +428,7 @@ fn compare_and_swap_swaps_only_on_match() {
         let mut wr = SendWr::new(
             id,
             WrOpcode::AtomicCmpAndSwp,
-            SendData::Sges(vec![p.a.sge(8 * id as usize, 8)]),
+            SendData::Sges(vec![p.a.sge(8 * id as usize, 8)].into()),
         );
         wr.remote_addr = p.b.addr(0);
         wr.rkey = p.b.mr.rkey;
@@ -475,7 +475,7 @@ fn immediate_data_and_inline_sends() {
         p.b.qpn,
         RecvWr {
             wr_id: 10,
-            sges: vec![p.b.sge(0, 64)],
+            sges: vec![p.b.sge(0, 64)].into(),
         },
     )
     .unwrap();
@@ -483,7 +483,7 @@ fn immediate_data_and_inline_sends() {
         p.b.qpn,
         RecvWr {
             wr_id: 11,
-            sges: vec![],
+            sges: vec![].into(),
         },
     )
     .unwrap();
@@ -491,14 +491,14 @@ fn immediate_data_and_inline_sends() {
     let mut s = SendWr::new(
         1,
         WrOpcode::SendWithImm,
-        SendData::Inline(b"hello".to_vec()),
+        SendData::Inline(b"hello"[..].into()),
     );
     s.imm = 0x1122_3344;
     e0.post_send(p.a.qpn, s).unwrap();
     let mut w = SendWr::new(
         2,
         WrOpcode::RdmaWriteWithImm,
-        SendData::Inline(b"world".to_vec()),
+        SendData::Inline(b"world"[..].into()),
     );
     w.imm = 0xdead_beef;
     w.remote_addr = p.b.addr(100);
@@ -673,7 +673,7 @@ fn qp_state_machine_rules() {
             q,
             RecvWr {
                 wr_id: 1,
-                sges: vec![]
+                sges: vec![].into()
             }
         ),
         Err(VerbsError::BadState { .. })
@@ -698,7 +698,7 @@ fn qp_state_machine_rules() {
         p.a.qpn,
         RecvWr {
             wr_id: 6,
-            sges: vec![],
+            sges: vec![].into(),
         },
     )
     .unwrap();
@@ -734,12 +734,16 @@ fn qp_state_machine_rules() {
 fn post_send_arguments_are_checked() {
     let mut p = Pair::new(&PairOptions::default());
     let e = &mut p.world.nodes[0].engine;
-    let many = SendWr::new(1, WrOpcode::Send, SendData::Sges(vec![p.a.sge(0, 1); 5]));
+    let many = SendWr::new(
+        1,
+        WrOpcode::Send,
+        SendData::Sges(vec![p.a.sge(0, 1); 5].into()),
+    );
     assert!(matches!(
         e.post_send(p.a.qpn, many),
         Err(VerbsError::InvalidArgument(_))
     ));
-    let long_inline = SendWr::new(1, WrOpcode::Send, SendData::Inline(vec![0; 65]));
+    let long_inline = SendWr::new(1, WrOpcode::Send, SendData::Inline(vec![0; 65].into()));
     assert!(matches!(
         e.post_send(p.a.qpn, long_inline),
         Err(VerbsError::InvalidArgument(_))
@@ -747,7 +751,7 @@ fn post_send_arguments_are_checked() {
     let short_atomic = SendWr::new(
         1,
         WrOpcode::AtomicFetchAndAdd,
-        SendData::Sges(vec![p.a.sge(0, 4)]),
+        SendData::Sges(vec![p.a.sge(0, 4)].into()),
     );
     assert!(matches!(
         e.post_send(p.a.qpn, short_atomic),

@@ -148,7 +148,7 @@ fn every_object_count_is_capped() {
         qpn,
         RecvWr {
             wr_id: 0,
-            sges: vec![sge; 3],
+            sges: vec![sge; 3].into(),
         },
     ));
     for i in 0..4 {
@@ -156,7 +156,7 @@ fn every_object_count_is_capped() {
             qpn,
             RecvWr {
                 wr_id: i,
-                sges: vec![sge],
+                sges: vec![sge].into(),
             },
         )
         .unwrap();
@@ -165,11 +165,11 @@ fn every_object_count_is_capped() {
         qpn,
         RecvWr {
             wr_id: 9,
-            sges: vec![sge],
+            sges: vec![sge].into(),
         },
     ));
     // Sends need RTS.
-    let w = SendWr::new(1, WrOpcode::Send, SendData::Inline(vec![0; 8]));
+    let w = SendWr::new(1, WrOpcode::Send, SendData::Inline(vec![0; 8].into()));
     assert!(matches!(
         e.post_send(qpn, w),
         Err(VerbsError::BadState { .. })

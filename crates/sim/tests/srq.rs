@@ -79,7 +79,7 @@ impl Setup {
         for wr_id in ids {
             let wr = RecvWr {
                 wr_id,
-                sges: vec![self.sge[1]],
+                sges: vec![self.sge[1]].into(),
             };
             self.world.nodes[1]
                 .engine
@@ -88,7 +88,11 @@ impl Setup {
         }
     }
     fn send(&mut self, pair: usize, wr_id: u64) {
-        let wr = SendWr::new(wr_id, WrOpcode::Send, SendData::Sges(vec![self.sge[0]]));
+        let wr = SendWr::new(
+            wr_id,
+            WrOpcode::Send,
+            SendData::Sges(vec![self.sge[0]].into()),
+        );
         let qpn = self.rc[pair].0;
         self.world.nodes[0].engine.post_send(qpn, wr).unwrap();
         let limit = self.world.now + 10_000_000_000;
@@ -169,7 +173,7 @@ fn srq_rules_and_last_wqe_reached() {
     // A QP on an SRQ has no receive queue of its own.
     let wr = RecvWr {
         wr_id: 1,
-        sges: vec![],
+        sges: vec![].into(),
     };
     assert!(e.post_recv(rqpn, wr).is_err());
     // The SRQ cannot go while QPs use it; limits are checked.
@@ -178,7 +182,7 @@ fn srq_rules_and_last_wqe_reached() {
     assert!(e.create_srq(1, 1 << 30, 1, 0).is_err());
     let too_many_sges = RecvWr {
         wr_id: 2,
-        sges: vec![s.sge[1]; 2],
+        sges: vec![s.sge[1]; 2].into(),
     };
     assert!(e.post_srq_recv(s.srq, too_many_sges).is_err());
     // A QP on an SRQ that fails says it will take no more from it.
@@ -238,7 +242,7 @@ fn a_ud_qp_receives_from_an_srq() {
         .create_ah(1, AddressVector { dgid })
         .unwrap();
     s.post_srq(0..1);
-    let mut wr = SendWr::new(5, WrOpcode::Send, SendData::Sges(vec![s.sge[0]]));
+    let mut wr = SendWr::new(5, WrOpcode::Send, SendData::Sges(vec![s.sge[0]].into()));
     wr.ud = Some(UdDest {
         ah,
         remote_qpn: rq,

@@ -39,7 +39,7 @@ fn sends(p: &Pair, wr_id: u64, off: usize, len: usize) -> SendWr {
     SendWr::new(
         wr_id,
         WrOpcode::Send,
-        SendData::Sges(vec![p.a.sge(off, len)]),
+        SendData::Sges(vec![p.a.sge(off, len)].into()),
     )
 }
 
@@ -61,7 +61,7 @@ fn uc_send_and_write_complete_without_any_ack() {
     let mut w = SendWr::new(
         2,
         WrOpcode::RdmaWriteWithImm,
-        SendData::Sges(vec![p.a.sge(0, 3000)]),
+        SendData::Sges(vec![p.a.sge(0, 3000)].into()),
     );
     (w.remote_addr, w.rkey, w.imm) = (p.b.addr(10_000), p.b.mr.rkey, 0xfeed);
     p.post_recv(1, 8, vec![]);
@@ -145,7 +145,7 @@ fn ud_send(p: &Pair, wr_id: u64, len: usize, qkey: u32, imm: Option<u32>) -> Sen
     } else {
         WrOpcode::Send
     };
-    let mut w = SendWr::new(wr_id, op, SendData::Sges(vec![p.a.sge(0, len)]));
+    let mut w = SendWr::new(wr_id, op, SendData::Sges(vec![p.a.sge(0, len)].into()));
     w.imm = imm.unwrap_or(0);
     w.ud = Some(UdDest {
         ah: p.a.ah.expect("UD pair has an AH"),
@@ -272,7 +272,11 @@ fn the_send_queue_depth_counts_every_wr_until_it_completes() {
         ..Default::default()
     });
     let write = |p: &Pair, id| {
-        let mut w = SendWr::new(id, WrOpcode::RdmaWrite, SendData::Sges(vec![p.a.sge(0, 8)]));
+        let mut w = SendWr::new(
+            id,
+            WrOpcode::RdmaWrite,
+            SendData::Sges(vec![p.a.sge(0, 8)].into()),
+        );
         (w.remote_addr, w.rkey) = (p.b.addr(0), p.b.mr.rkey);
         w
     };

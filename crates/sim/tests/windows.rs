@@ -29,7 +29,7 @@ fn bind_type2(p: &mut Pair, access: Access) -> (u32, u32) {
         .alloc_mw(p.b.pd, MwType::Type2)
         .unwrap();
     let b = bind_info(p, mw, rkey, access);
-    let mut wr = SendWr::new(100, WrOpcode::BindMw, SendData::Sges(vec![]));
+    let mut wr = SendWr::new(100, WrOpcode::BindMw, SendData::Sges(vec![].into()));
     wr.bind = Some(b);
     p.post_send(1, wr);
     p.run();
@@ -45,7 +45,7 @@ fn write(p: &Pair, wr_id: u64, off: usize, len: usize, rkey: u32) -> SendWr {
     let mut w = SendWr::new(
         wr_id,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![p.a.sge(0, len)]),
+        SendData::Sges(vec![p.a.sge(0, len)].into()),
     );
     (w.remote_addr, w.rkey) = (p.b.addr(off), rkey);
     w
@@ -88,7 +88,11 @@ fn a_window_bound_with_local_write_too_opens_for_remote_writes() {
 fn a_window_without_read_rights_refuses_a_read() {
     let mut p = pair();
     let (_, rkey) = bind_type2(&mut p, Access::REMOTE_WRITE);
-    let mut r = SendWr::new(1, WrOpcode::RdmaRead, SendData::Sges(vec![p.a.sge(0, 64)]));
+    let mut r = SendWr::new(
+        1,
+        WrOpcode::RdmaRead,
+        SendData::Sges(vec![p.a.sge(0, 64)].into()),
+    );
     (r.remote_addr, r.rkey) = (p.b.addr(4096), rkey);
     p.post_send(0, r);
     p.run();
@@ -99,7 +103,7 @@ fn a_window_without_read_rights_refuses_a_read() {
 fn an_invalidated_window_is_a_remote_access_error() {
     let mut p = pair();
     let (_, rkey) = bind_type2(&mut p, Access::REMOTE_WRITE);
-    let mut inv = SendWr::new(5, WrOpcode::LocalInv, SendData::Sges(vec![]));
+    let mut inv = SendWr::new(5, WrOpcode::LocalInv, SendData::Sges(vec![].into()));
     inv.invalidate_rkey = rkey;
     p.post_send(1, inv);
     p.run();
@@ -122,7 +126,7 @@ fn send_with_invalidate_closes_the_window_at_the_responder() {
     let mut s = SendWr::new(
         1,
         WrOpcode::SendWithInv,
-        SendData::Sges(vec![p.a.sge(0, 3000)]),
+        SendData::Sges(vec![p.a.sge(0, 3000)].into()),
     );
     s.invalidate_rkey = rkey;
     p.post_send(0, s);
@@ -145,7 +149,7 @@ fn send_with_invalidate_of_a_key_that_is_no_window_is_an_invalid_request() {
     let mut s = SendWr::new(
         1,
         WrOpcode::SendWithInv,
-        SendData::Sges(vec![p.a.sge(0, 10)]),
+        SendData::Sges(vec![p.a.sge(0, 10)].into()),
     );
     s.invalidate_rkey = p.b.mr.rkey; // a region, not a type 2 window
     p.post_send(0, s);
@@ -206,7 +210,7 @@ fn bind_rules() {
     let (mw, rkey) = e.alloc_mw(p.b.pd, MwType::Type2).unwrap();
     let mut b = bind_info(&p, mw, rkey, Access::REMOTE_WRITE);
     (b.lkey, b.addr) = (plain.lkey, plain.iova);
-    let mut wr = SendWr::new(1, WrOpcode::BindMw, SendData::Sges(vec![]));
+    let mut wr = SendWr::new(1, WrOpcode::BindMw, SendData::Sges(vec![].into()));
     wr.bind = Some(b);
     wr.flags = SendFlags::empty(); // errors complete even unsignaled
     p.post_send(1, wr);
@@ -221,7 +225,7 @@ fn bind_rules() {
         .unwrap();
     let mut b = bind_info(&p, mw, rkey, Access::REMOTE_WRITE);
     b.rkey ^= 0x100;
-    let mut wr = SendWr::new(2, WrOpcode::BindMw, SendData::Sges(vec![]));
+    let mut wr = SendWr::new(2, WrOpcode::BindMw, SendData::Sges(vec![].into()));
     wr.bind = Some(b);
     p.post_send(1, wr);
     p.run();
@@ -233,7 +237,7 @@ fn bind_rules() {
     let (mw, rkey) = bind_type2(&mut p, Access::REMOTE_READ);
     let lkey = p.b.mr.lkey;
     assert!(p.world.nodes[1].engine.dereg_mr(lkey).is_err());
-    let mut wr = SendWr::new(3, WrOpcode::BindMw, SendData::Sges(vec![]));
+    let mut wr = SendWr::new(3, WrOpcode::BindMw, SendData::Sges(vec![].into()));
     wr.bind = Some(bind_info(&p, mw, rkey, Access::REMOTE_READ));
     p.post_send(1, wr);
     p.run();
@@ -244,7 +248,7 @@ fn bind_rules() {
         .alloc_mw(p.b.pd, MwType::Type1)
         .unwrap();
     let _ = t1;
-    let mut inv = SendWr::new(4, WrOpcode::LocalInv, SendData::Sges(vec![]));
+    let mut inv = SendWr::new(4, WrOpcode::LocalInv, SendData::Sges(vec![].into()));
     inv.invalidate_rkey = rkey1;
     p.post_send(1, inv);
     p.run();

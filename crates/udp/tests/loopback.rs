@@ -101,7 +101,7 @@ fn write_read_send_over_udp() {
     let mut w = SendWr::new(
         1,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![sge(&a, 0, data.len())]),
+        SendData::Sges(vec![sge(&a, 0, data.len())].into()),
     );
     w.remote_addr = b.iova + 4096;
     w.rkey = b.rkey;
@@ -109,7 +109,7 @@ fn write_read_send_over_udp() {
     let mut r = SendWr::new(
         2,
         WrOpcode::RdmaRead,
-        SendData::Sges(vec![sge(&a, 4 << 20, data.len())]),
+        SendData::Sges(vec![sge(&a, 4 << 20, data.len())].into()),
     );
     r.remote_addr = b.iova + 4096;
     r.rkey = b.rkey;
@@ -120,14 +120,14 @@ fn write_read_send_over_udp() {
             b.qpn,
             RecvWr {
                 wr_id: 7,
-                sges: vec![sge(&b, 0, 4096)],
+                sges: vec![sge(&b, 0, 4096)].into(),
             },
         )
         .unwrap();
     let mut s = SendWr::new(
         3,
         WrOpcode::SendWithImm,
-        SendData::Sges(vec![sge(&a, 0, 100)]),
+        SendData::Sges(vec![sge(&a, 0, 100)].into()),
     );
     s.imm = 0xcafe;
     a.dev.engine.post_send(a.qpn, s).unwrap();
@@ -205,18 +205,22 @@ fn transmit_sends_what_was_posted_and_leaves_arrivals_to_the_next_poll() {
                     addr: b.iova,
                     length: 64,
                     lkey: b.lkey,
-                }],
+                }]
+                .into(),
             },
         )
         .unwrap();
     let mut s = SendWr::new(
         4,
         WrOpcode::Send,
-        SendData::Sges(vec![Sge {
-            addr: a.iova,
-            length: 16,
-            lkey: a.lkey,
-        }]),
+        SendData::Sges(
+            vec![Sge {
+                addr: a.iova,
+                length: 16,
+                lkey: a.lkey,
+            }]
+            .into(),
+        ),
     );
     s.flags = oxrdma_core::SendFlags::SIGNALED;
     a.dev.engine.post_send(a.qpn, s).unwrap();

@@ -178,7 +178,14 @@ impl Host {
                 length: 1024,
                 lkey,
             }];
-            e.post_recv(qpn, RecvWr { wr_id: i, sges }).unwrap();
+            e.post_recv(
+                qpn,
+                RecvWr {
+                    wr_id: i,
+                    sges: sges.into(),
+                },
+            )
+            .unwrap();
         }
         Host {
             dev,
@@ -286,7 +293,7 @@ fn accepts_rxe_shaped_packets(me: IpAddr, peer: IpAddr, forger: IpAddr, family: 
         length: 100,
         lkey: h.lkey,
     };
-    let wr = SendWr::new(77, WrOpcode::Send, SendData::Sges(vec![sge]));
+    let wr = SendWr::new(77, WrOpcode::Send, SendData::Sges(vec![sge].into()));
     h.dev.engine.post_send(h.qpn, wr).unwrap();
     h.dev.poll().unwrap();
     send_raw(&raw, rxe(false), me, &ack(h.qpn, MY_PSN, 1));

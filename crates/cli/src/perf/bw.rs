@@ -28,9 +28,9 @@ pub(crate) fn signal_every(size: usize, depth: u64) -> u64 {
 
 /// The WR the client posts on QP `i`.
 fn work_request(side: &Side, args: &PerfArgs, i: usize, size: usize, inline: &[u8]) -> SendWr {
-    let sge = SendData::Sges(vec![side.mr.sge(i * side.slot, size)]);
+    let sge = SendData::Sges(vec![side.mr.sge(i * side.slot, size)].into());
     let data = if !inline.is_empty() {
-        SendData::Inline(inline.to_vec())
+        SendData::Inline(inline.into())
     } else {
         sge
     };
@@ -229,7 +229,7 @@ fn serve_receives(side: &mut Side, args: &PerfArgs) -> anyhow::Result<()> {
     let post = |side: &Side, i: usize| {
         side.qps[i].post_recv(RecvWr {
             wr_id: i as u64,
-            sges: vec![side.mr.sge(i * side.slot, side.slot)],
+            sges: vec![side.mr.sge(i * side.slot, side.slot)].into(),
         })
     };
     if !side.recvs_posted {

@@ -75,7 +75,7 @@ fn wait(side: &mut Side, size: usize, what: Wait, ctl_too: bool) -> anyhow::Resu
 fn post_recv(side: &Side) -> anyhow::Result<()> {
     side.qps[0].post_recv(RecvWr {
         wr_id: 0,
-        sges: vec![side.mr.sge(side.slot / 2, side.slot / 2)],
+        sges: vec![side.mr.sge(side.slot / 2, side.slot / 2)].into(),
     })?;
     Ok(())
 }
@@ -84,11 +84,11 @@ fn post_recv(side: &Side) -> anyhow::Result<()> {
 fn ping(side: &Side, args: &PerfArgs, size: usize, i: u64) -> anyhow::Result<()> {
     side.mr.write(size - 1, &[i as u8]);
     let data = if size <= args.inline_size as usize {
-        let mut d = vec![0u8; size];
+        let mut d = oxrdma::InlineData::from_elem(0, size);
         side.mr.read(0, &mut d);
         SendData::Inline(d)
     } else {
-        SendData::Sges(vec![side.mr.sge(0, size)])
+        SendData::Sges(vec![side.mr.sge(0, size)].into())
     };
     let mut wr = SendWr::new(i, args.opcode(), data);
     // Signal one in 16 sends so the send queue drains without a completion per message;
@@ -110,7 +110,7 @@ fn ping(side: &Side, args: &PerfArgs, size: usize, i: u64) -> anyhow::Result<()>
 /// One READ or atomic, signaled.
 fn one_sided(side: &Side, args: &PerfArgs, size: usize, i: u64) -> anyhow::Result<()> {
     let opcode = args.opcode();
-    let mut wr = SendWr::new(i, opcode, SendData::Sges(vec![side.mr.sge(0, size)]));
+    let mut wr = SendWr::new(i, opcode, SendData::Sges(vec![side.mr.sge(0, size)].into()));
     (wr.remote_addr, wr.rkey) = (side.peers[0].addr, side.peers[0].rkey);
     wr.compare_add = u64::from(opcode == WrOpcode::AtomicFetchAndAdd);
     side.qps[0].post_send(wr)?;

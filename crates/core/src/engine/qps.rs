@@ -168,7 +168,7 @@ impl Engine {
             }
             None => return Err(VerbsError::NotFound("memory window")),
         }
-        let mut wr = SendWr::new(wr_id, WrOpcode::BindMw, SendData::Sges(Vec::new()));
+        let mut wr = SendWr::new(wr_id, WrOpcode::BindMw, SendData::Sges(Default::default()));
         wr.flags = if signaled {
             crate::SendFlags::SIGNALED
         } else {

@@ -337,7 +337,7 @@ mod tests {
         let bells = Arc::new(Doorbells::default());
         let p = QpPost::new(7, QpType::Rc, QpCap::default(), false, 4096, bells.clone());
         p.set_state(QpState::Rts);
-        let wr = || SendWr::new(1, WrOpcode::RdmaWrite, SendData::Inline(vec![1]));
+        let wr = || SendWr::new(1, WrOpcode::RdmaWrite, SendData::Inline(vec![1].into()));
         p.post_send(wr()).unwrap();
         p.post_send(wr()).unwrap();
         assert_eq!((bells.pop(), bells.pop()), (Some(7), None));
@@ -355,7 +355,7 @@ mod tests {
             ..QpCap::default()
         };
         let p = QpPost::new(7, QpType::Rc, cap, false, 4096, bells.clone());
-        let wr = |id, n| SendWr::new(id, WrOpcode::RdmaWrite, SendData::Inline(vec![0; n]));
+        let wr = |id, n| SendWr::new(id, WrOpcode::RdmaWrite, SendData::Inline(vec![0; n].into()));
         assert!(
             p.post_send_batch(vec![wr(1, 1)]).is_err(),
             "RESET cannot send"

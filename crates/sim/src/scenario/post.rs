@@ -61,7 +61,7 @@ pub(super) fn post_sends(
         let i = side.next_post;
         let op = &side.ops[i];
         let data = if op.inline {
-            SendData::Inline(concat(&side.image, &op.local))
+            SendData::Inline(concat(&side.image, &op.local).into())
         } else {
             SendData::Sges(
                 op.local

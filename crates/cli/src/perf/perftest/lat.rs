@@ -73,7 +73,7 @@ pub fn run(
             let mut wr = SendWr::new(
                 sent,
                 WrOpcode::RdmaWrite,
-                SendData::Sges(vec![res.mr.sge(0, size)]),
+                SendData::Sges(vec![res.mr.sge(0, size)].into()),
             );
             (wr.remote_addr, wr.rkey) = (peer.vaddr, peer.rkey);
             wr.flags = SendFlags::SIGNALED;

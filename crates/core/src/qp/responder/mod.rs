@@ -29,7 +29,7 @@ const ATOMIC_CACHE: usize = 256;
 pub(crate) struct RecvProgress {
     pub wr_id: u64,
     /// The WQE as posted, to put back if the message is abandoned (UC).
-    pub sges: Vec<crate::Sge>,
+    pub sges: crate::SgeList,
     segs: Vec<Segment>,
     off: usize,
 }
