@@ -269,6 +269,42 @@ static int post_beyond_caps(struct pair *p, const void *arg)
 	return sync_ends(p);
 }
 
+/* ibv_rereg_mr of A's region: rxe (Linux 6.1) offers none, IBV_REREG_MR_ERR_CMD with
+ * EOPNOTSUPP, and the region keeps its keys: a WRITE from it still moves the bytes. */
+static int rereg_refused(struct pair *p, const void *arg)
+{
+	(void)arg;
+	if (here(p, A)) {
+		struct side *a = &p->s[A];
+		errno = 0;
+		int rc = ibv_rereg_mr(a->mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				      IBV_ACCESS_LOCAL_WRITE);
+		if (rc != IBV_REREG_MR_ERR_CMD || errno != EOPNOTSUPP)
+			fail(p, "ibv_rereg_mr: %d errno %d, not IBV_REREG_MR_ERR_CMD and EOPNOTSUPP",
+			     rc, errno);
+		fill(a->buf, 128, 77);
+		struct op op = { .wr_id = 16, .opcode = IBV_WR_RDMA_WRITE, .flags = IBV_SEND_SIGNALED,
+				 .nsge = 1, .rkey = p->info[B].rkey,
+				 .raddr = p->info[B].addr + RECV_OFF };
+		op.sge[0] = sge_of(a, 0, 128);
+		if (!p->failed && post(p, A, &op))
+			fail(p, "post WRITE after the refused rereg");
+		else if (!p->failed)
+			expect_wc(p, A, IBV_WC_SUCCESS, "A's WRITE with the region's keys", NULL);
+	}
+	if (sync_ends(p))
+		return -1;
+	if (here(p, B)) {
+		/* UC completes at A before B may have the bytes: wait for them (5 s at most). */
+		uint8_t want[128];
+		fill(want, sizeof(want), 77);
+		for (int i = 0; i < 500 && memcmp(p->s[B].buf + RECV_OFF, want, sizeof(want)); i++)
+			expect_nothing(p, B, 10);
+		check_bytes(p, p->s[B].buf + RECV_OFF, 128, 77, "B's bytes");
+	}
+	return sync_ends(p);
+}
+
 #define ALL (T_RC | T_UC | T_UD)
 
 const struct kase bad_cases[] = {
@@ -281,5 +317,6 @@ const struct kase bad_cases[] = {
 	{ "bad-send-too-long", send_too_long, NULL, ALL, 0 },
 	{ "bad-too-many-sges", post_beyond_caps, NULL, ALL, 0 },
 	{ "bad-inline-too-long", post_beyond_caps, "inline", ALL, 0 },
+	{ "rereg-mr-refused", rereg_refused, NULL, T_RC | T_UC, 0 },
 };
 const int n_bad_cases = sizeof(bad_cases) / sizeof(bad_cases[0]);
