@@ -233,6 +233,27 @@ static int cq_event_case(struct pair *p, const void *arg)
 	return sync_ends(p);
 }
 
+/* B's context reports the asynchronous event `type` for its object `element` within 5 s. */
+static void expect_event(struct pair *p, enum ibv_event_type type, const void *element)
+{
+	struct ibv_context *ctx = p->s[B].ctx;
+	struct pollfd pf = { .fd = ctx->async_fd, .events = POLLIN };
+	struct ibv_async_event ev;
+	if (poll(&pf, 1, 5000) != 1) {
+		fail(p, "no asynchronous event within 5 s");
+		return;
+	}
+	if (ibv_get_async_event(ctx, &ev)) {
+		fail(p, "ibv_get_async_event: errno %d", errno);
+		return;
+	}
+	/* Every member of the union is a pointer to the object. */
+	if (ev.event_type != type || (const void *)ev.element.cq != element)
+		fail(p, "event %s for %p, not %s for %p", ibv_event_type_str(ev.event_type),
+		     (void *)ev.element.cq, ibv_event_type_str(type), element);
+	ibv_ack_async_event(&ev);
+}
+
 /* A's WRITE through a bad rkey: besides A's remote access error, B's context gets the
  * asynchronous event IBV_EVENT_QP_ACCESS_ERR for B's QP. */
 static int access_event_case(struct pair *p, const void *arg)
@@ -240,21 +261,8 @@ static int access_event_case(struct pair *p, const void *arg)
 	(void)arg;
 	if (write_through(p, p->info[B].rkey ^ 0x5a5a00, IBV_WC_REM_ACCESS_ERR, 3))
 		return -1;
-	if (here(p, B)) {
-		struct side *b = &p->s[B];
-		struct pollfd pf = { .fd = b->ctx->async_fd, .events = POLLIN };
-		struct ibv_async_event ev;
-		if (poll(&pf, 1, 5000) != 1)
-			fail(p, "no asynchronous event within 5 s");
-		else if (ibv_get_async_event(b->ctx, &ev))
-			fail(p, "ibv_get_async_event: errno %d", errno);
-		else {
-			if (ev.event_type != IBV_EVENT_QP_ACCESS_ERR || ev.element.qp != b->qp)
-				fail(p, "event %s for %p, not QP access error for B's QP",
-				     ibv_event_type_str(ev.event_type), (void *)ev.element.qp);
-			ibv_ack_async_event(&ev);
-		}
-	}
+	if (here(p, B))
+		expect_event(p, IBV_EVENT_QP_ACCESS_ERR, p->s[B].qp);
 	return sync_ends(p);
 }
 
@@ -289,21 +297,8 @@ static int cq_overrun_case(struct pair *p, const void *arg)
 		}
 	if (sync_ends(p))
 		return -1;
-	if (here(p, B)) {
-		struct side *b = &p->s[B];
-		struct pollfd pf = { .fd = b->ctx->async_fd, .events = POLLIN };
-		struct ibv_async_event ev;
-		if (poll(&pf, 1, 5000) != 1)
-			fail(p, "no asynchronous event within 5 s");
-		else if (ibv_get_async_event(b->ctx, &ev))
-			fail(p, "ibv_get_async_event: errno %d", errno);
-		else {
-			if (ev.event_type != IBV_EVENT_CQ_ERR || ev.element.cq != b->cq)
-				fail(p, "event %s, not CQ error for B's CQ",
-				     ibv_event_type_str(ev.event_type));
-			ibv_ack_async_event(&ev);
-		}
-	}
+	if (here(p, B))
+		expect_event(p, IBV_EVENT_CQ_ERR, p->s[B].cq);
 	return sync_ends(p);
 }
 
