@@ -584,7 +584,11 @@ fn every_shared_struct_matches_rdma_core_44() {
             std::env::var_os("OXRDMA_CI").is_none(),
             "infiniband/verbs.h is missing: install libibverbs-dev"
         );
-        eprintln!("SKIPPED: infiniband/verbs.h is missing (install libibverbs-dev)");
+        // Past the harness, which hides what a passing test prints: a skip must show.
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("SKIPPED: infiniband/verbs.h is missing (install libibverbs-dev)\n"),
+        );
         return;
     }
     let all = layouts();
@@ -703,7 +707,11 @@ fn every_constant_matches_rdma_core_44() {
             std::env::var_os("OXRDMA_CI").is_none(),
             "infiniband/verbs.h is missing: install libibverbs-dev"
         );
-        eprintln!("SKIPPED: infiniband/verbs.h is missing (install libibverbs-dev)");
+        // Past the harness, which hides what a passing test prints: a skip must show.
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("SKIPPED: infiniband/verbs.h is missing (install libibverbs-dev)\n"),
+        );
         return;
     }
     let all = constants();
