@@ -302,6 +302,55 @@ static int cq_overrun_case(struct pair *p, const void *arg)
 	return sync_ends(p);
 }
 
+/* ibv_resize_cq: larger, then smaller while empty, each giving at least the depth asked;
+ * refused with EINVAL below the completions the CQ holds; those stay, in order. */
+static int cq_resize_case(struct pair *p, const void *arg)
+{
+	(void)arg;
+	struct side *b = &p->s[B];
+	if (here(p, B)) {
+		int rc = ibv_resize_cq(b->cq, 128);
+		if (rc || b->cq->cqe < 128)
+			fail(p, "resize to 128: %d, cqe %d", rc, b->cq->cqe);
+		else if ((rc = ibv_resize_cq(b->cq, 8)) || b->cq->cqe < 8)
+			fail(p, "resize to 8: %d, cqe %d", rc, b->cq->cqe);
+		for (int i = 0; i < 5 && !p->failed; i++) {
+			struct ibv_sge rs = sge_of(b, RECV_OFF + (size_t)i * 64, 64);
+			if (post_recv(p, B, 100 + (uint64_t)i, &rs, 1))
+				fail(p, "post_recv %d", i);
+		}
+	}
+	if (sync_ends(p))
+		return -1;
+	/* RC: A's completions say B's have been made. */
+	if (here(p, A))
+		for (int i = 0; i < 5 && !p->failed; i++) {
+			struct op op = { .wr_id = 110 + (uint64_t)i, .opcode = IBV_WR_SEND,
+					 .flags = IBV_SEND_SIGNALED, .nsge = 1 };
+			op.sge[0] = sge_of(&p->s[A], 0, 16);
+			if (post(p, A, &op))
+				fail(p, "post SEND %d", i);
+			else
+				expect_wc(p, A, IBV_WC_SUCCESS, "A's SEND", NULL);
+		}
+	if (sync_ends(p))
+		return -1;
+	if (here(p, B)) {
+		int rc = ibv_resize_cq(b->cq, 2);
+		if (rc != EINVAL)
+			fail(p, "resize to 2 under 5 completions: %d, not EINVAL", rc);
+		for (int i = 0; i < 5 && !p->failed; i++) {
+			struct wc w;
+			if (!expect_wc(p, B, IBV_WC_SUCCESS, "B's receive", &w) &&
+			    w.wr_id != 100 + (uint64_t)i)
+				fail(p, "B's receive %d: wr_id %llu", i, (unsigned long long)w.wr_id);
+		}
+		if (!p->failed && ((rc = ibv_resize_cq(b->cq, 2)) || b->cq->cqe < 2))
+			fail(p, "resize to 2 when empty: %d, cqe %d", rc, b->cq->cqe);
+	}
+	return sync_ends(p);
+}
+
 #define MW(t, e) (&(const struct mw_arg){ t, e })
 
 const struct kase more_cases[] = {
@@ -312,6 +361,7 @@ const struct kase more_cases[] = {
 	{ "mw2-send-with-inv", window_case, MW(IBV_MW_TYPE_2, REMOTE_INV), T_RC, 0 },
 	{ "mw2-dealloc-while-bound", window_case, MW(IBV_MW_TYPE_2, DEALLOC), T_RC, 0 },
 	{ "cq-event", cq_event_case, NULL, T_RC | T_UC | T_UD, NEED_CHANNEL },
+	{ "cq-resize", cq_resize_case, NULL, T_RC, 0 },
 	{ "async-qp-access-error", access_event_case, NULL, T_RC, 0 },
 	{ "async-cq-overrun", cq_overrun_case, NULL, T_RC | T_UC | T_UD, NEED_TINY_CQ },
 };

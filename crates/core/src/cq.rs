@@ -31,6 +31,10 @@ impl CqRing {
 #[derive(Debug)]
 pub(crate) struct Cq {
     ring: Arc<CqRing>,
+    /// The CQ's depth: more entries than this overflow it. The ring holds the depth the CQ
+    /// was made with (pollers keep it); after a resize to more, what does not fit waits in
+    /// `spill` and reaches pollers through the engine.
+    depth: usize,
     /// Completions beyond the depth, waiting for room in the ring (in order).
     spill: VecDeque<WorkCompletion>,
     /// Set once the CQ held more than its depth.
@@ -43,9 +47,19 @@ impl Cq {
             ring: Arc::new(CqRing {
                 queue: ArrayQueue::new(depth),
             }),
+            depth,
             spill: VecDeque::new(),
             overflowed: false,
         }
+    }
+
+    /// `ibv_resize_cq`: any depth that holds what the CQ holds now.
+    pub fn resize(&mut self, depth: usize) -> bool {
+        if depth < self.len() {
+            return false;
+        }
+        self.depth = depth;
+        true
     }
 
     pub fn ring(&self) -> Arc<CqRing> {
@@ -65,15 +79,15 @@ impl Cq {
     /// Adds a completion; returns true if this push overflowed the queue for the first time.
     pub fn push(&mut self, wc: WorkCompletion) -> bool {
         self.refill();
+        let over = self.len() >= self.depth;
         if self.spill.is_empty() {
-            match self.ring.queue.push(wc) {
-                Ok(()) => return false,
-                Err(wc) => self.spill.push_back(wc),
+            if let Err(wc) = self.ring.queue.push(wc) {
+                self.spill.push_back(wc);
             }
         } else {
             self.spill.push_back(wc);
         }
-        !std::mem::replace(&mut self.overflowed, true)
+        over && !std::mem::replace(&mut self.overflowed, true)
     }
 
     /// Hands up to `max` completions to `f`, oldest first; returns how many.
@@ -121,5 +135,20 @@ mod tests {
         assert_eq!(cq.take(100, |w| rest.push(w.wr_id)), 7);
         assert_eq!(rest, (4..=10).collect::<Vec<_>>());
         assert!(!cq.push(wc(11)), "overflow is reported once");
+    }
+
+    #[test]
+    fn a_resized_cq_overflows_at_its_new_depth_and_keeps_order() {
+        let mut cq = Cq::new(2);
+        assert!(!cq.push(wc(0)) && !cq.push(wc(1)));
+        assert!(!cq.resize(1), "smaller than what it holds");
+        assert!(cq.resize(5));
+        // Three more fit (the ring holds two, the rest wait in order); the sixth overflows.
+        assert!(!cq.push(wc(2)) && !cq.push(wc(3)) && !cq.push(wc(4)));
+        assert!(cq.push(wc(5)));
+        let mut all = Vec::new();
+        assert_eq!(cq.take(100, |w| all.push(w.wr_id)), 6);
+        assert_eq!(all, (0..6).collect::<Vec<_>>());
+        assert!(cq.resize(1), "empty: any depth");
     }
 }

@@ -238,6 +238,29 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_
     }
 }
 
+/// `ibv_resize_cq`: 0, or EINVAL for a depth outside 1..=max_cqe or below the completions
+/// the CQ holds now (as rxe answers). `cq->cqe` says the new depth.
+///
+/// # Safety
+/// `cq` is NULL or created, and not used by another thread meanwhile (as the verbs ask).
+pub(crate) unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(c) = (unsafe { cq_of(cq) }) else {
+        return libc::EINVAL;
+    };
+    let Ok(depth) = u32::try_from(cqe) else {
+        return libc::EINVAL;
+    };
+    match c.ox().cq.resize(depth) {
+        Ok(()) => {
+            // SAFETY: `cq` is the live CQ (checked above), not used meanwhile.
+            unsafe { (*cq).cqe = cqe };
+            0
+        }
+        Err(e) => errno_of(&e),
+    }
+}
+
 /// `ops.req_notify_cq`: the CQ's channel becomes readable at its next completion (any
 /// completion, solicited or not: waking more often than asked is allowed, never less).
 ///

@@ -91,7 +91,7 @@ export! {
     ibv_destroy_cq @ "IBVERBS_1.1" => cq::destroy_cq;
     ibv_get_cq_event @ "IBVERBS_1.1" => cq::get_cq_event;
     ibv_ack_cq_events @ "IBVERBS_1.1" => cq::ack_cq_events;
-    ibv_resize_cq @ "IBVERBS_1.1" => not_supported;
+    ibv_resize_cq @ "IBVERBS_1.1" => cq::resize_cq;
     // Queue pairs, SRQs, address handles.
     ibv_create_qp @ "IBVERBS_1.1" => qp::create_qp;
     ibv_modify_qp @ "IBVERBS_1.1" => qp::modify_qp;

@@ -30,6 +30,13 @@ impl CompletionQueue {
         self.cq
     }
 
+    /// `ibv_resize_cq`: holds up to `depth` completions from now on; refused (invalid
+    /// argument) below what it holds now.
+    pub fn resize(&self, depth: u32) -> Result<()> {
+        self.ctx.shared().lock().engine.resize_cq(self.cq, depth)?;
+        Ok(())
+    }
+
     /// Appends up to `max` completions to `out`, oldest first; returns how many.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
         self.poll_each(max, |wc| out.push(wc))

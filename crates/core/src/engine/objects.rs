@@ -134,6 +134,24 @@ impl Engine {
         Ok(())
     }
 
+    /// `ibv_resize_cq`: `cq` holds up to `depth` entries from now on (1..=max_cqe, and at
+    /// least what it holds now).
+    pub fn resize_cq(&mut self, cq: u32, depth: u32) -> Result<()> {
+        if depth == 0 || depth > self.config.attr.max_cqe {
+            return Err(VerbsError::InvalidArgument("CQ depth must be 1..=max_cqe"));
+        }
+        let q = self
+            .cqs
+            .get_mut(&cq)
+            .ok_or(VerbsError::NotFound("completion queue"))?;
+        if !q.resize(depth as usize) {
+            return Err(VerbsError::InvalidArgument(
+                "the CQ holds more completions than the new depth",
+            ));
+        }
+        Ok(())
+    }
+
     /// Takes up to `max` completions from `cq`, oldest first.
     pub fn poll_cq(&mut self, cq: u32, max: usize) -> Result<Vec<WorkCompletion>> {
         let mut out = Vec::new();
