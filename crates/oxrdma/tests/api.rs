@@ -1,8 +1,11 @@
 //! The public API over real UDP on loopback, with the engine threads running.
 
+mod common;
+use common::wait;
+
 use oxrdma::{
     Access, CompletionQueue, ConnectOptions, Context, MemoryRegion, QpCap, QpType, QueuePair,
-    RecvWr, SendData, SendWr, WcStatus, WorkCompletion, WrOpcode,
+    RecvWr, SendData, SendWr, WcStatus, WrOpcode,
 };
 use std::time::{Duration, Instant};
 
@@ -42,21 +45,6 @@ fn connect_all(a: &Side, b: &Side) {
         qb.connect(pb, &qa.endpoint(pa), &ConnectOptions::default())
             .unwrap();
     }
-}
-
-fn wait(cq: &CompletionQueue, n: usize) -> Vec<WorkCompletion> {
-    let mut wcs = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while wcs.len() < n {
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {n} completions",
-            wcs.len()
-        );
-        let want = n - wcs.len();
-        cq.poll(&mut wcs, want).unwrap();
-    }
-    wcs
 }
 
 #[test]

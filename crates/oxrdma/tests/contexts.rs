@@ -3,22 +3,14 @@
 //! context gets the asynchronous events of its own objects only. Over real UDP on
 //! 127.0.0.75.
 
+mod common;
+use common::wait;
+
 use oxrdma::{
     Access, AsyncEvent, ConnectOptions, Context, EventType, QpCap, QpType, RecvWr, SendData,
-    SendWr, WcStatus, WorkCompletion, WrOpcode,
+    SendWr, WcStatus, WrOpcode,
 };
 use std::time::{Duration, Instant};
-
-fn wait(cq: &oxrdma::CompletionQueue, n: usize) -> Vec<WorkCompletion> {
-    let mut wcs = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while wcs.len() < n {
-        assert!(Instant::now() < deadline, "{} of {n}: {wcs:?}", wcs.len());
-        let want = n - wcs.len();
-        cq.poll(&mut wcs, want).unwrap();
-    }
-    wcs
-}
 
 #[test]
 fn two_contexts_of_one_device_share_the_nic_and_keep_their_events() {

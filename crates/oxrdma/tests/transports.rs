@@ -1,21 +1,12 @@
 //! UC and UD over real UDP on loopback (127.0.0.71-.74), with the engine threads running.
 
+mod common;
+use common::wait;
+
 use oxrdma::{
     Access, ConnectOptions, Context, Gid, QpCap, QpType, RecvWr, SendData, SendWr, UdDest,
-    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    WcOpcode, WcStatus, WrOpcode,
 };
-use std::time::{Duration, Instant};
-
-fn wait(cq: &oxrdma::CompletionQueue, n: usize) -> Vec<WorkCompletion> {
-    let mut wcs = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while wcs.len() < n {
-        assert!(Instant::now() < deadline, "{} of {n}: {wcs:?}", wcs.len());
-        let want = n - wcs.len();
-        cq.poll(&mut wcs, want).unwrap();
-    }
-    wcs
-}
 
 /// One end of a connected pair. Fields drop in order: the QP before its CQ and region.
 struct End {
