@@ -243,10 +243,12 @@ impl Drop for QueuePair {
             }
         }
         let _ = dev.engine.destroy_qp(self.qpn);
-        drop(dev);
+        // Under the device lock, as the claim was: a QP made right after this one cannot
+        // take its number before its events stop coming here.
         self.ctx
             .shared()
             .owners
             .release(crate::events::Source::Qp(self.qpn));
+        drop(dev);
     }
 }
