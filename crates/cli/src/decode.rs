@@ -115,6 +115,9 @@ pub struct Fields {
     pub deth: Option<Deth>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub feth: Option<Feth>,
+    /// A connection-manager MAD's message (UD SENDs to QP1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cm: Option<crate::cm::Cm>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -228,6 +231,7 @@ fn fields(p: &PacketRepr<'_>, pad: u8) -> Fields {
             qkey: d.qkey,
             src_qpn: d.src_qpn,
         }),
+        cm: crate::cm::summary(p),
         feth: e.feth.map(|f| Feth {
             placement_type: f.placement_type,
             selectivity_level: f.selectivity_level,
@@ -341,6 +345,9 @@ pub fn format_line(d: &Decoded) -> String {
         }
         if let Some(r) = p.inv_rkey {
             let _ = write!(s, " inv_rkey={r:#010x}");
+        }
+        if let Some(c) = &p.cm {
+            s.push_str(&crate::cm::text(c));
         }
         let _ = write!(s, " icrc={}", d.icrc);
     } else {

@@ -2,6 +2,7 @@
 
 pub mod args;
 pub mod capture;
+pub mod cm;
 pub mod decode;
 pub mod devinfo;
 pub mod devnodes;

@@ -823,3 +823,20 @@ fn common_text(out: &std::process::Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+#[test]
+fn decode_names_the_connection_managers_messages() {
+    let lines = json_lines(
+        oxrdma()
+            .args(["decode", "--json"])
+            .arg(vector("rping_cm.pcap"))
+            .output()
+            .unwrap(),
+    );
+    let cm: Vec<&serde_json::Value> = lines.iter().filter_map(|l| l.get("cm")).collect();
+    let msgs: Vec<&str> = cm.iter().map(|c| c["msg"].as_str().unwrap()).collect();
+    assert_eq!(msgs, ["REQ", "REP", "RTU", "DREQ", "DREP"], "{cm:?}");
+    assert_eq!(cm[0]["service_id"], 0x0106_1c06);
+    assert_eq!(cm[1]["remote_comm_id"], cm[0]["local_comm_id"]);
+    assert_eq!(cm[0]["tid"], cm[1]["tid"]);
+}
