@@ -26,6 +26,21 @@ pub struct Cm {
     /// REJ reason, SIDR_REP status.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<u16>,
+    /// An RDMA CM REQ's CMA header and service ID: `src_ip:port > dst_ip:port`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rdma_cm: Option<String>,
+}
+
+/// What an RDMA CM REQ says in its service ID and CMA header.
+fn rdma_cm(sid: u64, private_data: &[u8]) -> Option<String> {
+    let (_, port) = oxrdma_wire::cma::split_service_id(sid)?;
+    let h = oxrdma_wire::cma::CmaHeader::parse(private_data).ok()??;
+    let sock = |ip, port| std::net::SocketAddr::new(ip, port);
+    Some(format!(
+        "{} > {}",
+        sock(h.src, h.src_port),
+        sock(h.dst, port)
+    ))
 }
 
 /// The CM message `p` carries, if it is a CM MAD to QP1.
@@ -47,12 +62,14 @@ pub fn summary(p: &PacketRepr<'_>) -> Option<Cm> {
         qpn: None,
         start_psn: None,
         reason: None,
+        rdma_cm: None,
     };
     match &m {
         CmMessage::Req(r) => {
             c.local_comm_id = r.local_comm_id;
             (c.service_id, c.qpn, c.start_psn) =
                 (Some(r.service_id), Some(r.local_qpn), Some(r.starting_psn));
+            c.rdma_cm = rdma_cm(r.service_id, &r.private_data);
         }
         CmMessage::Rep(r) => {
             (c.local_comm_id, c.remote_comm_id) = (r.local_comm_id, Some(r.remote_comm_id));
@@ -99,6 +116,9 @@ pub fn text(c: &Cm) -> String {
     }
     if let Some(v) = c.reason {
         let _ = write!(s, " reason={v}");
+    }
+    if let Some(v) = &c.rdma_cm {
+        let _ = write!(s, " rdma_cm=[{v}]");
     }
     s
 }

@@ -839,4 +839,5 @@ fn decode_names_the_connection_managers_messages() {
     assert_eq!(cm[0]["service_id"], 0x0106_1c06);
     assert_eq!(cm[1]["remote_comm_id"], cm[0]["local_comm_id"]);
     assert_eq!(cm[0]["tid"], cm[1]["tid"]);
+    assert_eq!(cm[0]["rdma_cm"], "10.77.0.2:40354 > 10.77.0.1:7174");
 }

@@ -12,6 +12,7 @@ pub mod atomic_eth;
 pub mod bth;
 pub mod checksum;
 pub mod cm;
+pub mod cma;
 pub mod deth;
 pub mod error;
 pub mod feth;
