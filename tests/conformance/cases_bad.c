@@ -73,13 +73,9 @@ static int send_bad_lkey(struct pair *p, const void *arg)
 				 .nsge = 1 };
 		op.sge[0] = sge_of(&p->s[A], 0, 64);
 		op.sge[0].lkey ^= 0x5a5a00;
-		int rc = post(p, A, &op);
-		if (rc)
-			fail(p, "post: %d", rc);
-		else
-			/* rxe's requester fails what it cannot gather so (IBA would say a local
-			 * protection error). */
-			expect_wc(p, A, IBV_WC_LOC_QP_OP_ERR, "A's SEND with a bad lkey", NULL);
+		/* rxe's requester fails what it cannot gather so (IBA would say a local
+		 * protection error). */
+		post_wait(p, A, &op, IBV_WC_LOC_QP_OP_ERR, "A's SEND with a bad lkey", NULL);
 	}
 	if (sync_ends(p))
 		return -1;
@@ -106,13 +102,9 @@ static int write_refused(struct pair *p, const void *arg)
 			op.raddr = p->info[B].addr + BUF_LEN - 128;
 		else
 			op.rkey ^= 0x5a5a00;
-		int rc = post(p, A, &op);
 		enum ibv_wc_status want =
 			p->cfg->type == IBV_QPT_RC ? IBV_WC_REM_ACCESS_ERR : IBV_WC_SUCCESS;
-		if (rc)
-			fail(p, "post: %d", rc);
-		else
-			expect_wc(p, A, want, "A's refused WRITE", NULL);
+		post_wait(p, A, &op, want, "A's refused WRITE", NULL);
 	}
 	if (sync_ends(p))
 		return -1;
@@ -136,11 +128,7 @@ static int read_bad_lkey(struct pair *p, const void *arg)
 				 .nsge = 1, .rkey = p->info[B].rkey, .raddr = p->info[B].addr };
 		op.sge[0] = sge_of(&p->s[A], RECV_OFF, 64);
 		op.sge[0].lkey ^= 0x5a5a00;
-		int rc = post(p, A, &op);
-		if (rc)
-			fail(p, "post: %d", rc);
-		else
-			expect_wc(p, A, IBV_WC_LOC_PROT_ERR, "A's READ into a bad lkey", NULL);
+		post_wait(p, A, &op, IBV_WC_LOC_PROT_ERR, "A's READ into a bad lkey", NULL);
 	}
 	return sync_ends(p);
 }
@@ -167,11 +155,7 @@ static int read_without_rights(struct pair *p, const void *arg)
 		struct op op = { .wr_id = 6, .opcode = IBV_WR_RDMA_READ, .flags = IBV_SEND_SIGNALED,
 				 .nsge = 1, .rkey = (uint32_t)rkey, .raddr = addr };
 		op.sge[0] = sge_of(&p->s[A], RECV_OFF, 64);
-		int rc = post(p, A, &op);
-		if (rc)
-			fail(p, "post: %d", rc);
-		else
-			expect_wc(p, A, IBV_WC_REM_ACCESS_ERR, "A's READ without rights", NULL);
+		post_wait(p, A, &op, IBV_WC_REM_ACCESS_ERR, "A's READ without rights", NULL);
 	}
 	sync_ends(p);
 out:
@@ -198,12 +182,8 @@ static int send_too_long(struct pair *p, const void *arg)
 		struct op op = { .wr_id = 13, .opcode = IBV_WR_SEND, .flags = IBV_SEND_SIGNALED,
 				 .nsge = 1 };
 		op.sge[0] = sge_of(&p->s[A], 0, 100);
-		int rc = post(p, A, &op);
-		if (rc)
-			fail(p, "post: %d", rc);
-		else
-			expect_wc(p, A, t == IBV_QPT_RC ? IBV_WC_REM_OP_ERR : IBV_WC_SUCCESS,
-				  "A's SEND too long", NULL);
+		post_wait(p, A, &op, t == IBV_QPT_RC ? IBV_WC_REM_OP_ERR : IBV_WC_SUCCESS,
+			  "A's SEND too long", NULL);
 	}
 	if (sync_ends(p))
 		return -1;
@@ -287,10 +267,9 @@ static int rereg_refused(struct pair *p, const void *arg)
 				 .nsge = 1, .rkey = p->info[B].rkey,
 				 .raddr = p->info[B].addr + RECV_OFF };
 		op.sge[0] = sge_of(a, 0, 128);
-		if (!p->failed && post(p, A, &op))
-			fail(p, "post WRITE after the refused rereg");
-		else if (!p->failed)
-			expect_wc(p, A, IBV_WC_SUCCESS, "A's WRITE with the region's keys", NULL);
+		if (!p->failed)
+			post_wait(p, A, &op, IBV_WC_SUCCESS, "A's WRITE with the region's keys",
+				  NULL);
 	}
 	if (sync_ends(p))
 		return -1;

@@ -65,11 +65,8 @@ static int send_case(struct pair *p, const void *arg)
 				 .flags = IBV_SEND_SIGNALED, .imm = 0xc0ffee00u + m->len };
 		gather_list(p, m, &op);
 		struct wc w;
-		int rc = post(p, A, &op);
-		if (rc)
-			fail(p, "post SEND: %d", rc);
-		else if (!expect_wc(p, A, IBV_WC_SUCCESS, "A's SEND", &w) &&
-			 (w.wr_id != 9 || w.opcode != IBV_WC_SEND))
+		if (!post_wait(p, A, &op, IBV_WC_SUCCESS, "A's SEND", &w) &&
+		    (w.wr_id != 9 || w.opcode != IBV_WC_SEND))
 			fail(p, "A's SEND completion: wr_id %llu opcode %d",
 			     (unsigned long long)w.wr_id, w.opcode);
 	}
@@ -114,11 +111,8 @@ static int write_case(struct pair *p, const void *arg)
 				 .raddr = p->info[B].addr + RECV_OFF + 5, .rkey = p->info[B].rkey };
 		gather_list(p, m, &op);
 		struct wc w;
-		int rc = post(p, A, &op);
-		if (rc)
-			fail(p, "post WRITE: %d", rc);
-		else if (!expect_wc(p, A, IBV_WC_SUCCESS, "A's WRITE", &w) &&
-			 (w.wr_id != 10 || w.opcode != IBV_WC_RDMA_WRITE))
+		if (!post_wait(p, A, &op, IBV_WC_SUCCESS, "A's WRITE", &w) &&
+		    (w.wr_id != 10 || w.opcode != IBV_WC_RDMA_WRITE))
 			fail(p, "A's WRITE completion: wr_id %llu opcode %d",
 			     (unsigned long long)w.wr_id, w.opcode);
 	}
@@ -163,10 +157,7 @@ static int read_case(struct pair *p, const void *arg)
 			done += piece;
 		}
 		struct wc w;
-		int rc = post(p, A, &op);
-		if (rc)
-			fail(p, "post READ: %d", rc);
-		else if (!expect_wc(p, A, IBV_WC_SUCCESS, "A's READ", &w)) {
+		if (!post_wait(p, A, &op, IBV_WC_SUCCESS, "A's READ", &w)) {
 			if (w.opcode != IBV_WC_RDMA_READ || w.byte_len != m->len)
 				fail(p, "A's READ: opcode %d byte_len %u", w.opcode, w.byte_len);
 			uint8_t got[RECV_OFF];
@@ -205,10 +196,7 @@ static int atomics_case(struct pair *p, const void *arg)
 			op.sge[0] = sge_of(&p->s[A], RECV_OFF, 8);
 			struct wc w;
 			uint64_t *old = (uint64_t *)(p->s[A].buf + RECV_OFF);
-			int rc = post(p, A, &op);
-			if (rc)
-				fail(p, "post atomic %u: %d", i, rc);
-			else if (!expect_wc(p, A, IBV_WC_SUCCESS, "A's atomic", &w)) {
+			if (!post_wait(p, A, &op, IBV_WC_SUCCESS, "A's atomic", &w)) {
 				enum ibv_wc_opcode want = steps[i].op == IBV_WR_ATOMIC_FETCH_AND_ADD
 								  ? IBV_WC_FETCH_ADD
 								  : IBV_WC_COMP_SWAP;

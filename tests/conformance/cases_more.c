@@ -25,10 +25,7 @@ static int srq_case(struct pair *p, const void *arg)
 			struct op op = { .wr_id = 40 + (uint64_t)i, .opcode = IBV_WR_SEND,
 					 .flags = IBV_SEND_SIGNALED, .nsge = 1 };
 			op.sge[0] = sge_of(&p->s[A], (size_t)i * 1024, 500);
-			if (post(p, A, &op))
-				fail(p, "post SEND %d", i);
-			else
-				expect_wc(p, A, IBV_WC_SUCCESS, "A's SEND", NULL);
+			post_wait(p, A, &op, IBV_WC_SUCCESS, "A's SEND", NULL);
 		}
 	if (sync_ends(p))
 		return -1;
@@ -58,10 +55,7 @@ static int write_through(struct pair *p, uint32_t rkey, enum ibv_wc_status want,
 				 .flags = IBV_SEND_SIGNALED, .nsge = 1, .rkey = rkey,
 				 .raddr = p->info[B].addr + RECV_OFF + 128 };
 		op.sge[0] = sge_of(&p->s[A], 0, 64);
-		if (post(p, A, &op))
-			fail(p, "post WRITE");
-		else
-			expect_wc(p, A, want, "A's WRITE through the window", NULL);
+		post_wait(p, A, &op, want, "A's WRITE through the window", NULL);
 	}
 	if (sync_ends(p))
 		return -1;
@@ -146,10 +140,8 @@ static int window_case(struct pair *p, const void *arg)
 			struct op op = { .wr_id = 62, .opcode = IBV_WR_LOCAL_INV,
 					 .flags = IBV_SEND_SIGNALED, .inv_rkey = (uint32_t)rkey };
 			struct wc w;
-			if (post(p, B, &op))
-				fail(p, "post LOCAL_INV");
-			else if (!expect_wc(p, B, IBV_WC_SUCCESS, "B's LOCAL_INV", &w) &&
-				 w.opcode != IBV_WC_LOCAL_INV)
+			if (!post_wait(p, B, &op, IBV_WC_SUCCESS, "B's LOCAL_INV", &w) &&
+			    w.opcode != IBV_WC_LOCAL_INV)
 				fail(p, "B's LOCAL_INV completion: opcode %d", w.opcode);
 		}
 		break;
@@ -157,10 +149,7 @@ static int window_case(struct pair *p, const void *arg)
 		if (here(p, A)) {
 			struct op op = { .wr_id = 63, .opcode = IBV_WR_SEND_WITH_INV,
 					 .flags = IBV_SEND_SIGNALED, .inv_rkey = (uint32_t)rkey };
-			if (post(p, A, &op))
-				fail(p, "post SEND_WITH_INV");
-			else
-				expect_wc(p, A, IBV_WC_SUCCESS, "A's SEND_WITH_INV", NULL);
+			post_wait(p, A, &op, IBV_WC_SUCCESS, "A's SEND_WITH_INV", NULL);
 		}
 		if (sync_ends(p))
 			goto out;
@@ -208,10 +197,7 @@ static int cq_event_case(struct pair *p, const void *arg)
 		struct op op = { .wr_id = 71, .opcode = IBV_WR_SEND, .flags = IBV_SEND_SIGNALED,
 				 .nsge = 1 };
 		op.sge[0] = sge_of(&p->s[A], 0, 64);
-		if (post(p, A, &op))
-			fail(p, "post SEND");
-		else
-			expect_wc(p, A, IBV_WC_SUCCESS, "A's SEND", NULL);
+		post_wait(p, A, &op, IBV_WC_SUCCESS, "A's SEND", NULL);
 	}
 	if (sync_ends(p))
 		return -1;
@@ -328,10 +314,7 @@ static int cq_resize_case(struct pair *p, const void *arg)
 			struct op op = { .wr_id = 110 + (uint64_t)i, .opcode = IBV_WR_SEND,
 					 .flags = IBV_SEND_SIGNALED, .nsge = 1 };
 			op.sge[0] = sge_of(&p->s[A], 0, 16);
-			if (post(p, A, &op))
-				fail(p, "post SEND %d", i);
-			else
-				expect_wc(p, A, IBV_WC_SUCCESS, "A's SEND", NULL);
+			post_wait(p, A, &op, IBV_WC_SUCCESS, "A's SEND", NULL);
 		}
 	if (sync_ends(p))
 		return -1;

@@ -115,6 +115,8 @@ int wait_wc(struct pair *p, enum role r, struct wc *out);
 int expect_wc(struct pair *p, enum role r, enum ibv_wc_status st, const char *what,
 	      struct wc *out);
 int expect_nothing(struct pair *p, enum role r, int ms);
+int post_wait(struct pair *p, enum role r, const struct op *op, enum ibv_wc_status st,
+	      const char *what, struct wc *out);
 
 /* setup.c */
 int make_pair(struct pair *p, const struct config *cfg, struct side *proto);

@@ -207,6 +207,17 @@ int expect_wc(struct pair *p, enum role r, enum ibv_wc_status st, const char *wh
 	return 0;
 }
 
+/* Posts `op` on end `r` and takes its completion, which must have status `st` (`what`
+ * names the WR in a failure); `out`, if not NULL, gets the completion. */
+int post_wait(struct pair *p, enum role r, const struct op *op, enum ibv_wc_status st,
+	      const char *what, struct wc *out)
+{
+	int rc = post(p, r, op);
+	if (rc)
+		return fail(p, "post %s: %d", what, rc);
+	return expect_wc(p, r, st, what, out);
+}
+
 /* End `r` completes nothing within `ms`. */
 int expect_nothing(struct pair *p, enum role r, int ms)
 {

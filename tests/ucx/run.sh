@@ -17,9 +17,9 @@ skip() {
   echo "ucx: SKIPPED ($1)"; exit 0
 }
 command -v ucx_perftest >/dev/null || skip "install ucx-utils"
-[ -e /dev/infiniband/uverbs0 ] || "$lib/oxrdma" dev-nodes >/dev/null 2>&1 ||
+# dev-nodes leaves nodes that exist alone; without root it fails, which is fine if they do.
+"$lib/oxrdma" dev-nodes >/dev/null 2>&1 || [ -e /dev/infiniband/uverbs0 ] ||
   skip "no /dev/infiniband/uverbs0: run 'oxrdma dev-nodes' as root"
-"$lib/oxrdma" dev-nodes >/dev/null 2>&1 || true
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

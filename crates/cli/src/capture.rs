@@ -70,13 +70,9 @@ where
     let mut frame = |link: DataLink, time: Duration, data: &[u8]| -> anyhow::Result<()> {
         counts.frames += 1;
         match roce_frame(counts.frames, link, time, data, port) {
-            Ok(Some(rf)) if rf.cut_from.is_some() => {
-                counts.roce += 1;
-                counts.cut += 1;
-                f(&rf)?;
-            }
             Ok(Some(rf)) => {
                 counts.roce += 1;
+                counts.cut += usize::from(rf.cut_from.is_some());
                 f(&rf)?;
             }
             Ok(None) => {}
