@@ -34,11 +34,14 @@ pub enum RxDrop {
     UcIncomplete,
     /// A UC or UD request the QP may not execute (bad opcode, access, length).
     Invalid,
+    /// A MAD to QP1 the connection manager ignored (malformed, unknown comm ID, wrong
+    /// state, backlog full).
+    Mad,
 }
 
 impl RxDrop {
     /// Every reason, in counter order.
-    pub const ALL: [RxDrop; 12] = [
+    pub const ALL: [RxDrop; 13] = [
         RxDrop::Malformed,
         RxDrop::UnknownQp,
         RxDrop::WrongPeer,
@@ -51,6 +54,7 @@ impl RxDrop {
         RxDrop::NoReceive,
         RxDrop::UcIncomplete,
         RxDrop::Invalid,
+        RxDrop::Mad,
     ];
 
     pub fn describe(self) -> &'static str {
@@ -67,6 +71,7 @@ impl RxDrop {
             RxDrop::NoReceive => "no receive posted",
             RxDrop::UcIncomplete => "UC message incomplete or duplicate",
             RxDrop::Invalid => "invalid request",
+            RxDrop::Mad => "MAD the CM ignored",
         }
     }
 }

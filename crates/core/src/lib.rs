@@ -5,6 +5,7 @@
 
 mod attr;
 mod build;
+pub mod cm;
 mod cq;
 mod ctx;
 mod drops;

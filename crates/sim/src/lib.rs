@@ -3,6 +3,7 @@
 //! random workloads whose results are checked against invariants. A run replays exactly
 //! from its seed.
 
+pub mod cm;
 pub mod net;
 pub mod pair;
 pub mod scenario;

@@ -288,6 +288,8 @@ pub struct Rej {
 
 impl Rej {
     pub const PRIVATE_DATA: usize = 148;
+    /// The active side gave up on its REQ (its ARI is its node GUID).
+    pub const TIMEOUT: u16 = 4;
     /// No listener for the service ID.
     pub const INVALID_SERVICE_ID: u16 = 8;
     /// A REQ for a connection in timewait, or a duplicate.

@@ -3,6 +3,7 @@
 //! `poll_transmit`, and `poll_timeout` says when to call back.
 
 use crate::attr::AddressVector;
+use crate::cm::{Cm, CmConfig, CmEvent};
 use crate::cq::Cq;
 use crate::drops::{RxDrop, RxDrops};
 use crate::gid::Gid;
@@ -74,6 +75,10 @@ pub struct Engine {
     /// Every QP's next deadline.
     timers: TimerQueue,
     events: VecDeque<AsyncEvent>,
+    /// The connection manager behind QP1.
+    cm: Cm,
+    /// The PSN of the next MAD QP1 sends (one count per device, as on Linux).
+    gsi_psn: u32,
     stats: Stats,
 }
 
@@ -92,6 +97,7 @@ macro_rules! ctx {
     };
 }
 
+mod gsi;
 mod objects;
 mod qps;
 
@@ -127,9 +133,11 @@ impl Engine {
     /// A new engine. `seed` feeds the CSPRNG that draws keys, QPNs and PSNs: take it from the
     /// OS in production, from the test's seed in simulation.
     pub fn new(config: EngineConfig, seed: [u8; 32]) -> Engine {
+        let mut rng = ChaCha20Rng::from_seed(seed);
+        let cm = Cm::new(CmConfig::new(config.gid), rng.next_u32());
         Engine {
             config,
-            rng: ChaCha20Rng::from_seed(seed),
+            rng,
             pds: BTreeSet::new(),
             next_pd: 1,
             cqs: BTreeMap::new(),
@@ -146,6 +154,8 @@ impl Engine {
             burst: 0,
             timers: TimerQueue::default(),
             events: VecDeque::new(),
+            cm,
+            gsi_psn: 0,
             stats: Stats::default(),
         }
     }
@@ -187,6 +197,9 @@ impl Engine {
         let Ok(pkt) = PacketRepr::parse(data) else {
             return drops.count(RxDrop::Malformed);
         };
+        if pkt.bth.dest_qpn == gsi::GSI_QPN {
+            return self.handle_gsi(now, src, &pkt);
+        }
         let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qpn) else {
             return drops.count(RxDrop::UnknownQp);
         };
@@ -223,6 +236,7 @@ impl Engine {
 
     /// Fires every timer due at `now` (only the QPs that are due are visited).
     pub fn handle_timeout(&mut self, now: Nanos) {
+        self.cm.handle_timeout(now);
         for qpn in self.timers.due(now) {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
@@ -237,14 +251,15 @@ impl Engine {
 
     /// The earliest time `handle_timeout` has work to do.
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        self.timers.next()
+        earliest(self.timers.next(), self.cm.poll_timeout())
     }
 
     /// `poll_timeout` the slow way, by asking every QP: for tests that check the timer
     /// queue never misses a change.
     #[doc(hidden)]
     pub fn poll_timeout_by_scan(&self) -> Option<Nanos> {
-        self.qps.values().filter_map(|q| q.next_deadline()).min()
+        let qps = self.qps.values().filter_map(|q| q.next_deadline()).min();
+        earliest(qps, self.cm.poll_timeout())
     }
 
     /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`] bytes).
@@ -276,7 +291,14 @@ impl Engine {
         // Packet `n` starts at `at` <= n * MAX_PACKET, so it always has MAX_PACKET bytes.
         let (mut at, mut n) = (0, 0);
         self.answer_doorbells();
-        let mut room = true;
+        while n < max {
+            let Some(t) = self.next_mad(&mut slots[at..at + MAX_PACKET]) else {
+                break;
+            };
+            sent(t);
+            (at, n) = (at + t.len, n + 1);
+        }
+        let mut room = n < max;
         while room {
             let Some(qpn) = self.active.pop_front() else {
                 break;
@@ -335,5 +357,27 @@ impl Engine {
     /// The next asynchronous event, if any.
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
         self.events.pop_front()
+    }
+
+    /// The connection manager, for its user's calls (connect, listen, accept, ...): what
+    /// it sends goes out with the next `poll_transmit`.
+    pub fn cm_mut(&mut self) -> &mut Cm {
+        &mut self.cm
+    }
+
+    pub fn cm(&self) -> &Cm {
+        &self.cm
+    }
+
+    /// The next connection manager event, if any.
+    pub fn poll_cm_event(&mut self) -> Option<CmEvent> {
+        self.cm.poll_event()
+    }
+}
+
+fn earliest(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }

@@ -1,0 +1,139 @@
+//! What the connection manager takes from its user and hands back: connection parameters,
+//! events, errors.
+
+use crate::gid::Gid;
+use crate::verbs::Mtu;
+use oxrdma_wire::cm::{Rep, Req, SidrRep, SidrReq};
+
+/// A connection (or SIDR exchange) as the CM knows it: its local comm ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CmId(pub u32);
+
+/// The transport a REQ asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmTransport {
+    Rc,
+    Uc,
+}
+
+/// What the active side's REQ says about its QP and path (`rdma_connect`'s conn_param and
+/// the resolved route). The CM adds its own fields: comm ID, CA GUID, timeouts, retries,
+/// P_Key, LIDs and GIDs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectParams {
+    pub dest: Gid,
+    pub service_id: u64,
+    pub transport: CmTransport,
+    pub qpn: u32,
+    /// The PSN the passive side will send with (its receive PSN is ours to pick).
+    pub starting_psn: u32,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub flow_control: bool,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub srq: bool,
+    pub path_mtu: Mtu,
+    /// The primary path's flow label (20 bits) and traffic class.
+    pub flow_label: u32,
+    pub traffic_class: u8,
+    pub hop_limit: u8,
+    /// The QPs' local ACK timeout (4.096 µs × 2^t).
+    pub ack_timeout: u8,
+    /// Up to 92 bytes (the RDMA CM's 36-byte header included); the rest is zero.
+    pub private_data: Vec<u8>,
+}
+
+/// What the passive side's REP says (`rdma_accept`'s conn_param).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptParams {
+    pub qpn: u32,
+    /// The PSN the active side will send with.
+    pub starting_psn: u32,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub flow_control: bool,
+    pub rnr_retry_count: u8,
+    pub srq: bool,
+    /// Up to 196 bytes.
+    pub private_data: Vec<u8>,
+}
+
+/// A SIDR reply (`rdma_accept` or `rdma_reject` of a UD connection request).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidrReplyParams {
+    /// 0 valid, 1 service ID not supported, 2 rejected, 3 no QP.
+    pub status: u8,
+    pub qpn: u32,
+    pub qkey: u32,
+    /// Up to 136 bytes.
+    pub private_data: Vec<u8>,
+}
+
+/// What happened to a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmEventKind {
+    /// Passive: a REQ for a listened service ID made a new connection; accept or reject it.
+    ConnectRequest { peer: Gid, req: Box<Req> },
+    /// Active: the REP came; bring the QP to RTS, then `establish` (sends the RTU).
+    Reply { rep: Box<Rep> },
+    /// Passive: the RTU came (or the QP saw the first packet, `notify_established`).
+    Established,
+    /// The peer rejected the REQ or REP: its reason and private data (148 bytes).
+    Rejected { reason: u16, private_data: Vec<u8> },
+    /// No answer within the retries (REQ, REP or SIDR_REQ).
+    Unreachable,
+    /// The connection ended: a DREQ came, or the DREP to ours (or no DREP within the
+    /// retries, `timed_out`).
+    Disconnected { timed_out: bool },
+    /// The connection left timewait: its comm ID and QP may be used again.
+    TimewaitExit,
+    /// Passive: a SIDR_REQ for a listened service ID; answer with `sidr_reply`.
+    SidrRequest { peer: Gid, req: Box<SidrReq> },
+    /// Active: the SIDR_REP came (its status says whether the QPN is good).
+    SidrReply { rep: Box<SidrRep> },
+}
+
+/// An event of one connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CmEvent {
+    pub id: CmId,
+    pub kind: CmEventKind,
+}
+
+/// Why a CM call was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CmError {
+    #[error("no such connection")]
+    UnknownId,
+    #[error("the connection is not in a state that allows this")]
+    InvalidState,
+    #[error("private data longer than the message holds ({max} bytes)")]
+    PrivateDataTooLong { max: usize },
+    #[error("the service ID is listened on already")]
+    InUse,
+}
+
+/// Why a received MAD was ignored (counted in [`CmStats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmDrop {
+    /// Not a CM Send MAD of class version 2, or too short.
+    Malformed,
+    /// Names a comm ID we do not have, or comes from another peer than the connection's.
+    UnknownId,
+    /// The connection is in a state that takes no such message.
+    State,
+    /// A listener's backlog of unanswered requests is full (the peer will retry).
+    Backlog,
+    /// LAP, APR or an attribute the CM does not define.
+    Unsupported,
+}
+
+/// Counters of the CM's MADs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CmStats {
+    pub received: u64,
+    pub sent: u64,
+    pub retransmitted: u64,
+    pub ignored: u64,
+}
