@@ -12,6 +12,12 @@ pub enum Error {
     Io(#[from] std::io::Error),
     #[error("bad connection data from the peer: {0}")]
     BadPeer(String),
+    #[error("connection manager: {0}")]
+    Cm(#[from] oxrdma_core::cm::CmError),
+    /// An RDMA CM call out of turn (e.g. `connect` before the route is resolved), with
+    /// what it needs (EINVAL in librdmacm).
+    #[error("RDMA CM: {0}")]
+    CmState(&'static str),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

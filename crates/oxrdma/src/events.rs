@@ -3,82 +3,14 @@
 //! while some wait (`ibv_context.async_fd`), for poll, epoll or an async runtime. Each
 //! open context of a device has its own queue and descriptor (`Owners` routes events).
 
-use crate::error::Result;
+use crate::fdqueue::FdQueue;
 use crate::lock::lock;
 use oxrdma_core::AsyncEvent;
-use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
-use rustix::fs::{fcntl_getfl, OFlags};
-use std::collections::{HashMap, VecDeque};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 
-#[derive(Debug)]
-pub(crate) struct Events {
-    queue: Mutex<VecDeque<AsyncEvent>>,
-    /// Counts 1 while `queue` has events, 0 while it is empty (changed under its lock).
-    fd: OwnedFd,
-}
-
-impl Events {
-    pub fn new() -> Result<Events> {
-        let fd = eventfd(0, EventfdFlags::CLOEXEC).map_err(std::io::Error::from)?;
-        Ok(Events {
-            queue: Mutex::new(VecDeque::new()),
-            fd,
-        })
-    }
-
-    fn queue(&self) -> MutexGuard<'_, VecDeque<AsyncEvent>> {
-        lock(&self.queue)
-    }
-
-    pub fn push(&self, e: AsyncEvent) {
-        let mut q = self.queue();
-        if q.is_empty() {
-            // An eventfd write only fails at a count near 2^64.
-            let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
-        }
-        q.push_back(e);
-    }
-
-    /// The oldest event, if any.
-    pub fn pop(&self) -> Option<AsyncEvent> {
-        let mut q = self.queue();
-        let e = q.pop_front();
-        if e.is_some() && q.is_empty() {
-            // The count is 1 (written when the queue stopped being empty): this read
-            // takes it to 0 without blocking.
-            let mut b = [0u8; 8];
-            let _ = rustix::io::read(&self.fd, &mut b);
-        }
-        e
-    }
-
-    /// The oldest event, waiting for one unless the descriptor was made non-blocking
-    /// (then `None` at once, as `ibv_get_async_event` answers EAGAIN).
-    pub fn wait(&self) -> Result<Option<AsyncEvent>> {
-        loop {
-            if let Some(e) = self.pop() {
-                return Ok(Some(e));
-            }
-            let flags = fcntl_getfl(&self.fd).map_err(std::io::Error::from)?;
-            if flags.contains(OFlags::NONBLOCK) {
-                return Ok(None);
-            }
-            let mut p = [PollFd::new(&self.fd, PollFlags::IN)];
-            match poll(&mut p, None) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(std::io::Error::from(e).into()),
-            }
-        }
-    }
-}
-
-impl AsFd for Events {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-}
+/// A context's asynchronous events.
+pub(crate) type Events = FdQueue<AsyncEvent>;
 
 /// Which open context each CQ, QP and SRQ of a device belongs to, so that each context's
 /// `async_fd` reports its own objects' events only (two contexts of one device in one

@@ -8,6 +8,7 @@
 //! by copying, and the engine checks every key, bound and permission.
 
 mod channel;
+pub mod cm;
 pub mod config;
 mod connect;
 mod context;
@@ -16,6 +17,7 @@ mod cq;
 mod destroy;
 mod error;
 mod events;
+mod fdqueue;
 mod handoff;
 mod lock;
 mod nic;

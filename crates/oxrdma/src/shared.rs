@@ -7,6 +7,7 @@
 //! that matter); a poll that finds completions hands the socket back to it (`nic.rs`).
 
 use crate::channel::ChannelInner;
+use crate::cm::CmRoutes;
 use crate::error::Result;
 use crate::events::Owners;
 use crate::handoff::Handoff;
@@ -64,6 +65,8 @@ pub(crate) struct Shared {
     /// Which context gets each object's asynchronous events (taken from the engine
     /// whenever a thread lets go of it).
     pub(crate) owners: Owners,
+    /// Which event channel gets each connection manager event.
+    pub(crate) cm: CmRoutes,
 }
 
 /// The device, locked; on unlock, work posted meanwhile by threads that found it locked
@@ -119,6 +122,7 @@ impl Shared {
             engine_tid: AtomicI32::new(0),
             epoch: Instant::now(),
             owners: Owners::default(),
+            cm: CmRoutes::default(),
         })
     }
 
@@ -180,6 +184,7 @@ impl Shared {
         while let Some(e) = dev.engine.poll_event() {
             self.owners.deliver(e);
         }
+        self.cm.deliver(std::ptr::from_ref(self) as usize, dev);
     }
 
     /// After posting: moves the new work from the calling thread if the device is free,

@@ -1,0 +1,171 @@
+//! Event channels (`rdma_event_channel`) and how the devices' CM events reach them.
+//!
+//! A device's CM hands up events naming its comm IDs; whichever thread lets go of the
+//! device moves them (`Shared::collect_events` → [`CmRoutes::deliver`]) to the channel of
+//! the id that owns the comm ID, or of the listener a request is for. Nothing there
+//! upgrades an id: the id behind an event is found when the application takes it
+//! (`EventChannel::get_event`), which also does what librdmacm does in
+//! `rdma_get_cm_event` (the QP's RTR and RTS and the RTU on a REP, ERR on a rejection).
+
+use super::id::IdInner;
+use super::{CmEvent, CmEventType};
+use crate::error::Result;
+use crate::fdqueue::FdQueue;
+use crate::lock::lock;
+use crate::shared::Shared;
+use oxrdma_core::cm::{CmEvent as CoreEvent, CmEventKind};
+use oxrdma_udp::Device;
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::{Arc, Mutex, Weak};
+
+/// What waits in a channel.
+#[derive(Debug)]
+pub(crate) enum Raw {
+    /// An event of a device's CM (`dev`: the device's key).
+    Core { dev: usize, event: CoreEvent },
+    /// An event made here (address and route resolution).
+    Local {
+        id: Weak<IdInner>,
+        event: CmEventType,
+        status: i32,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct ChannelInner {
+    pub queue: FdQueue<Raw>,
+    /// The ids of this channel by device and comm ID, and listeners by device and service
+    /// ID (found when their events are taken).
+    pub conns: Mutex<HashMap<(usize, u32), Weak<IdInner>>>,
+    pub listeners: Mutex<HashMap<(usize, u64), Weak<IdInner>>>,
+    /// The devices its ids are on, by key (weak: a channel does not keep a device open,
+    /// and what drops a channel never closes one).
+    pub devices: Mutex<HashMap<usize, Weak<Shared>>>,
+}
+
+/// An event channel: [`EventChannel::get_event`] takes the next event of its ids, and its
+/// descriptor is readable while one waits.
+#[derive(Debug, Clone)]
+pub struct EventChannel {
+    pub(crate) inner: Arc<ChannelInner>,
+}
+
+impl EventChannel {
+    pub fn new() -> Result<EventChannel> {
+        Ok(EventChannel {
+            inner: Arc::new(ChannelInner {
+                queue: FdQueue::new()?,
+                conns: Mutex::default(),
+                listeners: Mutex::default(),
+                devices: Mutex::default(),
+            }),
+        })
+    }
+
+    /// The next event: waits for one unless the descriptor was made non-blocking
+    /// (`Ok(None)` then, as `rdma_get_cm_event` fails with EAGAIN).
+    pub fn get_event(&self) -> Result<Option<CmEvent>> {
+        loop {
+            self.pull();
+            let Some(raw) = self.inner.queue.wait()? else {
+                return Ok(None);
+            };
+            if let Some(e) = super::incoming::take_event(&self.inner, raw) {
+                return Ok(Some(e));
+            }
+        }
+    }
+
+    /// The next event if one waits.
+    pub fn try_event(&self) -> Option<CmEvent> {
+        self.pull();
+        while let Some(raw) = self.inner.queue.pop() {
+            if let Some(e) = super::incoming::take_event(&self.inner, raw) {
+                return Some(e);
+            }
+        }
+        None
+    }
+
+    /// Moves events the devices hold into the channels (the engine threads do so as
+    /// they go; this covers one that sleeps with events held).
+    fn pull(&self) {
+        let devices: Vec<Arc<Shared>> = lock(&self.inner.devices)
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for shared in devices {
+            drop(shared.try_lock());
+        }
+    }
+}
+
+impl AsFd for EventChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.queue.as_fd()
+    }
+}
+
+/// Which channel gets the events of each comm ID and listened service ID of a device.
+#[derive(Debug, Default)]
+pub(crate) struct CmRoutes {
+    conns: Mutex<HashMap<u32, Weak<ChannelInner>>>,
+    listeners: Mutex<HashMap<u64, Weak<ChannelInner>>>,
+}
+
+impl CmRoutes {
+    pub fn route_conn(&self, comm_id: u32, ch: &Arc<ChannelInner>) {
+        lock(&self.conns).insert(comm_id, Arc::downgrade(ch));
+    }
+    pub fn route_listener(&self, service_id: u64, ch: &Arc<ChannelInner>) {
+        lock(&self.listeners).insert(service_id, Arc::downgrade(ch));
+    }
+    pub fn unroute_conn(&self, comm_id: u32) {
+        lock(&self.conns).remove(&comm_id);
+    }
+    pub fn unroute_listener(&self, service_id: u64) {
+        lock(&self.listeners).remove(&service_id);
+    }
+
+    /// Moves the CM events of `dev` (key `key`) to their channels; a request for a
+    /// listener that is gone is rejected, an event of an id that is gone dropped.
+    pub fn deliver(&self, key: usize, dev: &mut Device) {
+        while let Some(event) = dev.engine.poll_cm_event() {
+            let comm_id = event.id.0;
+            let ch = match &event.kind {
+                CmEventKind::ConnectRequest { req, .. } => {
+                    self.for_request(comm_id, req.service_id)
+                }
+                CmEventKind::SidrRequest { req, .. } => self.for_request(comm_id, req.service_id),
+                _ => lock(&self.conns).get(&comm_id).and_then(Weak::upgrade),
+            };
+            let last = matches!(
+                event.kind,
+                CmEventKind::Rejected { .. }
+                    | CmEventKind::Unreachable
+                    | CmEventKind::TimewaitExit
+                    | CmEventKind::SidrReply { .. }
+            );
+            if last {
+                self.unroute_conn(comm_id);
+            }
+            match ch {
+                Some(ch) => ch.queue.push(Raw::Core { dev: key, event }),
+                None => {
+                    let now = dev.now();
+                    dev.engine.cm_mut().destroy(now, event.id);
+                }
+            }
+        }
+    }
+
+    /// The listener's channel for a new request, now also the request's.
+    fn for_request(&self, comm_id: u32, service_id: u64) -> Option<Arc<ChannelInner>> {
+        let ch = lock(&self.listeners)
+            .get(&service_id)
+            .and_then(Weak::upgrade)?;
+        lock(&self.conns).insert(comm_id, Arc::downgrade(&ch));
+        Some(ch)
+    }
+}

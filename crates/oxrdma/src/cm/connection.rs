@@ -1,0 +1,314 @@
+//! The calls that make and end a connection (`rdma_connect`, `rdma_accept`,
+//! `rdma_reject`, `rdma_establish`, `rdma_disconnect`) and the QP attributes each step
+//! gives (`rdma_init_qp_attr`).
+
+use super::id::{einval, CmId, Phase, State, ACK_TIMEOUT};
+use super::route;
+use super::{ConnParam, PortSpace, UDP_QKEY};
+use crate::error::{Error, Result};
+use crate::lock::lock;
+use oxrdma_core::cm::{AcceptParams, CmId as CommId, CmTransport, ConnectParams, SidrReplyParams};
+use oxrdma_core::{Access, AddressVector, Mtu, QpAttr, QpState, QpType};
+use oxrdma_wire::cma::{self, CmaHeader};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+impl CmId {
+    /// `rdma_connect`: sends the REQ (UD: the SIDR_REQ) with up to 56 bytes of private
+    /// data (IP port spaces; 92 on `RDMA_PS_IB`, 180 for UD).
+    pub fn connect(&self, param: &ConnParam) -> Result<()> {
+        let mut st = lock(&self.inner.st);
+        if st.phase != Phase::RouteResolved {
+            return Err(einval("connect before the route is resolved"));
+        }
+        let (src, dst) = (st.src.unwrap_or(any()), st.dst.unwrap_or(any()));
+        let ps = self.inner.ps;
+        let shared = self.inner.ctx.shared();
+        let own = self.inner.ctx.gid();
+        let peer = route::target(ps.value(), dst, own);
+        let mut data = Vec::with_capacity(92);
+        if ps.has_header() {
+            let mut h = [0u8; CmaHeader::LEN];
+            let same_family = |a: IpAddr| match (a, dst.ip()) {
+                (IpAddr::V4(v4), IpAddr::V6(_)) => IpAddr::V6(v4.to_ipv6_mapped()),
+                (a, _) => a,
+            };
+            CmaHeader {
+                src_port: src.port(),
+                src: same_family(src.ip()),
+                dst: dst.ip(),
+            }
+            .emit(&mut h)
+            .map_err(|_| einval("addresses of two families"))?;
+            data.extend_from_slice(&h);
+        }
+        data.extend_from_slice(&param.private_data);
+        let sid = cma::service_id(ps.value(), dst.port());
+        let mut dev = shared.lock();
+        let now = dev.now();
+        let id = if self.inner.qp_type == QpType::Ud {
+            dev.engine.cm_mut().sidr_request(now, peer, sid, &data)?
+        } else {
+            let qpn = st.qp.unwrap_or(param.qp_num);
+            let p = ConnectParams {
+                dest: peer,
+                service_id: sid,
+                transport: if self.inner.qp_type == QpType::Uc {
+                    CmTransport::Uc
+                } else {
+                    CmTransport::Rc
+                },
+                qpn,
+                starting_psn: st.seq_num,
+                responder_resources: param.responder_resources,
+                initiator_depth: param.initiator_depth,
+                flow_control: param.flow_control,
+                retry_count: param.retry_count.min(7),
+                rnr_retry_count: param.rnr_retry_count.min(7),
+                srq: param.srq,
+                path_mtu: st.mtu.unwrap_or(Mtu::Mtu1024),
+                flow_label: cma::flow_label(src.port(), dst.port()),
+                traffic_class: 0,
+                hop_limit: 64,
+                ack_timeout: ACK_TIMEOUT,
+                private_data: data,
+            };
+            dev.engine.cm_mut().connect(now, &p)?
+        };
+        shared.cm.route_conn(id.0, &self.inner.channel);
+        lock(&self.inner.channel.conns).insert((self.inner.dev, id.0), Arc::downgrade(&self.inner));
+        shared.drive(&mut dev);
+        drop(dev);
+        shared.ring();
+        st.comm = Some(id.0);
+        st.peer = Some(peer);
+        st.resp_res = param.responder_resources;
+        st.init_depth = param.initiator_depth;
+        st.retry = param.retry_count.min(7);
+        st.rnr_retry = param.rnr_retry_count.min(7);
+        st.phase = Phase::Connecting;
+        Ok(())
+    }
+
+    /// `rdma_accept` of a connection request: brings the attached QP to RTS and sends the
+    /// REP with up to 196 bytes of private data (UD: the SIDR_REP with the QP's number
+    /// and Q_Key, and the id is connected at once).
+    pub fn accept(&self, param: &ConnParam) -> Result<()> {
+        let mut st = lock(&self.inner.st);
+        if st.phase != Phase::Requested {
+            return Err(einval("accept without a connection request"));
+        }
+        let comm = CommId(
+            st.comm
+                .ok_or(einval("accept without a connection request"))?,
+        );
+        let qpn = st.qp.unwrap_or(param.qp_num);
+        let shared = self.inner.ctx.shared();
+        if self.inner.qp_type == QpType::Ud {
+            let reply = SidrReplyParams {
+                status: 0,
+                qpn,
+                qkey: UDP_QKEY,
+                private_data: param.private_data.clone(),
+            };
+            let mut dev = shared.lock();
+            dev.engine.cm_mut().sidr_reply(comm, &reply)?;
+            shared.drive(&mut dev);
+            st.phase = Phase::Connected;
+            st.comm = None;
+            return Ok(());
+        }
+        // Reads we issue: no more than the active side has resources for.
+        st.init_depth = param.initiator_depth.min(st.init_depth);
+        st.resp_res = param.responder_resources;
+        st.rnr_retry = param.rnr_retry_count.min(7);
+        if st.qp.is_some() {
+            self.to_rts(&st)?;
+        }
+        let p = AcceptParams {
+            qpn,
+            starting_psn: st.seq_num,
+            responder_resources: st.resp_res,
+            initiator_depth: st.init_depth,
+            flow_control: param.flow_control,
+            rnr_retry_count: st.rnr_retry,
+            srq: param.srq,
+            private_data: param.private_data.clone(),
+        };
+        let mut dev = shared.lock();
+        let now = dev.now();
+        dev.engine.cm_mut().accept(now, comm, &p)?;
+        shared.drive(&mut dev);
+        drop(dev);
+        shared.ring();
+        st.phase = Phase::Accepted;
+        Ok(())
+    }
+
+    /// `rdma_reject` of a connection request (REJ 28 with up to 148 bytes of private
+    /// data; UD: SIDR_REP status 2), or of a REP before `establish`.
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        let mut st = lock(&self.inner.st);
+        let comm = match (st.phase, st.comm) {
+            (Phase::Requested | Phase::Replied, Some(c)) => CommId(c),
+            _ => return Err(einval("reject without a request or reply")),
+        };
+        let shared = self.inner.ctx.shared();
+        let mut dev = shared.lock();
+        if self.inner.qp_type == QpType::Ud {
+            let reply = SidrReplyParams {
+                status: 2,
+                qpn: 0,
+                qkey: 0,
+                private_data: private_data.to_vec(),
+            };
+            dev.engine.cm_mut().sidr_reply(comm, &reply)?;
+        } else {
+            dev.engine.cm_mut().reject(comm, private_data)?;
+        }
+        shared.drive(&mut dev);
+        st.phase = Phase::Done;
+        st.comm = None;
+        Ok(())
+    }
+
+    /// `rdma_establish`: after `CONNECT_RESPONSE` (no QP attached), sends the RTU.
+    pub fn establish(&self) -> Result<()> {
+        let mut st = lock(&self.inner.st);
+        if st.phase != Phase::Replied {
+            return Err(einval("establish without a connect response"));
+        }
+        let comm = CommId(st.comm.ok_or(einval("establish without a connection"))?);
+        let shared = self.inner.ctx.shared();
+        let mut dev = shared.lock();
+        dev.engine.cm_mut().establish(comm)?;
+        shared.drive(&mut dev);
+        st.phase = Phase::Connected;
+        Ok(())
+    }
+
+    /// `rdma_disconnect`: the QP goes to ERR (its work flushes) and a DREQ goes out (or
+    /// the DREP to the peer's); `DISCONNECTED` follows.
+    pub fn disconnect(&self) -> Result<()> {
+        let mut st = lock(&self.inner.st);
+        if !matches!(
+            st.phase,
+            Phase::Connected | Phase::Accepted | Phase::Disconnected
+        ) {
+            return Err(einval("disconnect of an id not connected"));
+        }
+        self.qp_to_err(&st);
+        let Some(comm) = st.comm else {
+            return Ok(()); // UD: nothing on the wire
+        };
+        let shared = self.inner.ctx.shared();
+        let mut dev = shared.lock();
+        let now = dev.now();
+        let r = dev.engine.cm_mut().disconnect(now, CommId(comm));
+        shared.drive(&mut dev);
+        drop(dev);
+        shared.ring();
+        st.phase = Phase::Disconnected;
+        match r {
+            // Our DREQ ended already (DREP or timeout): nothing left to send.
+            Err(oxrdma_core::cm::CmError::InvalidState) => Ok(()),
+            r => r.map_err(Error::from),
+        }
+    }
+
+    pub(super) fn modify(&self, qpn: u32, attr: &QpAttr) -> Result<()> {
+        let shared = self.inner.ctx.shared();
+        shared.lock().engine.modify_qp(qpn, attr)?;
+        shared.ring();
+        Ok(())
+    }
+
+    /// INIT (with the connection's access), RTR, RTS.
+    pub(super) fn to_rts(&self, st: &State) -> Result<()> {
+        let qpn = st.qp.ok_or(einval("no QP"))?;
+        let (t, ps) = (self.inner.qp_type, self.inner.ps);
+        for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
+            self.modify(qpn, &qp_attr(st, t, ps, state)?)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn qp_to_err(&self, st: &State) {
+        if let Some(qpn) = st.qp {
+            let err = QpAttr {
+                qp_state: Some(QpState::Err),
+                ..QpAttr::default()
+            };
+            let _ = self.modify(qpn, &err);
+        }
+    }
+}
+fn any() -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0)
+}
+
+/// What `rdma_init_qp_attr` gives for `state`, as Linux's CM does.
+pub(super) fn qp_attr(st: &State, t: QpType, ps: PortSpace, state: QpState) -> Result<QpAttr> {
+    let rc = t == QpType::Rc;
+    let rc_only = |v| if rc { Some(v) } else { None };
+    Ok(match state {
+        QpState::Init if t == QpType::Ud => QpAttr {
+            qp_state: Some(state),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            qkey: Some(if ps == PortSpace::Udp { UDP_QKEY } else { 0 }),
+            ..QpAttr::default()
+        },
+        QpState::Init => {
+            let mut access = Access::REMOTE_WRITE;
+            if st.resp_res > 0 && st.comm.is_some() {
+                access = access
+                    .union(Access::REMOTE_READ)
+                    .union(Access::REMOTE_ATOMIC);
+            }
+            QpAttr {
+                qp_state: Some(state),
+                pkey_index: Some(0),
+                port_num: Some(1),
+                qp_access_flags: Some(if st.comm.is_some() {
+                    access
+                } else {
+                    Access::empty()
+                }),
+                ..QpAttr::default()
+            }
+        }
+        QpState::Rtr if t == QpType::Ud => QpAttr {
+            qp_state: Some(state),
+            ..QpAttr::default()
+        },
+        QpState::Rtr => {
+            let peer = st.peer.ok_or(einval("no connection yet"))?;
+            QpAttr {
+                qp_state: Some(state),
+                ah_attr: Some(AddressVector { dgid: peer }),
+                path_mtu: Some(st.mtu.unwrap_or(Mtu::Mtu1024)),
+                dest_qp_num: Some(st.peer_qpn),
+                rq_psn: Some(st.seq_num),
+                max_dest_rd_atomic: rc_only(st.resp_res),
+                min_rnr_timer: rc_only(0),
+                ..QpAttr::default()
+            }
+        }
+        QpState::Rts if t == QpType::Ud => QpAttr {
+            qp_state: Some(state),
+            sq_psn: Some(0),
+            ..QpAttr::default()
+        },
+        QpState::Rts => QpAttr {
+            qp_state: Some(state),
+            sq_psn: Some(st.peer_psn),
+            timeout: rc_only(st.ack_timeout),
+            retry_cnt: rc_only(st.retry),
+            rnr_retry: rc_only(st.rnr_retry),
+            max_rd_atomic: rc_only(st.init_depth),
+            ..QpAttr::default()
+        },
+        _ => return Err(einval("init_qp_attr is for INIT, RTR and RTS")),
+    })
+}

@@ -1,0 +1,364 @@
+//! `rdma_cm_id`: one endpoint of the RDMA CM (a listener, or one side of a connection),
+//! its calls, and what its events do to it and its QP.
+
+use super::channel::{ChannelInner, Raw};
+use super::rendezvous::{self, Registration};
+use super::route;
+use super::{CmEventType, CmIdKey, EventChannel, PortSpace, UDP_QKEY};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::lock::lock;
+use crate::qp::QueuePair;
+use oxrdma_core::cm::{CmEventKind, CmId as CommId};
+use oxrdma_core::{Access, Gid, Mtu, QpAttr, QpState, QpType};
+use oxrdma_wire::cma::{self};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Where an id is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Phase {
+    #[default]
+    Idle,
+    Bound,
+    AddrResolved,
+    RouteResolved,
+    Listening,
+    /// Active: REQ (or SIDR_REQ) out.
+    Connecting,
+    /// Active, no QP: the REP came; `establish` sends the RTU.
+    Replied,
+    /// Passive: a request handed up, waiting for accept or reject.
+    Requested,
+    /// Passive: REP out, waiting for the RTU.
+    Accepted,
+    Connected,
+    Disconnected,
+    /// Rejected, unreachable, or out of timewait.
+    Done,
+}
+
+/// An id's state, behind its lock.
+#[derive(Debug, Default)]
+pub(super) struct State {
+    pub(super) phase: Phase,
+    pub(super) src: Option<SocketAddr>,
+    pub(super) dst: Option<SocketAddr>,
+    /// The peer's device (where the REQ went, or where it came from).
+    pub(super) peer: Option<Gid>,
+    pub(super) comm: Option<u32>,
+    pub(super) qp: Option<u32>,
+    /// The PSN this side receives with (the peer sends from it).
+    pub(super) seq_num: u32,
+    pub(super) listen: Option<(u64, Option<Registration>)>,
+    /// From the peer's REQ or REP.
+    pub(super) peer_qpn: u32,
+    pub(super) peer_psn: u32,
+    /// The connection's parameters, as they stand for the QP.
+    pub(super) resp_res: u8,
+    pub(super) init_depth: u8,
+    pub(super) retry: u8,
+    pub(super) rnr_retry: u8,
+    pub(super) ack_timeout: u8,
+    pub(super) mtu: Option<Mtu>,
+}
+
+#[derive(Debug)]
+pub(crate) struct IdInner {
+    pub(super) key: u64,
+    pub(super) ctx: Context,
+    pub(super) dev: usize,
+    pub(super) channel: Arc<ChannelInner>,
+    pub(super) ps: PortSpace,
+    pub(super) qp_type: QpType,
+    pub(super) st: Mutex<State>,
+}
+
+/// An RDMA CM id: bind, resolve, connect or listen, accept; its events come on its
+/// channel. Dropping it destroys it (`rdma_destroy_id`): a connection is disconnected, a
+/// request rejected, a listener's port freed.
+#[derive(Debug, Clone)]
+pub struct CmId {
+    pub(super) inner: Arc<IdInner>,
+}
+
+pub(super) static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+
+/// The local ACK timeout of RoCE paths (Linux: `cm_ack_timeout(15, 18)`).
+pub(super) const ACK_TIMEOUT: u8 = 19;
+/// Ephemeral ports, as Linux's `ip_local_port_range`.
+const EPHEMERAL: std::ops::Range<u32> = 32768..61000;
+
+pub(super) fn einval(what: &'static str) -> Error {
+    Error::CmState(what)
+}
+
+fn errno(e: rustix::io::Errno) -> Error {
+    Error::Io(std::io::Error::from_raw_os_error(e.raw_os_error()))
+}
+
+fn dev_key(ctx: &Context) -> usize {
+    Arc::as_ptr(&ctx.inner.shared) as usize
+}
+
+impl CmId {
+    /// `rdma_create_id` on `ctx`'s device: RC for every port space but UDP (UD).
+    pub fn new(channel: &EventChannel, ctx: &Context, ps: PortSpace) -> Result<CmId> {
+        let qp_type = if ps == PortSpace::Udp {
+            QpType::Ud
+        } else {
+            QpType::Rc
+        };
+        Ok(CmId::with_type(channel, ctx, ps, qp_type))
+    }
+
+    /// `rdma_create_id` with an explicit QP type (`RDMA_PS_IB` ids choose theirs).
+    pub fn with_type(
+        channel: &EventChannel,
+        ctx: &Context,
+        ps: PortSpace,
+        qp_type: QpType,
+    ) -> CmId {
+        let dev = dev_key(ctx);
+        lock(&channel.inner.devices)
+            .entry(dev)
+            .or_insert_with(|| Arc::downgrade(&ctx.inner.shared));
+        let st = State {
+            seq_num: ctx.random_psn(),
+            ack_timeout: ACK_TIMEOUT,
+            ..State::default()
+        };
+        CmId {
+            inner: Arc::new(IdInner {
+                key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
+                ctx: ctx.clone(),
+                dev,
+                channel: channel.inner.clone(),
+                ps,
+                qp_type,
+                st: Mutex::new(st),
+            }),
+        }
+    }
+
+    pub fn key(&self) -> CmIdKey {
+        CmIdKey(self.inner.key)
+    }
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+    pub fn port_space(&self) -> PortSpace {
+        self.inner.ps
+    }
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+    /// The local address and port (after bind, resolve or a request).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        lock(&self.inner.st).src
+    }
+    /// The peer's address and port.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        lock(&self.inner.st).dst
+    }
+    /// The peer device's GID (where its QP is).
+    pub fn peer_gid(&self) -> Option<Gid> {
+        lock(&self.inner.st).peer
+    }
+    /// The QP attached with [`CmId::attach_qp`].
+    pub fn qp_num(&self) -> Option<u32> {
+        lock(&self.inner.st).qp
+    }
+
+    /// `rdma_bind_addr`: the local address (unspecified: any) and port (0: one is picked
+    /// when listening or connecting).
+    pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
+        let mut st = lock(&self.inner.st);
+        if st.phase != Phase::Idle {
+            return Err(einval("bind_addr on an id already bound"));
+        }
+        if !addr.ip().is_unspecified() && !route::is_local(addr.ip()) {
+            return Err(errno(rustix::io::Errno::ADDRNOTAVAIL));
+        }
+        if addr.port() != 0 && rendezvous::taken(self.inner.ps.value(), addr.port()) {
+            return Err(errno(rustix::io::Errno::ADDRINUSE));
+        }
+        st.src = Some(addr);
+        st.phase = Phase::Bound;
+        Ok(())
+    }
+
+    /// `rdma_listen`: takes connection requests on the bound port (a free one if 0), at
+    /// most `backlog` unanswered.
+    pub fn listen(&self, backlog: usize) -> Result<()> {
+        let mut st = lock(&self.inner.st);
+        if !matches!(st.phase, Phase::Idle | Phase::Bound) {
+            return Err(einval("listen on an id that connects"));
+        }
+        let ps = self.inner.ps.value();
+        let src = st
+            .src
+            .unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
+        let bound = (!src.ip().is_unspecified()).then_some(src.ip());
+        let entry = rendezvous::Entry {
+            device: self.inner.ctx.gid().ip(),
+            bound,
+        };
+        let (port, reg) = if src.port() == 0 {
+            self.free_port(|p| rendezvous::register(ps, p, entry).ok())?
+        } else {
+            let r = rendezvous::register(ps, src.port(), entry).map_err(Error::Io)?;
+            (src.port(), r)
+        };
+        let sid = cma::service_id(ps, port);
+        let shared = self.inner.ctx.shared();
+        shared.lock().engine.cm_mut().listen(sid, backlog)?;
+        shared.cm.route_listener(sid, &self.inner.channel);
+        lock(&self.inner.channel.listeners)
+            .insert((self.inner.dev, sid), Arc::downgrade(&self.inner));
+        st.src = Some(SocketAddr::new(src.ip(), port));
+        st.listen = Some((sid, Some(reg)));
+        st.phase = Phase::Listening;
+        Ok(())
+    }
+
+    /// A random port in the ephemeral range that `take` accepts.
+    fn free_port<T>(&self, mut take: impl FnMut(u16) -> Option<T>) -> Result<(u16, T)> {
+        let span = EPHEMERAL.end - EPHEMERAL.start;
+        let start = self.inner.ctx.random_psn() % span;
+        for i in 0..span {
+            let port = (EPHEMERAL.start + (start + i) % span) as u16;
+            if let Some(t) = take(port) {
+                return Ok((port, t));
+            }
+        }
+        Err(errno(rustix::io::Errno::ADDRINUSE))
+    }
+
+    /// `rdma_resolve_addr`: `dst` (IP and port) will be reached from this device;
+    /// `ADDR_RESOLVED` follows (with `src` the local address, if given).
+    pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr) -> Result<()> {
+        let mut st = lock(&self.inner.st);
+        if !matches!(st.phase, Phase::Idle | Phase::Bound) {
+            return Err(einval("resolve_addr twice"));
+        }
+        if let Some(s) = src {
+            if !s.ip().is_unspecified() && !route::is_local(s.ip()) {
+                return Err(errno(rustix::io::Errno::ADDRNOTAVAIL));
+            }
+            st.src = Some(s);
+        }
+        // The source: the bound address, else this device's (of the destination's family).
+        let own = self.inner.ctx.gid().ip();
+        let ip = match st.src.map(|s| s.ip()) {
+            Some(ip) if !ip.is_unspecified() => ip,
+            _ if own.is_ipv4() == dst.is_ipv4() => own,
+            _ if dst.is_ipv4() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            _ => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        };
+        let port = match st.src.map(|s| s.port()) {
+            Some(p) if p != 0 => p,
+            _ => {
+                let ps = self.inner.ps.value();
+                self.free_port(|p| (!rendezvous::taken(ps, p)).then_some(()))?
+                    .0
+            }
+        };
+        st.src = Some(SocketAddr::new(ip, port));
+        st.dst = Some(dst);
+        st.phase = Phase::AddrResolved;
+        st.mtu = Some(self.inner.ctx.active_mtu());
+        drop(st);
+        self.local_event(CmEventType::AddrResolved);
+        Ok(())
+    }
+
+    /// `rdma_resolve_route`: on RoCE nothing goes on the wire; `ROUTE_RESOLVED` follows.
+    pub fn resolve_route(&self) -> Result<()> {
+        let mut st = lock(&self.inner.st);
+        if st.phase != Phase::AddrResolved {
+            return Err(einval("resolve_route before resolve_addr"));
+        }
+        st.phase = Phase::RouteResolved;
+        drop(st);
+        self.local_event(CmEventType::RouteResolved);
+        Ok(())
+    }
+
+    fn local_event(&self, event: CmEventType) {
+        self.inner.channel.queue.push(Raw::Local {
+            id: Arc::downgrade(&self.inner),
+            event,
+            status: 0,
+        });
+    }
+
+    /// Makes `qp` this id's (`rdma_create_qp` with a QP made by the caller): it goes to
+    /// INIT (a UD QP on to RTS with the port space's Q_Key), and the id moves it on as the
+    /// connection goes (RTR and RTS on `accept` or the REP, ERR on disconnect).
+    pub fn attach_qp(&self, qp: &QueuePair) -> Result<()> {
+        if qp.qp_type() != self.inner.qp_type {
+            return Err(einval("the QP's type is not the id's"));
+        }
+        lock(&self.inner.st).qp = Some(qp.qpn());
+        if self.inner.qp_type == QpType::Ud {
+            return qp.ready_ud(UDP_QKEY, 0);
+        }
+        qp.modify(&QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            qp_access_flags: Some(Access::empty()),
+            ..QpAttr::default()
+        })
+    }
+
+    /// `rdma_init_qp_attr`: the attributes that take a QP of this connection to `state`
+    /// (INIT, RTR or RTS), for callers that move their own QP.
+    pub fn init_qp_attr(&self, state: QpState) -> Result<QpAttr> {
+        let st = lock(&self.inner.st);
+        super::connection::qp_attr(&st, self.inner.qp_type, self.inner.ps, state)
+    }
+}
+
+impl Drop for IdInner {
+    fn drop(&mut self) {
+        let st = self.st.get_mut().unwrap_or_else(|p| p.into_inner());
+        let shared = self.ctx.shared();
+        let mut dev = shared.lock();
+        let now = dev.now();
+        if let Some(comm) = st.comm.take() {
+            dev.engine.cm_mut().destroy(now, CommId(comm));
+            shared.cm.unroute_conn(comm);
+        }
+        if let Some((sid, reg)) = st.listen.take() {
+            dev.engine.cm_mut().unlisten(sid);
+            shared.cm.unroute_listener(sid);
+            drop(reg);
+            // Requests still queued for this listener have nobody to answer them.
+            let dev_key = self.dev;
+            let orphans = self.channel.queue.take_where(|r| match r {
+                Raw::Core { dev, event } => {
+                    dev == &dev_key
+                        && match &event.kind {
+                            CmEventKind::ConnectRequest { req, .. } => req.service_id == sid,
+                            CmEventKind::SidrRequest { req, .. } => req.service_id == sid,
+                            _ => false,
+                        }
+                }
+                Raw::Local { .. } => false,
+            });
+            for r in orphans {
+                if let Raw::Core { event, .. } = r {
+                    dev.engine.cm_mut().destroy(now, event.id);
+                    shared.cm.unroute_conn(event.id.0);
+                }
+            }
+            lock(&self.channel.listeners).remove(&(self.dev, sid));
+        }
+        shared.drive(&mut dev);
+        drop(dev);
+        shared.ring();
+    }
+}

@@ -1,0 +1,329 @@
+//! Events as the application takes them: each device CM event becomes librdmacm's, with
+//! what `rdma_get_cm_event` does on the way (new ids for requests, the QP's RTR and RTS
+//! and the RTU on a REP, ERR on a rejection or disconnect).
+
+use super::channel::{ChannelInner, Raw};
+use super::id::{CmId, IdInner, Phase, State, ACK_TIMEOUT, NEXT_KEY};
+use super::route;
+use super::{CmEvent, CmEventType, CmIdKey, ConnParam, UdParam, ETIMEDOUT};
+use crate::error::Error;
+use crate::lock::lock;
+use oxrdma_core::cm::{CmEvent as CoreEvent, CmEventKind, CmId as CommId, SidrReplyParams};
+use oxrdma_core::{Gid, Mtu};
+use oxrdma_wire::cm::{Rep, Req, SidrRep, SidrReq};
+use oxrdma_wire::cma::CmaHeader;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+
+/// Turns what waited in `ch` into the application's event, doing what librdmacm does on
+/// the way; None if it concerns an id that is gone (or was answered here).
+pub(crate) fn take_event(ch: &Arc<ChannelInner>, raw: Raw) -> Option<CmEvent> {
+    let (dev, event) = match raw {
+        Raw::Local { id, event, status } => {
+            let id = id.upgrade()?;
+            return Some(plain(id.key, event, status));
+        }
+        Raw::Core { dev, event } => (dev, event),
+    };
+    let CoreEvent { id: comm, kind } = event;
+    match kind {
+        CmEventKind::ConnectRequest { peer, req } => request(ch, dev, comm, peer, *req),
+        CmEventKind::SidrRequest { peer, req } => sidr_request(ch, dev, comm, peer, *req),
+        kind => {
+            let id = lock(&ch.conns)
+                .get(&(dev, comm.0))
+                .and_then(|w| w.upgrade())?;
+            let ends = matches!(
+                kind,
+                CmEventKind::Rejected { .. }
+                    | CmEventKind::Unreachable
+                    | CmEventKind::TimewaitExit
+                    | CmEventKind::SidrReply { .. }
+            );
+            if ends {
+                lock(&ch.conns).remove(&(dev, comm.0));
+            }
+            Some(CmId { inner: id }.on_event(kind))
+        }
+    }
+}
+
+fn plain(key: u64, event: CmEventType, status: i32) -> CmEvent {
+    CmEvent {
+        event,
+        id: CmIdKey(key),
+        listen_id: None,
+        new_id: None,
+        status,
+        conn: ConnParam {
+            responder_resources: 0,
+            initiator_depth: 0,
+            retry_count: 0,
+            rnr_retry_count: 0,
+            ..ConnParam::default()
+        },
+        ud: None,
+    }
+}
+
+/// The listener of a request, or None (then the request is turned away).
+fn listener_of(ch: &ChannelInner, dev: usize, sid: u64) -> Option<Arc<IdInner>> {
+    lock(&ch.listeners)
+        .get(&(dev, sid))
+        .and_then(|w| w.upgrade())
+}
+
+/// Turns away a request nobody here takes (REJ 28, as Linux's CMA does; SIDR: status 1).
+fn turn_away(ch: &ChannelInner, dev: usize, comm: CommId, sidr: bool) {
+    let Some(shared) = lock(&ch.devices).get(&dev).and_then(Weak::upgrade) else {
+        return;
+    };
+    let mut d = shared.lock();
+    let cm = d.engine.cm_mut();
+    if sidr {
+        let no = SidrReplyParams {
+            status: 1,
+            qpn: 0,
+            qkey: 0,
+            private_data: Vec::new(),
+        };
+        let _ = cm.sidr_reply(comm, &no);
+    } else {
+        let _ = cm.reject(comm, &[]);
+    }
+    shared.cm.unroute_conn(comm.0);
+    shared.drive(&mut d);
+}
+
+/// The request's CMA header, if the listener's port space has one and it is sound, and
+/// the listener takes its destination.
+fn header_for(listener: &IdInner, data: &[u8]) -> Option<Option<CmaHeader>> {
+    if !listener.ps.has_header() {
+        return Some(None);
+    }
+    let h = CmaHeader::parse(data).ok()??;
+    let bound = lock(&listener.st).src.map(|s| s.ip());
+    route::takes(bound, h.dst).then_some(Some(h))
+}
+
+/// A new id for a request to `listener`, on its channel and device.
+fn child(listener: &Arc<IdInner>, comm: CommId, peer: Gid, h: Option<CmaHeader>) -> CmId {
+    let ctx = &listener.ctx;
+    let lst = lock(&listener.st);
+    let port = lst.src.map_or(0, |s| s.port());
+    let src = h.map(|h| SocketAddr::new(h.dst, port)).or(lst.src);
+    drop(lst);
+    let st = State {
+        phase: Phase::Requested,
+        src,
+        dst: h.map(|h| SocketAddr::new(h.src, h.src_port)),
+        peer: Some(peer),
+        comm: Some(comm.0),
+        seq_num: ctx.random_psn(),
+        ack_timeout: ACK_TIMEOUT,
+        mtu: Some(ctx.active_mtu()),
+        ..State::default()
+    };
+    let inner = Arc::new(IdInner {
+        key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
+        ctx: ctx.clone(),
+        dev: listener.dev,
+        channel: listener.channel.clone(),
+        ps: listener.ps,
+        qp_type: listener.qp_type,
+        st: Mutex::new(st),
+    });
+    lock(&listener.channel.conns).insert((listener.dev, comm.0), Arc::downgrade(&inner));
+    CmId { inner }
+}
+
+fn request(
+    ch: &Arc<ChannelInner>,
+    dev: usize,
+    comm: CommId,
+    peer: Gid,
+    req: Req,
+) -> Option<CmEvent> {
+    let Some(listener) = listener_of(ch, dev, req.service_id) else {
+        turn_away(ch, dev, comm, false);
+        return None;
+    };
+    let Some(h) = header_for(&listener, &req.private_data) else {
+        turn_away(ch, dev, comm, false);
+        return None;
+    };
+    let new = child(&listener, comm, peer, h);
+    {
+        let mut st = lock(&new.inner.st);
+        st.peer_qpn = req.local_qpn;
+        st.peer_psn = req.starting_psn;
+        // The passive side's view: its responder resources are the REQ's initiator depth.
+        st.resp_res = req.initiator_depth;
+        st.init_depth = req.responder_resources;
+        st.retry = req.retry_count;
+        st.rnr_retry = req.rnr_retry_count;
+        st.ack_timeout = req.primary.local_ack_timeout;
+        let mtu = Mtu::from_ibv(u32::from(req.path_mtu)).unwrap_or(Mtu::Mtu1024);
+        st.mtu = Some(mtu.min(new.inner.ctx.active_mtu()));
+    }
+    let skip = if h.is_some() { CmaHeader::LEN } else { 0 };
+    Some(CmEvent {
+        event: CmEventType::ConnectRequest,
+        id: new.key(),
+        listen_id: Some(CmIdKey(listener.key)),
+        status: 0,
+        conn: ConnParam {
+            private_data: req.private_data[skip..].to_vec(),
+            responder_resources: req.initiator_depth,
+            initiator_depth: req.responder_resources,
+            flow_control: req.e2e_flow_control,
+            retry_count: req.retry_count,
+            rnr_retry_count: req.rnr_retry_count,
+            srq: req.srq,
+            qp_num: req.local_qpn,
+        },
+        ud: None,
+        new_id: Some(new),
+    })
+}
+
+fn sidr_request(
+    ch: &Arc<ChannelInner>,
+    dev: usize,
+    comm: CommId,
+    peer: Gid,
+    req: SidrReq,
+) -> Option<CmEvent> {
+    let Some(listener) = listener_of(ch, dev, req.service_id) else {
+        turn_away(ch, dev, comm, true);
+        return None;
+    };
+    let Some(h) = header_for(&listener, &req.private_data) else {
+        turn_away(ch, dev, comm, true);
+        return None;
+    };
+    let new = child(&listener, comm, peer, h);
+    let skip = if h.is_some() { CmaHeader::LEN } else { 0 };
+    let mut e = plain(new.inner.key, CmEventType::ConnectRequest, 0);
+    e.listen_id = Some(CmIdKey(listener.key));
+    e.ud = Some(UdParam {
+        private_data: req.private_data[skip..].to_vec(),
+        dgid: peer,
+        qp_num: 0,
+        qkey: 0,
+    });
+    e.new_id = Some(new);
+    Some(e)
+}
+
+impl CmId {
+    /// What an event of the device's CM does to this id, and the event the application
+    /// sees.
+    fn on_event(&self, kind: CmEventKind) -> CmEvent {
+        let key = self.inner.key;
+        let mut st = lock(&self.inner.st);
+        match kind {
+            CmEventKind::Reply { rep } => self.on_reply(&mut st, &rep),
+            CmEventKind::Established => {
+                st.phase = Phase::Connected;
+                plain(key, CmEventType::Established, 0)
+            }
+            CmEventKind::Rejected {
+                reason,
+                private_data,
+            } => {
+                self.qp_to_err(&st);
+                (st.phase, st.comm) = (Phase::Done, None);
+                let mut e = plain(key, CmEventType::Rejected, i32::from(reason));
+                e.conn.private_data = private_data;
+                e
+            }
+            CmEventKind::Unreachable => {
+                self.qp_to_err(&st);
+                (st.phase, st.comm) = (Phase::Done, None);
+                plain(key, CmEventType::Unreachable, ETIMEDOUT)
+            }
+            CmEventKind::Disconnected { .. } => {
+                self.qp_to_err(&st);
+                st.phase = Phase::Disconnected;
+                plain(key, CmEventType::Disconnected, 0)
+            }
+            CmEventKind::TimewaitExit => {
+                (st.phase, st.comm) = (Phase::Done, None);
+                plain(key, CmEventType::TimewaitExit, 0)
+            }
+            CmEventKind::SidrReply { rep } => self.on_sidr_reply(&mut st, &rep),
+            // Requests come to listeners, never to an id of theirs.
+            CmEventKind::ConnectRequest { .. } | CmEventKind::SidrRequest { .. } => {
+                plain(key, CmEventType::ConnectError, -22)
+            }
+        }
+    }
+
+    /// The REP: with a QP, RTR and RTS and the RTU, and the application sees ESTABLISHED
+    /// (librdmacm's way); without, CONNECT_RESPONSE and it calls `establish`.
+    fn on_reply(&self, st: &mut State, rep: &Rep) -> CmEvent {
+        let key = self.inner.key;
+        st.peer_qpn = rep.local_qpn;
+        st.peer_psn = rep.starting_psn;
+        // Reads we issue: no more than the passive side has resources for.
+        st.init_depth = st.init_depth.min(rep.responder_resources);
+        st.rnr_retry = rep.rnr_retry_count;
+        let conn = ConnParam {
+            private_data: rep.private_data.to_vec(),
+            responder_resources: rep.responder_resources,
+            initiator_depth: rep.initiator_depth,
+            flow_control: rep.e2e_flow_control,
+            retry_count: st.retry,
+            rnr_retry_count: rep.rnr_retry_count,
+            srq: rep.srq,
+            qp_num: rep.local_qpn,
+        };
+        if st.qp.is_none() {
+            st.phase = Phase::Replied;
+            let mut e = plain(key, CmEventType::ConnectResponse, 0);
+            e.conn = conn;
+            return e;
+        }
+        let shared = self.inner.ctx.shared();
+        let comm = CommId(st.comm.unwrap_or_default());
+        if let Err(e) = self.to_rts(st) {
+            // librdmacm: CONNECT_ERROR, and the REP is rejected.
+            let mut dev = shared.lock();
+            let _ = dev.engine.cm_mut().reject(comm, &[]);
+            shared.drive(&mut dev);
+            st.phase = Phase::Done;
+            let status = match e {
+                Error::Verbs(_) => -22,
+                _ => -5,
+            };
+            return plain(key, CmEventType::ConnectError, status);
+        }
+        let mut dev = shared.lock();
+        let _ = dev.engine.cm_mut().establish(comm);
+        shared.drive(&mut dev);
+        st.phase = Phase::Connected;
+        let mut e = plain(key, CmEventType::Established, 0);
+        e.conn = conn;
+        e
+    }
+
+    fn on_sidr_reply(&self, st: &mut State, rep: &SidrRep) -> CmEvent {
+        let key = self.inner.key;
+        st.comm = None;
+        if rep.status != 0 {
+            st.phase = Phase::Done;
+            return plain(key, CmEventType::Unreachable, i32::from(rep.status));
+        }
+        st.phase = Phase::Connected;
+        let mut e = plain(key, CmEventType::Established, 0);
+        e.ud = Some(UdParam {
+            private_data: rep.private_data.to_vec(),
+            dgid: st.peer.unwrap_or_default(),
+            qp_num: rep.qpn,
+            qkey: rep.qkey,
+        });
+        e
+    }
+}

@@ -1,0 +1,175 @@
+//! The RDMA connection manager (librdmacm's model): connect to an IP address and port,
+//! listen on one, and get events (connection requests, established, rejected,
+//! unreachable, disconnected, timewait exit) on a channel whose descriptor works with
+//! poll, epoll or an async runtime. Connections are set up by the device's IBTA CM
+//! (`oxrdma_core::cm`) with Linux's conventions (service IDs, the CMA header, PSNs), so
+//! either side may be Linux's rdma_cm on rxe. Peers on this host are found through the
+//! rendezvous (`rendezvous.rs`); others by their address.
+
+mod channel;
+mod connection;
+mod id;
+mod incoming;
+mod rendezvous;
+mod route;
+
+pub(crate) use channel::CmRoutes;
+pub use channel::EventChannel;
+pub use id::CmId;
+
+use oxrdma_core::Gid;
+use oxrdma_wire::cma;
+
+/// librdmacm's port spaces (`enum rdma_port_space`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PortSpace {
+    /// Reliable connections, as TCP ports (`RDMA_PS_TCP`).
+    Tcp,
+    /// UD, resolved with SIDR (`RDMA_PS_UDP`).
+    Udp,
+    /// Either, by the QP type (`RDMA_PS_IB`): no CMA header in the private data.
+    Ib,
+    /// `RDMA_PS_IPOIB`.
+    Ipoib,
+}
+
+impl PortSpace {
+    /// The number the service ID carries.
+    pub fn value(self) -> u16 {
+        match self {
+            PortSpace::Tcp => cma::PS_TCP,
+            PortSpace::Udp => cma::PS_UDP,
+            PortSpace::Ib => cma::PS_IB,
+            PortSpace::Ipoib => cma::PS_IPOIB,
+        }
+    }
+
+    pub fn from_value(v: u16) -> Option<PortSpace> {
+        [
+            PortSpace::Tcp,
+            PortSpace::Udp,
+            PortSpace::Ib,
+            PortSpace::Ipoib,
+        ]
+        .into_iter()
+        .find(|p| p.value() == v)
+    }
+
+    /// Whether REQs carry the 36-byte CMA header (IP-addressed port spaces).
+    fn has_header(self) -> bool {
+        self != PortSpace::Ib
+    }
+}
+
+/// `enum rdma_cm_event_type`, with its numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum CmEventType {
+    AddrResolved = 0,
+    AddrError = 1,
+    RouteResolved = 2,
+    RouteError = 3,
+    ConnectRequest = 4,
+    ConnectResponse = 5,
+    ConnectError = 6,
+    Unreachable = 7,
+    Rejected = 8,
+    Established = 9,
+    Disconnected = 10,
+    DeviceRemoval = 11,
+    MulticastJoin = 12,
+    MulticastError = 13,
+    AddrChange = 14,
+    TimewaitExit = 15,
+}
+
+impl CmEventType {
+    /// `rdma_event_str`'s name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CmEventType::AddrResolved => "RDMA_CM_EVENT_ADDR_RESOLVED",
+            CmEventType::AddrError => "RDMA_CM_EVENT_ADDR_ERROR",
+            CmEventType::RouteResolved => "RDMA_CM_EVENT_ROUTE_RESOLVED",
+            CmEventType::RouteError => "RDMA_CM_EVENT_ROUTE_ERROR",
+            CmEventType::ConnectRequest => "RDMA_CM_EVENT_CONNECT_REQUEST",
+            CmEventType::ConnectResponse => "RDMA_CM_EVENT_CONNECT_RESPONSE",
+            CmEventType::ConnectError => "RDMA_CM_EVENT_CONNECT_ERROR",
+            CmEventType::Unreachable => "RDMA_CM_EVENT_UNREACHABLE",
+            CmEventType::Rejected => "RDMA_CM_EVENT_REJECTED",
+            CmEventType::Established => "RDMA_CM_EVENT_ESTABLISHED",
+            CmEventType::Disconnected => "RDMA_CM_EVENT_DISCONNECTED",
+            CmEventType::DeviceRemoval => "RDMA_CM_EVENT_DEVICE_REMOVAL",
+            CmEventType::MulticastJoin => "RDMA_CM_EVENT_MULTICAST_JOIN",
+            CmEventType::MulticastError => "RDMA_CM_EVENT_MULTICAST_ERROR",
+            CmEventType::AddrChange => "RDMA_CM_EVENT_ADDR_CHANGE",
+            CmEventType::TimewaitExit => "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        }
+    }
+}
+
+/// `struct rdma_conn_param`: what a REQ or REP says of the QP, and the private data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnParam {
+    pub private_data: Vec<u8>,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub flow_control: bool,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub srq: bool,
+    /// The QPN (for a caller that brings no QP to `connect`/`accept`; the peer's in
+    /// events).
+    pub qp_num: u32,
+}
+
+impl Default for ConnParam {
+    fn default() -> Self {
+        ConnParam {
+            private_data: Vec::new(),
+            responder_resources: 1,
+            initiator_depth: 1,
+            flow_control: false,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: false,
+            qp_num: 0,
+        }
+    }
+}
+
+/// `struct rdma_ud_param`: where a UD peer is, after SIDR.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UdParam {
+    pub private_data: Vec<u8>,
+    /// The address handle's destination GID (its device's address).
+    pub dgid: Gid,
+    pub qp_num: u32,
+    pub qkey: u32,
+}
+
+/// A process-wide name of a [`CmId`] (events name the id they are about by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CmIdKey(pub u64);
+
+/// `struct rdma_cm_event`.
+#[derive(Debug)]
+pub struct CmEvent {
+    pub event: CmEventType,
+    /// The id the event is about: for `ConnectRequest`, the new one (in `new_id`).
+    pub id: CmIdKey,
+    /// For `ConnectRequest`: the listener.
+    pub listen_id: Option<CmIdKey>,
+    /// For `ConnectRequest`: the new connection's id, to accept or reject (dropping it
+    /// rejects).
+    pub new_id: Option<CmId>,
+    /// 0, a REJ reason (`Rejected`), a SIDR status, or a negative errno (`-ETIMEDOUT`).
+    pub status: i32,
+    pub conn: ConnParam,
+    /// UD connections (`RDMA_PS_UDP`): the peer's QP and Q_Key.
+    pub ud: Option<UdParam>,
+}
+
+/// The Q_Key RDMA CM gives UD QPs of `RDMA_PS_UDP` (and multicast).
+pub const UDP_QKEY: u32 = 0x0123_4567;
+/// `-ETIMEDOUT`, the status of a connection that got no answer.
+pub const ETIMEDOUT: i32 = -110;

@@ -1,0 +1,64 @@
+//! Address and route resolution: which device address a connection's REQ goes to, and
+//! the path the REQ describes (GIDs, flow label, hop limit, MTU).
+
+use super::rendezvous;
+use oxrdma_core::Gid;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+
+/// Whether `ip` is an address of this host (so its CM ports are in the rendezvous).
+pub(crate) fn is_local(ip: IpAddr) -> bool {
+    ip.is_loopback() || ip.is_unspecified() || UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+/// Whether a listener bound to `bound` (None: any address) takes connections to `dst`.
+/// Every loopback address is one host: with nothing configured the devices sit on
+/// 127.0.0.2, 127.0.0.3, …, and a program listening on its device's address or on
+/// 127.0.0.1 is found by one connecting to either.
+pub(crate) fn takes(bound: Option<IpAddr>, dst: IpAddr) -> bool {
+    match bound {
+        None => true,
+        Some(b) if b.is_unspecified() => true,
+        Some(b) => b == dst || (b.is_loopback() && dst.is_loopback()),
+    }
+}
+
+/// Where the REQ for `dst` (a port of `port_space`) goes: the device of the local
+/// listener on that port if `dst` is this host's, else `dst` itself. None: `dst` is this
+/// host's and nobody here listens there (`own` answers it: REJ "invalid service ID").
+pub(crate) fn target(port_space: u16, dst: SocketAddr, own: Gid) -> Gid {
+    if !is_local(dst.ip()) {
+        return Gid::from(dst.ip());
+    }
+    match rendezvous::lookup(port_space, dst.port()) {
+        Some(e) if takes(e.bound, dst.ip()) => Gid::from(e.device),
+        // Our own CM has no listener there either, and answers as a peer's would.
+        _ => own,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_and_bindable_addresses_are_local() {
+        assert!(is_local("127.0.0.1".parse().unwrap()));
+        assert!(is_local("127.3.2.1".parse().unwrap()));
+        assert!(is_local("::1".parse().unwrap()));
+        // TEST-NET-3 (RFC 5737) is on no host.
+        assert!(!is_local("203.0.113.7".parse().unwrap()));
+    }
+
+    #[test]
+    fn listeners_take_their_address_any_address_or_any_loopback() {
+        let lo1 = "127.0.0.1".parse().unwrap();
+        let lo5: IpAddr = "127.0.0.5".parse().unwrap();
+        let other: IpAddr = "10.1.2.3".parse().unwrap();
+        assert!(takes(None, other));
+        assert!(takes(Some("0.0.0.0".parse().unwrap()), other));
+        assert!(takes(Some(lo5), lo1));
+        assert!(takes(Some(other), other));
+        assert!(!takes(Some(other), lo1));
+        assert!(!takes(Some(lo5), other));
+    }
+}
