@@ -3,6 +3,7 @@
 pub mod args;
 pub mod capture;
 pub mod cm;
+pub mod cmlink;
 pub mod decode;
 pub mod devinfo;
 pub mod devnodes;

@@ -7,6 +7,7 @@
 //! client sends first, and each side sends again once its previous send completed and a
 //! message arrived.
 
+use crate::cmlink::CmLink;
 use crate::drops::explain;
 use crate::oob::{exchange, print_result};
 use crate::pingloop::PingLoop;
@@ -14,7 +15,7 @@ use anyhow::Context as _;
 use oxrdma::{
     Access, ConnectOptions, Context, Mtu, QpCap, QpType, RecvWr, SendData, SendFlags, SendWr,
 };
-use std::net::IpAddr;
+use std::net::{IpAddr, ToSocketAddrs};
 use std::time::Duration;
 
 const TOOL: &str = "ibv_rc_pingpong";
@@ -47,6 +48,11 @@ pub struct PingpongArgs {
     /// Capture this side's packets to a pcap file.
     #[arg(long)]
     pub pcap: Option<std::path::PathBuf>,
+    /// Connect through the RDMA CM instead of the TCP exchange: the server listens on
+    /// RDMA CM port -p (any address), the client connects to the server's address and
+    /// that port (127.0.0.1 finds a server on this host whatever its device).
+    #[arg(long)]
+    pub cm: bool,
 }
 
 /// Runs the ping-pong; prints ibv_rc_pingpong's two result lines.
@@ -71,28 +77,34 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
         max_inline_data: 64,
     };
     let qp = pd.create_qp(&cq, &cq, QpType::Rc, cap)?;
-    let psn = ctx.random_psn();
-    let me = qp.endpoint(psn);
-    let peer = exchange(a.server.as_deref(), a.port, &me, TOOL, &mut |_| Ok(()))?;
-    let o = ConnectOptions {
-        mtu: a.mtu,
-        rnr_retry: 7,
-        min_rnr_timer: 12,
-        timeout: 14,
-        retry_cnt: 7,
-        max_rd_atomic: 1,
-        ..Default::default()
-    };
-    qp.connect(psn, &peer, &o)?;
     let post_recv = || {
         qp.post_recv(RecvWr {
             wr_id: RECV_WRID,
             sges: vec![mr.sge(0, a.size)].into(),
         })
     };
-    for _ in 0..a.rx_depth {
-        post_recv()?;
-    }
+    // Kept until the end: dropping the ids disconnects.
+    let _cm = if a.cm {
+        Some(connect_cm(a, &ctx, &qp, &mr, &post_recv)?)
+    } else {
+        let psn = ctx.random_psn();
+        let me = qp.endpoint(psn);
+        let peer = exchange(a.server.as_deref(), a.port, &me, TOOL, &mut |_| Ok(()))?;
+        let o = ConnectOptions {
+            mtu: a.mtu,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            timeout: 14,
+            retry_cnt: 7,
+            max_rd_atomic: 1,
+            ..Default::default()
+        };
+        qp.connect(psn, &peer, &o)?;
+        for _ in 0..a.rx_depth {
+            post_recv()?;
+        }
+        None
+    };
     let post_send = || {
         let data = if a.size <= 64 {
             let mut v = oxrdma::InlineData::from_elem(0, a.size);
@@ -117,6 +129,46 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
     let secs = explain(&ctx, ping.run(&cq, &post_send, &post_recv, &|_| Ok(())))?;
     print_result(a.size, a.iters, secs);
     Ok(())
+}
+
+/// Connects `qp` through the RDMA CM, its receives posted before the peer can send.
+fn connect_cm(
+    a: &PingpongArgs,
+    ctx: &Context,
+    qp: &oxrdma::QueuePair,
+    mr: &oxrdma::MemoryRegion,
+    post_recv: &dyn Fn() -> oxrdma::Result<()>,
+) -> anyhow::Result<CmLink> {
+    // INIT first, so the receives are in place when the connection is up.
+    qp.modify(&oxrdma::QpAttr {
+        qp_state: Some(oxrdma::QpState::Init),
+        pkey_index: Some(0),
+        port_num: Some(1),
+        qp_access_flags: Some(Access::empty()),
+        ..Default::default()
+    })?;
+    for _ in 0..a.rx_depth {
+        post_recv()?;
+    }
+    let mut link = match &a.server {
+        Some(host) => {
+            let ip = (host.as_str(), a.port)
+                .to_socket_addrs()
+                .with_context(|| format!("cannot resolve {host}"))?
+                .next()
+                .with_context(|| format!("{host} has no address"))?;
+            CmLink::client(ctx, ip, false)?
+        }
+        None => CmLink::listen(ctx, a.port, false)?,
+    };
+    let me = oxrdma::PeerInfo {
+        endpoint: qp.endpoint(0),
+        addr: mr.addr(),
+        rkey: mr.rkey(),
+        len: a.size as u64,
+    };
+    link.link(qp, &me)?;
+    Ok(link)
 }
 
 #[cfg(test)]

@@ -405,6 +405,58 @@ fn pingpong_server_and_client_in_two_processes() {
 }
 
 #[test]
+fn pingpong_cm_reaches_a_server_on_another_device_through_localhost() {
+    // The server's device is 127.0.0.112; the client names 127.0.0.1 and the RDMA CM
+    // port, and the per-host rendezvous finds the server. Until it listens, the client is
+    // rejected (REJ 8) and exits non-zero: it tries again.
+    let server = oxrdma()
+        .args([
+            "pingpong",
+            "--cm",
+            "-d",
+            "127.0.0.112",
+            "-p",
+            "47330",
+            "-n",
+            "300",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut client = None;
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let out = oxrdma()
+            .args([
+                "pingpong",
+                "--cm",
+                "127.0.0.1",
+                "-d",
+                "127.0.0.113",
+                "-p",
+                "47330",
+            ])
+            .args(["-n", "300"])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            client = Some(out);
+            break;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("REJECTED (status 8)"), "{err}");
+    }
+    let client = client.expect("client never completed");
+    let text = String::from_utf8(client.stdout).unwrap();
+    assert!(text.contains("300 iters in"), "{text}");
+    let out = server.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .contains("300 iters in"));
+}
+
+#[test]
 fn pcap_captures_decode_cleanly_with_valid_icrcs() {
     let _turn = LOOPBACK_PAIR.lock().unwrap_or_else(|p| p.into_inner());
     let dir = scratch_dir("pcap");
@@ -496,6 +548,49 @@ fn pcap_captures_decode_cleanly_with_valid_icrcs() {
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn perf_r_connects_every_qp_through_the_rdma_cm() {
+    let _turn = LOOPBACK_PAIR.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = scratch_dir("perf-r");
+    let pcap = dir.join("client.pcap");
+    let run = |args: &[&str]| {
+        let out = oxrdma()
+            .args(["perf"])
+            .args(args)
+            .args(["--loopback", "-R", "--json", "-p", "47201", "--pcap"])
+            .arg(&pcap)
+            .output()
+            .unwrap();
+        let lines = json_lines(out);
+        let out = oxrdma()
+            .args(["decode", "--strict", "--json"])
+            .arg(&pcap)
+            .output()
+            .unwrap();
+        let cm: Vec<String> = json_lines(out)
+            .iter()
+            .filter_map(|l| l["cm"]["msg"].as_str().map(str::to_string))
+            .collect();
+        (lines, cm)
+    };
+    let count = |cm: &[String], m: &str| cm.iter().filter(|c| *c == m).count();
+    let (r, cm) = run(&["write-bw", "-n", "200", "-q", "3"]);
+    assert_eq!(r[0]["iterations"], 600);
+    for m in ["REQ", "REP", "RTU", "DREQ"] {
+        assert_eq!(count(&cm, m), 3, "{m} in {cm:?}");
+    }
+    let (r, _) = run(&["read-lat", "-n", "200"]);
+    assert_eq!(r[0]["iterations"], 200);
+    // UD: the server's QPN comes by SIDR.
+    let (r, cm) = run(&["send-bw", "-c", "UD", "-n", "200", "-s", "1024"]);
+    assert_eq!(r[0]["iterations"], 200);
+    assert_eq!(
+        (count(&cm, "SIDR_REQ"), count(&cm, "SIDR_REP")),
+        (1, 1),
+        "{cm:?}"
+    );
 }
 
 #[test]

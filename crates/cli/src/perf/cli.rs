@@ -105,6 +105,10 @@ pub struct PerfCli {
     /// expects) instead of MB/s.
     #[arg(long, alias = "report_gbits")]
     report_gbits: bool,
+    /// Connect the QPs through the RDMA CM (as perftest's -R): the server listens on the
+    /// CM port -p; the control connection only paces the runs.
+    #[arg(short = 'R', long = "rdma-cm", alias = "rdma_cm")]
+    rdma_cm: bool,
 }
 
 impl PerfCli {
@@ -158,6 +162,7 @@ impl PerfCli {
             pcap: self.pcap.clone(),
             progress: !self.no_progress && !self.json,
             perftest: self.perftest,
+            rdma_cm: self.rdma_cm,
             report_gbits: self.report_gbits,
             cpu_util: self.cpu_util,
         };

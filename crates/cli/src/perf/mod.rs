@@ -110,6 +110,8 @@ pub struct PerfArgs {
     pub report_gbits: bool,
     /// Report the CPU time each side spends per GB moved (bandwidth tests).
     pub cpu_util: bool,
+    /// Connect the QPs through the RDMA CM (`-R`).
+    pub rdma_cm: bool,
 }
 
 impl PerfArgs {
@@ -169,6 +171,9 @@ impl PerfArgs {
         }
         if self.iters == 0 {
             bail!("-n must be at least 1");
+        }
+        if self.rdma_cm && self.perftest {
+            bail!("-R connects two oxrdma sides through the RDMA CM; with --perftest it is not supported yet");
         }
         if self.cpu_util && (self.kind != Kind::Bw || self.perftest) {
             bail!("--cpu-util measures the bandwidth tests between two oxrdma sides");

@@ -9,9 +9,10 @@ use super::ctl::{parse_word, Ctl};
 use super::report::Report;
 use super::side::Side;
 use super::{bw, lat, Kind, PerfArgs};
+use crate::cmlink::CmLink;
 use anyhow::{bail, Context as _};
 use oxrdma::{Context, Mtu};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 /// Opens this side's device (and its capture).
@@ -63,8 +64,14 @@ pub fn serve(args: &PerfArgs, l: TcpListener) -> anyhow::Result<()> {
     a.sizes = vec![slot];
     a.validate()?;
     let mtu = offered_mtu(args, &ctx).min(their_mtu);
+    let ud = args.conn == super::Conn::Ud;
+    let cm = if args.rdma_cm {
+        Some(CmLink::listen(&ctx, args.port, ud)?)
+    } else {
+        None
+    };
     ctl.send(&format!("ok {}", mtu as u32))?;
-    let mut side = Side::open(args, ctx, slot, mtu, ctl)?;
+    let mut side = Side::open(args, ctx, slot, mtu, ctl, cm)?;
     let result = serve_runs(&mut side, args, slot);
     crate::drops::explain(&side.ctx, result)
 }
@@ -125,6 +132,7 @@ pub fn client(
         bail!("cannot reach the perf server at {host}:{port}: {e}");
     };
     tcp.set_nodelay(true)?;
+    let server = tcp.peer_addr()?.ip();
     let ctx = device(args)?;
     let mut ctl = Ctl::new(tcp);
     let mtu = offered_mtu(args, &ctx);
@@ -143,7 +151,17 @@ pub fn client(
         .context("the server answered with an MTU this side did not offer")?;
     let mut run = args.clone();
     run.sizes = super::sizes_for_mtu(args, agreed)?;
-    let mut side = Side::open(args, ctx, args.slot(), agreed, ctl)?;
+    let cm = if args.rdma_cm {
+        let ud = args.conn == super::Conn::Ud;
+        Some(CmLink::client(
+            &ctx,
+            SocketAddr::new(server, args.port),
+            ud,
+        )?)
+    } else {
+        None
+    };
+    let mut side = Side::open(args, ctx, args.slot(), agreed, ctl, cm)?;
     let result = client_runs(&mut side, &run, each);
     crate::drops::explain(&side.ctx, result)
 }

@@ -3,6 +3,7 @@
 
 use super::ctl::Ctl;
 use super::{Conn, PerfArgs};
+use crate::cmlink::CmLink;
 use anyhow::{bail, Context as _};
 use oxrdma::{
     exchange, Access, AddressHandle, CompletionQueue, ConnectOptions, Context, MemoryRegion, Mtu,
@@ -16,6 +17,8 @@ pub const STALL: Duration = Duration::from_secs(30);
 
 /// A connected side. Fields drop in order: QPs before the region and CQ, those before the PD.
 pub struct Side {
+    /// `-R`: the CM ids of the QPs (first: they disconnect before the QPs go).
+    _cm: Option<CmLink>,
     pub qps: Vec<QueuePair>,
     /// UD: the address handle of each QP's peer.
     ahs: Vec<AddressHandle>,
@@ -39,6 +42,7 @@ impl Side {
         slot: usize,
         mtu: Mtu,
         mut ctl: Ctl,
+        mut cm: Option<CmLink>,
     ) -> anyhow::Result<Side> {
         let pd = ctx.alloc_pd()?;
         let len = slot * args.qps as usize;
@@ -69,14 +73,21 @@ impl Side {
                 rkey: mr.rkey(),
                 len: slot as u64,
             };
-            let peer = exchange(&mut ctl, &me).context("endpoint exchange")?;
+            if args.conn == Conn::Ud {
+                qp.ready_ud(crate::UD_QKEY, psn)?;
+            }
+            let peer = match cm.as_mut() {
+                Some(cm) => cm
+                    .link(&qp, &me)
+                    .context("connecting through the RDMA CM")?,
+                None => exchange(&mut ctl, &me).context("endpoint exchange")?,
+            };
             if peer.len < slot as u64 {
                 bail!("the peer's region ({} B) is smaller than ours", peer.len);
             }
             if args.conn == Conn::Ud {
-                qp.ready_ud(crate::UD_QKEY, psn)?;
                 ahs.push(pd.create_ah(peer.endpoint.gid)?);
-            } else {
+            } else if cm.is_none() {
                 qp.connect(psn, &peer.endpoint, &opts)?;
             }
             index.insert(qp.qpn(), i);
@@ -84,6 +95,7 @@ impl Side {
             peers.push(peer);
         }
         Ok(Side {
+            _cm: cm,
             qps,
             ahs,
             peers,
