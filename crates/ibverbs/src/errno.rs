@@ -23,6 +23,8 @@ pub(crate) fn errno_of(e: &Error) -> c_int {
             _ => libc::EINVAL,
         },
         Error::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+        Error::Cm(oxrdma::CmError::InUse) => libc::EADDRINUSE,
+        Error::Cm(_) | Error::CmState(_) => libc::EINVAL,
         _ => libc::EIO,
     }
 }
@@ -33,4 +35,11 @@ pub(crate) fn ptr_or_errno<T>(r: Result<*mut T, c_int>) -> *mut T {
         set_errno(e);
         std::ptr::null_mut()
     })
+}
+
+/// The C `errno` as it stands, if set.
+pub(crate) fn last_errno() -> Option<c_int> {
+    // SAFETY: __errno_location returns this thread's errno, always valid.
+    let e = unsafe { *libc::__errno_location() };
+    (e != 0).then_some(e)
 }

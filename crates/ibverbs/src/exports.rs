@@ -208,3 +208,76 @@ export! {
 }
 
 export_data!(verbs_allow_disassociate_destroy @ "IBVERBS_PRIVATE_34", 1);
+
+// librdmacm's calls, under private names for oxrdma's librdmacm.so.1 (crate
+// `oxrdma-rdmacm`), which binds rdma-core's names and versions to them.
+export! {
+    oxr_rdma_create_event_channel @ "OXRDMA_RDMACM" => crate::cm::id::create_event_channel;
+    oxr_rdma_destroy_event_channel @ "OXRDMA_RDMACM" => crate::cm::id::destroy_event_channel;
+    oxr_rdma_create_id @ "OXRDMA_RDMACM" => crate::cm::id::create_id;
+    oxr_rdma_destroy_id @ "OXRDMA_RDMACM" => crate::cm::id::destroy_id;
+    oxr_rdma_bind_addr @ "OXRDMA_RDMACM" => crate::cm::id::bind_addr;
+    oxr_rdma_resolve_addr @ "OXRDMA_RDMACM" => crate::cm::id::resolve_addr;
+    oxr_rdma_resolve_route @ "OXRDMA_RDMACM" => crate::cm::id::resolve_route;
+    oxr_rdma_listen @ "OXRDMA_RDMACM" => crate::cm::id::listen;
+    oxr_rdma_connect @ "OXRDMA_RDMACM" => crate::cm::id::connect;
+    oxr_rdma_accept @ "OXRDMA_RDMACM" => crate::cm::id::accept;
+    oxr_rdma_reject @ "OXRDMA_RDMACM" => crate::cm::id::reject;
+    oxr_rdma_reject_ece @ "OXRDMA_RDMACM" => crate::cm::id::reject_ece;
+    oxr_rdma_disconnect @ "OXRDMA_RDMACM" => crate::cm::id::disconnect;
+    oxr_rdma_establish @ "OXRDMA_RDMACM" => crate::cm::id::establish;
+    oxr_rdma_get_src_port @ "OXRDMA_RDMACM" => crate::cm::id::get_src_port;
+    oxr_rdma_get_dst_port @ "OXRDMA_RDMACM" => crate::cm::id::get_dst_port;
+    oxr_rdma_get_cm_event @ "OXRDMA_RDMACM" => crate::cm::event::get_cm_event;
+    oxr_rdma_ack_cm_event @ "OXRDMA_RDMACM" => crate::cm::event::ack_cm_event;
+    oxr_rdma_event_str @ "OXRDMA_RDMACM" => crate::cm::event::event_str;
+    oxr_rdma_create_qp @ "OXRDMA_RDMACM" => crate::cm::qp::create_qp;
+    oxr_rdma_create_qp_ex @ "OXRDMA_RDMACM" => crate::cm::qp::create_qp_ex;
+    oxr_rdma_destroy_qp @ "OXRDMA_RDMACM" => crate::cm::qp::destroy_qp;
+    oxr_rdma_create_srq @ "OXRDMA_RDMACM" => crate::cm::qp::create_srq;
+    oxr_rdma_create_srq_ex @ "OXRDMA_RDMACM" => crate::cm::qp::create_srq_ex;
+    oxr_rdma_destroy_srq @ "OXRDMA_RDMACM" => crate::cm::qp::destroy_srq;
+    oxr_rdma_getaddrinfo @ "OXRDMA_RDMACM" => crate::cm::addrinfo::getaddrinfo;
+    oxr_rdma_freeaddrinfo @ "OXRDMA_RDMACM" => crate::cm::addrinfo::freeaddrinfo;
+    oxr_rdma_create_ep @ "OXRDMA_RDMACM" => crate::cm::addrinfo::create_ep;
+    oxr_rdma_destroy_ep @ "OXRDMA_RDMACM" => crate::cm::addrinfo::destroy_ep;
+    oxr_rdma_get_request @ "OXRDMA_RDMACM" => crate::cm::addrinfo::get_request;
+    oxr_rdma_init_qp_attr @ "OXRDMA_RDMACM" => crate::cm::misc::init_qp_attr;
+    oxr_rdma_set_option @ "OXRDMA_RDMACM" => crate::cm::misc::set_option;
+    oxr_rdma_migrate_id @ "OXRDMA_RDMACM" => crate::cm::misc::migrate_id;
+    oxr_rdma_notify @ "OXRDMA_RDMACM" => crate::cm::misc::notify;
+    oxr_rdma_get_devices @ "OXRDMA_RDMACM" => crate::cm::misc::get_devices;
+    oxr_rdma_free_devices @ "OXRDMA_RDMACM" => crate::cm::misc::free_devices;
+    oxr_rdma_set_local_ece @ "OXRDMA_RDMACM" => crate::cm::misc::set_local_ece;
+    oxr_rdma_get_remote_ece @ "OXRDMA_RDMACM" => crate::cm::misc::get_remote_ece;
+    oxr_rdma_join_multicast @ "OXRDMA_RDMACM" => crate::cm::misc::no_multicast;
+    oxr_rdma_join_multicast_ex @ "OXRDMA_RDMACM" => crate::cm::misc::no_multicast;
+    oxr_rdma_leave_multicast @ "OXRDMA_RDMACM" => crate::cm::misc::no_multicast;
+    oxr_raccept @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rbind @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rclose @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rconnect @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rfcntl @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rgetpeername @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rgetsockname @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rgetsockopt @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_riomap @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_riounmap @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_riowrite @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rlisten @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rpoll @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rread @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rreadv @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rrecv @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rrecvfrom @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rrecvmsg @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rselect @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rsend @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rsendmsg @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rsendto @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rsetsockopt @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rshutdown @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rsocket @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rwrite @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+    oxr_rwritev @ "OXRDMA_RDMACM" => crate::cm::no_rsocket;
+}

@@ -12,6 +12,7 @@
 pub mod abi;
 mod ah;
 mod async_event;
+pub mod cm;
 pub mod context;
 mod cq;
 mod cq_ex;

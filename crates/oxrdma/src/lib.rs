@@ -31,6 +31,7 @@ pub use connect::{exchange, PeerInfo};
 pub use context::{Context, WeakDevice};
 pub use cq::CompletionQueue;
 pub use error::{Error, Result};
+pub use oxrdma_core::cm::CmError;
 pub use oxrdma_udp::{BindError, RxDropReport};
 pub use pd::{
     AddressHandle, MemoryRegion, MemoryWindow, ProtectionDomain, QpInit, SharedReceiveQueue,

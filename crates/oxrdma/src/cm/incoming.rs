@@ -1,6 +1,6 @@
 //! Events as the application takes them: each device CM event becomes librdmacm's, with
 //! what `rdma_get_cm_event` does on the way (new ids for requests, the QP's RTR and RTS
-//! and the RTU on a REP, ERR on a rejection or disconnect).
+//! and the RTU on a REP, ERR on a rejection).
 
 use super::channel::{ChannelInner, Raw};
 use super::id::{CmId, IdInner, Phase, State, ACK_TIMEOUT, NEXT_KEY};
@@ -239,13 +239,13 @@ impl CmId {
                 e.conn.private_data = private_data;
                 e
             }
+            // As librdmacm: only a rejection moves the QP to ERR; after UNREACHABLE or
+            // DISCONNECTED it stays until the application disconnects or destroys it.
             CmEventKind::Unreachable => {
-                self.qp_to_err(&st);
                 (st.phase, st.comm) = (Phase::Done, None);
                 plain(key, CmEventType::Unreachable, ETIMEDOUT)
             }
             CmEventKind::Disconnected { .. } => {
-                self.qp_to_err(&st);
                 st.phase = Phase::Disconnected;
                 plain(key, CmEventType::Disconnected, 0)
             }

@@ -1,0 +1,319 @@
+//! `rdma_getaddrinfo` / `rdma_freeaddrinfo` (name resolution by the system's resolver,
+//! one result), and the endpoint calls built on them: `rdma_create_ep`,
+//! `rdma_destroy_ep`, `rdma_get_request`.
+
+use super::abi::*;
+use super::id::{self, fail, Id};
+use super::sockaddr;
+use crate::abi::{ibv_pd, ibv_qp_init_attr};
+use std::ffi::{c_char, c_int};
+
+/// A result as allocated here: the C struct first, then the addresses it points to.
+#[repr(C)]
+struct Info {
+    c: rdma_addrinfo,
+    src: sockaddr_storage,
+    dst: sockaddr_storage,
+    connect: Vec<u8>,
+}
+
+/// `rdma_getaddrinfo`: 0, or getaddrinfo's EAI code (callers print `gai_strerror`).
+///
+/// # Safety
+/// `node`, `service` NULL or C strings; `hints` NULL or readable; `res` writable.
+pub(crate) unsafe extern "C" fn getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const rdma_addrinfo,
+    res: *mut *mut rdma_addrinfo,
+) -> c_int {
+    if res.is_null() || (node.is_null() && service.is_null()) {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the caller's promise.
+    let h = unsafe { hints.as_ref() };
+    let flags = h.map_or(0, |h| h.ai_flags);
+    let passive = flags & RAI_PASSIVE != 0;
+    let udp = h.is_some_and(|h| h.ai_port_space as u32 == RDMA_PS_UDP || h.ai_qp_type == 4);
+    // SAFETY: plain data; zero is every field's "none".
+    let mut g: libc::addrinfo = unsafe { std::mem::zeroed() };
+    g.ai_family = h.map_or(libc::AF_UNSPEC, |h| h.ai_family);
+    g.ai_socktype = if udp {
+        libc::SOCK_DGRAM
+    } else {
+        libc::SOCK_STREAM
+    };
+    if passive {
+        g.ai_flags |= libc::AI_PASSIVE;
+    }
+    if flags & RAI_NUMERICHOST != 0 {
+        g.ai_flags |= libc::AI_NUMERICHOST;
+    }
+    let mut out: *mut libc::addrinfo = std::ptr::null_mut();
+    // SAFETY: the caller's strings; `g` and `out` are valid.
+    let r = unsafe { libc::getaddrinfo(node, service, &g, &mut out) };
+    if r != 0 {
+        return r;
+    }
+    // SAFETY: getaddrinfo succeeded: `out` is a list with at least one entry.
+    let addr = unsafe { sockaddr::read((*out).ai_addr) };
+    // SAFETY: the list getaddrinfo made.
+    unsafe { libc::freeaddrinfo(out) };
+    let Some(addr) = addr else {
+        return libc::EAI_FAMILY;
+    };
+    let mut info = Box::new(Info {
+        c: rdma_addrinfo {
+            ai_flags: flags,
+            ai_family: if addr.is_ipv4() {
+                libc::AF_INET
+            } else {
+                libc::AF_INET6
+            },
+            ai_qp_type: h.map_or(0, |h| h.ai_qp_type),
+            ai_port_space: h.map_or(0, |h| h.ai_port_space),
+            ai_src_len: 0,
+            ai_dst_len: 0,
+            ai_src_addr: std::ptr::null_mut(),
+            ai_dst_addr: std::ptr::null_mut(),
+            ai_src_canonname: std::ptr::null_mut(),
+            ai_dst_canonname: std::ptr::null_mut(),
+            ai_route_len: 0,
+            ai_route: std::ptr::null_mut(),
+            ai_connect_len: 0,
+            ai_connect: std::ptr::null_mut(),
+            ai_next: std::ptr::null_mut(),
+        },
+        src: sockaddr_storage::default(),
+        dst: sockaddr_storage::default(),
+        connect: Vec::new(),
+    });
+    if info.c.ai_qp_type == 0 {
+        info.c.ai_qp_type = if udp { 4 } else { 2 };
+    }
+    if info.c.ai_port_space == 0 {
+        info.c.ai_port_space = if udp { RDMA_PS_UDP } else { RDMA_PS_TCP } as c_int;
+    }
+    let len = sockaddr::len_of(&addr);
+    if passive {
+        sockaddr::write(&mut info.src, addr);
+        info.c.ai_src_len = len;
+        info.c.ai_src_addr = std::ptr::from_mut(&mut info.src).cast();
+    } else {
+        sockaddr::write(&mut info.dst, addr);
+        info.c.ai_dst_len = len;
+        info.c.ai_dst_addr = std::ptr::from_mut(&mut info.dst).cast();
+        // SAFETY: the hints' source address, if any, is the caller's to read.
+        if let Some(s) = h.and_then(|h| unsafe { sockaddr::read(h.ai_src_addr) }) {
+            sockaddr::write(&mut info.src, s);
+            info.c.ai_src_len = sockaddr::len_of(&s);
+            info.c.ai_src_addr = std::ptr::from_mut(&mut info.src).cast();
+        }
+    }
+    if let Some(h) = h.filter(|h| h.ai_connect_len > 0 && !h.ai_connect.is_null()) {
+        // SAFETY: the hints' connect data, readable for its length.
+        info.connect =
+            unsafe { std::slice::from_raw_parts(h.ai_connect.cast::<u8>(), h.ai_connect_len) }
+                .to_vec();
+        info.c.ai_connect_len = info.connect.len();
+        info.c.ai_connect = info.connect.as_mut_ptr().cast();
+    }
+    // SAFETY: the caller's promise.
+    unsafe { *res = Box::into_raw(info).cast() };
+    0
+}
+
+/// `rdma_freeaddrinfo`.
+///
+/// # Safety
+/// `res` NULL or from `rdma_getaddrinfo`, not freed before.
+pub(crate) unsafe extern "C" fn freeaddrinfo(res: *mut rdma_addrinfo) {
+    let mut p = res;
+    while !p.is_null() {
+        // SAFETY: the caller's promise: each entry is an `Info` box.
+        let info = unsafe { Box::from_raw(p.cast::<Info>()) };
+        p = info.c.ai_next;
+    }
+}
+
+/// `rdma_create_ep`: a synchronous id; passive: bound to the source address (its
+/// requests get QPs like `qp_init_attr` in `rdma_get_request`); active: resolved to the
+/// destination, with a QP if `qp_init_attr` is given.
+///
+/// # Safety
+/// `idp` writable; `res` readable; `pd` NULL or allocated; `qp_init_attr` NULL or
+/// readable and writable.
+pub(crate) unsafe extern "C" fn create_ep(
+    idp: *mut *mut rdma_cm_id,
+    res: *mut rdma_addrinfo,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(r) = (unsafe { res.as_ref() }) else {
+        return fail(libc::EINVAL);
+    };
+    let mut c: *mut rdma_cm_id = std::ptr::null_mut();
+    let qp_type = if r.ai_qp_type == 0 {
+        2
+    } else {
+        r.ai_qp_type as u32
+    };
+    // SAFETY: a new synchronous id.
+    if unsafe {
+        id::create_id_typed(
+            std::ptr::null_mut(),
+            &mut c,
+            std::ptr::null_mut(),
+            r.ai_port_space as u32,
+            qp_type,
+        )
+    } != 0
+    {
+        return -1;
+    }
+    // SAFETY: just made.
+    let ok = unsafe { set_up_ep(c, r, pd, qp_init_attr) };
+    if ok != 0 {
+        let e = crate::errno::last_errno().unwrap_or(libc::EINVAL);
+        // SAFETY: ours, never handed out.
+        unsafe { id::destroy_id(c) };
+        return fail(e);
+    }
+    // SAFETY: the caller's promise.
+    unsafe { *idp = c };
+    0
+}
+
+/// # Safety
+/// As `create_ep`, `c` a live id.
+unsafe fn set_up_ep(
+    c: *mut rdma_cm_id,
+    r: &rdma_addrinfo,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(idr) = (unsafe { Id::get(c) }) else {
+        return fail(libc::EINVAL);
+    };
+    if r.ai_flags & RAI_PASSIVE != 0 {
+        // SAFETY: the caller's promise.
+        if unsafe { id::bind_addr(c, r.ai_src_addr) } != 0 {
+            return -1;
+        }
+        // SAFETY: the caller's promise.
+        if let Some(a) = unsafe { attr.as_ref() } {
+            idr.st.lock().unwrap_or_else(|p| p.into_inner()).qp_init = Some(*a);
+        }
+        if !pd.is_null() {
+            // SAFETY: the id is live.
+            unsafe { (*c).pd = pd };
+        }
+        return 0;
+    }
+    // SAFETY: the caller's promise.
+    unsafe {
+        if id::resolve_addr(c, r.ai_src_addr, r.ai_dst_addr, 2000) != 0
+            || id::resolve_route(c, 2000) != 0
+        {
+            return -1;
+        }
+        if !pd.is_null() {
+            (*c).pd = pd;
+        }
+        if !attr.is_null() && super::qp::create_qp(c, pd, attr) != 0 {
+            return -1;
+        }
+    }
+    if r.ai_connect_len > 0 && !r.ai_connect.is_null() {
+        // SAFETY: the caller's promise: readable for its length.
+        let data =
+            unsafe { std::slice::from_raw_parts(r.ai_connect.cast::<u8>(), r.ai_connect_len) };
+        idr.st
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .connect_data = data.to_vec();
+    }
+    0
+}
+
+/// `rdma_destroy_ep`: its QP, SRQ and id.
+///
+/// # Safety
+/// `id` NULL or live.
+pub(crate) unsafe extern "C" fn destroy_ep(id: *mut rdma_cm_id) {
+    if id.is_null() {
+        return;
+    }
+    // SAFETY: the caller's promise.
+    unsafe {
+        super::qp::destroy_qp(id);
+        super::qp::destroy_srq(id);
+        id::destroy_id(id);
+    }
+}
+
+/// `rdma_get_request`: the next connection request of a synchronous listener, as a new
+/// id (with a QP if the endpoint was made with QP attributes) whose `event` is the request.
+///
+/// # Safety
+/// `listen` live; `idp` writable.
+pub(crate) unsafe extern "C" fn get_request(
+    listen: *mut rdma_cm_id,
+    idp: *mut *mut rdma_cm_id,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(l) = (unsafe { Id::get(listen) }) else {
+        return fail(libc::EINVAL);
+    };
+    let (sync, qp_init) = {
+        let st = l.st.lock().unwrap_or_else(|p| p.into_inner());
+        (st.sync, st.qp_init)
+    };
+    if !sync || idp.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the listener is live; its last event is the library's to ack.
+    unsafe {
+        let old = std::mem::replace(&mut (*listen).event, std::ptr::null_mut());
+        if !old.is_null() {
+            super::event::ack_cm_event(old);
+        }
+    }
+    let ev = match super::event::next_request(l) {
+        Ok(ev) => ev,
+        Err(e) => return fail(e),
+    };
+    // SAFETY: an event this library made.
+    let e = unsafe { &*ev };
+    let bad = if e.event == oxrdma::cm::CmEventType::Rejected as u32 {
+        Some(libc::ECONNREFUSED)
+    } else if e.status != 0 {
+        Some(-e.status)
+    } else if e.event != oxrdma::cm::CmEventType::ConnectRequest as u32 {
+        Some(libc::EINVAL)
+    } else {
+        None
+    };
+    if let Some(err) = bad {
+        // SAFETY: the listener is live.
+        unsafe { (*listen).event = ev };
+        return fail(err);
+    }
+    let new = e.id;
+    if let Some(mut a) = qp_init {
+        // SAFETY: the new id is live; the listener's PD is allocated.
+        if unsafe { super::qp::create_qp(new, (*listen).pd, &mut a) } != 0 {
+            // SAFETY: the listener is live.
+            unsafe { (*listen).event = ev };
+            return -1;
+        }
+    }
+    // SAFETY: the new id is live; the caller's promise for `idp`.
+    unsafe {
+        (*new).event = ev;
+        *idp = new;
+    }
+    0
+}

@@ -1,0 +1,192 @@
+//! The rest of librdmacm's calls: `rdma_init_qp_attr`, options, `rdma_migrate_id`,
+//! `rdma_notify`, the device list, ECE, and multicast (which oxrdma does not do).
+
+use super::abi::*;
+use super::id::{fail, Chan, Id};
+use super::qpattr;
+use crate::abi::{ibv_context, ibv_qp_attr};
+use std::ffi::{c_int, c_void};
+
+/// `rdma_init_qp_attr`: the attributes (and mask) that take a QP of this connection to
+/// `attr->qp_state` (INIT, RTR or RTS).
+///
+/// # Safety
+/// `id` live; `attr` readable and writable; `mask` writable.
+pub(crate) unsafe extern "C" fn init_qp_attr(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_qp_attr,
+    mask: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let (Some(idr), Some(a)) = (unsafe { Id::get(id) }, unsafe { attr.as_mut() }) else {
+        return fail(libc::EINVAL);
+    };
+    if mask.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let state = match a.qp_state {
+        1 => oxrdma::QpState::Init,
+        2 => oxrdma::QpState::Rtr,
+        3 => oxrdma::QpState::Rts,
+        _ => return fail(libc::EINVAL),
+    };
+    let ox = match idr.ox() {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    match ox.init_qp_attr(state) {
+        Ok(q) => {
+            let (c, m) = qpattr::to_ibv(&q);
+            *a = c;
+            // SAFETY: the caller's promise.
+            unsafe { *mask = m };
+            0
+        }
+        Err(e) => fail(crate::errno::errno_of(&e)),
+    }
+}
+
+/// `rdma_set_option`: the id options (type of service, address reuse, IPv6-only, ACK
+/// timeout) are taken; RoCE has nothing for them to change here. IB path records: EINVAL.
+///
+/// # Safety
+/// `id` NULL or live.
+pub(crate) unsafe extern "C" fn set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    _optlen: usize,
+) -> c_int {
+    const RDMA_OPTION_ID: c_int = 0;
+    if id.is_null() || optval.is_null() {
+        return fail(libc::EINVAL);
+    }
+    match (level, optname) {
+        (RDMA_OPTION_ID, 0..=3) => 0,
+        _ => fail(libc::EINVAL),
+    }
+}
+
+/// `rdma_migrate_id`: to another channel. Only to the channel its events already come on
+/// for now (moving an id's events between channels is not built yet): ENOSYS otherwise.
+///
+/// # Safety
+/// `id` live; `ch` NULL or a live channel.
+pub(crate) unsafe extern "C" fn migrate_id(
+    id: *mut rdma_cm_id,
+    ch: *mut rdma_event_channel,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(idr) = (unsafe { Id::get(id) }) else {
+        return fail(libc::EINVAL);
+    };
+    // SAFETY: the caller's promise.
+    let same = match (idr.chan(), unsafe { Chan::get(ch) }) {
+        (Some(a), Some(b)) => std::ptr::eq(a, b),
+        _ => false,
+    };
+    if same {
+        0
+    } else {
+        fail(libc::ENOSYS)
+    }
+}
+
+/// `rdma_notify`: the program saw IBV_EVENT_COMM_EST; the RTU (or the data behind it)
+/// establishes the connection here, so there is nothing to do.
+///
+/// # Safety
+/// `id` NULL or live.
+pub(crate) unsafe extern "C" fn notify(id: *mut rdma_cm_id, _event: u32) -> c_int {
+    if id.is_null() {
+        return fail(libc::EINVAL);
+    }
+    0
+}
+
+/// `rdma_get_devices`: every device's context (the ones ids use), NULL-terminated.
+///
+/// # Safety
+/// `num` NULL or writable.
+pub(crate) unsafe extern "C" fn get_devices(num: *mut c_int) -> *mut *mut ibv_context {
+    let list = match super::devices::all() {
+        Ok(l) => l,
+        Err(e) => {
+            crate::errno::set_errno(e);
+            return std::ptr::null_mut();
+        }
+    };
+    if !num.is_null() {
+        // SAFETY: the caller's promise.
+        unsafe { *num = list.len() as c_int };
+    }
+    let v: Vec<*mut ibv_context> = list
+        .iter()
+        .map(|d| d.verbs())
+        .chain(std::iter::once(std::ptr::null_mut()))
+        .collect();
+    Box::into_raw(v.into_boxed_slice()).cast()
+}
+
+/// `rdma_free_devices`.
+///
+/// # Safety
+/// `list` NULL or from `rdma_get_devices`, not freed before.
+pub(crate) unsafe extern "C" fn free_devices(list: *mut *mut ibv_context) {
+    if list.is_null() {
+        return;
+    }
+    let mut n = 0;
+    // SAFETY: the caller's promise: a NULL-terminated array.
+    while !unsafe { *list.add(n) }.is_null() {
+        n += 1;
+    }
+    // SAFETY: it was a boxed slice of n + 1 entries.
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n + 1)) });
+}
+
+/// `struct ibv_ece`.
+#[repr(C)]
+pub struct ibv_ece {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+
+/// `rdma_set_local_ece`: accepted; no ECE options are offered (rxe offers none).
+///
+/// # Safety
+/// `id` NULL or live.
+pub(crate) unsafe extern "C" fn set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    if id.is_null() || ece.is_null() {
+        return fail(libc::EINVAL);
+    }
+    0
+}
+
+/// `rdma_get_remote_ece`: the peer's ECE, which is none (vendor 0).
+///
+/// # Safety
+/// `id` NULL or live; `ece` NULL or writable.
+pub(crate) unsafe extern "C" fn get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some(e) = (unsafe { ece.as_mut() }) else {
+        return fail(libc::EINVAL);
+    };
+    if id.is_null() {
+        return fail(libc::EINVAL);
+    }
+    *e = ibv_ece {
+        vendor_id: 0,
+        options: 0,
+        comp_mask: 0,
+    };
+    0
+}
+
+/// `rdma_join_multicast`, `rdma_join_multicast_ex`, `rdma_leave_multicast`: oxrdma has no
+/// multicast (ENOSYS).
+pub(crate) extern "C" fn no_multicast() -> c_int {
+    fail(libc::ENOSYS)
+}

@@ -1,0 +1,22 @@
+//! librdmacm 44's C API on oxrdma's RDMA CM (`oxrdma::cm`), inside this library so that
+//! its ids share the devices, PDs, CQs and QPs of the verbs programs already use. The
+//! functions are exported from libibverbs.so.1 under private names (`oxr_rdma_*`, node
+//! `OXRDMA_RDMACM`); the `librdmacm.so.1` beside it (crate `oxrdma-rdmacm`) binds
+//! rdma-core's names and version nodes to them.
+
+pub mod abi;
+pub(crate) mod addrinfo;
+mod devices;
+pub(crate) mod event;
+pub(crate) mod id;
+pub(crate) mod misc;
+pub(crate) mod qp;
+mod qpattr;
+mod sockaddr;
+
+/// The rsocket calls (`rsocket` … `riomap`): not built yet, ENOSYS. They are exported so
+/// that programs linked against them (all of rdmacm-utils, through its shared helper) load.
+pub(crate) extern "C" fn no_rsocket() -> isize {
+    crate::errno::set_errno(libc::ENOSYS);
+    -1
+}
