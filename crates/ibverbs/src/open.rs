@@ -33,8 +33,20 @@ fn open_ox(d: &'static Device, name: &str) -> Result<oxrdma::Context, c_int> {
         });
     }
     let c = open_first(d, name)?;
+    capture(&c, name);
     open.push((key, c.weak_device()));
     Ok(c)
+}
+
+/// `OXRDMA_PCAP=FILE`: the device's packets, both ways, go to FILE (`%p` in it becomes
+/// the process ID, so two processes on one host write two files).
+fn capture(c: &oxrdma::Context, name: &str) {
+    if let Some(p) = std::env::var_os("OXRDMA_PCAP") {
+        let path = p.to_string_lossy().replace("%p", &std::process::id().to_string());
+        if let Err(e) = c.capture_to(std::path::Path::new(&path)) {
+            eprintln!("oxrdma: device {name}: cannot capture to {path}: {e}");
+        }
+    }
 }
 
 /// Opens `d` for the first time in this process: its own address, or the first free

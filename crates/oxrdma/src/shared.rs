@@ -178,6 +178,22 @@ impl Shared {
         let _ = dev.poll();
     }
 
+    /// Drives until nothing moves (at most a few rounds): what a connection manager call
+    /// sends goes out, and whatever the data path left waiting meanwhile (an ACK held for
+    /// an answer that is not coming, packets that arrived since the last poll) is served
+    /// now. An application that stops polling its CQs to set up a connection, as perftest
+    /// does between its exchange and its data connection, would otherwise leave a held
+    /// ACK to the engine thread's next look (1-5 ms), and its peer waiting for it.
+    pub fn drive_through(&self, dev: &mut Device) {
+        dev.engine.release_acks();
+        for _ in 0..8 {
+            if !matches!(dev.poll(), Ok(n) if n > 0) {
+                break;
+            }
+        }
+        let _ = dev.transmit();
+    }
+
     /// Moves the engine's asynchronous events to their contexts' queues (where the program
     /// takes them without the device lock, and its descriptor says they wait).
     pub(crate) fn collect_events(&self, dev: &mut Device) {

@@ -88,6 +88,15 @@ impl Engine {
         }
     }
 
+    /// Sends every held ACK at the next transmit: the application has turned to other
+    /// work (the connection manager) and will not answer soon.
+    pub fn release_acks(&mut self) {
+        for qp in self.qps.values_mut().filter(|q| q.ack_held()) {
+            qp.release_ack();
+            touched(&mut self.active, &mut self.timers, qp);
+        }
+    }
+
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
         let qp = self
             .qps

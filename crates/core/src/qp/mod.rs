@@ -369,6 +369,11 @@ impl Qp {
         self.comp.release_ack();
     }
 
+    /// Whether an ACK is being held (`hold_ack`).
+    pub(crate) fn ack_held(&self) -> bool {
+        self.comp.ack_held()
+    }
+
     /// Holds back the positive ACK a request just asked for, for at most `ACK_HOLD`, while
     /// this QP's one request out waits for its own ACK: the peer is then answering us,
     /// and we are likely about to answer it. A request posted meanwhile goes first and the

@@ -204,7 +204,9 @@ unsafe fn set_up_ep(
         }
         // SAFETY: the caller's promise.
         if let Some(a) = unsafe { attr.as_ref() } {
-            idr.st.lock().unwrap_or_else(|p| p.into_inner()).qp_init = Some(*a);
+            let mut a = *a;
+            a.qp_type = qp_type_of(r);
+            idr.st.lock().unwrap_or_else(|p| p.into_inner()).qp_init = Some(a);
         }
         if !pd.is_null() {
             // SAFETY: the id is live.
@@ -222,8 +224,11 @@ unsafe fn set_up_ep(
         if !pd.is_null() {
             (*c).pd = pd;
         }
-        if !attr.is_null() && super::qp::create_qp(c, pd, attr) != 0 {
-            return -1;
+        if !attr.is_null() {
+            (*attr).qp_type = qp_type_of(r);
+            if super::qp::create_qp(c, pd, attr) != 0 {
+                return -1;
+            }
         }
     }
     if r.ai_connect_len > 0 && !r.ai_connect.is_null() {
@@ -236,6 +241,15 @@ unsafe fn set_up_ep(
             .connect_data = data.to_vec();
     }
     0
+}
+
+/// The QP type a result asks for (RC if it names none).
+fn qp_type_of(r: &rdma_addrinfo) -> u32 {
+    if r.ai_qp_type == 0 {
+        2
+    } else {
+        r.ai_qp_type as u32
+    }
 }
 
 /// `rdma_destroy_ep`: its QP, SRQ and id.

@@ -77,7 +77,7 @@ impl CmId {
         };
         shared.cm.route_conn(id.0, &self.inner.channel);
         lock(&self.inner.channel.conns).insert((self.inner.dev, id.0), Arc::downgrade(&self.inner));
-        shared.drive(&mut dev);
+        shared.drive_through(&mut dev);
         drop(dev);
         shared.ring();
         st.comm = Some(id.0);
@@ -113,7 +113,7 @@ impl CmId {
             };
             let mut dev = shared.lock();
             dev.engine.cm_mut().sidr_reply(comm, &reply)?;
-            shared.drive(&mut dev);
+            shared.drive_through(&mut dev);
             st.phase = Phase::Connected;
             st.comm = None;
             return Ok(());
@@ -138,7 +138,7 @@ impl CmId {
         let mut dev = shared.lock();
         let now = dev.now();
         dev.engine.cm_mut().accept(now, comm, &p)?;
-        shared.drive(&mut dev);
+        shared.drive_through(&mut dev);
         drop(dev);
         shared.ring();
         st.phase = Phase::Accepted;
@@ -166,7 +166,7 @@ impl CmId {
         } else {
             dev.engine.cm_mut().reject(comm, private_data)?;
         }
-        shared.drive(&mut dev);
+        shared.drive_through(&mut dev);
         st.phase = Phase::Done;
         st.comm = None;
         Ok(())
@@ -182,7 +182,7 @@ impl CmId {
         let shared = self.inner.ctx.shared();
         let mut dev = shared.lock();
         dev.engine.cm_mut().establish(comm)?;
-        shared.drive(&mut dev);
+        shared.drive_through(&mut dev);
         st.phase = Phase::Connected;
         Ok(())
     }
@@ -205,7 +205,7 @@ impl CmId {
         let mut dev = shared.lock();
         let now = dev.now();
         let r = dev.engine.cm_mut().disconnect(now, CommId(comm));
-        shared.drive(&mut dev);
+        shared.drive_through(&mut dev);
         drop(dev);
         shared.ring();
         st.phase = Phase::Disconnected;

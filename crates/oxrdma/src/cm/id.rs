@@ -287,6 +287,9 @@ impl CmId {
     }
 
     fn local_event(&self, event: CmEventType) {
+        // The application is busy with the CM now, not polling: serve the data path.
+        let shared = self.inner.ctx.shared();
+        shared.drive_through(&mut shared.lock());
         self.inner.channel.queue.push(Raw::Local {
             id: Arc::downgrade(&self.inner),
             event,
@@ -357,7 +360,7 @@ impl Drop for IdInner {
             }
             lock(&self.channel.listeners).remove(&(self.dev, sid));
         }
-        shared.drive(&mut dev);
+        shared.drive_through(&mut dev);
         drop(dev);
         shared.ring();
     }

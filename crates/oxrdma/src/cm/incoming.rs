@@ -93,7 +93,7 @@ fn turn_away(ch: &ChannelInner, dev: usize, comm: CommId, sidr: bool) {
         let _ = cm.reject(comm, &[]);
     }
     shared.cm.unroute_conn(comm.0);
-    shared.drive(&mut d);
+    shared.drive_through(&mut d);
 }
 
 /// The request's CMA header, if the listener's port space has one and it is sound, and
@@ -292,7 +292,7 @@ impl CmId {
             // librdmacm: CONNECT_ERROR, and the REP is rejected.
             let mut dev = shared.lock();
             let _ = dev.engine.cm_mut().reject(comm, &[]);
-            shared.drive(&mut dev);
+            shared.drive_through(&mut dev);
             st.phase = Phase::Done;
             let status = match e {
                 Error::Verbs(_) => -22,
@@ -302,7 +302,7 @@ impl CmId {
         }
         let mut dev = shared.lock();
         let _ = dev.engine.cm_mut().establish(comm);
-        shared.drive(&mut dev);
+        shared.drive_through(&mut dev);
         st.phase = Phase::Connected;
         let mut e = plain(key, CmEventType::Established, 0);
         e.conn = conn;

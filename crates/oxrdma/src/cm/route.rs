@@ -4,6 +4,7 @@
 use super::rendezvous;
 use oxrdma_core::Gid;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
 
 /// Whether `ip` is an address of this host (so its CM ports are in the rendezvous).
 pub(crate) fn is_local(ip: IpAddr) -> bool {
@@ -25,16 +26,28 @@ pub(crate) fn takes(bound: Option<IpAddr>, dst: IpAddr) -> bool {
 /// Where the REQ for `dst` (a port of `port_space`) goes: the device of the local
 /// listener on that port if `dst` is this host's, else `dst` itself. None: `dst` is this
 /// host's and nobody here listens there (`own` answers it: REJ "invalid service ID").
+///
+/// A listener of this host that is not there yet is waited for, briefly (`LISTEN_GRACE`):
+/// programs such as perftest stop listening after their first connection and listen again
+/// for the next, and count on the peer's address and route resolution (which takes the
+/// kernel some hundreds of microseconds) to outlast the gap. Ours takes microseconds.
 pub(crate) fn target(port_space: u16, dst: SocketAddr, own: Gid) -> Gid {
     if !is_local(dst.ip()) {
         return Gid::from(dst.ip());
     }
-    match rendezvous::lookup(port_space, dst.port()) {
-        Some(e) if takes(e.bound, dst.ip()) => Gid::from(e.device),
-        // Our own CM has no listener there either, and answers as a peer's would.
-        _ => own,
+    let deadline = Instant::now() + LISTEN_GRACE;
+    loop {
+        match rendezvous::lookup(port_space, dst.port()) {
+            Some(e) if takes(e.bound, dst.ip()) => return Gid::from(e.device),
+            // Our own CM has no listener there either, and answers as a peer's would.
+            _ if Instant::now() >= deadline => return own,
+            _ => std::thread::sleep(Duration::from_millis(1)),
+        }
     }
 }
+
+/// How long a connection to this host waits for a listener to appear.
+const LISTEN_GRACE: Duration = Duration::from_millis(100);
 
 #[cfg(test)]
 mod tests {
