@@ -42,7 +42,9 @@ fn open_ox(d: &'static Device, name: &str) -> Result<oxrdma::Context, c_int> {
 /// the process ID, so two processes on one host write two files).
 fn capture(c: &oxrdma::Context, name: &str) {
     if let Some(p) = std::env::var_os("OXRDMA_PCAP") {
-        let path = p.to_string_lossy().replace("%p", &std::process::id().to_string());
+        let path = p
+            .to_string_lossy()
+            .replace("%p", &std::process::id().to_string());
         if let Err(e) = c.capture_to(std::path::Path::new(&path)) {
             eprintln!("oxrdma: device {name}: cannot capture to {path}: {e}");
         }

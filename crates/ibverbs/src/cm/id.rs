@@ -99,9 +99,32 @@ unsafe impl Sync for Id {}
 static IDS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
 
 pub fn register(key: u64, id: *mut Id) {
-    lock(&IDS)
-        .get_or_insert_with(HashMap::new)
+    let mut ids = lock(&IDS);
+    if ids.is_none() {
+        // SAFETY: registers a plain function with libc, once per process.
+        unsafe { libc::atexit(end_all) };
+    }
+    ids.get_or_insert_with(HashMap::new)
         .insert(key, id as usize);
+}
+
+/// At `exit`: ends every connection still open, as the kernel does for a process that
+/// exits with its ids (connected: DREQ; a request unanswered: REJ), so that peers are not
+/// left waiting for a DREP until their retries run out (qperf's server exits so).
+extern "C" fn end_all() {
+    let ids: Vec<usize> = lock(&IDS)
+        .as_ref()
+        .map(|m| m.values().copied().collect())
+        .unwrap_or_default();
+    for p in ids {
+        // SAFETY: registered ids are live; the program is exiting and calls no more.
+        let id = unsafe { &*(p as *const Id) };
+        let ox = lock(&id.st).ox.take();
+        if let Some(ox) = ox {
+            unregister(ox.key().0);
+            drop(ox);
+        }
+    }
 }
 
 pub fn unregister(key: u64) {

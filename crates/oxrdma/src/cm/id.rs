@@ -181,10 +181,20 @@ impl CmId {
         if !addr.ip().is_unspecified() && !route::is_local(addr.ip()) {
             return Err(errno(rustix::io::Errno::ADDRNOTAVAIL));
         }
-        if addr.port() != 0 && rendezvous::taken(self.inner.ps.value(), addr.port()) {
+        let ps = self.inner.ps.value();
+        if addr.port() != 0 && rendezvous::taken(ps, addr.port()) {
             return Err(errno(rustix::io::Errno::ADDRINUSE));
         }
-        st.src = Some(addr);
+        // Port 0: one is picked now, as the kernel does (qperf reads it back with
+        // rdma_get_src_port and tells its peer).
+        let port = match addr.port() {
+            0 => {
+                self.free_port(|p| (!rendezvous::taken(ps, p)).then_some(()))?
+                    .0
+            }
+            p => p,
+        };
+        st.src = Some(SocketAddr::new(addr.ip(), port));
         st.phase = Phase::Bound;
         Ok(())
     }

@@ -130,13 +130,15 @@ pub(crate) fn register(port_space: u16, port: u16, entry: Entry) -> io::Result<R
     let bound = entry
         .bound
         .map_or_else(|| "any".to_string(), |b| b.to_string());
-    let written = writeln!(
-        file,
-        "device={}\nbound={bound}\npid={}",
+    // One write: readers see the whole file or none (it is linked into place after).
+    let text = format!(
+        "device={}\nbound={bound}\npid={}\n",
         entry.device,
         std::process::id()
-    )
-    .and_then(|()| fs::hard_link(&tmp, &path));
+    );
+    let written = file
+        .write_all(text.as_bytes())
+        .and_then(|()| fs::hard_link(&tmp, &path));
     let _ = fs::remove_file(&tmp);
     written?;
     Ok(Registration { file, path })
