@@ -548,12 +548,12 @@ fn layouts() -> Vec<Layout> {
 }
 
 /// The C program that prints the header's figures, in the order `expected` prints ours.
-fn c_program(all: &[Layout]) -> String {
-    let mut c = String::from(
-        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n\
+fn c_program(all: &[Layout], header: &str) -> String {
+    let mut c = format!(
+        "#include <stddef.h>\n#include <stdio.h>\n#include <{header}>\n\
          #define S(n, t) printf(\"%s size %zu align %zu\\n\", n, sizeof(t), _Alignof(t))\n\
          #define F(n, t, f) printf(\"%s.%s %zu %zu\\n\", n, #f, offsetof(t, f), sizeof(((t *)0)->f))\n\
-         int main(void) {\n",
+         int main(void) {{\n",
     );
     for l in all {
         let t = format!("{} {}", l.tag, l.name);
@@ -579,23 +579,138 @@ fn expected(all: &[Layout]) -> String {
 
 #[test]
 fn every_shared_struct_matches_rdma_core_44() {
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+    compare(&layouts(), "infiniband/verbs.h", "libibverbs-dev", 250);
+}
+
+#[test]
+fn every_rdma_cm_struct_matches_librdmacm_44() {
+    compare(&cm_layouts(), "rdma/rdma_cma.h", "librdmacm-dev", 80);
+}
+
+/// librdmacm's structs a compiled program reads or fills (`rdma/rdma_cma.h`,
+/// `infiniband/sa.h`).
+fn cm_layouts() -> Vec<Layout> {
+    use oxrdma_ibverbs::cm::abi::*;
+    vec![
+        layout!(rdma_event_channel { fd }),
+        layout!(rdma_ib_addr { sgid, dgid, pkey }),
+        layout!(rdma_addr {
+            src_addr => "src_storage",
+            dst_addr => "dst_storage",
+            ibaddr => "addr.ibaddr"
+        }),
+        layout!(ibv_sa_path_rec {
+            dgid,
+            sgid,
+            dlid,
+            slid,
+            raw_traffic,
+            flow_label,
+            hop_limit,
+            traffic_class,
+            reversible,
+            numb_path,
+            pkey,
+            sl,
+            mtu_selector,
+            mtu,
+            rate_selector,
+            rate,
+            packet_life_time_selector,
+            packet_life_time,
+            preference
+        }),
+        layout!(rdma_route {
+            addr,
+            path_rec,
+            num_paths
+        }),
+        layout!(rdma_cm_id {
+            verbs,
+            channel,
+            context,
+            qp,
+            route,
+            ps,
+            port_num,
+            event,
+            send_cq_channel,
+            send_cq,
+            recv_cq_channel,
+            recv_cq,
+            srq,
+            pd,
+            qp_type
+        }),
+        layout!(rdma_conn_param {
+            private_data,
+            private_data_len,
+            responder_resources,
+            initiator_depth,
+            flow_control,
+            retry_count,
+            rnr_retry_count,
+            srq,
+            qp_num
+        }),
+        layout!(rdma_ud_param {
+            private_data,
+            private_data_len,
+            ah_attr,
+            qp_num,
+            qkey
+        }),
+        layout!(rdma_cm_event {
+            id,
+            listen_id,
+            event,
+            status,
+            param.conn => "param.conn",
+            param.ud => "param.ud"
+        }),
+        layout!(rdma_addrinfo {
+            ai_flags,
+            ai_family,
+            ai_qp_type,
+            ai_port_space,
+            ai_src_len,
+            ai_dst_len,
+            ai_src_addr,
+            ai_dst_addr,
+            ai_src_canonname,
+            ai_dst_canonname,
+            ai_route_len,
+            ai_route,
+            ai_connect_len,
+            ai_connect,
+            ai_next
+        }),
+    ]
+}
+
+/// Compiles a program printing `header`'s figures for `all` and compares them with ours
+/// line by line; SKIPPED without the header (a failure under `OXRDMA_CI`).
+fn compare(all: &[Layout], header: &str, package: &str, at_least: usize) {
+    if !std::path::Path::new("/usr/include").join(header).exists() {
         assert!(
             std::env::var_os("OXRDMA_CI").is_none(),
-            "infiniband/verbs.h is missing: install libibverbs-dev"
+            "{header} is missing: install {package}"
         );
         // Past the harness, which hides what a passing test prints: a skip must show.
         let _ = std::io::Write::write_fmt(
             &mut std::io::stderr(),
-            format_args!("SKIPPED: infiniband/verbs.h is missing (install libibverbs-dev)\n"),
+            format_args!("SKIPPED: {header} is missing (install {package})\n"),
         );
         return;
     }
-    let all = layouts();
-    let dir = std::env::temp_dir().join(format!("oxrdma-layout-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "oxrdma-layout-{}-{}",
+        std::process::id(),
+        header.replace('/', "-")
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let (src, exe) = (dir.join("layout.c"), dir.join("layout"));
-    std::fs::write(&src, c_program(&all)).unwrap();
+    std::fs::write(&src, c_program(all, header)).unwrap();
     let cc = Command::new("cc")
         .arg("-std=gnu11")
         .arg("-o")
@@ -605,12 +720,12 @@ fn every_shared_struct_matches_rdma_core_44() {
         .expect("a C compiler (cc)");
     assert!(
         cc.status.success(),
-        "the layout program does not compile against verbs.h:\n{}",
+        "the layout program does not compile against {header}:\n{}",
         String::from_utf8_lossy(&cc.stderr)
     );
     let run = Command::new(&exe).output().unwrap();
     let theirs = String::from_utf8(run.stdout).unwrap();
-    let ours = expected(&all);
+    let ours = expected(all);
     let _ = std::fs::remove_dir_all(&dir);
     let diff: Vec<String> = ours
         .lines()
@@ -620,11 +735,15 @@ fn every_shared_struct_matches_rdma_core_44() {
         .collect();
     assert!(
         diff.is_empty() && ours.lines().count() == theirs.lines().count(),
-        "layouts differ from rdma-core's:\n{}",
+        "layouts differ from {header}:\n{}",
         diff.join("\n")
     );
     // The test must be able to fail: it checked a real number of fields.
-    assert!(ours.lines().count() > 250, "{} lines", ours.lines().count());
+    assert!(
+        ours.lines().count() > at_least,
+        "{} lines",
+        ours.lines().count()
+    );
 }
 
 /// Each enum value the library uses by number, as (the header's name, our value): the

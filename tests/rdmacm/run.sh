@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Debian 12's unmodified rdma_cm programs on oxrdma's librdmacm.so.1 and libibverbs.so.1,
+# two processes on this host with nothing set but LD_LIBRARY_PATH, after
+# `cargo build --release`: rdmacm-utils (rping, ucmatose, udaddy, rdma_server/rdma_client,
+# cmtime), perftest with -R, and qperf -cm1. The client names 127.0.0.1; the server's
+# device is wherever it opened (the per-host rendezvous finds it). Prints a PASS/FAIL line
+# per case and the connection setup figures of cmtime; exits 1 on any FAIL. Missing
+# tools: SKIPPED, or a failure under OXRDMA_CI (which installs them).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+lib=$root/target/release
+export LD_LIBRARY_PATH=$lib
+unset OXRDMA_DEVICES OXRDMA_CONFIG
+skip() {
+  if [ -n "${OXRDMA_CI:-}" ]; then echo "rdmacm: FAIL: $1" >&2; exit 1; fi
+  echo "rdmacm: SKIPPED ($1)"; exit 0
+}
+[ -e "$lib/librdmacm.so.1" ] || skip "build first: cargo build --release"
+for t in rping ucmatose udaddy rdma_server rdma_client cmtime ib_write_bw qperf; do
+  command -v $t >/dev/null || skip "install rdmacm-utils perftest qperf"
+done
+# The binaries must load ours, not the system's.
+ldd "$(command -v rping)" | grep -q "$lib/librdmacm.so.1" || {
+  echo "rdmacm: FAIL: rping does not load $lib/librdmacm.so.1" >&2; exit 1; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+port=$((20000 + $$ % 5000))
+fails=0
+row() { printf '%-46s %s\n' "$1" "$2"; }
+
+# One server/client pair: `pair NAME 'SERVER CMD' 'CLIENT CMD' [CHECK [daemon]]`. The
+# server runs in the background; the client runs when the server listens (it is retried
+# while it is rejected for want of a listener). Both must exit 0, and the client's output
+# must hold CHECK (a grep pattern) if given. A daemon server (cmtime, qperf: they serve
+# until stopped) must still be running when the client is done, and is then stopped.
+pair() {
+  local name=$1 server=$2 client=$3 check=${4:-} daemon=${5:-}
+  timeout 120 bash -c "$server" >"$work/srv" 2>&1 &
+  local srv=$! rc=1 i
+  for i in $(seq 40); do
+    sleep 0.25
+    timeout 120 bash -c "$client" >"$work/cli" 2>&1 && { rc=0; break; }
+    grep -qi "REJECTED\|rejected\|error 8\|refused" "$work/cli" || break
+  done
+  local src
+  if [ -n "$daemon" ]; then
+    if kill -0 $srv 2>/dev/null; then src=0; else src=dead; fi
+    kill $srv 2>/dev/null
+    wait $srv 2>/dev/null
+  else
+    wait $srv; src=$?
+  fi
+  if [ $rc -eq 0 ] && [ $src -eq 0 ] && { [ -z "$check" ] || grep -q "$check" "$work/cli"; }; then
+    row "$name" PASS
+  else
+    row "$name" "FAIL (client $rc, server $src)"
+    sed 's/^/    client: /' "$work/cli" | tail -5
+    sed 's/^/    server: /' "$work/srv" | tail -5
+    fails=$((fails + 1))
+  fi
+}
+next() { port=$((port + 1)); }
+
+next; pair "rping -C 100 (data checked with -v)" \
+  "rping -s -p $port -C 100" "rping -c -a 127.0.0.1 -p $port -v -C 100" "rdma-ping-99"
+next; pair "ucmatose, 4 connections" \
+  "ucmatose -p $port -c 4" "ucmatose -s 127.0.0.1 -p $port -c 4" "test complete"
+# udaddy has no port option: RDMA_PS_UDP port 7174.
+pair "udaddy (UD through SIDR)" "udaddy" "udaddy -s 127.0.0.1" "test complete"
+next; pair "rdma_server / rdma_client (sync ids, create_ep)" \
+  "rdma_server -p $port" "rdma_client -s 127.0.0.1 -p $port" "end 0"
+next; pair "cmtime -c 200" \
+  "cmtime -p $port" "cmtime -s 127.0.0.1 -p $port -c 200" "connect" daemon
+cmtime_rows=$(grep -E "^(connect|disconnect|resolve addr|resolve route|create qp)" "$work/cli")
+for t in ib_write_bw ib_read_bw ib_send_bw ib_send_lat ib_write_lat ib_atomic_bw; do
+  next; pair "$t -R" "$t -R -p $port -n 1000" "$t -R -p $port -n 1000 127.0.0.1" "#bytes"
+done
+# qperf: its own TCP port for control, RDMA CM ports it picks and sends over.
+next; pair "qperf -cm1 rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw" \
+  "qperf -lp $port" \
+  "qperf -cm1 -lp $port 127.0.0.1 -t 1 rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw" \
+  "rc_rdma_read_bw" daemon
+
+echo "cmtime -c 200 (connection setup, two processes):"
+echo "$cmtime_rows" | sed 's/^/    /'
+if [ $fails -gt 0 ]; then
+  echo "rdmacm: $fails FAILED" >&2
+  exit 1
+fi
+echo "rdmacm: all passed"
