@@ -3,7 +3,9 @@
 #   tcase NAME STATE FIRST TIMEOUT CHECK NETEM GUEST_CMD HOST_CMD
 #
 #   STATE   on | pending:REASON   (pending cases are listed as SKIP, never run)
-#   FIRST   guest | host          which side listens (is started first)
+#   FIRST   guest | host          which side listens (is started first); guest~N | host~N:
+#                                 it listens on the RDMA CM, not on TCP 18515: the other side
+#                                 starts N seconds after it
 #   TIMEOUT seconds for each side's command
 #   CHECK   bytes: both exit 0 and print the same "N bytes in S seconds" total
 #                  (and it equals the expected 2*size*iters when EXPECT is set)
@@ -167,3 +169,21 @@ c_perf ib_atomic_bw 8 200 ""
 for tool in ib_write_lat ib_read_lat ib_send_lat; do c_perf $tool 8 200 ""; done
 c_perf ib_atomic_lat 8 200 ""
 c_perf ib_write_bw 65536 200 _v6 v6
+
+# --- rdma_cm programs: Debian's rdmacm-utils and perftest -R on oxrdma's librdmacm.so.1
+# and libibverbs.so.1 <-> the same on rxe (the kernel's CM). Both roles; the connection
+# is found by address (the REQ to the peer's QP1), not exchanged over TCP. CHECK rc: both
+# exit 0 (rping -v: the client checks each ping's data); the perftest row as above.
+cm_case() {  # cm_case NAME TIMEOUT CHECK 'SERVER ARGS' 'CLIENT ARGS' (the client's last
+    #           argument is the server's address, added here)
+    local name=$1 t=$2 chk=$3 srv=$4 cli=$5
+    tcase "cm/$name/lib-client" on guest~5 "$t" "$chk" "" "$srv" "$C_ENV4 $cli \$GUEST_IP"
+    tcase "cm/$name/lib-server" on host~3  "$t" "$chk" "" "$cli \$HOST_IP" "$C_ENV4 $srv"
+}
+cm_case rping 120 rc "rping -s -C 20" "rping -c -v -C 20 -a"
+cm_case ucmatose 120 rc "ucmatose -c 2" "ucmatose -c 2 -s"
+cm_case udaddy 120 rc "udaddy" "udaddy -s"
+EXPECT="65536 200"
+cm_case ib_write_bw_R 180 perf "ib_write_bw -R -F -m $MTU_ARG -s 65536 -n 200 --report_gbits" \
+    "ib_write_bw -R -F -m $MTU_ARG -s 65536 -n 200 --report_gbits"
+EXPECT=""

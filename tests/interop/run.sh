@@ -150,6 +150,10 @@ run_case() {
     local i=$1 name=${C_NAME[$1]}${CASE_SUFFIX:-} first=${C_FIRST[$1]} t=${C_T[$1]} chk=${C_CHECK[$1]}
     local netem=${C_NETEM[$1]} gcmd=${C_G[$1]} hcmd=${C_H[$1]} exp=${C_EXP[$1]}
     local d=$RUN/cases/${name//\//_} t0=$SECONDS hpid tdpid hrc grc gn k det res script
+    # FIRST "guest~N" / "host~N": the first side listens on no TCP port (rdma_cm programs
+    # listen on the CM): the other starts N seconds after it.
+    local settle=""
+    case $first in *~*) settle=${first#*~}; first=${first%%~*} ;; esac
     mkdir -p "$d"
     export PCAP=$d/oxrdma.pcap
     printf 'guest (%s first): %s\nhost: %s\nnetem: %s\n' "$first" "$gcmd" "$hcmd" "$netem" > "$d/commands.txt"
@@ -164,9 +168,15 @@ run_case() {
 "
     script="$script$gcmd &
 p=\$!"
-    [ "$first" = guest ] && script="$script
+    if [ "$first" = guest ] && [ -n "$settle" ]; then
+        script="$script
+sleep $settle
+touch /mnt/share/listen.\$OXR_N"
+    elif [ "$first" = guest ]; then
+        script="$script
 i=0; while [ \$i -lt 300 ] && kill -0 \$p 2>/dev/null && ! ss -ltnH | grep -q ':18515 '; do i=\$((i+1)); sleep 0.1; done
 touch /mnt/share/listen.\$OXR_N"
+    fi
     script="$script
 wait \$p; r=\$?"
     [ -n "$netem" ] && script="$script
@@ -184,7 +194,11 @@ exit \$r"
     else
         ip netns exec "$NS" timeout -k 5 "$t" bash -c "$hcmd" > "$d/host.out" 2>&1 &
         hpid=$!; BG_PIDS="$BG_PIDS $hpid"
-        for k in $(seq 1 300); do listening "$NS" || ! kill -0 "$hpid" 2>/dev/null && break; sleep 0.1; done
+        if [ -n "$settle" ]; then
+            sleep "$settle"
+        else
+            for k in $(seq 1 300); do listening "$NS" || ! kill -0 "$hpid" 2>/dev/null && break; sleep 0.1; done
+        fi
         guest_send "$SHARE" "$t" "$script"; gn=$GCMD
     fi
     wait "$hpid"; hrc=$?
