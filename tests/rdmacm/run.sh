@@ -2,7 +2,8 @@
 # Debian 12's unmodified rdma_cm programs on oxrdma's librdmacm.so.1 and libibverbs.so.1,
 # two processes on this host with nothing set but LD_LIBRARY_PATH, after
 # `cargo build --release`: rdmacm-utils (rping, ucmatose, udaddy, rdma_server/rdma_client,
-# cmtime), perftest with -R, and qperf -cm1. The client names 127.0.0.1; the server's
+# cmtime), perftest with -R, qperf -cm1, and libfabric's fi_pingpong over the verbs
+# provider (MSG, RDM, DGRAM). The client names 127.0.0.1; the server's
 # device is wherever it opened (the per-host rendezvous finds it). Prints a PASS/FAIL line
 # per case and the connection setup figures of cmtime; exits 1 on any FAIL. Missing
 # tools: SKIPPED, or a failure under OXRDMA_CI (which installs them).
@@ -17,11 +18,12 @@ skip() {
   echo "rdmacm: SKIPPED ($1)"; exit 0
 }
 [ -e "$lib/librdmacm.so.1" ] || skip "build first: cargo build --release"
-for t in rping ucmatose udaddy rdma_server rdma_client cmtime ib_write_bw qperf; do
-  command -v $t >/dev/null || skip "install rdmacm-utils perftest qperf"
+for t in rping ucmatose udaddy rdma_server rdma_client cmtime ib_write_bw qperf fi_pingpong; do
+  command -v $t >/dev/null || skip "install rdmacm-utils perftest qperf libfabric-bin"
 done
 # The binaries must load ours, not the system's.
-ldd "$(command -v rping)" | grep -q "$lib/librdmacm.so.1" || {
+loads=$(ldd "$(command -v rping)")
+grep -q "$lib/librdmacm.so.1" <<< "$loads" || {
   echo "rdmacm: FAIL: rping does not load $lib/librdmacm.so.1" >&2; exit 1; }
 
 work=$(mktemp -d)
@@ -82,6 +84,15 @@ next; pair "qperf -cm1 rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw" \
   "qperf -lp $port" \
   "qperf -cm1 -lp $port 127.0.0.1 -t 1 rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw" \
   "rc_rdma_read_bw" daemon
+
+# libfabric 1.17's verbs provider (built into Debian's libfabric1): MSG endpoints connect
+# through the RDMA CM (the provider's event queue is its event channel, its passive
+# endpoint migrates ids to it); RDM is ofi_rxm over them; DGRAM is UD. -c checks the data.
+for e in msg rdm dgram; do
+  next; pair "fi_pingpong -p verbs -e $e -c" \
+    "fi_pingpong -p verbs -e $e -c -I 200 -B $port" \
+    "fi_pingpong -p verbs -e $e -c -I 200 -P $port 127.0.0.1" "1m\\|4k"
+done
 
 echo "cmtime -c 200 (connection setup, two processes):"
 echo "$cmtime_rows" | sed 's/^/    /'

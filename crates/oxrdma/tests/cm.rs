@@ -370,3 +370,51 @@ fn the_event_channel_descriptor_polls_readable_exactly_while_events_wait() {
     );
     assert!(!readable(&ch));
 }
+
+#[test]
+fn migrated_ids_get_their_events_on_the_new_channel() {
+    let (cs, cc) = (ctx(114), ctx(115));
+    let (a, b, chc) = (
+        EventChannel::new().unwrap(),
+        EventChannel::new().unwrap(),
+        EventChannel::new().unwrap(),
+    );
+    let listener = CmId::new(&a, &cs, PortSpace::Tcp).unwrap();
+    listener.bind_addr(addr("0.0.0.0:47114")).unwrap();
+    listener.listen(4).unwrap();
+    // libfabric's passive endpoint: made on one channel, bound to its event queue's.
+    listener.migrate(&b);
+    let id = CmId::new(&chc, &cc, PortSpace::Tcp).unwrap();
+    id.resolve_addr(None, addr("127.0.0.1:47114")).unwrap();
+    id.resolve_route().unwrap();
+    // Its events wait on chc; moved to `a`, the ones already there come along, in order.
+    id.migrate(&a);
+    assert!(chc.try_event().is_none());
+    expect(&a, CmEventType::AddrResolved);
+    expect(&a, CmEventType::RouteResolved);
+    id.connect(&ConnParam {
+        qp_num: 0x11,
+        ..ConnParam::default()
+    })
+    .unwrap();
+    let req = expect(&b, CmEventType::ConnectRequest);
+    assert!(
+        a.try_event().is_none(),
+        "nothing for the listener on its old channel"
+    );
+    let conn = req.new_id.unwrap();
+    conn.accept(&ConnParam {
+        qp_num: 0x22,
+        ..ConnParam::default()
+    })
+    .unwrap();
+    expect(&a, CmEventType::ConnectResponse);
+    id.establish().unwrap();
+    expect(&b, CmEventType::Established);
+    // The accepted connection moves to a channel of its own; its disconnect comes there.
+    let own = EventChannel::new().unwrap();
+    conn.migrate(&own);
+    id.disconnect().unwrap();
+    expect(&own, CmEventType::Disconnected);
+    assert!(b.try_event().is_none());
+}

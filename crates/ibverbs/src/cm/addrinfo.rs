@@ -17,7 +17,8 @@ struct Info {
     connect: Vec<u8>,
 }
 
-/// `rdma_getaddrinfo`: 0, or getaddrinfo's EAI code (callers print `gai_strerror`).
+/// `rdma_getaddrinfo`: 0, or getaddrinfo's EAI code (callers print `gai_strerror`). With
+/// neither node nor service, the hints' addresses are the result (libfabric asks so).
 ///
 /// # Safety
 /// `node`, `service` NULL or C strings; `hints` NULL or readable; `res` writable.
@@ -27,49 +28,16 @@ pub(crate) unsafe extern "C" fn getaddrinfo(
     hints: *const rdma_addrinfo,
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
-    if res.is_null() || (node.is_null() && service.is_null()) {
-        return fail(libc::EINVAL);
-    }
     // SAFETY: the caller's promise.
     let h = unsafe { hints.as_ref() };
+    if res.is_null() || (node.is_null() && service.is_null() && h.is_none()) {
+        return fail(libc::EINVAL);
+    }
     let flags = h.map_or(0, |h| h.ai_flags);
-    let passive = flags & RAI_PASSIVE != 0;
-    let udp = h.is_some_and(|h| h.ai_port_space as u32 == RDMA_PS_UDP || h.ai_qp_type == 4);
-    // SAFETY: plain data; zero is every field's "none".
-    let mut g: libc::addrinfo = unsafe { std::mem::zeroed() };
-    g.ai_family = h.map_or(libc::AF_UNSPEC, |h| h.ai_family);
-    g.ai_socktype = if udp {
-        libc::SOCK_DGRAM
-    } else {
-        libc::SOCK_STREAM
-    };
-    if passive {
-        g.ai_flags |= libc::AI_PASSIVE;
-    }
-    if flags & RAI_NUMERICHOST != 0 {
-        g.ai_flags |= libc::AI_NUMERICHOST;
-    }
-    let mut out: *mut libc::addrinfo = std::ptr::null_mut();
-    // SAFETY: the caller's strings; `g` and `out` are valid.
-    let r = unsafe { libc::getaddrinfo(node, service, &g, &mut out) };
-    if r != 0 {
-        return r;
-    }
-    // SAFETY: getaddrinfo succeeded: `out` is a list with at least one entry.
-    let addr = unsafe { sockaddr::read((*out).ai_addr) };
-    // SAFETY: the list getaddrinfo made.
-    unsafe { libc::freeaddrinfo(out) };
-    let Some(addr) = addr else {
-        return libc::EAI_FAMILY;
-    };
     let mut info = Box::new(Info {
         c: rdma_addrinfo {
             ai_flags: flags,
-            ai_family: if addr.is_ipv4() {
-                libc::AF_INET
-            } else {
-                libc::AF_INET6
-            },
+            ai_family: h.map_or(0, |h| h.ai_family),
             ai_qp_type: h.map_or(0, |h| h.ai_qp_type),
             ai_port_space: h.map_or(0, |h| h.ai_port_space),
             ai_src_len: 0,
@@ -88,26 +56,39 @@ pub(crate) unsafe extern "C" fn getaddrinfo(
         dst: sockaddr_storage::default(),
         connect: Vec::new(),
     });
-    if info.c.ai_qp_type == 0 {
-        info.c.ai_qp_type = if udp { 4 } else { 2 };
+    if !node.is_null() || !service.is_null() {
+        // SAFETY: the caller's strings.
+        let addr = match unsafe { resolve(node, service, h) } {
+            Ok(a) => a,
+            Err(eai) => return eai,
+        };
+        let udp = h.is_some_and(|h| h.ai_port_space as u32 == RDMA_PS_UDP || h.ai_qp_type == 4);
+        info.c.ai_family = if addr.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
+        if info.c.ai_qp_type == 0 {
+            info.c.ai_qp_type = if udp { 4 } else { 2 };
+        }
+        if info.c.ai_port_space == 0 {
+            info.c.ai_port_space = if udp { RDMA_PS_UDP } else { RDMA_PS_TCP } as c_int;
+        }
+        if flags & RAI_PASSIVE != 0 {
+            info.set_src(addr);
+        } else {
+            info.set_dst(addr);
+        }
+    } else if let Some(d) = h.and_then(|h| {
+        // SAFETY: the hints' destination, the caller's to read.
+        unsafe { sockaddr::read(h.ai_dst_addr) }
+    }) {
+        info.set_dst(d);
     }
-    if info.c.ai_port_space == 0 {
-        info.c.ai_port_space = if udp { RDMA_PS_UDP } else { RDMA_PS_TCP } as c_int;
-    }
-    let len = sockaddr::len_of(&addr);
-    if passive {
-        sockaddr::write(&mut info.src, addr);
-        info.c.ai_src_len = len;
-        info.c.ai_src_addr = std::ptr::from_mut(&mut info.src).cast();
-    } else {
-        sockaddr::write(&mut info.dst, addr);
-        info.c.ai_dst_len = len;
-        info.c.ai_dst_addr = std::ptr::from_mut(&mut info.dst).cast();
-        // SAFETY: the hints' source address, if any, is the caller's to read.
-        if let Some(s) = h.and_then(|h| unsafe { sockaddr::read(h.ai_src_addr) }) {
-            sockaddr::write(&mut info.src, s);
-            info.c.ai_src_len = sockaddr::len_of(&s);
-            info.c.ai_src_addr = std::ptr::from_mut(&mut info.src).cast();
+    // SAFETY: the hints' source address, if any, is the caller's to read.
+    if let Some(s) = h.and_then(|h| unsafe { sockaddr::read(h.ai_src_addr) }) {
+        if info.c.ai_src_len == 0 {
+            info.set_src(s);
         }
     }
     if let Some(h) = h.filter(|h| h.ai_connect_len > 0 && !h.ai_connect.is_null()) {
@@ -121,6 +102,58 @@ pub(crate) unsafe extern "C" fn getaddrinfo(
     // SAFETY: the caller's promise.
     unsafe { *res = Box::into_raw(info).cast() };
     0
+}
+
+impl Info {
+    fn set_src(&mut self, a: std::net::SocketAddr) {
+        sockaddr::write(&mut self.src, a);
+        self.c.ai_src_len = sockaddr::len_of(&a);
+        self.c.ai_src_addr = std::ptr::from_mut(&mut self.src).cast();
+    }
+
+    fn set_dst(&mut self, a: std::net::SocketAddr) {
+        sockaddr::write(&mut self.dst, a);
+        self.c.ai_dst_len = sockaddr::len_of(&a);
+        self.c.ai_dst_addr = std::ptr::from_mut(&mut self.dst).cast();
+    }
+}
+
+/// The system resolver's first address for `node` and `service`, or its EAI code.
+///
+/// # Safety
+/// `node`, `service` NULL or C strings.
+unsafe fn resolve(
+    node: *const c_char,
+    service: *const c_char,
+    h: Option<&rdma_addrinfo>,
+) -> Result<std::net::SocketAddr, c_int> {
+    let flags = h.map_or(0, |h| h.ai_flags);
+    let udp = h.is_some_and(|h| h.ai_port_space as u32 == RDMA_PS_UDP || h.ai_qp_type == 4);
+    // SAFETY: plain data; zero is every field's "none".
+    let mut g: libc::addrinfo = unsafe { std::mem::zeroed() };
+    g.ai_family = h.map_or(libc::AF_UNSPEC, |h| h.ai_family);
+    g.ai_socktype = if udp {
+        libc::SOCK_DGRAM
+    } else {
+        libc::SOCK_STREAM
+    };
+    if flags & RAI_PASSIVE != 0 {
+        g.ai_flags |= libc::AI_PASSIVE;
+    }
+    if flags & RAI_NUMERICHOST != 0 {
+        g.ai_flags |= libc::AI_NUMERICHOST;
+    }
+    let mut out: *mut libc::addrinfo = std::ptr::null_mut();
+    // SAFETY: the caller's strings; `g` and `out` are valid.
+    let r = unsafe { libc::getaddrinfo(node, service, &g, &mut out) };
+    if r != 0 {
+        return Err(r);
+    }
+    // SAFETY: getaddrinfo succeeded: `out` is a list with at least one entry.
+    let addr = unsafe { sockaddr::read((*out).ai_addr) };
+    // SAFETY: the list getaddrinfo made.
+    unsafe { libc::freeaddrinfo(out) };
+    addr.ok_or(libc::EAI_FAMILY)
 }
 
 /// `rdma_freeaddrinfo`.

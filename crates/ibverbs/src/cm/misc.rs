@@ -68,8 +68,8 @@ pub(crate) unsafe extern "C" fn set_option(
     }
 }
 
-/// `rdma_migrate_id`: to another channel. Only to the channel its events already come on
-/// for now (moving an id's events between channels is not built yet): ENOSYS otherwise.
+/// `rdma_migrate_id`: the id's events (those waiting too) go to `ch` from now on; NULL
+/// makes the id synchronous, on a channel of its own.
 ///
 /// # Safety
 /// `id` live; `ch` NULL or a live channel.
@@ -81,16 +81,48 @@ pub(crate) unsafe extern "C" fn migrate_id(
     let Some(idr) = (unsafe { Id::get(id) }) else {
         return fail(libc::EINVAL);
     };
-    // SAFETY: the caller's promise.
-    let same = match (idr.chan(), unsafe { Chan::get(ch) }) {
-        (Some(a), Some(b)) => std::ptr::eq(a, b),
-        _ => false,
-    };
-    if same {
-        0
+    let (target, own) = if ch.is_null() {
+        match Chan::new() {
+            Ok(c) => (c.cast::<rdma_event_channel>(), true),
+            Err(e) => return fail(e),
+        }
     } else {
-        fail(libc::ENOSYS)
+        (ch, false)
+    };
+    // SAFETY: a live channel (the caller's, or just made).
+    let Some(to) = (unsafe { Chan::get(target) }) else {
+        return fail(libc::EINVAL);
+    };
+    let old_chan = idr.chan();
+    if let Ok(ox) = idr.ox() {
+        ox.migrate(&to.ox);
     }
+    // Events a synchronous wait set aside for this id move too.
+    if let (Some(old), Ok(ox)) = (old_chan, idr.ox()) {
+        if !std::ptr::eq(old, to) {
+            let key = ox.key();
+            let mut parked = old.parked.lock().unwrap_or_else(|p| p.into_inner());
+            let (mine, rest): (Vec<_>, Vec<_>) = parked.drain(..).partition(|e| e.id == key);
+            parked.extend(rest);
+            to.parked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(mine);
+        }
+    }
+    let old_own = {
+        let mut st = idr.st.lock().unwrap_or_else(|p| p.into_inner());
+        st.sync = own;
+        std::mem::replace(&mut st.own_chan, if own { target as usize } else { 0 })
+    };
+    // SAFETY: the id is live; the program reads `channel`, the library sets it.
+    unsafe { (*id).channel = target };
+    if old_own != 0 {
+        // SAFETY: the id's former private channel, made by this library; nothing of it is
+        // left (its events moved above).
+        drop(unsafe { Box::from_raw(old_own as *mut Chan) });
+    }
+    0
 }
 
 /// `rdma_notify`: the program saw IBV_EVENT_COMM_EST; the RTU (or the data behind it)

@@ -75,8 +75,9 @@ impl CmId {
             };
             dev.engine.cm_mut().connect(now, &p)?
         };
-        shared.cm.route_conn(id.0, &self.inner.channel);
-        lock(&self.inner.channel.conns).insert((self.inner.dev, id.0), Arc::downgrade(&self.inner));
+        let ch = self.inner.channel();
+        shared.cm.route_conn(id.0, &ch);
+        lock(&ch.conns).insert((self.inner.dev, id.0), Arc::downgrade(&self.inner));
         shared.drive_through(&mut dev);
         drop(dev);
         shared.ring();

@@ -69,7 +69,8 @@ pub(crate) struct IdInner {
     pub(super) key: u64,
     pub(super) ctx: Context,
     pub(super) dev: usize,
-    pub(super) channel: Arc<ChannelInner>,
+    /// The channel its events go to (`migrate` changes it).
+    pub(super) channel: Mutex<Arc<ChannelInner>>,
     pub(super) ps: PortSpace,
     pub(super) qp_type: QpType,
     pub(super) st: Mutex<State>,
@@ -134,7 +135,7 @@ impl CmId {
                 key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
                 ctx: ctx.clone(),
                 dev,
-                channel: channel.inner.clone(),
+                channel: Mutex::new(channel.inner.clone()),
                 ps,
                 qp_type,
                 st: Mutex::new(st),
@@ -224,9 +225,9 @@ impl CmId {
         let sid = cma::service_id(ps, port);
         let shared = self.inner.ctx.shared();
         shared.lock().engine.cm_mut().listen(sid, backlog)?;
-        shared.cm.route_listener(sid, &self.inner.channel);
-        lock(&self.inner.channel.listeners)
-            .insert((self.inner.dev, sid), Arc::downgrade(&self.inner));
+        let ch = self.inner.channel();
+        shared.cm.route_listener(sid, &ch);
+        lock(&ch.listeners).insert((self.inner.dev, sid), Arc::downgrade(&self.inner));
         st.src = Some(SocketAddr::new(src.ip(), port));
         st.listen = Some((sid, Some(reg)));
         st.phase = Phase::Listening;
@@ -259,13 +260,18 @@ impl CmId {
             }
             st.src = Some(s);
         }
-        // The source: the bound address, else this device's (of the destination's family).
+        // The source: the bound address, else the one the kernel's routing picks for the
+        // destination (127.0.0.1 for 127.0.0.1, as the kernel's CM reports it: programs
+        // such as libfabric look it up among the host's interface addresses), else this
+        // device's.
         let own = self.inner.ctx.gid().ip();
         let ip = match st.src.map(|s| s.ip()) {
             Some(ip) if !ip.is_unspecified() => ip,
-            _ if own.is_ipv4() == dst.is_ipv4() => own,
-            _ if dst.is_ipv4() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-            _ => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            _ => route::source_for(dst.ip()).unwrap_or(match (own, dst) {
+                (own, d) if own.is_ipv4() == d.is_ipv4() => own,
+                (_, SocketAddr::V4(_)) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                _ => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            }),
         };
         let port = match st.src.map(|s| s.port()) {
             Some(p) if p != 0 => p,
@@ -300,7 +306,7 @@ impl CmId {
         // The application is busy with the CM now, not polling: serve the data path.
         let shared = self.inner.ctx.shared();
         shared.drive_through(&mut shared.lock());
-        self.inner.channel.queue.push(Raw::Local {
+        self.inner.channel().queue.push(Raw::Local {
             id: Arc::downgrade(&self.inner),
             event,
             status: 0,
@@ -335,6 +341,62 @@ impl CmId {
     }
 }
 
+impl IdInner {
+    /// The channel its events go to now.
+    pub(super) fn channel(&self) -> Arc<ChannelInner> {
+        lock(&self.channel).clone()
+    }
+}
+
+impl CmId {
+    /// `rdma_migrate_id`: from now on this id's events (and a listener's requests) go to
+    /// `to`; those already waiting on its old channel move with it, in order.
+    pub fn migrate(&self, to: &EventChannel) {
+        let inner = &self.inner;
+        let mut cur = lock(&inner.channel);
+        if Arc::ptr_eq(&cur, &to.inner) {
+            return;
+        }
+        let (old, new) = (cur.clone(), to.inner.clone());
+        let st = lock(&inner.st);
+        let shared = inner.ctx.shared();
+        lock(&new.devices)
+            .entry(inner.dev)
+            .or_insert_with(|| Arc::downgrade(&inner.ctx.inner.shared));
+        let comm = st.comm;
+        let sid = st.listen.as_ref().map(|(sid, _)| *sid);
+        if let Some(c) = comm {
+            shared.cm.route_conn(c, &new);
+            lock(&old.conns).remove(&(inner.dev, c));
+            lock(&new.conns).insert((inner.dev, c), Arc::downgrade(inner));
+        }
+        if let Some(sid) = sid {
+            shared.cm.route_listener(sid, &new);
+            lock(&old.listeners).remove(&(inner.dev, sid));
+            lock(&new.listeners).insert((inner.dev, sid), Arc::downgrade(inner));
+        }
+        drop(st);
+        let me = Arc::as_ptr(inner);
+        let dev = inner.dev;
+        let moving = old.queue.take_where(|r| match r {
+            Raw::Local { id, .. } => std::ptr::eq(id.as_ptr(), me),
+            Raw::Core { dev: d, event } => {
+                *d == dev
+                    && (comm == Some(event.id.0)
+                        || match &event.kind {
+                            CmEventKind::ConnectRequest { req, .. } => Some(req.service_id) == sid,
+                            CmEventKind::SidrRequest { req, .. } => Some(req.service_id) == sid,
+                            _ => false,
+                        })
+            }
+        });
+        for r in moving {
+            new.queue.push(r);
+        }
+        *cur = new;
+    }
+}
+
 impl Drop for IdInner {
     fn drop(&mut self) {
         let st = self.st.get_mut().unwrap_or_else(|p| p.into_inner());
@@ -351,7 +413,8 @@ impl Drop for IdInner {
             drop(reg);
             // Requests still queued for this listener have nobody to answer them.
             let dev_key = self.dev;
-            let orphans = self.channel.queue.take_where(|r| match r {
+            let ch = self.channel();
+            let orphans = ch.queue.take_where(|r| match r {
                 Raw::Core { dev, event } => {
                     dev == &dev_key
                         && match &event.kind {
@@ -368,7 +431,7 @@ impl Drop for IdInner {
                     shared.cm.unroute_conn(event.id.0);
                 }
             }
-            lock(&self.channel.listeners).remove(&(self.dev, sid));
+            lock(&ch.listeners).remove(&(self.dev, sid));
         }
         shared.drive_through(&mut dev);
         drop(dev);

@@ -129,12 +129,15 @@ fn child(listener: &Arc<IdInner>, comm: CommId, peer: Gid, h: Option<CmaHeader>)
         key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
         ctx: ctx.clone(),
         dev: listener.dev,
-        channel: listener.channel.clone(),
+        channel: Mutex::new(listener.channel()),
         ps: listener.ps,
         qp_type: listener.qp_type,
         st: Mutex::new(st),
     });
-    lock(&listener.channel.conns).insert((listener.dev, comm.0), Arc::downgrade(&inner));
+    let ch = listener.channel();
+    lock(&ch.conns).insert((listener.dev, comm.0), Arc::downgrade(&inner));
+    // The listener may have moved to another channel since the request was routed.
+    ctx.shared().cm.route_conn(comm.0, &ch);
     CmId { inner }
 }
 

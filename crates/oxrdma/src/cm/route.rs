@@ -11,6 +11,17 @@ pub(crate) fn is_local(ip: IpAddr) -> bool {
     ip.is_loopback() || ip.is_unspecified() || UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
+/// The source address the host's routing picks for `dst`, if it has a route.
+pub(crate) fn source_for(dst: IpAddr) -> Option<IpAddr> {
+    let any = match dst {
+        IpAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+        IpAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
+    };
+    let s = UdpSocket::bind(any).ok()?;
+    s.connect(SocketAddr::new(dst, 9)).ok()?;
+    s.local_addr().ok().map(|a| a.ip())
+}
+
 /// Whether a listener bound to `bound` (None: any address) takes connections to `dst`.
 /// Every loopback address is one host: with nothing configured the devices sit on
 /// 127.0.0.2, 127.0.0.3, …, and a program listening on its device's address or on
