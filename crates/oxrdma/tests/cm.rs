@@ -418,3 +418,50 @@ fn migrated_ids_get_their_events_on_the_new_channel() {
     expect(&own, CmEventType::Disconnected);
     assert!(b.try_event().is_none());
 }
+
+#[test]
+fn a_qp_that_fails_after_established_still_disconnects_cleanly() {
+    let (cs, cc) = (ctx(116), ctx(117));
+    let (chs, chc) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let listener = CmId::new(&chs, &cs, PortSpace::Tcp).unwrap();
+    listener.bind_addr(addr("0.0.0.0:47116")).unwrap();
+    listener.listen(4).unwrap();
+    let (ps, pc) = (cs.alloc_pd().unwrap(), cc.alloc_pd().unwrap());
+    let (cqs, cqc) = (cs.create_cq(8).unwrap(), cc.create_cq(8).unwrap());
+    let qs = ps
+        .create_qp(&cqs, &cqs, QpType::Rc, QpCap::default())
+        .unwrap();
+    let qc = pc
+        .create_qp(&cqc, &cqc, QpType::Rc, QpCap::default())
+        .unwrap();
+    let id = CmId::new(&chc, &cc, PortSpace::Tcp).unwrap();
+    id.resolve_addr(None, addr("127.0.0.1:47116")).unwrap();
+    id.resolve_route().unwrap();
+    id.attach_qp(&qc).unwrap();
+    id.connect(&ConnParam::default()).unwrap();
+    expect(&chc, CmEventType::AddrResolved);
+    expect(&chc, CmEventType::RouteResolved);
+    let conn = expect(&chs, CmEventType::ConnectRequest).new_id.unwrap();
+    conn.attach_qp(&qs).unwrap();
+    conn.accept(&ConnParam::default()).unwrap();
+    expect(&chc, CmEventType::Established);
+    expect(&chs, CmEventType::Established);
+    // A WRITE to a key the server never gave: the server NAKs, the client's QP fails.
+    let mc = pc.register(64, Access::ALL).unwrap();
+    let mut w = SendWr::new(
+        1,
+        WrOpcode::RdmaWrite,
+        SendData::Sges(vec![mc.sge(0, 8)].into()),
+    );
+    (w.remote_addr, w.rkey) = (0x1000, 0xdead);
+    qc.post_send(w).unwrap();
+    assert_eq!(wait(&cqc, 1)[0].status, WcStatus::RemAccessErr);
+    assert_eq!(qc.state().unwrap(), QpState::Err);
+    // The connection still ends as any does: DREQ, DREP, timewait on both sides.
+    id.disconnect().unwrap();
+    expect(&chs, CmEventType::Disconnected);
+    conn.disconnect().unwrap();
+    expect(&chc, CmEventType::Disconnected);
+    expect(&chc, CmEventType::TimewaitExit);
+    expect(&chs, CmEventType::TimewaitExit);
+}
