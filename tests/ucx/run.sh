@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # UCX (Debian's ucx-utils) and Open MPI over UCX on the C library, two processes on this
 # host, after `cargo build --release`: every ucx_perftest case the issue lists, UCT and UCP,
-# over rc_verbs and ud_verbs, and the project's MPI program (tests/ucx/mpi_check.c) under
-# mpirun with UCX_TLS=rc_verbs,ud_verbs and =ud_verbs. UCX lists a device only where
+# over rc_verbs and ud_verbs, the project's MPI program (tests/ucx/mpi_check.c) under
+# mpirun with UCX_TLS=rc_verbs,ud_verbs and =ud_verbs, and a UCP client and server
+# connected by address through UCX's rdmacm connection manager (tests/ucx/ucp_sockaddr.c). UCX lists a device only where
 # /dev/infiniband/uverbs<N> exists (`oxrdma dev-nodes` makes it, as root).
 # Prints a PASS/FAIL line per case; exits 1 on any FAIL. Missing tools: SKIPPED, or a
 # failure under OXRDMA_CI.
@@ -79,6 +80,30 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
 else
   [ -n "${OXRDMA_CI:-}" ] && { echo "ucx: FAIL: install openmpi-bin libopenmpi-dev" >&2; exit 1; }
   row "mpi" "SKIPPED (install openmpi-bin libopenmpi-dev)"
+fi
+# UCP client and server by IP address and port (tests/ucx/ucp_sockaddr.c): UCX connects
+# them through its rdmacm connection manager on oxrdma's librdmacm.so.1; the capture must
+# show the CM's REQ, REP and RTU, and the program checks every byte.
+if [ -e /usr/include/ucp/api/ucp.h ]; then
+  cc -O1 -Wall -Werror -o "$work/ucp_sockaddr" tests/ucx/ucp_sockaddr.c -lucp -lucs ||
+    { row "ucp_sockaddr build" FAIL; fails=$((fails + 1)); }
+  port=$((port + 1))
+  UCX_TLS=rc_verbs,ud_verbs timeout 60 "$work/ucp_sockaddr" -s $port >"$work/srv" 2>&1 &
+  srv=$!
+  sleep 1
+  UCX_TLS=rc_verbs,ud_verbs OXRDMA_PCAP="$work/ucp.pcap" timeout 60 \
+    "$work/ucp_sockaddr" -c 127.0.0.1 $port >"$work/cli" 2>&1; rc=$?
+  wait $srv; src=$?
+  cms=$("$lib/oxrdma" decode "$work/ucp.pcap" 2>/dev/null | grep -c "CM \(REQ\|REP\|RTU\)")
+  if [ $rc = 0 ] && [ $src = 0 ] && [ "$cms" -ge 3 ]; then
+    row "ucp sockaddr (rdmacm CM)" "PASS ($cms CM messages)"
+  else
+    row "ucp sockaddr (rdmacm CM)" "FAIL client $rc server $src, $cms CM messages: $(head -2 "$work/cli")"
+    fails=$((fails + 1))
+  fi
+else
+  [ -n "${OXRDMA_CI:-}" ] && { echo "ucx: FAIL: install libucx-dev" >&2; exit 1; }
+  row "ucp sockaddr" "SKIPPED (install libucx-dev)"
 fi
 echo "ucx: $fails failed"
 [ $fails = 0 ]
