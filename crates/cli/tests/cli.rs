@@ -345,57 +345,58 @@ fn devinfo_describes_the_device_and_refuses_foreign_addresses() {
         .contains("not an address of this host"));
 }
 
+/// A pingpong server (`server` args) and client (`client` args) in two processes: the
+/// client is run again until the server answers (each failure must mention `retry_on`).
+/// Returns the client's and the server's stdout; both must exit 0.
+fn pingpong_pair(server: &[&str], client: &[&str], retry_on: &str) -> (String, String) {
+    let server = oxrdma()
+        .arg("pingpong")
+        .args(server)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut done = None;
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let out = oxrdma().arg("pingpong").args(client).output().unwrap();
+        if out.status.success() {
+            done = Some(out);
+            break;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(retry_on), "{err}");
+    }
+    let client = done.expect("client never completed");
+    let out = server.wait_with_output().unwrap();
+    assert!(out.status.success());
+    (
+        String::from_utf8(client.stdout).unwrap(),
+        String::from_utf8(out.stdout).unwrap(),
+    )
+}
+
 #[test]
 fn pingpong_server_and_client_in_two_processes() {
     // A free TCP port for the exchange.
     let port = free_port();
-    let server = oxrdma()
-        .args([
-            "pingpong",
+    let (client, server) = pingpong_pair(
+        &["-d", "127.0.0.53", "-p", &port, "-n", "300", "-s", "8192"],
+        &[
+            "127.0.0.1",
             "-d",
-            "127.0.0.53",
+            "127.0.0.54",
             "-p",
             &port,
             "-n",
             "300",
             "-s",
             "8192",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut client = None;
-    for _ in 0..50 {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        let out = oxrdma()
-            .args([
-                "pingpong",
-                "127.0.0.1",
-                "-d",
-                "127.0.0.54",
-                "-p",
-                &port,
-                "-n",
-                "300",
-                "-s",
-                "8192",
-            ])
-            .output()
-            .unwrap();
-        if out.status.success() {
-            client = Some(out);
-            break;
-        }
-    }
-    let client = client.expect("client never completed");
-    let text = String::from_utf8(client.stdout).unwrap();
-    assert!(text.contains("4915200 bytes in"), "{text}");
-    assert!(text.contains("300 iters in"), "{text}");
-    let out = server.wait_with_output().unwrap();
-    assert!(out.status.success());
-    assert!(String::from_utf8(out.stdout)
-        .unwrap()
-        .contains("300 iters in"));
+        ],
+        "",
+    );
+    assert!(client.contains("4915200 bytes in"), "{client}");
+    assert!(client.contains("300 iters in"), "{client}");
+    assert!(server.contains("300 iters in"));
     // A bad MTU is one clear error (a usage error, as clap reports every bad flag).
     let out = oxrdma().args(["pingpong", "-m", "1000"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -409,51 +410,22 @@ fn pingpong_cm_reaches_a_server_on_another_device_through_localhost() {
     // The server's device is 127.0.0.112; the client names 127.0.0.1 and the RDMA CM
     // port, and the per-host rendezvous finds the server. Until it listens, the client is
     // rejected (REJ 8) and exits non-zero: it tries again.
-    let server = oxrdma()
-        .args([
-            "pingpong",
+    let (client, server) = pingpong_pair(
+        &["--cm", "-d", "127.0.0.112", "-p", "47330", "-n", "300"],
+        &[
             "--cm",
+            "127.0.0.1",
             "-d",
-            "127.0.0.112",
+            "127.0.0.113",
             "-p",
             "47330",
             "-n",
             "300",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut client = None;
-    for _ in 0..50 {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        let out = oxrdma()
-            .args([
-                "pingpong",
-                "--cm",
-                "127.0.0.1",
-                "-d",
-                "127.0.0.113",
-                "-p",
-                "47330",
-            ])
-            .args(["-n", "300"])
-            .output()
-            .unwrap();
-        if out.status.success() {
-            client = Some(out);
-            break;
-        }
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("REJECTED (status 8)"), "{err}");
-    }
-    let client = client.expect("client never completed");
-    let text = String::from_utf8(client.stdout).unwrap();
-    assert!(text.contains("300 iters in"), "{text}");
-    let out = server.wait_with_output().unwrap();
-    assert!(out.status.success());
-    assert!(String::from_utf8(out.stdout)
-        .unwrap()
-        .contains("300 iters in"));
+        ],
+        "REJECTED (status 8)",
+    );
+    assert!(client.contains("300 iters in"), "{client}");
+    assert!(server.contains("300 iters in"));
 }
 
 #[test]
@@ -550,26 +522,38 @@ fn pcap_captures_decode_cleanly_with_valid_icrcs() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `oxrdma perf ARGS --loopback --json --pcap PCAP`: its result lines, and the client's
+/// capture decoded (`decode --strict --json`), one JSON value per packet.
+fn perf_and_decode(
+    args: &[&str],
+    pcap: &std::path::Path,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let out = oxrdma()
+        .args(["perf"])
+        .args(args)
+        .args(["--loopback", "--json", "--pcap"])
+        .arg(pcap)
+        .output()
+        .unwrap();
+    let lines = json_lines(out);
+    let out = oxrdma()
+        .args(["decode", "--strict", "--json"])
+        .arg(pcap)
+        .output()
+        .unwrap();
+    (lines, json_lines(out))
+}
+
 #[test]
 fn perf_r_connects_every_qp_through_the_rdma_cm() {
     let _turn = LOOPBACK_PAIR.lock().unwrap_or_else(|p| p.into_inner());
     let dir = scratch_dir("perf-r");
     let pcap = dir.join("client.pcap");
     let run = |args: &[&str]| {
-        let out = oxrdma()
-            .args(["perf"])
-            .args(args)
-            .args(["--loopback", "-R", "--json", "-p", "47201", "--pcap"])
-            .arg(&pcap)
-            .output()
-            .unwrap();
-        let lines = json_lines(out);
-        let out = oxrdma()
-            .args(["decode", "--strict", "--json"])
-            .arg(&pcap)
-            .output()
-            .unwrap();
-        let cm: Vec<String> = json_lines(out)
+        let mut a = args.to_vec();
+        a.extend(["-R", "-p", "47201"]);
+        let (lines, decoded) = perf_and_decode(&a, &pcap);
+        let cm: Vec<String> = decoded
             .iter()
             .filter_map(|l| l["cm"]["msg"].as_str().map(str::to_string))
             .collect();
@@ -599,21 +583,9 @@ fn perf_runs_uc_and_ud_like_perftest_c() {
     let dir = scratch_dir("perf-c");
     let pcap = dir.join("client.pcap");
     let run = |args: &[&str]| {
-        let out = oxrdma()
-            .args(["perf"])
-            .args(args)
-            .args(["--loopback", "--json", "--pcap"])
-            .arg(&pcap)
-            .output()
-            .unwrap();
-        let lines = json_lines(out);
+        let (lines, decoded) = perf_and_decode(args, &pcap);
         // The opcodes the client's device sent and received.
-        let out = oxrdma()
-            .args(["decode", "--strict", "--json"])
-            .arg(&pcap)
-            .output()
-            .unwrap();
-        let ops: std::collections::BTreeSet<String> = json_lines(out)
+        let ops: std::collections::BTreeSet<String> = decoded
             .iter()
             .map(|l| l["opcode"].as_str().unwrap().to_string())
             .collect();

@@ -80,16 +80,11 @@ pub fn devices() -> &'static [Device] {
 /// # Safety
 /// `num` is NULL or points to a writable `int`.
 pub(crate) unsafe extern "C" fn get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
-    let list: Vec<*mut ibv_device> = devices()
+    let list = devices()
         .iter()
-        .map(|d| std::ptr::from_ref(&d.ibv).cast_mut())
-        .chain(std::iter::once(std::ptr::null_mut()))
-        .collect();
-    if !num.is_null() {
-        // SAFETY: the caller passes a valid int pointer or NULL (checked).
-        unsafe { *num = (list.len() - 1) as c_int };
-    }
-    Box::into_raw(list.into_boxed_slice()).cast()
+        .map(|d| std::ptr::from_ref(&d.ibv).cast_mut());
+    // SAFETY: the caller's promise.
+    unsafe { null_terminated(list, num) }
 }
 
 /// `ibv_free_device_list`.
@@ -97,15 +92,41 @@ pub(crate) unsafe extern "C" fn get_device_list(num: *mut c_int) -> *mut *mut ib
 /// # Safety
 /// `list` is NULL or an array `ibv_get_device_list` returned, not freed before.
 pub(crate) unsafe extern "C" fn free_device_list(list: *mut *mut ibv_device) {
+    // SAFETY: the caller's promise.
+    unsafe { free_null_terminated(list) }
+}
+
+/// A NULL-terminated array of `items` for C (freed by `free_null_terminated`); `*num` (if
+/// not NULL) gets the count.
+///
+/// # Safety
+/// `num` is NULL or points to a writable `int`.
+pub(crate) unsafe fn null_terminated<T>(
+    items: impl Iterator<Item = *mut T>,
+    num: *mut c_int,
+) -> *mut *mut T {
+    let list: Vec<*mut T> = items.chain(std::iter::once(std::ptr::null_mut())).collect();
+    if !num.is_null() {
+        // SAFETY: the caller passes a valid int pointer or NULL (checked).
+        unsafe { *num = (list.len() - 1) as c_int };
+    }
+    Box::into_raw(list.into_boxed_slice()).cast()
+}
+
+/// Frees an array `null_terminated` made.
+///
+/// # Safety
+/// `list` is NULL or such an array, not freed before.
+pub(crate) unsafe fn free_null_terminated<T>(list: *mut *mut T) {
     if list.is_null() {
         return;
     }
     let mut n = 0;
-    // SAFETY: `list` came from `get_device_list`: NULL-terminated.
+    // SAFETY: the caller's promise: NULL-terminated.
     while !unsafe { *list.add(n) }.is_null() {
         n += 1;
     }
-    // SAFETY: the boxed slice `get_device_list` leaked, n entries plus the NULL.
+    // SAFETY: the boxed slice `null_terminated` leaked, n entries plus the NULL.
     drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n + 1)) });
 }
 

@@ -39,29 +39,72 @@ fn expect(ch: &EventChannel, what: CmEventType) -> CmEvent {
     e
 }
 
+/// A server device with a listener on `bind` (its channel `chs`), a client device (its
+/// channel `chc`), and a PD and CQ on each.
+struct Pair {
+    cc: Context,
+    chs: EventChannel,
+    chc: EventChannel,
+    listener: CmId,
+    ps: oxrdma::ProtectionDomain,
+    pc: oxrdma::ProtectionDomain,
+    cqs: oxrdma::CompletionQueue,
+    cqc: oxrdma::CompletionQueue,
+}
+
+fn pair(server: u8, bind: &str, space: PortSpace) -> Pair {
+    let (cs, cc) = (ctx(server), ctx(server + 1));
+    let (chs, chc) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let listener = CmId::new(&chs, &cs, space).unwrap();
+    listener.bind_addr(addr(bind)).unwrap();
+    listener.listen(4).unwrap();
+    let (ps, pc) = (cs.alloc_pd().unwrap(), cc.alloc_pd().unwrap());
+    let (cqs, cqc) = (cs.create_cq(8).unwrap(), cc.create_cq(8).unwrap());
+    Pair {
+        cc,
+        chs,
+        chc,
+        listener,
+        ps,
+        pc,
+        cqs,
+        cqc,
+    }
+}
+
+impl Pair {
+    /// An RC QP on the server (`true`) or the client.
+    fn qp(&self, server: bool) -> oxrdma::QueuePair {
+        let (pd, cq) = if server {
+            (&self.ps, &self.cqs)
+        } else {
+            (&self.pc, &self.cqc)
+        };
+        pd.create_qp(cq, cq, QpType::Rc, QpCap::default()).unwrap()
+    }
+
+    /// A client id with its address and route resolved towards `dst` (events taken).
+    fn resolved(&self, dst: &str) -> CmId {
+        let id = CmId::new(&self.chc, &self.cc, PortSpace::Tcp).unwrap();
+        id.resolve_addr(None, addr(dst)).unwrap();
+        expect(&self.chc, CmEventType::AddrResolved);
+        id.resolve_route().unwrap();
+        expect(&self.chc, CmEventType::RouteResolved);
+        id
+    }
+}
+
 #[test]
 fn rc_connect_to_localhost_moves_data_and_disconnects_cleanly() {
-    let (cs, cc) = (ctx(101), ctx(102));
-    let (chs, chc) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
-    let listener = CmId::new(&chs, &cs, PortSpace::Tcp).unwrap();
-    listener.bind_addr(addr("0.0.0.0:47101")).unwrap();
-    listener.listen(4).unwrap();
-
-    let id = CmId::new(&chc, &cc, PortSpace::Tcp).unwrap();
-    id.resolve_addr(None, addr("127.0.0.1:47101")).unwrap();
-    assert_eq!(expect(&chc, CmEventType::AddrResolved).id, id.key());
-    id.resolve_route().unwrap();
-    expect(&chc, CmEventType::RouteResolved);
-
-    let (pc, ps) = (cc.alloc_pd().unwrap(), cs.alloc_pd().unwrap());
+    let p = pair(101, "0.0.0.0:47101", PortSpace::Tcp);
+    let (chs, chc, listener) = (&p.chs, &p.chc, &p.listener);
+    let id = p.resolved("127.0.0.1:47101");
     let (mc, ms) = (
-        pc.register(4096, Access::ALL).unwrap(),
-        ps.register(4096, Access::ALL).unwrap(),
+        p.pc.register(4096, Access::ALL).unwrap(),
+        p.ps.register(4096, Access::ALL).unwrap(),
     );
-    let (qc_cq, qs_cq) = (cc.create_cq(16).unwrap(), cs.create_cq(16).unwrap());
-    let qc = pc
-        .create_qp(&qc_cq, &qc_cq, QpType::Rc, QpCap::default())
-        .unwrap();
+    let (qc_cq, qs_cq) = (&p.cqc, &p.cqs);
+    let qc = p.qp(false);
     id.attach_qp(&qc).unwrap();
     assert_eq!(qc.state().unwrap(), QpState::Init);
     let param = ConnParam {
@@ -70,7 +113,7 @@ fn rc_connect_to_localhost_moves_data_and_disconnects_cleanly() {
     };
     id.connect(&param).unwrap();
 
-    let req = expect(&chs, CmEventType::ConnectRequest);
+    let req = expect(chs, CmEventType::ConnectRequest);
     assert_eq!(req.listen_id, Some(listener.key()));
     assert_eq!(
         req.conn.private_data.len(),
@@ -84,9 +127,7 @@ fn rc_connect_to_localhost_moves_data_and_disconnects_cleanly() {
         conn.peer_addr().unwrap().port(),
         id.local_addr().unwrap().port()
     );
-    let qs = ps
-        .create_qp(&qs_cq, &qs_cq, QpType::Rc, QpCap::default())
-        .unwrap();
+    let qs = p.qp(true);
     conn.attach_qp(&qs).unwrap();
     qs.post_recv(RecvWr {
         wr_id: 1,
@@ -100,12 +141,12 @@ fn rc_connect_to_localhost_moves_data_and_disconnects_cleanly() {
     .unwrap();
     assert_eq!(qs.state().unwrap(), QpState::Rts);
 
-    let est = expect(&chc, CmEventType::Established);
+    let est = expect(chc, CmEventType::Established);
     assert_eq!(est.conn.private_data.len(), 196);
     assert_eq!(&est.conn.private_data[..7], b"welcome");
     assert_eq!(est.conn.qp_num, qs.qpn());
     assert_eq!(qc.state().unwrap(), QpState::Rts);
-    assert_eq!(expect(&chs, CmEventType::Established).id, conn.key());
+    assert_eq!(expect(chs, CmEventType::Established).id, conn.key());
 
     // Data both ways over the connection the CM set up.
     mc.write(0, b"over the cm");
@@ -115,8 +156,8 @@ fn rc_connect_to_localhost_moves_data_and_disconnects_cleanly() {
         SendData::Sges(vec![mc.sge(0, 11)].into()),
     ))
     .unwrap();
-    assert_eq!(wait(&qc_cq, 1)[0].status, WcStatus::Success);
-    let got = wait(&qs_cq, 1);
+    assert_eq!(wait(qc_cq, 1)[0].status, WcStatus::Success);
+    let got = wait(qs_cq, 1);
     assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 11));
     let mut buf = [0u8; 11];
     ms.read(0, &mut buf);
@@ -129,19 +170,19 @@ fn rc_connect_to_localhost_moves_data_and_disconnects_cleanly() {
     );
     (w.remote_addr, w.rkey) = (mc.addr() + 100, mc.rkey());
     qs.post_send(w).unwrap();
-    assert_eq!(wait(&qs_cq, 1)[0].status, WcStatus::Success);
+    assert_eq!(wait(qs_cq, 1)[0].status, WcStatus::Success);
     let mut buf = [0u8; 12];
     mc.read(100, &mut buf);
     assert_eq!(&buf, b"written back");
 
     id.disconnect().unwrap();
     assert_eq!(qc.state().unwrap(), QpState::Err);
-    expect(&chs, CmEventType::Disconnected);
+    expect(chs, CmEventType::Disconnected);
     conn.disconnect().unwrap();
-    expect(&chc, CmEventType::Disconnected);
+    expect(chc, CmEventType::Disconnected);
     // Timewait: about 2 s on each side.
-    expect(&chc, CmEventType::TimewaitExit);
-    expect(&chs, CmEventType::TimewaitExit);
+    expect(chc, CmEventType::TimewaitExit);
+    expect(chs, CmEventType::TimewaitExit);
     assert!(chc.try_event().is_none() && chs.try_event().is_none());
 }
 
@@ -291,32 +332,17 @@ fn ud_resolves_the_peer_qp_through_sidr_and_datagrams_flow() {
 fn a_caller_that_moves_its_own_qp_gets_connect_response_and_establishes() {
     // libfabric's and UCX's way: no QP given to the CM; rdma_init_qp_attr, then
     // rdma_establish after CONNECT_RESPONSE.
-    let (cs, cc) = (ctx(109), ctx(110));
-    let (chs, chc) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
-    let listener = CmId::new(&chs, &cs, PortSpace::Tcp).unwrap();
-    listener.bind_addr(addr("[::]:47109")).unwrap();
-    listener.listen(4).unwrap();
-    let (ps, pc) = (cs.alloc_pd().unwrap(), cc.alloc_pd().unwrap());
-    let (cqs, cqc) = (cs.create_cq(8).unwrap(), cc.create_cq(8).unwrap());
-    let qs = ps
-        .create_qp(&cqs, &cqs, QpType::Rc, QpCap::default())
-        .unwrap();
-    let qc = pc
-        .create_qp(&cqc, &cqc, QpType::Rc, QpCap::default())
-        .unwrap();
-
-    let id = CmId::new(&chc, &cc, PortSpace::Tcp).unwrap();
+    let p = pair(109, "[::]:47109", PortSpace::Tcp);
+    let (qs, qc) = (p.qp(true), p.qp(false));
     // IPv6 loopback to an IPv4 device: the rendezvous still finds the listener.
-    id.resolve_addr(None, addr("[::1]:47109")).unwrap();
-    id.resolve_route().unwrap();
+    let id = p.resolved("[::1]:47109");
     id.connect(&ConnParam {
         qp_num: qc.qpn(),
         ..ConnParam::default()
     })
     .unwrap();
-    expect(&chc, CmEventType::AddrResolved);
-    expect(&chc, CmEventType::RouteResolved);
-    let req = expect(&chs, CmEventType::ConnectRequest);
+    let (chs, chc, ps, pc, cqc) = (&p.chs, &p.chc, &p.ps, &p.pc, &p.cqc);
+    let req = expect(chs, CmEventType::ConnectRequest);
     let conn = req.new_id.unwrap();
     for s in [QpState::Init, QpState::Rtr, QpState::Rts] {
         qs.modify(&conn.init_qp_attr(s).unwrap()).unwrap();
@@ -326,13 +352,13 @@ fn a_caller_that_moves_its_own_qp_gets_connect_response_and_establishes() {
         ..ConnParam::default()
     })
     .unwrap();
-    let resp = expect(&chc, CmEventType::ConnectResponse);
+    let resp = expect(chc, CmEventType::ConnectResponse);
     assert_eq!(resp.conn.qp_num, qs.qpn());
     for s in [QpState::Init, QpState::Rtr, QpState::Rts] {
         qc.modify(&id.init_qp_attr(s).unwrap()).unwrap();
     }
     id.establish().unwrap();
-    expect(&chs, CmEventType::Established);
+    expect(chs, CmEventType::Established);
     let ms = ps.register(64, Access::ALL).unwrap();
     let mc = pc.register(64, Access::ALL).unwrap();
     mc.write(0, b"self-moved");
@@ -343,12 +369,12 @@ fn a_caller_that_moves_its_own_qp_gets_connect_response_and_establishes() {
     );
     (w.remote_addr, w.rkey) = (ms.addr(), ms.rkey());
     qc.post_send(w).unwrap();
-    assert_eq!(wait(&cqc, 1)[0].status, WcStatus::Success);
+    assert_eq!(wait(cqc, 1)[0].status, WcStatus::Success);
     let mut buf = [0u8; 10];
     ms.read(0, &mut buf);
     assert_eq!(&buf, b"self-moved");
     drop(id); // destroying a connected id disconnects it
-    expect(&chs, CmEventType::Disconnected);
+    expect(chs, CmEventType::Disconnected);
 }
 
 #[test]
@@ -421,31 +447,17 @@ fn migrated_ids_get_their_events_on_the_new_channel() {
 
 #[test]
 fn a_qp_that_fails_after_established_still_disconnects_cleanly() {
-    let (cs, cc) = (ctx(116), ctx(117));
-    let (chs, chc) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
-    let listener = CmId::new(&chs, &cs, PortSpace::Tcp).unwrap();
-    listener.bind_addr(addr("0.0.0.0:47116")).unwrap();
-    listener.listen(4).unwrap();
-    let (ps, pc) = (cs.alloc_pd().unwrap(), cc.alloc_pd().unwrap());
-    let (cqs, cqc) = (cs.create_cq(8).unwrap(), cc.create_cq(8).unwrap());
-    let qs = ps
-        .create_qp(&cqs, &cqs, QpType::Rc, QpCap::default())
-        .unwrap();
-    let qc = pc
-        .create_qp(&cqc, &cqc, QpType::Rc, QpCap::default())
-        .unwrap();
-    let id = CmId::new(&chc, &cc, PortSpace::Tcp).unwrap();
-    id.resolve_addr(None, addr("127.0.0.1:47116")).unwrap();
-    id.resolve_route().unwrap();
+    let p = pair(116, "0.0.0.0:47116", PortSpace::Tcp);
+    let (qs, qc) = (p.qp(true), p.qp(false));
+    let id = p.resolved("127.0.0.1:47116");
     id.attach_qp(&qc).unwrap();
     id.connect(&ConnParam::default()).unwrap();
-    expect(&chc, CmEventType::AddrResolved);
-    expect(&chc, CmEventType::RouteResolved);
-    let conn = expect(&chs, CmEventType::ConnectRequest).new_id.unwrap();
+    let (chs, chc, pc, cqc) = (&p.chs, &p.chc, &p.pc, &p.cqc);
+    let conn = expect(chs, CmEventType::ConnectRequest).new_id.unwrap();
     conn.attach_qp(&qs).unwrap();
     conn.accept(&ConnParam::default()).unwrap();
-    expect(&chc, CmEventType::Established);
-    expect(&chs, CmEventType::Established);
+    expect(chc, CmEventType::Established);
+    expect(chs, CmEventType::Established);
     // A WRITE to a key the server never gave: the server NAKs, the client's QP fails.
     let mc = pc.register(64, Access::ALL).unwrap();
     let mut w = SendWr::new(
@@ -455,13 +467,13 @@ fn a_qp_that_fails_after_established_still_disconnects_cleanly() {
     );
     (w.remote_addr, w.rkey) = (0x1000, 0xdead);
     qc.post_send(w).unwrap();
-    assert_eq!(wait(&cqc, 1)[0].status, WcStatus::RemAccessErr);
+    assert_eq!(wait(cqc, 1)[0].status, WcStatus::RemAccessErr);
     assert_eq!(qc.state().unwrap(), QpState::Err);
     // The connection still ends as any does: DREQ, DREP, timewait on both sides.
     id.disconnect().unwrap();
-    expect(&chs, CmEventType::Disconnected);
+    expect(chs, CmEventType::Disconnected);
     conn.disconnect().unwrap();
-    expect(&chc, CmEventType::Disconnected);
-    expect(&chc, CmEventType::TimewaitExit);
-    expect(&chs, CmEventType::TimewaitExit);
+    expect(chc, CmEventType::Disconnected);
+    expect(chc, CmEventType::TimewaitExit);
+    expect(chs, CmEventType::TimewaitExit);
 }

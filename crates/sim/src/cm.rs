@@ -86,6 +86,25 @@ impl CmWorld {
         Gid::from(self.world.nodes[node].ip)
     }
 
+    /// Node `n` listens on `sid`.
+    pub fn listen(&mut self, n: usize, sid: u64, backlog: usize) {
+        self.world.nodes[n]
+            .engine
+            .cm_mut()
+            .listen(sid, backlog)
+            .unwrap();
+    }
+
+    /// Node `n` connects to the other node's `sid` at time `at`, for its QP `qpn`.
+    pub fn connect(&mut self, n: usize, at: Nanos, sid: u64, qpn: u32) -> CmId {
+        let dest = self.gid(1 - n);
+        self.world.nodes[n]
+            .engine
+            .cm_mut()
+            .connect(at, &rc_params(dest, sid, qpn))
+            .unwrap()
+    }
+
     /// Runs until `until`, handing each event to `react(world, node, event)` as it comes.
     pub fn run(&mut self, until: Nanos, mut react: impl FnMut(&mut World, usize, &CmEvent)) {
         loop {

@@ -4,7 +4,7 @@
 //! bad MADs. Each failure names its seed.
 
 use oxrdma_core::cm::{CmEventKind, CmId, SidrReplyParams};
-use oxrdma_sim::cm::{connect_and_disconnect, rc_params, tap_first, CmWorld, SEC};
+use oxrdma_sim::cm::{connect_and_disconnect, tap_first, CmWorld, SEC};
 use oxrdma_sim::{NetConfig, TapAction};
 use oxrdma_wire::cm::attr;
 use oxrdma_wire::cma;
@@ -99,12 +99,7 @@ fn random_loss_duplication_and_reordering_over_many_seeds() {
 #[test]
 fn nobody_listening_is_rejected_with_invalid_service_id() {
     let mut w = CmWorld::new(NetConfig::default(), 2);
-    let dest = w.gid(1);
-    let id = w.world.nodes[0]
-        .engine
-        .cm_mut()
-        .connect(0, &rc_params(dest, SID, 0x11))
-        .unwrap();
+    let id = w.connect(0, 0, SID, 0x11);
     w.run(SEC, |_, _, _| {});
     assert_eq!(w.kinds(0, id), ["rejected"]);
     let CmEventKind::Rejected { reason, .. } = &w.log[0][0].1.kind else {
@@ -118,13 +113,8 @@ fn nobody_listening_is_rejected_with_invalid_service_id() {
 #[test]
 fn a_reject_carries_reason_28_and_its_private_data() {
     let mut w = CmWorld::new(NetConfig::default(), 3);
-    let dest = w.gid(1);
-    w.world.nodes[1].engine.cm_mut().listen(SID, 4).unwrap();
-    let id = w.world.nodes[0]
-        .engine
-        .cm_mut()
-        .connect(0, &rc_params(dest, SID, 0x11))
-        .unwrap();
+    w.listen(1, SID, 4);
+    let id = w.connect(0, 0, SID, 0x11);
     w.run(SEC, |world, n, e| {
         if n == 1 {
             world.nodes[1]
@@ -156,12 +146,7 @@ fn a_peer_that_never_answers_is_unreachable_after_15_resends() {
         ..NetConfig::default()
     };
     let mut w = CmWorld::new(net, 4);
-    let dest = w.gid(1);
-    let id = w.world.nodes[0]
-        .engine
-        .cm_mut()
-        .connect(0, &rc_params(dest, SID, 0x11))
-        .unwrap();
+    let id = w.connect(0, 0, SID, 0x11);
     w.run(200 * SEC, |_, _, _| {});
     assert_eq!(w.kinds(0, id), ["unreachable"]);
     let at = w.log[0][0].0;
@@ -175,13 +160,8 @@ fn a_repeated_req_is_answered_with_an_mra_that_holds_off_the_resend() {
     // Node 1 sits on the request (no accept): node 0's REQ times out and goes again; the
     // repeat gets an MRA, so node 0 waits the MRA's 69 s instead of resending every 6 s.
     let mut w = CmWorld::new(NetConfig::default(), 5);
-    let dest = w.gid(1);
-    w.world.nodes[1].engine.cm_mut().listen(SID, 4).unwrap();
-    w.world.nodes[0]
-        .engine
-        .cm_mut()
-        .connect(0, &rc_params(dest, SID, 0x11))
-        .unwrap();
+    w.listen(1, SID, 4);
+    w.connect(0, 0, SID, 0x11);
     w.run(60 * SEC, |_, _, _| {});
     let sent = w.world.nodes[0].engine.cm_mut().stats().sent;
     assert_eq!(sent, 2, "one REQ, one repeat, then the MRA holds it off");
@@ -192,14 +172,9 @@ fn a_repeated_req_is_answered_with_an_mra_that_holds_off_the_resend() {
 #[test]
 fn a_flood_of_requests_is_bounded_by_the_backlog() {
     let mut w = CmWorld::new(NetConfig::default(), 6);
-    let dest = w.gid(1);
-    w.world.nodes[1].engine.cm_mut().listen(SID, 8).unwrap();
+    w.listen(1, SID, 8);
     for qpn in 0..1000 {
-        w.world.nodes[0]
-            .engine
-            .cm_mut()
-            .connect(0, &rc_params(dest, SID, qpn))
-            .unwrap();
+        w.connect(0, 0, SID, qpn);
     }
     w.run(SEC, |_, _, _| {});
     assert_eq!(w.ids(1).len(), 8, "only the backlog is handed up");
@@ -217,13 +192,8 @@ fn a_flood_of_requests_is_bounded_by_the_backlog() {
 #[test]
 fn destroying_a_connection_that_waits_for_its_rep_rejects_with_timeout_and_the_guid() {
     let mut w = CmWorld::new(NetConfig::default(), 7);
-    let dest = w.gid(1);
-    w.world.nodes[1].engine.cm_mut().listen(SID, 4).unwrap();
-    let id = w.world.nodes[0]
-        .engine
-        .cm_mut()
-        .connect(0, &rc_params(dest, SID, 0x11))
-        .unwrap();
+    w.listen(1, SID, 4);
+    let id = w.connect(0, 0, SID, 0x11);
     w.run(SEC, |_, _, _| {}); // node 1 holds the request unanswered
     let rejects = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let seen = rejects.clone();
@@ -255,20 +225,11 @@ fn destroying_a_connection_that_waits_for_its_rep_rejects_with_timeout_and_the_g
 #[test]
 fn simultaneous_connects_each_way_make_two_connections() {
     let mut w = CmWorld::new(NetConfig::default(), 8);
-    let (g0, g1) = (w.gid(0), w.gid(1));
     for n in 0..2 {
         w.world.nodes[n].engine.cm_mut().listen(SID, 4).unwrap();
     }
-    let a = w.world.nodes[0]
-        .engine
-        .cm_mut()
-        .connect(0, &rc_params(g1, SID, 0x11))
-        .unwrap();
-    let b = w.world.nodes[1]
-        .engine
-        .cm_mut()
-        .connect(0, &rc_params(g0, SID, 0x12))
-        .unwrap();
+    let a = w.connect(0, 0, SID, 0x11);
+    let b = w.connect(1, 0, SID, 0x12);
     w.run(SEC, |world, n, e| {
         let cm = world.nodes[n].engine.cm_mut();
         match e.kind {
@@ -290,20 +251,11 @@ fn simultaneous_connects_each_way_make_two_connections() {
 #[test]
 fn a_listener_that_went_away_rejects_new_requests_but_keeps_the_pending_one() {
     let mut w = CmWorld::new(NetConfig::default(), 9);
-    let dest = w.gid(1);
-    w.world.nodes[1].engine.cm_mut().listen(SID, 4).unwrap();
-    let first = w.world.nodes[0]
-        .engine
-        .cm_mut()
-        .connect(0, &rc_params(dest, SID, 0x11))
-        .unwrap();
+    w.listen(1, SID, 4);
+    let first = w.connect(0, 0, SID, 0x11);
     w.run(SEC, |_, _, _| {});
     w.world.nodes[1].engine.cm_mut().unlisten(SID);
-    let second = w.world.nodes[0]
-        .engine
-        .cm_mut()
-        .connect(SEC, &rc_params(dest, SID, 0x12))
-        .unwrap();
+    let second = w.connect(0, SEC, SID, 0x12);
     let pending = w.ids(1)[0];
     w.world.nodes[1]
         .engine
@@ -375,7 +327,7 @@ fn malformed_and_unexpected_mads_are_counted_and_change_nothing() {
     use rand::{RngCore, SeedableRng};
     let mut w = CmWorld::new(NetConfig::default(), 11);
     let src = w.gid(0);
-    w.world.nodes[1].engine.cm_mut().listen(SID, 4).unwrap();
+    w.listen(1, SID, 4);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
     let cm = w.world.nodes[1].engine.cm_mut();
     for i in 0..20_000u32 {

@@ -142,23 +142,14 @@ pub(crate) unsafe extern "C" fn notify(id: *mut rdma_cm_id, _event: u32) -> c_in
 /// # Safety
 /// `num` NULL or writable.
 pub(crate) unsafe extern "C" fn get_devices(num: *mut c_int) -> *mut *mut ibv_context {
-    let list = match super::devices::all() {
-        Ok(l) => l,
+    match super::devices::all() {
+        // SAFETY: the caller's promise.
+        Ok(l) => unsafe { crate::device::null_terminated(l.iter().map(|d| d.verbs()), num) },
         Err(e) => {
             crate::errno::set_errno(e);
-            return std::ptr::null_mut();
+            std::ptr::null_mut()
         }
-    };
-    if !num.is_null() {
-        // SAFETY: the caller's promise.
-        unsafe { *num = list.len() as c_int };
     }
-    let v: Vec<*mut ibv_context> = list
-        .iter()
-        .map(|d| d.verbs())
-        .chain(std::iter::once(std::ptr::null_mut()))
-        .collect();
-    Box::into_raw(v.into_boxed_slice()).cast()
 }
 
 /// `rdma_free_devices`.
@@ -166,16 +157,8 @@ pub(crate) unsafe extern "C" fn get_devices(num: *mut c_int) -> *mut *mut ibv_co
 /// # Safety
 /// `list` NULL or from `rdma_get_devices`, not freed before.
 pub(crate) unsafe extern "C" fn free_devices(list: *mut *mut ibv_context) {
-    if list.is_null() {
-        return;
-    }
-    let mut n = 0;
-    // SAFETY: the caller's promise: a NULL-terminated array.
-    while !unsafe { *list.add(n) }.is_null() {
-        n += 1;
-    }
-    // SAFETY: it was a boxed slice of n + 1 entries.
-    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n + 1)) });
+    // SAFETY: the caller's promise.
+    unsafe { crate::device::free_null_terminated(list) }
 }
 
 /// `struct ibv_ece`.
