@@ -106,8 +106,38 @@ fn nobody_listening_is_rejected_with_invalid_service_id() {
         unreachable!()
     };
     assert_eq!(*reason, 8);
+    // Asked again for the listen grace (100 ms), then given up.
+    let at = w.log[0][0].0;
+    assert!(
+        (100_000_000..120_000_000).contains(&at),
+        "rejected at {at} ns"
+    );
     assert!(w.log[1].is_empty());
     assert_eq!(w.world.nodes[0].engine.cm_mut().connections(), 0);
+}
+
+#[test]
+fn a_listener_that_appears_within_the_grace_takes_the_connection() {
+    // perftest -R's server listens again between its two connections: a REQ that came
+    // in the gap was refused (REJ 8), and goes again.
+    let mut w = CmWorld::new(NetConfig::default(), 12);
+    let id = w.connect(0, 0, SID, 0x11);
+    w.run(SEC / 20, |_, _, _| {});
+    assert!(w.log[0].is_empty(), "nothing handed up yet: {:?}", w.log[0]);
+    w.listen(1, SID, 4);
+    w.run(SEC, |world, n, e| {
+        let cm = world.nodes[n].engine.cm_mut();
+        match e.kind {
+            CmEventKind::ConnectRequest { .. } => cm
+                .accept(0, e.id, &oxrdma_sim::cm::accept_params(0x20))
+                .unwrap(),
+            CmEventKind::Reply { .. } => cm.establish(e.id).unwrap(),
+            _ => {}
+        }
+    });
+    assert_eq!(w.kinds(0, id), ["reply"]);
+    let passive = w.ids(1)[0];
+    assert_eq!(w.kinds(1, passive), ["request", "established"]);
 }
 
 #[test]

@@ -48,6 +48,9 @@ pub enum WireError {
     /// The output buffer is too small (emit only).
     #[error("buffer too small: need {needed} bytes, have {available}")]
     BufferTooSmall { needed: usize, available: usize },
+    /// A protocol version this crate does not speak (e.g. rsockets' connection data).
+    #[error("unsupported {0}")]
+    Unsupported(&'static str),
 }
 
 /// Result type of this crate.

@@ -26,6 +26,7 @@ pub mod opcode;
 pub mod packet;
 pub mod psn;
 pub mod reth;
+pub mod rsocket;
 
 pub use aeth::{AethRepr, NakCode, Syndrome};
 pub use atomic_ack_eth::AtomicAckEthRepr;

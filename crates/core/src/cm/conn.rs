@@ -58,6 +58,8 @@ pub(super) struct Conn {
     pub pending_on: Option<u64>,
     /// DISCONNECTED was handed up (once per connection).
     pub disconnected: bool,
+    /// When the first REQ went (for `CmConfig::listen_grace`).
+    pub first_sent: Nanos,
 }
 
 /// IBA's 4.096 µs × 2^t, as Linux approximates it: 2^(t−8) ms.

@@ -31,6 +31,12 @@ pub struct CmConfig {
     pub max_retries: u8,
     /// The target ACK delay a REP announces (rxe: 15).
     pub ack_delay: u8,
+    /// How long after its first REQ a connection takes REJ "invalid service ID" as "not
+    /// listening yet" and asks again (every `LISTEN_RETRY`) before giving up: programs
+    /// such as perftest stop listening after their first connection and listen again for
+    /// the next, counting on the connecting side to be slower than that. Linux has no
+    /// such wait; 0 turns it off.
+    pub listen_grace: Nanos,
 }
 
 impl CmConfig {
@@ -45,6 +51,7 @@ impl CmConfig {
             response_timeout: 20,
             max_retries: 15,
             ack_delay: 15,
+            listen_grace: 100_000_000,
         }
     }
 }
@@ -57,6 +64,8 @@ struct Listener {
     pending: usize,
 }
 
+/// How soon a REQ refused for want of a listener goes again (within `listen_grace`).
+const LISTEN_RETRY: Nanos = 5_000_000;
 /// MRA's service timeout as Linux's RDMA CM sends it (2^24 × 4.096 µs, about 69 s).
 const MRA_SERVICE_TIMEOUT: u8 = 24;
 /// Connections waiting for their timewait to end, at most (older ones end early).
@@ -198,6 +207,7 @@ impl Cm {
         let timeout = 2 * iba_time(c.packet_life) + iba_time(c.response_timeout);
         let mut conn = self.conn(State::ReqSent, p.dest, tid, timeout, c.max_retries);
         conn.ack_timeout = p.ack_timeout;
+        conn.first_sent = now;
         conn.last = self.build(attr::REQ, tid, |d| req.emit(d));
         self.conns.insert(id, conn);
         self.send_timed(now, id);
@@ -465,6 +475,7 @@ impl Cm {
             detached: false,
             pending_on: None,
             disconnected: false,
+            first_sent: 0,
         }
     }
 

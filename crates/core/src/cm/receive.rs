@@ -1,7 +1,7 @@
 //! What the CM does with each MAD it receives.
 
 use super::conn::{iba_time, State};
-use super::{Cm, CmDrop, CmEventKind, MRA_SERVICE_TIMEOUT};
+use super::{Cm, CmDrop, CmEventKind, LISTEN_RETRY, MRA_SERVICE_TIMEOUT};
 use crate::gid::Gid;
 use crate::Nanos;
 use oxrdma_wire::cm::{attr, CmMessage, CommIds, Rej, Rep, Req, SidrRep, SidrReq};
@@ -158,7 +158,21 @@ impl Cm {
             Some(&id) if rej.reason == Rej::TIMEOUT || rej.remote_comm_id == 0 => id,
             _ => rej.remote_comm_id,
         };
-        match self.ours(src, id)? {
+        let state = self.ours(src, id)?;
+        let first = self.conns.get(&id).map_or(0, |c| c.first_sent);
+        if state == State::ReqSent
+            && rej.reason == Rej::INVALID_SERVICE_ID
+            && now < first + self.config.listen_grace
+        {
+            // Not listening yet, perhaps: the REQ goes again shortly (its timer's resend,
+            // which this one does not count against the REQ's retries).
+            if let Some(c) = self.conns.get_mut(&id) {
+                c.retries = (c.retries + 1).min(c.max_retries);
+            }
+            self.set_timer(id, now + LISTEN_RETRY);
+            return Ok(());
+        }
+        match state {
             State::ReqSent
             | State::ReqRcvd
             | State::RepSent
