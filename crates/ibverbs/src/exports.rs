@@ -212,22 +212,22 @@ export_data!(verbs_allow_disassociate_destroy @ "IBVERBS_PRIVATE_34", 1);
 // librdmacm's calls, under private names for oxrdma's librdmacm.so.1 (crate
 // `oxrdma-rdmacm`), which binds rdma-core's names and versions to them.
 export! {
-    oxr_rdma_create_event_channel @ "OXRDMA_RDMACM" => crate::cm::id::create_event_channel;
-    oxr_rdma_destroy_event_channel @ "OXRDMA_RDMACM" => crate::cm::id::destroy_event_channel;
-    oxr_rdma_create_id @ "OXRDMA_RDMACM" => crate::cm::id::create_id;
-    oxr_rdma_destroy_id @ "OXRDMA_RDMACM" => crate::cm::id::destroy_id;
-    oxr_rdma_bind_addr @ "OXRDMA_RDMACM" => crate::cm::id::bind_addr;
-    oxr_rdma_resolve_addr @ "OXRDMA_RDMACM" => crate::cm::id::resolve_addr;
-    oxr_rdma_resolve_route @ "OXRDMA_RDMACM" => crate::cm::id::resolve_route;
-    oxr_rdma_listen @ "OXRDMA_RDMACM" => crate::cm::id::listen;
-    oxr_rdma_connect @ "OXRDMA_RDMACM" => crate::cm::id::connect;
-    oxr_rdma_accept @ "OXRDMA_RDMACM" => crate::cm::id::accept;
-    oxr_rdma_reject @ "OXRDMA_RDMACM" => crate::cm::id::reject;
-    oxr_rdma_reject_ece @ "OXRDMA_RDMACM" => crate::cm::id::reject_ece;
-    oxr_rdma_disconnect @ "OXRDMA_RDMACM" => crate::cm::id::disconnect;
-    oxr_rdma_establish @ "OXRDMA_RDMACM" => crate::cm::id::establish;
-    oxr_rdma_get_src_port @ "OXRDMA_RDMACM" => crate::cm::id::get_src_port;
-    oxr_rdma_get_dst_port @ "OXRDMA_RDMACM" => crate::cm::id::get_dst_port;
+    oxr_rdma_create_event_channel @ "OXRDMA_RDMACM" => crate::cm::calls::create_event_channel;
+    oxr_rdma_destroy_event_channel @ "OXRDMA_RDMACM" => crate::cm::calls::destroy_event_channel;
+    oxr_rdma_create_id @ "OXRDMA_RDMACM" => crate::cm::calls::create_id;
+    oxr_rdma_destroy_id @ "OXRDMA_RDMACM" => crate::cm::calls::destroy_id;
+    oxr_rdma_bind_addr @ "OXRDMA_RDMACM" => crate::cm::calls::bind_addr;
+    oxr_rdma_resolve_addr @ "OXRDMA_RDMACM" => crate::cm::calls::resolve_addr;
+    oxr_rdma_resolve_route @ "OXRDMA_RDMACM" => crate::cm::calls::resolve_route;
+    oxr_rdma_listen @ "OXRDMA_RDMACM" => crate::cm::calls::listen;
+    oxr_rdma_connect @ "OXRDMA_RDMACM" => crate::cm::calls::connect;
+    oxr_rdma_accept @ "OXRDMA_RDMACM" => crate::cm::calls::accept;
+    oxr_rdma_reject @ "OXRDMA_RDMACM" => crate::cm::calls::reject;
+    oxr_rdma_reject_ece @ "OXRDMA_RDMACM" => crate::cm::calls::reject_ece;
+    oxr_rdma_disconnect @ "OXRDMA_RDMACM" => crate::cm::calls::disconnect;
+    oxr_rdma_establish @ "OXRDMA_RDMACM" => crate::cm::calls::establish;
+    oxr_rdma_get_src_port @ "OXRDMA_RDMACM" => crate::cm::calls::get_src_port;
+    oxr_rdma_get_dst_port @ "OXRDMA_RDMACM" => crate::cm::calls::get_dst_port;
     oxr_rdma_get_cm_event @ "OXRDMA_RDMACM" => crate::cm::event::get_cm_event;
     oxr_rdma_ack_cm_event @ "OXRDMA_RDMACM" => crate::cm::event::ack_cm_event;
     oxr_rdma_event_str @ "OXRDMA_RDMACM" => crate::cm::event::event_str;

@@ -3,7 +3,8 @@
 //! `rdma_destroy_ep`, `rdma_get_request`.
 
 use super::abi::*;
-use super::id::{self, fail, Id};
+use super::calls;
+use super::id::{fail, Id};
 use super::sockaddr;
 use crate::abi::{ibv_pd, ibv_qp_init_attr};
 use std::ffi::{c_char, c_int};
@@ -194,7 +195,7 @@ pub(crate) unsafe extern "C" fn create_ep(
     };
     // SAFETY: a new synchronous id.
     if unsafe {
-        id::create_id_typed(
+        calls::create_id_typed(
             std::ptr::null_mut(),
             &mut c,
             std::ptr::null_mut(),
@@ -210,7 +211,7 @@ pub(crate) unsafe extern "C" fn create_ep(
     if ok != 0 {
         let e = crate::errno::last_errno().unwrap_or(libc::EINVAL);
         // SAFETY: ours, never handed out.
-        unsafe { id::destroy_id(c) };
+        unsafe { calls::destroy_id(c) };
         return fail(e);
     }
     // SAFETY: the caller's promise.
@@ -232,7 +233,7 @@ unsafe fn set_up_ep(
     };
     if r.ai_flags & RAI_PASSIVE != 0 {
         // SAFETY: the caller's promise.
-        if unsafe { id::bind_addr(c, r.ai_src_addr) } != 0 {
+        if unsafe { calls::bind_addr(c, r.ai_src_addr) } != 0 {
             return -1;
         }
         // SAFETY: the caller's promise.
@@ -249,8 +250,8 @@ unsafe fn set_up_ep(
     }
     // SAFETY: the caller's promise.
     unsafe {
-        if id::resolve_addr(c, r.ai_src_addr, r.ai_dst_addr, 2000) != 0
-            || id::resolve_route(c, 2000) != 0
+        if calls::resolve_addr(c, r.ai_src_addr, r.ai_dst_addr, 2000) != 0
+            || calls::resolve_route(c, 2000) != 0
         {
             return -1;
         }
@@ -297,7 +298,7 @@ pub(crate) unsafe extern "C" fn destroy_ep(id: *mut rdma_cm_id) {
     unsafe {
         super::qp::destroy_qp(id);
         super::qp::destroy_srq(id);
-        id::destroy_id(id);
+        calls::destroy_id(id);
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod abi;
 pub(crate) mod addrinfo;
+pub(crate) mod calls;
 mod devices;
 pub(crate) mod event;
 pub(crate) mod id;

@@ -7,42 +7,16 @@
 //! (`EventChannel::get_event`), which also does what librdmacm does in
 //! `rdma_get_cm_event` (the QP's RTR and RTS and the RTU on a REP, ERR on a rejection).
 
-use super::id::IdInner;
-use super::{CmEvent, CmEventType};
+use super::state::{ChannelInner, Raw};
 use crate::error::Result;
 use crate::fdqueue::FdQueue;
 use crate::lock::lock;
 use crate::shared::Shared;
-use oxrdma_core::cm::{CmEvent as CoreEvent, CmEventKind};
+use oxrdma_core::cm::CmEventKind;
 use oxrdma_udp::Device;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex, Weak};
-
-/// What waits in a channel.
-#[derive(Debug)]
-pub(crate) enum Raw {
-    /// An event of a device's CM (`dev`: the device's key).
-    Core { dev: usize, event: CoreEvent },
-    /// An event made here (address and route resolution).
-    Local {
-        id: Weak<IdInner>,
-        event: CmEventType,
-        status: i32,
-    },
-}
-
-#[derive(Debug)]
-pub(crate) struct ChannelInner {
-    pub queue: FdQueue<Raw>,
-    /// The ids of this channel by device and comm ID, and listeners by device and service
-    /// ID (found when their events are taken).
-    pub conns: Mutex<HashMap<(usize, u32), Weak<IdInner>>>,
-    pub listeners: Mutex<HashMap<(usize, u64), Weak<IdInner>>>,
-    /// The devices its ids are on, by key (weak: a channel does not keep a device open,
-    /// and what drops a channel never closes one).
-    pub devices: Mutex<HashMap<usize, Weak<Shared>>>,
-}
 
 /// An event channel: [`EventChannel::get_event`] takes the next event of its ids, and its
 /// descriptor is readable while one waits.
@@ -63,34 +37,9 @@ impl EventChannel {
         })
     }
 
-    /// The next event: waits for one unless the descriptor was made non-blocking
-    /// (`Ok(None)` then, as `rdma_get_cm_event` fails with EAGAIN).
-    pub fn get_event(&self) -> Result<Option<CmEvent>> {
-        loop {
-            self.pull();
-            let Some(raw) = self.inner.queue.wait()? else {
-                return Ok(None);
-            };
-            if let Some(e) = super::incoming::take_event(&self.inner, raw) {
-                return Ok(Some(e));
-            }
-        }
-    }
-
-    /// The next event if one waits.
-    pub fn try_event(&self) -> Option<CmEvent> {
-        self.pull();
-        while let Some(raw) = self.inner.queue.pop() {
-            if let Some(e) = super::incoming::take_event(&self.inner, raw) {
-                return Some(e);
-            }
-        }
-        None
-    }
-
     /// Moves events the devices hold into the channels (the engine threads do so as
     /// they go; this covers one that sleeps with events held).
-    fn pull(&self) {
+    pub(super) fn pull(&self) {
         let devices: Vec<Arc<Shared>> = lock(&self.inner.devices)
             .values()
             .filter_map(Weak::upgrade)

@@ -2,13 +2,13 @@
 //! `rdma_reject`, `rdma_establish`, `rdma_disconnect`) and the QP attributes each step
 //! gives (`rdma_init_qp_attr`).
 
-use super::id::{einval, CmId, Phase, State, ACK_TIMEOUT};
 use super::route;
-use super::{ConnParam, PortSpace, UDP_QKEY};
+use super::state::{einval, qp_attr, CmId, Phase, State, ACK_TIMEOUT};
+use super::{ConnParam, UDP_QKEY};
 use crate::error::{Error, Result};
 use crate::lock::lock;
 use oxrdma_core::cm::{AcceptParams, CmId as CommId, CmTransport, ConnectParams, SidrReplyParams};
-use oxrdma_core::{Access, AddressVector, Mtu, QpAttr, QpState, QpType};
+use oxrdma_core::{Mtu, QpAttr, QpState, QpType};
 use oxrdma_wire::cma::{self, CmaHeader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -246,70 +246,4 @@ impl CmId {
 }
 fn any() -> SocketAddr {
     SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0)
-}
-
-/// What `rdma_init_qp_attr` gives for `state`, as Linux's CM does.
-pub(super) fn qp_attr(st: &State, t: QpType, ps: PortSpace, state: QpState) -> Result<QpAttr> {
-    let rc = t == QpType::Rc;
-    let rc_only = |v| if rc { Some(v) } else { None };
-    Ok(match state {
-        QpState::Init if t == QpType::Ud => QpAttr {
-            qp_state: Some(state),
-            pkey_index: Some(0),
-            port_num: Some(1),
-            qkey: Some(if ps == PortSpace::Udp { UDP_QKEY } else { 0 }),
-            ..QpAttr::default()
-        },
-        QpState::Init => {
-            let mut access = Access::REMOTE_WRITE;
-            if st.resp_res > 0 && st.comm.is_some() {
-                access = access
-                    .union(Access::REMOTE_READ)
-                    .union(Access::REMOTE_ATOMIC);
-            }
-            QpAttr {
-                qp_state: Some(state),
-                pkey_index: Some(0),
-                port_num: Some(1),
-                qp_access_flags: Some(if st.comm.is_some() {
-                    access
-                } else {
-                    Access::empty()
-                }),
-                ..QpAttr::default()
-            }
-        }
-        QpState::Rtr if t == QpType::Ud => QpAttr {
-            qp_state: Some(state),
-            ..QpAttr::default()
-        },
-        QpState::Rtr => {
-            let peer = st.peer.ok_or(einval("no connection yet"))?;
-            QpAttr {
-                qp_state: Some(state),
-                ah_attr: Some(AddressVector { dgid: peer }),
-                path_mtu: Some(st.mtu.unwrap_or(Mtu::Mtu1024)),
-                dest_qp_num: Some(st.peer_qpn),
-                rq_psn: Some(st.seq_num),
-                max_dest_rd_atomic: rc_only(st.resp_res),
-                min_rnr_timer: rc_only(0),
-                ..QpAttr::default()
-            }
-        }
-        QpState::Rts if t == QpType::Ud => QpAttr {
-            qp_state: Some(state),
-            sq_psn: Some(0),
-            ..QpAttr::default()
-        },
-        QpState::Rts => QpAttr {
-            qp_state: Some(state),
-            sq_psn: Some(st.peer_psn),
-            timeout: rc_only(st.ack_timeout),
-            retry_cnt: rc_only(st.retry),
-            rnr_retry: rc_only(st.rnr_retry),
-            max_rd_atomic: rc_only(st.init_depth),
-            ..QpAttr::default()
-        },
-        _ => return Err(einval("init_qp_attr is for INIT, RTR and RTS")),
-    })
 }

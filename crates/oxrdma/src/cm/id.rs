@@ -1,107 +1,23 @@
 //! `rdma_cm_id`: one endpoint of the RDMA CM (a listener, or one side of a connection),
 //! its calls, and what its events do to it and its QP.
 
-use super::channel::{ChannelInner, Raw};
-use super::rendezvous::{self, Registration};
+use super::rendezvous::{self};
 use super::route;
+use super::state::{
+    dev_key, einval, errno, qp_attr, CmId, IdInner, Phase, Raw, State, ACK_TIMEOUT, EPHEMERAL,
+    NEXT_KEY,
+};
 use super::{CmEventType, CmIdKey, EventChannel, PortSpace, UDP_QKEY};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 use crate::qp::QueuePair;
 use oxrdma_core::cm::{CmEventKind, CmId as CommId};
-use oxrdma_core::{Access, Gid, Mtu, QpAttr, QpState, QpType};
+use oxrdma_core::{Access, Gid, QpAttr, QpState, QpType};
 use oxrdma_wire::cma::{self};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-
-/// Where an id is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) enum Phase {
-    #[default]
-    Idle,
-    Bound,
-    AddrResolved,
-    RouteResolved,
-    Listening,
-    /// Active: REQ (or SIDR_REQ) out.
-    Connecting,
-    /// Active, no QP: the REP came; `establish` sends the RTU.
-    Replied,
-    /// Passive: a request handed up, waiting for accept or reject.
-    Requested,
-    /// Passive: REP out, waiting for the RTU.
-    Accepted,
-    Connected,
-    Disconnected,
-    /// Rejected, unreachable, or out of timewait.
-    Done,
-}
-
-/// An id's state, behind its lock.
-#[derive(Debug, Default)]
-pub(super) struct State {
-    pub(super) phase: Phase,
-    pub(super) src: Option<SocketAddr>,
-    pub(super) dst: Option<SocketAddr>,
-    /// The peer's device (where the REQ went, or where it came from).
-    pub(super) peer: Option<Gid>,
-    pub(super) comm: Option<u32>,
-    pub(super) qp: Option<u32>,
-    /// The PSN this side receives with (the peer sends from it).
-    pub(super) seq_num: u32,
-    pub(super) listen: Option<(u64, Option<Registration>)>,
-    /// From the peer's REQ or REP.
-    pub(super) peer_qpn: u32,
-    pub(super) peer_psn: u32,
-    /// The connection's parameters, as they stand for the QP.
-    pub(super) resp_res: u8,
-    pub(super) init_depth: u8,
-    pub(super) retry: u8,
-    pub(super) rnr_retry: u8,
-    pub(super) ack_timeout: u8,
-    pub(super) mtu: Option<Mtu>,
-}
-
-#[derive(Debug)]
-pub(crate) struct IdInner {
-    pub(super) key: u64,
-    pub(super) ctx: Context,
-    pub(super) dev: usize,
-    /// The channel its events go to (`migrate` changes it).
-    pub(super) channel: Mutex<Arc<ChannelInner>>,
-    pub(super) ps: PortSpace,
-    pub(super) qp_type: QpType,
-    pub(super) st: Mutex<State>,
-}
-
-/// An RDMA CM id: bind, resolve, connect or listen, accept; its events come on its
-/// channel. Dropping it destroys it (`rdma_destroy_id`): a connection is disconnected, a
-/// request rejected, a listener's port freed.
-#[derive(Debug, Clone)]
-pub struct CmId {
-    pub(super) inner: Arc<IdInner>,
-}
-
-pub(super) static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
-
-/// The local ACK timeout of RoCE paths (Linux: `cm_ack_timeout(15, 18)`).
-pub(super) const ACK_TIMEOUT: u8 = 19;
-/// Ephemeral ports, as Linux's `ip_local_port_range`.
-const EPHEMERAL: std::ops::Range<u32> = 32768..61000;
-
-pub(super) fn einval(what: &'static str) -> Error {
-    Error::CmState(what)
-}
-
-fn errno(e: rustix::io::Errno) -> Error {
-    Error::Io(std::io::Error::from_raw_os_error(e.raw_os_error()))
-}
-
-fn dev_key(ctx: &Context) -> usize {
-    Arc::as_ptr(&ctx.inner.shared) as usize
-}
 
 impl CmId {
     /// `rdma_create_id` on `ctx`'s device: RC for every port space but UDP (UD).
@@ -337,14 +253,7 @@ impl CmId {
     /// (INIT, RTR or RTS), for callers that move their own QP.
     pub fn init_qp_attr(&self, state: QpState) -> Result<QpAttr> {
         let st = lock(&self.inner.st);
-        super::connection::qp_attr(&st, self.inner.qp_type, self.inner.ps, state)
-    }
-}
-
-impl IdInner {
-    /// The channel its events go to now.
-    pub(super) fn channel(&self) -> Arc<ChannelInner> {
-        lock(&self.channel).clone()
+        qp_attr(&st, self.inner.qp_type, self.inner.ps, state)
     }
 }
 

@@ -2,9 +2,9 @@
 //! what `rdma_get_cm_event` does on the way (new ids for requests, the QP's RTR and RTS
 //! and the RTU on a REP, ERR on a rejection).
 
-use super::channel::{ChannelInner, Raw};
-use super::id::{CmId, IdInner, Phase, State, ACK_TIMEOUT, NEXT_KEY};
+use super::channel::EventChannel;
 use super::route;
+use super::state::{ChannelInner, CmId, IdInner, Phase, Raw, State, ACK_TIMEOUT, NEXT_KEY};
 use super::{CmEvent, CmEventType, CmIdKey, ConnParam, UdParam, ETIMEDOUT};
 use crate::error::Error;
 use crate::lock::lock;
@@ -328,5 +328,32 @@ impl CmId {
             qkey: rep.qkey,
         });
         e
+    }
+}
+
+impl EventChannel {
+    /// The next event: waits for one unless the descriptor was made non-blocking
+    /// (`Ok(None)` then, as `rdma_get_cm_event` fails with EAGAIN).
+    pub fn get_event(&self) -> crate::error::Result<Option<CmEvent>> {
+        loop {
+            self.pull();
+            let Some(raw) = self.inner.queue.wait()? else {
+                return Ok(None);
+            };
+            if let Some(e) = take_event(&self.inner, raw) {
+                return Ok(Some(e));
+            }
+        }
+    }
+
+    /// The next event if one waits.
+    pub fn try_event(&self) -> Option<CmEvent> {
+        self.pull();
+        while let Some(raw) = self.inner.queue.pop() {
+            if let Some(e) = take_event(&self.inner, raw) {
+                return Some(e);
+            }
+        }
+        None
     }
 }

@@ -12,10 +12,11 @@ mod id;
 mod incoming;
 mod rendezvous;
 mod route;
+mod state;
 
 pub(crate) use channel::CmRoutes;
 pub use channel::EventChannel;
-pub use id::CmId;
+pub use state::CmId;
 
 use oxrdma_core::Gid;
 use oxrdma_wire::cma;
