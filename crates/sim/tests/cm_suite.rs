@@ -47,6 +47,18 @@ fn check_clean(w: &CmWorld, active: CmId, must_establish: bool, what: &str) -> b
     k.len() == 4
 }
 
+/// Accepts every request and establishes on every REP.
+fn accept_and_establish(world: &mut oxrdma_sim::World, n: usize, e: &oxrdma_core::cm::CmEvent) {
+    let cm = world.nodes[n].engine.cm_mut();
+    match e.kind {
+        CmEventKind::ConnectRequest { .. } => cm
+            .accept(0, e.id, &oxrdma_sim::cm::accept_params(0x20))
+            .unwrap(),
+        CmEventKind::Reply { .. } => cm.establish(e.id).unwrap(),
+        _ => {}
+    }
+}
+
 #[test]
 fn each_message_lost_repeated_or_held_past_its_timeout_still_connects_once() {
     let held = TapAction::Delay(7 * SEC); // past every CM timeout (REQ 6.1 s, REP 4.1 s)
@@ -125,16 +137,7 @@ fn a_listener_that_appears_within_the_grace_takes_the_connection() {
     w.run(SEC / 20, |_, _, _| {});
     assert!(w.log[0].is_empty(), "nothing handed up yet: {:?}", w.log[0]);
     w.listen(1, SID, 4);
-    w.run(SEC, |world, n, e| {
-        let cm = world.nodes[n].engine.cm_mut();
-        match e.kind {
-            CmEventKind::ConnectRequest { .. } => cm
-                .accept(0, e.id, &oxrdma_sim::cm::accept_params(0x20))
-                .unwrap(),
-            CmEventKind::Reply { .. } => cm.establish(e.id).unwrap(),
-            _ => {}
-        }
-    });
+    w.run(SEC, accept_and_establish);
     assert_eq!(w.kinds(0, id), ["reply"]);
     let passive = w.ids(1)[0];
     assert_eq!(w.kinds(1, passive), ["request", "established"]);
@@ -260,16 +263,7 @@ fn simultaneous_connects_each_way_make_two_connections() {
     }
     let a = w.connect(0, 0, SID, 0x11);
     let b = w.connect(1, 0, SID, 0x12);
-    w.run(SEC, |world, n, e| {
-        let cm = world.nodes[n].engine.cm_mut();
-        match e.kind {
-            CmEventKind::ConnectRequest { .. } => cm
-                .accept(0, e.id, &oxrdma_sim::cm::accept_params(0x20))
-                .unwrap(),
-            CmEventKind::Reply { .. } => cm.establish(e.id).unwrap(),
-            _ => {}
-        }
-    });
+    w.run(SEC, accept_and_establish);
     assert_eq!(w.kinds(0, a), ["reply"]);
     assert_eq!(w.kinds(1, b), ["reply"]);
     for n in 0..2 {

@@ -560,9 +560,6 @@ impl Cm {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
-        if c.state == State::SidrReqRcvd {
-            return; // its service ID stays for the reply; `remove` releases it
-        }
         if let Some(sid) = c.pending_on.take() {
             if let Some(l) = self.listeners.get_mut(&sid) {
                 l.pending = l.pending.saturating_sub(1);
@@ -597,11 +594,6 @@ impl Cm {
         self.answered(id);
         self.stop_timer(id);
         if let Some(c) = self.conns.remove(&id) {
-            if c.state == State::SidrReqRcvd {
-                if let Some(l) = c.pending_on.and_then(|s| self.listeners.get_mut(&s)) {
-                    l.pending = l.pending.saturating_sub(1);
-                }
-            }
             if c.state == State::TimeWait {
                 self.timewait -= 1;
             }

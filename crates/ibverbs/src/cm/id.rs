@@ -273,7 +273,7 @@ impl Id {
             p.mtu = ctx.active_mtu() as u8;
             p.packet_life_time = 18;
             if let (Some(s), Some(d)) = (ox.local_addr(), ox.peer_addr()) {
-                p.flow_label = oxrdma_flow_label(s.port(), d.port()).to_be();
+                p.flow_label = oxrdma::cm::flow_label(s.port(), d.port()).to_be();
             }
             (*c).route.path_rec = self.path.get();
             (*c).route.num_paths = 1;
@@ -318,8 +318,4 @@ impl Id {
             let _ = qpattr::modify(qp, &err);
         }
     }
-}
-
-fn oxrdma_flow_label(src: u16, dst: u16) -> u32 {
-    (u32::from(src) * 31 + u32::from(dst)) & 0xf_ffff
 }

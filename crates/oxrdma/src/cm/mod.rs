@@ -20,6 +20,8 @@ pub use state::CmId;
 
 use oxrdma_core::Gid;
 use oxrdma_wire::cma;
+/// The flow label Linux gives an IP connection from its two ports (the path record's).
+pub use oxrdma_wire::cma::flow_label;
 
 /// librdmacm's port spaces (`enum rdma_port_space`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
