@@ -562,9 +562,13 @@ fn perf_r_connects_every_qp_through_the_rdma_cm() {
     let count = |cm: &[String], m: &str| cm.iter().filter(|c| *c == m).count();
     let (r, cm) = run(&["write-bw", "-n", "200", "-q", "3"]);
     assert_eq!(r[0]["iterations"], 600);
-    for m in ["REQ", "REP", "RTU", "DREQ"] {
+    for m in ["REQ", "REP", "RTU"] {
         assert_eq!(count(&cm, m), 3, "{m} in {cm:?}");
     }
+    // Both sides disconnect when done, so a connection's DREQs may cross
+    // (one from each side): one or two per connection. The DREPs are not
+    // counted: the client may exit before the last one reaches it.
+    assert!((3..=6).contains(&count(&cm, "DREQ")), "DREQ in {cm:?}");
     let (r, _) = run(&["read-lat", "-n", "200"]);
     assert_eq!(r[0]["iterations"], 200);
     // UD: the server's QPN comes by SIDR.
