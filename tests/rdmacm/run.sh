@@ -2,8 +2,9 @@
 # Debian 12's unmodified rdma_cm programs on oxrdma's librdmacm.so.1 and libibverbs.so.1,
 # two processes on this host with nothing set but LD_LIBRARY_PATH, after
 # `cargo build --release`: rdmacm-utils (rping, ucmatose, udaddy, rdma_server/rdma_client,
-# cmtime), perftest with -R, qperf -cm1, and libfabric's fi_pingpong over the verbs
-# provider (MSG, RDM, DGRAM). The client names 127.0.0.1; the server's
+# cmtime, rstream, riostream), perftest with -R, qperf -cm1, libfabric's fi_pingpong
+# over the verbs provider (MSG, RDM, DGRAM), and iperf3 on rsockets under Debian's
+# librspreload.so. The client names 127.0.0.1; the server's
 # device is wherever it opened (the per-host rendezvous finds it). Prints a PASS/FAIL line
 # per case and the connection setup figures of cmtime; exits 1 on any FAIL. Missing
 # tools: SKIPPED, or a failure under OXRDMA_CI (which installs them).
@@ -18,9 +19,12 @@ skip() {
   echo "rdmacm: SKIPPED ($1)"; exit 0
 }
 [ -e "$lib/librdmacm.so.1" ] || skip "build first: cargo build --release"
-for t in rping ucmatose udaddy rdma_server rdma_client cmtime ib_write_bw qperf fi_pingpong; do
-  command -v $t >/dev/null || skip "install rdmacm-utils perftest qperf libfabric-bin"
+for t in rping ucmatose udaddy rdma_server rdma_client cmtime rstream riostream ib_write_bw \
+  qperf fi_pingpong iperf3; do
+  command -v $t >/dev/null || skip "install rdmacm-utils perftest qperf libfabric-bin iperf3"
 done
+preload=$(ls /usr/lib/*/rsocket/librspreload.so 2>/dev/null | head -1)
+[ -n "$preload" ] || skip "librspreload.so (librdmacm1) not found"
 # The binaries must load ours, not the system's.
 loads=$(ldd "$(command -v rping)")
 grep -q "$lib/librdmacm.so.1" <<< "$loads" || {
@@ -92,6 +96,27 @@ for e in msg rdm dgram; do
   next; pair "fi_pingpong -p verbs -e $e -c" \
     "fi_pingpong -p verbs -e $e -c -I 200 -B $port" \
     "fi_pingpong -p verbs -e $e -c -I 200 -P $port 127.0.0.1" "1m\\|4k"
+done
+
+# rsockets: stream sockets over RC connections, every size from 64 B to 1 MiB in a
+# latency and a bandwidth test, -T v checking every byte; non-blocking calls (the
+# default), blocking calls, and rpoll (async); riostream's riomap/riowrite.
+next; pair "rstream -T v (non-blocking)" "rstream -p $port -T v" \
+  "rstream -s 127.0.0.1 -p $port -T v" "^1m_bw"
+next; pair "rstream -T b -T v (blocking)" "rstream -p $port -T b -T v" \
+  "rstream -s 127.0.0.1 -p $port -T b -T v" "^1m_bw"
+next; pair "rstream -T a -T v (rpoll)" "rstream -p $port -T a -T v" \
+  "rstream -s 127.0.0.1 -p $port -T a -T v" "^1m_bw"
+next; pair "riostream -T v (riomap, riowrite)" "riostream -p $port -T v" \
+  "riostream -s 127.0.0.1 -p $port -T v" "^1m_bw"
+# iperf3, unmodified, on rsockets through librspreload.so: its control connection and
+# its data streams. TCP_CONGESTION reads "rsockets" only on an rsocket: a socket the
+# preload left to the kernel would say "cubic".
+for args in "-t 2" "-t 2 -R" "-t 2 -P 2"; do
+  next; pair "iperf3 $args under librspreload.so" \
+    "LD_PRELOAD=$preload iperf3 -s -1 -p $port" \
+    "LD_PRELOAD=$preload iperf3 -J -c 127.0.0.1 -p $port $args" '"sender_tcp_congestion":.*"rsockets"'
+  grep -o '"bits_per_second":[^,]*' "$work/cli" | tail -1 | sed 's/^/    /'
 done
 
 echo "cmtime -c 200 (connection setup, two processes):"

@@ -27,6 +27,7 @@ mod qp;
 mod qp_ex;
 mod rate;
 mod registry;
+mod rsocket;
 mod srq;
 mod strings;
 mod stubs;

@@ -23,6 +23,7 @@ mod lock;
 mod nic;
 mod pd;
 mod qp;
+pub mod rsocket;
 mod shared;
 mod sleeper;
 

@@ -7,17 +7,10 @@
 pub mod abi;
 pub(crate) mod addrinfo;
 pub(crate) mod calls;
-mod devices;
+pub(crate) mod devices;
 pub(crate) mod event;
 pub(crate) mod id;
 pub(crate) mod misc;
 pub(crate) mod qp;
 mod qpattr;
-mod sockaddr;
-
-/// The rsocket calls (`rsocket` … `riomap`): not built yet, ENOSYS. They are exported so
-/// that programs linked against them (all of rdmacm-utils, through its shared helper) load.
-pub(crate) extern "C" fn no_rsocket() -> isize {
-    crate::errno::set_errno(libc::ENOSYS);
-    -1
-}
+pub(crate) mod sockaddr;

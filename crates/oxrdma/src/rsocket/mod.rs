@@ -1,0 +1,65 @@
+//! rsockets: byte-stream sockets over an RC connection made through the RDMA CM,
+//! wire-compatible with rdma-core's (librdmacm's `rsocket`, `rsend`, `rrecv`,
+//! `riomap`, `riowrite`).
+//!
+//! Each side keeps a receive buffer the peer writes into with RDMA WRITE WITH IMMEDIATE
+//! (the immediate data says how many bytes) and posts zero-length receives the writes
+//! consume. The connection data in the REQ and REP say where the first half of each
+//! receive buffer is; after that each side writes the other a credit update (an SGE
+//! naming a receive-buffer half it has read, and how many more messages it may send)
+//! into a small table the peer registered for it. `riomap` lets the peer write straight
+//! into a mapped buffer with plain RDMA WRITEs (`riowrite`).
+
+use rustix::io::Errno;
+
+mod flow;
+mod iomap;
+mod listener;
+mod stream;
+
+pub use listener::RListener;
+pub use stream::{RStream, Ready, RecvFlags};
+
+/// Sizes of a connection's queues and buffers (`rsetsockopt` SOL_RDMA and
+/// SO_SNDBUF/SO_RCVBUF); rdma-core's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RsOptions {
+    /// Send and receive queue depths (16 to 65534, and at most the device's).
+    pub sq_size: u32,
+    pub rq_size: u32,
+    /// Sends of up to this many bytes are posted inline (no copy into the send buffer).
+    pub inline: u32,
+    /// Send and receive buffer bytes.
+    pub sbuf_size: u32,
+    pub rbuf_size: u32,
+    /// Entries of the table the peer's `riomap` entries are written into.
+    pub iomap_size: u32,
+}
+
+impl Default for RsOptions {
+    fn default() -> Self {
+        RsOptions {
+            sq_size: 384,
+            rq_size: 384,
+            inline: 64,
+            sbuf_size: 1 << 17,
+            rbuf_size: 1 << 17,
+            iomap_size: 0,
+        }
+    }
+}
+
+/// An I/O error with errno `e`.
+pub(crate) fn os(e: Errno) -> std::io::Error {
+    std::io::Error::from(e)
+}
+
+/// A library error as an I/O error (its errno, as librdmacm would set it).
+pub(crate) fn io(e: crate::Error) -> std::io::Error {
+    match e {
+        crate::Error::Io(e) => e,
+        crate::Error::Cm(oxrdma_core::cm::CmError::InUse) => os(Errno::ADDRINUSE),
+        crate::Error::Verbs(oxrdma_core::VerbsError::OutOfMemory) => os(Errno::NOMEM),
+        _ => os(Errno::INVAL),
+    }
+}
