@@ -183,6 +183,11 @@ cm_case() {  # cm_case NAME TIMEOUT CHECK 'SERVER ARGS' 'CLIENT ARGS' (the clien
 cm_case rping 120 rc "rping -s -C 20" "rping -c -v -C 20 -a"
 cm_case ucmatose 120 rc "ucmatose -c 2" "ucmatose -c 2 -s"
 cm_case udaddy 120 rc "udaddy" "udaddy -s"
+# rsockets: rdma-core's stream sockets on rxe <-> oxrdma's, every byte checked (-T v);
+# riostream adds riomap/riowrite (RDMA WRITEs straight into the peer's mapped buffer).
+cm_case rstream 240 rc "rstream -T v -S 1048576 -C 20" "rstream -T v -S 1048576 -C 20 -s"
+cm_case rstream_small 240 rc "rstream -T v -S 100 -C 500" "rstream -T v -S 100 -C 500 -s"
+cm_case riostream 240 rc "riostream -T v -S 65536 -C 20" "riostream -T v -S 65536 -C 20 -s"
 EXPECT="65536 200"
 cm_case ib_write_bw_R 180 perf "ib_write_bw -R -F -m $MTU_ARG -s 65536 -n 200 --report_gbits" \
     "ib_write_bw -R -F -m $MTU_ARG -s 65536 -n 200 --report_gbits"

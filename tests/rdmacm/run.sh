@@ -109,6 +109,18 @@ next; pair "rstream -T a -T v (rpoll)" "rstream -p $port -T a -T v" \
   "rstream -s 127.0.0.1 -p $port -T a -T v" "^1m_bw"
 next; pair "riostream -T v (riomap, riowrite)" "riostream -p $port -T v" \
   "riostream -s 127.0.0.1 -p $port -T v" "^1m_bw"
+# What the rsocket calls answer, one process (tests/rdmacm/rsocket_calls.c): errors,
+# a refused non-blocking connect, names, options, rpoll with a pipe, rselect, MSG_PEEK,
+# iovecs, half close.
+next
+if gcc -O1 -o "$work/rsocket_calls" tests/rdmacm/rsocket_calls.c -lrdmacm >"$work/cc" 2>&1 &&
+  timeout 60 "$work/rsocket_calls" $port >"$work/calls" 2>&1; then
+  row "rsocket calls (tests/rdmacm/rsocket_calls.c)" PASS
+else
+  row "rsocket calls (tests/rdmacm/rsocket_calls.c)" FAIL
+  grep -v "^ok" "$work/cc" "$work/calls" | sed 's/^/    /'
+  fails=$((fails + 1))
+fi
 # iperf3, unmodified, on rsockets through librspreload.so: its control connection and
 # its data streams. TCP_CONGESTION reads "rsockets" only on an rsocket: a socket the
 # preload left to the kernel would say "cubic".

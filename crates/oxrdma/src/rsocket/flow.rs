@@ -81,6 +81,8 @@ pub(super) struct Flow {
     pub rbuf_read: u32,
     /// Lengths of the data messages received, in order (the first maybe partly read).
     pub rmsg: VecDeque<u32>,
+    /// Their sum: bytes written into the receive buffer and not yet read.
+    pub queued: u64,
 }
 
 impl Flow {
@@ -114,6 +116,7 @@ impl Flow {
             rbuf_free: rbuf_size >> 1,
             rbuf_read: 0,
             rmsg: VecDeque::new(),
+            queued: 0,
         }
     }
 
@@ -201,7 +204,20 @@ impl Flow {
                     self.close();
                 }
             }
-            (Op::Data, n) => self.rmsg.push_back(n),
+            (Op::Data, n) => {
+                // A message lies within one advertised half, and all that is unread
+                // within the buffer: more is a broken or hostile peer.
+                if n > self.rbuf_size >> 1 || self.queued + u64::from(n) > u64::from(self.rbuf_size)
+                {
+                    self.link = Link::Failed(Errno::PROTO);
+                    self.err = Some(Errno::PROTO);
+                    self.readable = false;
+                    self.writable = false;
+                    return;
+                }
+                self.queued += u64::from(n);
+                self.rmsg.push_back(n);
+            }
             // Keepalives, iomap updates (the table is read when used), reserved ops.
             _ => {}
         }
@@ -279,6 +295,7 @@ impl Flow {
             self.rmsg.drain(..done);
             self.rbuf_read = read;
             self.rbuf_avail += (len as u64 - left) as u32;
+            self.queued -= len as u64 - left;
         }
         pieces
     }
@@ -427,6 +444,35 @@ mod tests {
         g.take_send(10, true);
         g.on_send_done(Op::Data.imm(10), true);
         assert_eq!((g.link, g.err), (Link::Failed(Errno::IO), Some(Errno::IO)));
+    }
+
+    #[test]
+    fn a_peer_that_overfills_the_buffer_breaks_the_connection() {
+        let mut f = open(16, 16, 4096);
+        f.on_message(Op::Data.imm(2049));
+        assert_eq!(
+            f.link,
+            Link::Failed(Errno::PROTO),
+            "more than a half in one message"
+        );
+        assert!(f.rmsg.is_empty() && f.rdata_or_end());
+        let mut g = open(16, 16, 4096);
+        for _ in 0..2 {
+            g.on_message(Op::Data.imm(2048));
+        }
+        assert!(g.connected());
+        g.on_message(Op::Data.imm(1));
+        assert_eq!(
+            g.link,
+            Link::Failed(Errno::PROTO),
+            "more than the buffer unread"
+        );
+        let mut h = open(16, 16, 4096);
+        for _ in 0..3 {
+            h.on_message(Op::Data.imm(2048));
+            h.take_data(2048, false);
+        }
+        assert!(h.connected(), "what was read makes room");
     }
 
     #[test]
