@@ -2,7 +2,9 @@
  * answer: errors for bad descriptors and unsupported sockets, a non-blocking connect that
  * is refused (EINPROGRESS, then POLLERR and SO_ERROR), one that connects, names, options,
  * rpoll over an rsocket and a pipe together, rselect, MSG_PEEK, scatter/gather with
- * rsendmsg/rrecvmsg, and a half close. Usage: rsocket_calls PORT. Exits 1 on a failure. */
+ * rsendmsg/rrecvmsg, and a half close; with RCVBUF, that new rsockets' SO_RCVBUF is that
+ * (from a configuration file in $OXRDMA_RSOCKET_CONF, as rdma-core's /etc/rdma/rsocket/).
+ * Usage: rsocket_calls PORT [RCVBUF]. Exits 1 on a failure. */
 #include <rdma/rsocket.h>
 #include <arpa/inet.h>
 #include <errno.h>
@@ -46,6 +48,11 @@ int main(int argc, char **argv)
 	/* Refused, non-blocking: EINPROGRESS, then POLLOUT|POLLERR and SO_ERROR once. */
 	int c = rsocket(AF_INET, SOCK_STREAM, 0);
 	CHECK(c >= 0, "rsocket: %d", c);
+	if (argc > 2) {
+		len = sizeof err;
+		CHECK(rgetsockopt(c, SOL_SOCKET, SO_RCVBUF, &err, &len) == 0 && err == atoi(argv[2]),
+		      "SO_RCVBUF from the configuration: %d", err);
+	}
 	CHECK(rfcntl(c, F_SETFL, O_NONBLOCK) == 0 && (rfcntl(c, F_GETFL) & O_NONBLOCK),
 	      "O_NONBLOCK set and read back");
 	r = rconnect(c, (struct sockaddr *)&none, sizeof none);

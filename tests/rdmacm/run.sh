@@ -111,10 +111,12 @@ next; pair "riostream -T v (riomap, riowrite)" "riostream -p $port -T v" \
   "riostream -s 127.0.0.1 -p $port -T v" "^1m_bw"
 # What the rsocket calls answer, one process (tests/rdmacm/rsocket_calls.c): errors,
 # a refused non-blocking connect, names, options, rpoll with a pipe, rselect, MSG_PEEK,
-# iovecs, half close.
+# iovecs, half close; with 256 KiB receive buffers from a configuration file (as rdma-core
+# reads /etc/rdma/rsocket/mem_default).
 next
+mkdir -p "$work/conf" && echo 262144 > "$work/conf/mem_default"
 if gcc -O1 -o "$work/rsocket_calls" tests/rdmacm/rsocket_calls.c -lrdmacm >"$work/cc" 2>&1 &&
-  timeout 60 "$work/rsocket_calls" $port >"$work/calls" 2>&1; then
+  OXRDMA_RSOCKET_CONF=$work/conf timeout 60 "$work/rsocket_calls" $port 262144 >"$work/calls" 2>&1; then
   row "rsocket calls (tests/rdmacm/rsocket_calls.c)" PASS
 else
   row "rsocket calls (tests/rdmacm/rsocket_calls.c)" FAIL

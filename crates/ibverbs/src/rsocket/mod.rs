@@ -32,7 +32,7 @@ pub(crate) enum Kind {
 }
 
 /// Socket options kept for `rgetsockopt` (and the sizes new connections are made with).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Opts {
     pub rs: RsOptions,
     /// Bits by option name, per level, as rsockets keeps them.
@@ -51,6 +51,51 @@ pub(crate) struct Sock {
     /// `rfcntl` F_GETFL/F_SETFL (O_NONBLOCK is what counts).
     pub fl: AtomicI32,
     pub opts: Mutex<Opts>,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            rs: *config(),
+            so: 0,
+            tcp: 0,
+            ipv6: 0,
+            keepalive_time: 0,
+            bound: None,
+        }
+    }
+}
+
+/// The sizes new rsockets get: oxrdma's defaults, with what rdma-core's configuration
+/// files (`/etc/rdma/rsocket/`: `mem_default`, `wmem_default`, `sqsize_default`,
+/// `rqsize_default`, `inline_default`, `iomap_size`, one number each) say instead.
+fn config() -> &'static RsOptions {
+    static CONFIG: std::sync::OnceLock<RsOptions> = std::sync::OnceLock::new();
+    CONFIG.get_or_init(|| {
+        let read = |name: &str| -> Option<u32> {
+            let dir = std::env::var_os("OXRDMA_RSOCKET_CONF")
+                .unwrap_or_else(|| "/etc/rdma/rsocket".into());
+            std::fs::read_to_string(std::path::Path::new(&dir).join(name))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        let mut o = RsOptions::default();
+        for (name, field) in [
+            ("mem_default", &mut o.rbuf_size),
+            ("wmem_default", &mut o.sbuf_size),
+            ("sqsize_default", &mut o.sq_size),
+            ("rqsize_default", &mut o.rq_size),
+            ("inline_default", &mut o.inline),
+            ("iomap_size", &mut o.iomap_size),
+        ] {
+            if let Some(v) = read(name) {
+                *field = v;
+            }
+        }
+        o
+    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -30,6 +30,9 @@ const NET: bool = cfg!(target_endian = "big");
 /// The longest a waiting thread sleeps before it looks again (another thread may have
 /// taken the completion event it waited for).
 const NAP: Duration = Duration::from_millis(100);
+/// How long a waiting call polls before it sleeps (rsockets' `polling_time`): an answer
+/// that comes sooner costs no wakeup.
+const SPIN: Duration = Duration::from_micros(10);
 
 /// `rrecv` flags.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -480,6 +483,7 @@ impl RStream {
         done: impl Fn(&Flow, &Self) -> bool,
     ) -> Result<MutexGuard<'_, Flow>> {
         let mut f = lock(&self.flow);
+        let spin_until = std::time::Instant::now() + SPIN;
         loop {
             self.progress(&mut f);
             if done(&f, self) {
@@ -487,6 +491,9 @@ impl RStream {
             }
             if nonblock {
                 return Err(os(Errno::AGAIN));
+            }
+            if std::time::Instant::now() < spin_until {
+                continue;
             }
             if !f.armed {
                 self.cq.req_notify(&self.comp);
