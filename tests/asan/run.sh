@@ -42,16 +42,17 @@ if cargo +nightly test -q --target $target -p oxrdma --lib --tests >"$out/rust-o
 else
   report "oxrdma tests" 0 "$(asan_said "$out/rust-oxrdma") $(tail -3 "$out/rust-oxrdma" | tr '\n' ' ')"
 fi
-cargo +nightly build -q --target $target -p oxrdma-ibverbs || exit 1
+cargo +nightly build -q --target $target -p oxrdma-ibverbs -p oxrdma-rdmacm || exit 1
 unset RUSTFLAGS RUSTDOCFLAGS
 [ -e "$lib/libibverbs.so.1" ] || { echo "asan: no $lib/libibverbs.so.1" >&2; exit 1; }
 
 echo "== the project's C programs, instrumented"
 for src in crates/ibverbs/tests/c/misuse.c crates/ibverbs/tests/c/extended.c \
   crates/ibverbs/tests/c/async_events.c crates/ibverbs/tests/c/windows.c \
-  crates/ibverbs/tests/c/fork.c crates/ibverbs/tests/c/ports.c examples/rc_verbs.c; do
+  crates/ibverbs/tests/c/fork.c crates/ibverbs/tests/c/ports.c examples/rc_verbs.c \
+  tests/rdmacm/rsocket_calls.c; do
   exe=$out/$(basename "$src" .c)
-  if ! gcc -fsanitize=address -g -Wall -Werror -o "$exe" "$src" -libverbs 2>"$out/cc"; then
+  if ! gcc -fsanitize=address -g -Wall -Werror -o "$exe" "$src" -libverbs -lrdmacm 2>"$out/cc"; then
     report "$src" 0 "does not compile: $(head -c 200 "$out/cc")"; continue
   fi
   env -u OXRDMA_DEVICES LD_LIBRARY_PATH=$lib "$exe" >"$out/run" 2>&1; rc=$?

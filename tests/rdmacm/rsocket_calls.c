@@ -105,7 +105,7 @@ int main(int argc, char **argv)
 	/* rpoll over an rsocket and a pipe. */
 	int pp[2];
 	if (pipe(pp)) return 1;
-	write(pp[1], "p", 1);
+	if (write(pp[1], "p", 1) != 1) return 1;
 	struct pollfd two[2] = { { .fd = s, .events = POLLIN }, { .fd = pp[0], .events = POLLIN } };
 	r = rpoll(two, 2, 1000);
 	CHECK(r == 1 && two[0].revents == 0 && two[1].revents == POLLIN,
