@@ -40,6 +40,20 @@ unsafe fn iovecs<'a>(iov: *const libc::iovec, n: c_int) -> Result<Vec<&'a mut [u
         .collect())
 }
 
+/// The iovecs of a `msghdr`; ancillary data is not supported (as in rsockets).
+///
+/// # Safety
+/// `msg` NULL or a valid `msghdr` whose iovecs are valid.
+unsafe fn msg_iovecs<'a>(msg: *const libc::msghdr) -> Result<Vec<&'a mut [u8]>, c_int> {
+    // SAFETY: the caller's promise.
+    let m = unsafe { msg.as_ref() }.ok_or(libc::EINVAL)?;
+    if !m.msg_control.is_null() && m.msg_controllen > 0 {
+        return Err(libc::ENOTSUP);
+    }
+    // SAFETY: the caller's promise.
+    unsafe { iovecs(m.msg_iov, m.msg_iovlen as c_int) }
+}
+
 /// Receives into each buffer in turn: after the first, only what is already there.
 fn recv_into(s: &Sock, bufs: Vec<&mut [u8]>, flags: c_int) -> Result<isize, c_int> {
     let st = s.stream()?;
@@ -125,13 +139,9 @@ pub(crate) unsafe extern "C" fn rrecvfrom(
 pub(crate) unsafe extern "C" fn rrecvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize {
     with(fd, |s| {
         // SAFETY: the caller's promise.
-        let m = unsafe { msg.as_mut() }.ok_or(libc::EINVAL)?;
-        if !m.msg_control.is_null() && m.msg_controllen > 0 {
-            return Err(libc::ENOTSUP);
-        }
-        m.msg_flags = 0;
-        // SAFETY: the caller's promise.
-        let bufs = unsafe { iovecs(m.msg_iov, m.msg_iovlen as c_int) }?;
+        let bufs = unsafe { msg_iovecs(msg) }?;
+        // SAFETY: as above (`msg_iovecs` checked it is not NULL).
+        unsafe { (*msg).msg_flags = 0 };
         recv_into(s, bufs, flags)
     })
 }
@@ -192,13 +202,8 @@ pub(crate) unsafe extern "C" fn rsendmsg(
     flags: c_int,
 ) -> isize {
     with(fd, |s| {
-        // SAFETY: the caller's promise.
-        let m = unsafe { msg.as_ref() }.ok_or(libc::EINVAL)?;
-        if !m.msg_control.is_null() && m.msg_controllen > 0 {
-            return Err(libc::ENOTSUP);
-        }
         // SAFETY: the caller's promise (the bytes are only read).
-        let bufs = unsafe { iovecs(m.msg_iov, m.msg_iovlen as c_int) }?;
+        let bufs = unsafe { msg_iovecs(msg) }?;
         send_from(s, bufs, flags)
     })
 }

@@ -4,50 +4,15 @@
 //! up in this side's table, where the peer's mappings landed.
 
 use super::flow::{Flow, IOMAP_LEN, OLAP_START};
+use super::maps::Mapping;
 use super::stream::RStream;
 use super::{io, os};
 use crate::lock::lock;
-use crate::MemoryRegion;
 use oxrdma_core::{Access, SendFlags, SendWr, WrOpcode};
 use oxrdma_wire::rsocket::{Op, RsSge};
 use rustix::io::Errno;
-use std::collections::VecDeque;
 use std::io::Result;
 use std::sync::MutexGuard;
-
-#[derive(Debug)]
-struct Mapping {
-    mr: MemoryRegion,
-    offset: u64,
-}
-
-/// A connection's mappings.
-#[derive(Debug)]
-pub(super) struct IoMaps {
-    /// Entries of this side's table (for the peer's mappings).
-    local: u32,
-    /// Writable mappings by their slot in the peer's table.
-    slots: Vec<Option<Mapping>>,
-    /// Slots still to be written to the peer.
-    pending: VecDeque<usize>,
-    /// Mappings the peer may not write (registered, never sent).
-    other: Vec<Mapping>,
-}
-
-impl IoMaps {
-    pub fn new(local: u32) -> IoMaps {
-        IoMaps {
-            local,
-            slots: Vec::new(),
-            pending: VecDeque::new(),
-            other: Vec::new(),
-        }
-    }
-
-    pub fn local_size(&self) -> u32 {
-        self.local
-    }
-}
 
 impl RStream {
     /// `riomap`: registers `len` bytes at `buf` and, if `writable`, offers them to the
@@ -131,12 +96,7 @@ impl RStream {
             };
             if !f.can_send(self.target_room(&f)) {
                 drop(f);
-                f = self.wait(nonblock, |f, s| {
-                    f.can_send(s.target_room(f)) || !f.writable || !f.connected()
-                })?;
-                if !f.writable || !f.connected() {
-                    return Err(os(Errno::CONNRESET));
-                }
+                f = self.send_room(nonblock)?;
                 continue;
             }
             let net = cfg!(target_endian = "big") != f.swap;
@@ -184,20 +144,11 @@ impl RStream {
             let Some((base, sge)) = hit else { break };
             if !f.can_send(self.target_room(&f)) {
                 drop(f);
-                f = match self.wait(nonblock, |f, s| {
-                    f.can_send(s.target_room(f)) || !f.writable || !f.connected()
-                }) {
+                f = match self.send_room(nonblock) {
                     Ok(f) => f,
                     Err(e) if sent == 0 => return Err(e),
                     Err(_) => return Ok(sent),
                 };
-                if !f.writable || !f.connected() {
-                    return if sent > 0 {
-                        Ok(sent)
-                    } else {
-                        Err(os(Errno::CONNRESET))
-                    };
-                }
                 continue;
             }
             let room = (base + u64::from(sge.length) - offset).min(u64::from(u32::MAX)) as u32;

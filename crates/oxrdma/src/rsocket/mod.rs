@@ -15,6 +15,7 @@ use rustix::io::Errno;
 mod flow;
 mod iomap;
 mod listener;
+mod maps;
 mod stream;
 
 pub use listener::RListener;

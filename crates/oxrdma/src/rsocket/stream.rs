@@ -3,7 +3,7 @@
 //! the completion channel and the CM channel together.
 
 use super::flow::{Flow, Link, OLAP_START};
-use super::iomap::IoMaps;
+use super::maps::IoMaps;
 use super::{io, os, RsOptions};
 use crate::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use crate::lock::lock;
@@ -287,20 +287,11 @@ impl RStream {
         while sent < buf.len() {
             if !f.can_send(self.target_room(&f)) {
                 drop(f);
-                f = match self.wait(nonblock, |f, s| {
-                    f.can_send(s.target_room(f)) || !f.writable || !f.connected()
-                }) {
+                f = match self.send_room(nonblock) {
                     Ok(f) => f,
                     Err(e) if sent == 0 => return Err(e),
                     Err(_) => return Ok(sent),
                 };
-                if !f.writable || !f.connected() {
-                    return if sent > 0 {
-                        Ok(sent)
-                    } else {
-                        Err(os(Errno::CONNRESET))
-                    };
-                }
                 continue;
             }
             let room = self.target_room(&f);
@@ -473,6 +464,17 @@ impl RStream {
             }
         }
         Ok(lock(&self.flow))
+    }
+
+    /// Waits until a message may go; ECONNRESET if the connection can no longer send.
+    pub(super) fn send_room(&self, nonblock: bool) -> Result<MutexGuard<'_, Flow>> {
+        let f = self.wait(nonblock, |f, s| {
+            f.can_send(s.target_room(f)) || !f.writable || !f.connected()
+        })?;
+        if !f.writable || !f.connected() {
+            return Err(os(Errno::CONNRESET));
+        }
+        Ok(f)
     }
 
     /// Moves the connection on until `done` holds: completions, credits, CM events;
