@@ -128,6 +128,8 @@ int main(int argc, char **argv)
 	CHECK(r == 6 && !memcmp(x, "abc", 3) && !memcmp(y, "def", 3), "rrecvmsg into 2 iovecs: %d", r);
 	r = rrecv(s, buf, 1, MSG_DONTWAIT);
 	CHECK(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK), "nothing left: EAGAIN");
+	r = rrecv(s, NULL, 10, MSG_DONTWAIT);
+	CHECK(r < 0 && errno == EFAULT, "a NULL buffer: EFAULT, not EOF");
 
 	/* Half close: EOF one way, data still the other way. */
 	CHECK(rshutdown(c, SHUT_WR) == 0, "rshutdown SHUT_WR");

@@ -33,8 +33,11 @@ unsafe fn iovecs<'a>(iov: *const libc::iovec, n: c_int) -> Result<Vec<&'a mut [u
     }
     // SAFETY: the caller's promise.
     let v = unsafe { std::slice::from_raw_parts(iov, n as usize) };
+    if v.iter().any(|i| i.iov_len > 0 && i.iov_base.is_null()) {
+        return Err(libc::EFAULT);
+    }
     Ok(v.iter()
-        .filter(|i| i.iov_len > 0 && !i.iov_base.is_null())
+        .filter(|i| i.iov_len > 0)
         // SAFETY: the caller's promise, for each iovec.
         .map(|i| unsafe { std::slice::from_raw_parts_mut(i.iov_base.cast::<u8>(), i.iov_len) })
         .collect())
