@@ -329,6 +329,17 @@ impl Flow {
         pieces
     }
 
+    /// The chunk a send starts with: small when nothing is in flight, so the first bytes
+    /// leave at once (rsockets always starts small); the largest while earlier sends
+    /// are still going, as a pipeline that is full gains nothing from a small one.
+    pub fn first_chunk(&self) -> u32 {
+        if self.sbuf_avail < self.sbuf_size {
+            MAX_TRANSFER
+        } else {
+            OLAP_START
+        }
+    }
+
     /// The size of the next chunk of a send of `left` bytes, `olen` being the chunk size
     /// so far (doubled here), within the free send buffer and `room` at the target.
     pub fn chunk(&self, left: usize, olen: &mut u32, room: u32) -> u32 {
@@ -474,6 +485,16 @@ mod tests {
             h.take_data(2048, false);
         }
         assert!(h.connected(), "what was read makes room");
+    }
+
+    #[test]
+    fn a_send_behind_others_starts_with_the_largest_chunk() {
+        let mut f = open(16, 16, 1 << 20);
+        assert_eq!(f.first_chunk(), OLAP_START);
+        f.take_send(100, false);
+        assert_eq!(f.first_chunk(), MAX_TRANSFER);
+        f.on_send_done(Op::Data.imm(100), false);
+        assert_eq!(f.first_chunk(), OLAP_START);
     }
 
     #[test]

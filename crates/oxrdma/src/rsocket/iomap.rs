@@ -3,7 +3,7 @@
 //! written there (an IOMAP_SGL message) before the next send; `iowrite` looks the target
 //! up in this side's table, where the peer's mappings landed.
 
-use super::flow::{Flow, IOMAP_LEN, OLAP_START};
+use super::flow::{Flow, IOMAP_LEN};
 use super::maps::Mapping;
 use super::stream::RStream;
 use super::{io, os};
@@ -135,7 +135,7 @@ impl RStream {
     pub fn iowrite(&self, buf: &[u8], mut offset: u64, nonblock: bool) -> Result<usize> {
         let mut f = self.send_iomaps(self.lock_flow(), nonblock)?;
         let mut sent = 0;
-        let mut olen = OLAP_START;
+        let mut olen = f.first_chunk();
         while sent < buf.len() {
             let local = lock(&self.maps).local_size() as usize;
             let hit = (0..local)

@@ -2,7 +2,7 @@
 //! registered buffers), connecting, sending, receiving, shutting down, and waiting on
 //! the completion channel and the CM channel together.
 
-use super::flow::{Flow, Link, OLAP_START};
+use super::flow::{Flow, Link};
 use super::maps::IoMaps;
 use super::{io, os, RsOptions};
 use crate::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
@@ -283,7 +283,7 @@ impl RStream {
             return Err(os(Errno::CONNRESET));
         }
         let mut sent = 0;
-        let mut olen = OLAP_START;
+        let mut olen = f.first_chunk();
         while sent < buf.len() {
             if !f.can_send(self.target_room(&f)) {
                 drop(f);
