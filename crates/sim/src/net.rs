@@ -22,6 +22,10 @@ pub struct NetConfig {
     pub bandwidth_bps: u64,
     /// Time windows during which every packet is dropped.
     pub partitions: Vec<(Nanos, Nanos)>,
+    /// A tail-drop queue at each egress port: a packet that would wait longer than this
+    /// before it starts on the wire is dropped (a router queue of `queue_limit` times the
+    /// bandwidth in bytes). 0: unbounded.
+    pub queue_limit: Nanos,
 }
 
 impl Default for NetConfig {
@@ -35,6 +39,7 @@ impl Default for NetConfig {
             jitter: 0,
             bandwidth_bps: 10_000_000_000,
             partitions: Vec::new(),
+            queue_limit: 0,
         }
     }
 }
@@ -59,6 +64,8 @@ pub struct NetStats {
     pub corrupted: u64,
     pub reordered: u64,
     pub delivered: u64,
+    /// Dropped because the egress queue was full (`NetConfig::queue_limit`).
+    pub queue_drops: u64,
 }
 
 #[derive(Debug)]
@@ -108,6 +115,10 @@ impl Network {
         self.stats.sent_bytes += d.data.len() as u64;
         // Serialisation: the port sends one packet at a time.
         let link = self.busy_until.entry(d.from).or_insert(0);
+        if c.queue_limit > 0 && link.saturating_sub(now) > c.queue_limit {
+            self.stats.queue_drops += 1;
+            return;
+        }
         let bits = (d.data.len() as u64 + 66) * 8 * 1_000_000_000;
         let wire_ns = bits.checked_div(c.bandwidth_bps).unwrap_or(0);
         let departs = (*link).max(now) + wire_ns;
