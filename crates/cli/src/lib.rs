@@ -9,6 +9,7 @@ pub mod devinfo;
 pub mod devnodes;
 pub mod drops;
 pub mod oob;
+pub mod pathemu;
 pub mod perf;
 pub mod pingloop;
 pub mod pingpong;

@@ -1,7 +1,7 @@
 //! `oxrdma`: the oxrdma command-line tool.
 
 use clap::{Parser, Subcommand};
-use oxrdma_cli::{decode, devinfo, devnodes, pingpong, scale, sim, threads, udpingpong};
+use oxrdma_cli::{decode, devinfo, devnodes, pathemu, pingpong, scale, sim, threads, udpingpong};
 use std::io;
 use std::process::ExitCode;
 
@@ -39,6 +39,9 @@ enum Command {
     /// Benchmark RDMA WRITE goodput in the simulator under packet loss, as a ratio to a
     /// lossless run with the same seed.
     SimBench(sim::BenchArgs),
+    /// A long, lossy path between two network namespaces (TUN devices joined by a delay
+    /// line with a rate, a tail-drop queue, loss and jitter); as root.
+    PathEmu(pathemu::PathEmuArgs),
 }
 
 /// A reader that goes away (`oxrdma decode x.pcap | head`) ends the process quietly, as
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         Command::Scale(a) => scale::run(a).map(|_| true),
         Command::Threads(a) => threads::run(a).map(|_| true),
         Command::SimBench(b) => sim::bench_cmd(b),
+        Command::PathEmu(a) => pathemu::run(a),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
