@@ -188,6 +188,11 @@ cm_case udaddy 120 rc "udaddy" "udaddy -s"
 cm_case rstream 240 rc "rstream -T v -S 1048576 -C 20" "rstream -T v -S 1048576 -C 20 -s"
 cm_case rstream_small 240 rc "rstream -T v -S 100 -C 500" "rstream -T v -S 100 -C 500 -s"
 cm_case riostream 240 rc "riostream -T v -S 65536 -C 20" "riostream -T v -S 65536 -C 20 -s"
+# Unequal buffers: rdma-core at 128 KiB (-B 65536; SO_RCVBUF doubles it) against oxrdma's
+# 1 MiB, each side writing into the halves the other advertised.
+rs_cmd="rstream -T v -S 1048576 -C 20"
+tcase "cm/rstream_unequal/lib-client" on guest~5 240 rc "" "$rs_cmd -B 65536" "$C_ENV4 $rs_cmd -s \$GUEST_IP"
+tcase "cm/rstream_unequal/lib-server" on host~3  240 rc "" "$rs_cmd -B 65536 -s \$HOST_IP" "$C_ENV4 $rs_cmd"
 EXPECT="65536 200"
 cm_case ib_write_bw_R 180 perf "ib_write_bw -R -F -m $MTU_ARG -s 65536 -n 200 --report_gbits" \
     "ib_write_bw -R -F -m $MTU_ARG -s 65536 -n 200 --report_gbits"
