@@ -6,13 +6,9 @@ use oxrdma::rsocket::RecvFlags;
 use std::ffi::{c_int, c_void};
 use std::io::ErrorKind;
 
-/// A call's flags with the socket's O_NONBLOCK.
-fn recv_flags(s: &Sock, flags: c_int) -> RecvFlags {
-    RecvFlags {
-        nonblock: s.nonblocking() || flags & libc::MSG_DONTWAIT != 0,
-        peek: flags & libc::MSG_PEEK != 0,
-        waitall: flags & libc::MSG_WAITALL != 0,
-    }
+/// Whether a call waits: not with MSG_DONTWAIT or the socket's O_NONBLOCK.
+fn nonblock(s: &Sock, flags: c_int) -> bool {
+    s.nonblocking() || flags & libc::MSG_DONTWAIT != 0
 }
 
 fn io_errno(e: &std::io::Error) -> c_int {
@@ -57,13 +53,15 @@ unsafe fn msg_iovecs<'a>(msg: *const libc::msghdr) -> Result<Vec<&'a mut [u8]>, 
     unsafe { iovecs(m.msg_iov, m.msg_iovlen as c_int) }
 }
 
-/// Receives into each buffer in turn: after the first, only what is already there.
-fn recv_into(s: &Sock, bufs: Vec<&mut [u8]>, flags: c_int) -> Result<isize, c_int> {
-    let st = s.stream()?;
-    let mut f = recv_flags(s, flags);
+/// Runs `op` on each buffer in turn, stopping at the first it does not fill (or a
+/// failure after some bytes moved): the bytes moved.
+fn each_buffer(
+    bufs: Vec<&mut [u8]>,
+    mut op: impl FnMut(&mut [u8], bool) -> std::io::Result<usize>,
+) -> Result<isize, c_int> {
     let mut total = 0usize;
     for b in bufs {
-        match st.recv(b, f) {
+        match op(b, total == 0) {
             Ok(n) => {
                 total += n;
                 if n < b.len() {
@@ -73,29 +71,32 @@ fn recv_into(s: &Sock, bufs: Vec<&mut [u8]>, flags: c_int) -> Result<isize, c_in
             Err(e) if total == 0 => return Err(io_errno(&e)),
             Err(_) => break,
         }
-        f.nonblock = true;
     }
     Ok(total as isize)
+}
+
+/// Receives into each buffer in turn: after the first, only what is already there.
+fn recv_into(s: &Sock, bufs: Vec<&mut [u8]>, flags: c_int) -> Result<isize, c_int> {
+    let st = s.stream()?;
+    let f = RecvFlags {
+        nonblock: nonblock(s, flags),
+        peek: flags & libc::MSG_PEEK != 0,
+        waitall: flags & libc::MSG_WAITALL != 0,
+    };
+    each_buffer(bufs, |b, first| {
+        let f = RecvFlags {
+            nonblock: f.nonblock || !first,
+            ..f
+        };
+        st.recv(b, f)
+    })
 }
 
 /// Sends each buffer in turn, stopping at the first that does not go whole.
 fn send_from(s: &Sock, bufs: Vec<&mut [u8]>, flags: c_int) -> Result<isize, c_int> {
     let st = s.stream()?;
-    let nonblock = s.nonblocking() || flags & libc::MSG_DONTWAIT != 0;
-    let mut total = 0usize;
-    for b in bufs {
-        match st.send(b, nonblock) {
-            Ok(n) => {
-                total += n;
-                if n < b.len() {
-                    break;
-                }
-            }
-            Err(e) if total == 0 => return Err(io_errno(&e)),
-            Err(_) => break,
-        }
-    }
-    Ok(total as isize)
+    let nb = nonblock(s, flags);
+    each_buffer(bufs, |b, _| st.send(b, nb))
 }
 
 /// # Safety
@@ -277,8 +278,7 @@ pub(crate) unsafe extern "C" fn riowrite(
         }
         // SAFETY: the caller's promise.
         let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), count) };
-        let nonblock = s.nonblocking() || flags & libc::MSG_DONTWAIT != 0;
-        st.iowrite(data, offset as u64, nonblock)
+        st.iowrite(data, offset as u64, nonblock(s, flags))
             .map(|n| n as isize)
             .map_err(|e| io_errno(&e))
     });

@@ -533,17 +533,7 @@ mod tests {
         }
 
         fn pair(buf: u32, rq: u32) -> Pair {
-            let mut a = Flow::new(16, rq, buf, buf);
-            let mut b = Flow::new(16, rq, buf, buf);
-            for f in [&mut a, &mut b] {
-                f.link = Link::Open;
-                f.sseq_comp = rq as u16;
-                f.remote_sgl = RsSge {
-                    addr: 0,
-                    key: 1,
-                    length: 2,
-                };
-            }
+            let (a, b) = (super::open(16, rq, buf), super::open(16, rq, buf));
             let first = RsSge {
                 addr: BASE,
                 key: 2,

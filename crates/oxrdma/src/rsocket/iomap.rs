@@ -6,7 +6,7 @@
 use super::flow::{Flow, IOMAP_LEN};
 use super::maps::Mapping;
 use super::stream::RStream;
-use super::{io, os};
+use super::{io, os, partial};
 use crate::lock::lock;
 use oxrdma_core::{Access, SendFlags, SendWr, WrOpcode};
 use oxrdma_wire::rsocket::{Op, RsSge};
@@ -146,8 +146,7 @@ impl RStream {
                 drop(f);
                 f = match self.send_room(nonblock) {
                     Ok(f) => f,
-                    Err(e) if sent == 0 => return Err(e),
-                    Err(_) => return Ok(sent),
+                    Err(e) => return partial(sent, e),
                 };
                 continue;
             }

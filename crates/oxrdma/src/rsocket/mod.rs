@@ -58,6 +58,16 @@ pub(crate) fn os(e: Errno) -> std::io::Error {
     std::io::Error::from(e)
 }
 
+/// What a call that moved `done` bytes before failing with `e` returns: the bytes if
+/// any (the error shows on the next call), as sockets do.
+pub(crate) fn partial(done: usize, e: std::io::Error) -> std::io::Result<usize> {
+    if done == 0 {
+        Err(e)
+    } else {
+        Ok(done)
+    }
+}
+
 /// A library error as an I/O error (its errno, as librdmacm would set it).
 pub(crate) fn io(e: crate::Error) -> std::io::Error {
     match e {

@@ -4,7 +4,7 @@
 
 use super::flow::{Flow, Link};
 use super::maps::IoMaps;
-use super::{io, os, RsOptions};
+use super::{io, os, partial, RsOptions};
 use crate::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use crate::lock::lock;
 use crate::{
@@ -289,8 +289,7 @@ impl RStream {
                 drop(f);
                 f = match self.send_room(nonblock) {
                     Ok(f) => f,
-                    Err(e) if sent == 0 => return Err(e),
-                    Err(_) => return Ok(sent),
+                    Err(e) => return partial(sent, e),
                 };
                 continue;
             }
@@ -311,8 +310,7 @@ impl RStream {
                 drop(f);
                 f = match self.wait(flags.nonblock, |f, _| f.rdata_or_end()) {
                     Ok(f) => f,
-                    Err(e) if got == 0 => return Err(e),
-                    Err(_) => return Ok(got),
+                    Err(e) => return partial(got, e),
                 };
             }
             let pieces = f.take_data(buf.len() - got, flags.peek);
