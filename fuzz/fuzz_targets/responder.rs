@@ -56,6 +56,7 @@ fuzz_target!(|data: &[u8]| {
         gid: Gid::from(Ipv4Addr::new(10, 0, 0, 1)),
         max_mtu: Mtu::Mtu4096,
         attr: DeviceAttr::default(),
+        selective_repeat: true,
     };
     let mut e = Engine::new(cfg, [7; 32]);
     let pd = e.alloc_pd().unwrap();

@@ -22,6 +22,7 @@ pub(crate) fn bth(
         dest_qpn,
         ack_req,
         psn,
+        selective_repeat: false,
     }
 }
 

@@ -33,7 +33,7 @@ pub use gid::{rc_udp_sport, Gid};
 pub use limits::{AtomicCap, DeviceAttr, MAX_PACKET};
 pub use memory::SharedBuffer;
 pub use mr::MemoryRegion;
-pub use qp::{Doorbells, QpPost};
+pub use qp::{Doorbells, QpPost, QpTransport};
 pub use srq::SrqAttr;
 pub use verbs::{
     Access, AsyncEvent, EventType, Mtu, MwType, QpState, QpType, SendFlags, WcOpcode, WcStatus,

@@ -79,6 +79,12 @@ impl QueuePair {
         Ok(self.ctx.shared().lock().engine.query_qp(self.qpn)?)
     }
 
+    /// What the QP's transport has been through: packets sent and sent again, whether
+    /// the peer speaks selective repeat, the send window, the RTT.
+    pub fn transport(&self) -> Result<oxrdma_core::QpTransport> {
+        Ok(self.ctx.shared().lock().engine.qp_transport(self.qpn)?)
+    }
+
     /// The QP's current state (read without the device lock).
     pub fn state(&self) -> Result<QpState> {
         Ok(self.post.state())

@@ -31,6 +31,8 @@ pub struct PairOptions {
     pub qp_type: QpType,
     /// Q_Key of UD QPs.
     pub qkey: u32,
+    /// Whether each end (a, b) speaks selective repeat; off, it behaves as rxe does.
+    pub selective_repeat: [bool; 2],
 }
 
 impl Default for PairOptions {
@@ -52,6 +54,7 @@ impl Default for PairOptions {
             cap: QpCap::default(),
             qp_type: QpType::Rc,
             qkey: 0x1111_1111,
+            selective_repeat: [true; 2],
         }
     }
 }
@@ -203,6 +206,9 @@ impl Pair {
     /// Two nodes, one QP each, connected and in RTS.
     pub fn new(o: &PairOptions) -> Pair {
         let mut world = World::new(2, o.net.clone(), o.seed);
+        for (node, on) in world.nodes.iter_mut().zip(o.selective_repeat) {
+            node.engine.set_selective_repeat(on);
+        }
         let a = end(&mut world, 0, o);
         let b = end(&mut world, 1, o);
         let gid = |w: &World, n: usize| Gid::from(w.nodes[n].ip);

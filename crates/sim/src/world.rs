@@ -64,7 +64,7 @@ pub struct World {
 fn trace(now: Nanos, d: &Datagram) {
     match oxrdma_wire::PacketRepr::parse(&d.data) {
         Ok(p) => eprintln!(
-            "{now:>12} {}->{} {:<34} qp={:#08x} psn={:>8} {}{} len={} aeth={:?}",
+            "{now:>12} {}->{} {:<34} qp={:#08x} psn={:>8} {}{} len={} aeth={:?}{}",
             d.from,
             d.to,
             p.bth.opcode.name(),
@@ -73,7 +73,15 @@ fn trace(now: Nanos, d: &Datagram) {
             if p.bth.ack_req { "A" } else { "-" },
             if p.ext.reth.is_some() { "R" } else { "-" },
             p.payload.len(),
-            p.ext.aeth.map(|a| (a.syndrome, a.msn))
+            p.ext.aeth.map(|a| (a.syndrome, a.msn)),
+            if p.bth.selective_repeat && p.bth.opcode == oxrdma_wire::Opcode::RC_ACKNOWLEDGE {
+                let b: Vec<_> = oxrdma_wire::sack::runs(p.bth.psn, p.payload)
+                    .map(|(s, e)| format!("{s}..{e}"))
+                    .collect();
+                format!(" sack=[{}]", b.join(" "))
+            } else {
+                String::new()
+            }
         ),
         Err(e) => eprintln!("{now:>12} {}->{} malformed: {e}", d.from, d.to),
     }
@@ -97,6 +105,7 @@ impl World {
                     gid: Gid::from(ip),
                     max_mtu: Mtu::Mtu4096,
                     attr: DeviceAttr::default(),
+                    selective_repeat: true,
                 };
                 Node {
                     engine: Engine::new(config, key),

@@ -324,8 +324,10 @@ fn retry_exhausted_when_the_peer_is_gone() {
 
 #[test]
 fn a_gap_is_naked_once_and_resent_from_the_missing_psn() {
+    // Go-back-N, as with rxe (the requester does not offer selective repeat).
     let mut p = Pair::new(&PairOptions {
         mtu: oxrdma_core::Mtu::Mtu256,
+        selective_repeat: [false, true],
         ..Default::default()
     });
     // The WRITE is a train of WRITE ONLYs (each names its own address): the second is

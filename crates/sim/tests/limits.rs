@@ -30,6 +30,7 @@ fn tiny() -> Engine {
         gid: Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 1)),
         max_mtu: oxrdma_core::Mtu::Mtu1024,
         attr,
+        selective_repeat: true,
     };
     Engine::new(config, [3; 32])
 }

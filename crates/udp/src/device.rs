@@ -37,6 +37,7 @@ impl Device {
             gid: port.gid(),
             max_mtu,
             attr: DeviceAttr::default(),
+            selective_repeat: selective_repeat_enabled(),
         };
         let kernel = KernelCounters::open();
         Ok(Device {
@@ -152,4 +153,10 @@ impl Device {
             .map_or(max, |t| Duration::from_nanos(t.saturating_sub(now)));
         self.port.wait_readable(until_timer.min(max))
     }
+}
+
+/// Whether the device speaks selective repeat with peers that do: yes, unless
+/// `OXRDMA_SELECTIVE_REPEAT=0` (to measure go-back-N, as rxe does it, between oxrdma peers).
+fn selective_repeat_enabled() -> bool {
+    std::env::var("OXRDMA_SELECTIVE_REPEAT").map_or(true, |v| v != "0")
 }

@@ -120,6 +120,7 @@ fn send_only(dest_qpn: u32, psn: u32, payload: &[u8]) -> PacketRepr<'_> {
             dest_qpn,
             ack_req: true,
             psn: Psn::new(psn),
+            selective_repeat: false,
         },
         ext: ExtHeaders::default(),
         payload,

@@ -5,11 +5,17 @@
 //!  4: FECN BECN resv6 | 5-7: destination QP
 //!  8: AckReq resv7 | 9-11: PSN
 //! ```
+//!
+//! oxrdma gives the top bit of resv7 a meaning between its own peers (selective repeat,
+//! see [`BthRepr::selective_repeat`]); other implementations send it as zero and ignore it.
 
 use crate::error::{need, Result, WireError};
 use crate::field::{set_u16, set_u24, u16_at, u24_at};
 use crate::opcode::Opcode;
 use crate::psn::Psn;
+
+/// Byte 8's selective-repeat bit.
+const SELECTIVE_REPEAT_BIT: u8 = 0x40;
 
 /// Zero-copy view of a BTH.
 #[derive(Debug, Clone, Copy)]
@@ -66,6 +72,10 @@ impl<T: AsRef<[u8]>> Bth<T> {
     pub fn ack_req(&self) -> bool {
         self.b()[8] & 0x80 != 0
     }
+    /// The selective-repeat bit (the top bit of resv7).
+    pub fn selective_repeat(&self) -> bool {
+        self.b()[8] & SELECTIVE_REPEAT_BIT != 0
+    }
     pub fn psn(&self) -> Psn {
         Psn::new(u24_at(self.b(), 9))
     }
@@ -101,6 +111,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
     pub fn set_ack_req(&mut self, ack_req: bool) {
         self.m()[8] = u8::from(ack_req) << 7;
     }
+    /// Sets or clears the selective-repeat bit, leaving AckReq.
+    pub fn set_selective_repeat(&mut self, on: bool) {
+        let b = self.m();
+        b[8] = (b[8] & !SELECTIVE_REPEAT_BIT) | if on { SELECTIVE_REPEAT_BIT } else { 0 };
+    }
     pub fn set_psn(&mut self, psn: Psn) {
         set_u24(self.m(), 9, psn.value());
     }
@@ -120,6 +135,11 @@ pub struct BthRepr {
     pub dest_qpn: u32,
     pub ack_req: bool,
     pub psn: Psn,
+    /// oxrdma's selective repeat (a reserved bit to everyone else). On a request: the
+    /// requester takes SACKs and resends only what they show missing, so the responder may
+    /// keep packets that arrive ahead of a gap. On an ACK: the responder keeps such packets
+    /// for this QP, and the ACK's payload lists them ([`crate::sack`]).
+    pub selective_repeat: bool,
 }
 
 impl BthRepr {
@@ -138,10 +158,11 @@ impl BthRepr {
             dest_qpn: bth.dest_qpn(),
             ack_req: bth.ack_req(),
             psn: bth.psn(),
+            selective_repeat: bth.selective_repeat(),
         })
     }
 
-    /// Writes the header with pad count 0 and reserved bits 0.
+    /// Writes the header with pad count 0 and the other reserved bits 0.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, bth: &mut Bth<T>) {
         bth.set_opcode(self.opcode);
         bth.set_flags(self.solicited, self.migreq, 0, 0);
@@ -149,6 +170,7 @@ impl BthRepr {
         bth.set_ecn(self.fecn, self.becn);
         bth.set_dest_qpn(self.dest_qpn & 0x00ff_ffff);
         bth.set_ack_req(self.ack_req);
+        bth.set_selective_repeat(self.selective_repeat);
         bth.set_psn(self.psn);
     }
 }

@@ -32,6 +32,9 @@ pub enum WireError {
     /// ATOMIC_WRITE).
     #[error("payload of {len} bytes is not allowed for opcode {opcode:#04x}")]
     BadPayloadLength { opcode: u8, len: usize },
+    /// The SACK payload of a selective-repeat ACK is not whole words, or too long.
+    #[error("SACK payload of {0} bytes is not whole 32-bit words (at most 1024 bytes)")]
+    BadSack(usize),
     /// AETH syndrome with the reserved type bits (0b10) or the reserved top bit set.
     #[error("reserved AETH syndrome {0:#04x}")]
     ReservedSyndrome(u8),

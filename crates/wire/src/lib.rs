@@ -27,6 +27,7 @@ pub mod packet;
 pub mod psn;
 pub mod reth;
 pub mod rsocket;
+pub mod sack;
 
 pub use aeth::{AethRepr, NakCode, Syndrome};
 pub use atomic_ack_eth::AtomicAckEthRepr;

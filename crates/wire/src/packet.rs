@@ -11,7 +11,7 @@ use crate::feth::{Feth, FethRepr};
 use crate::icrc::ICRC_LEN;
 use crate::ieth::Ieth;
 use crate::immdt::ImmDt;
-use crate::opcode::{Headers, OpcodeInfo, Payload, Position, MAX_PAYLOAD};
+use crate::opcode::{Headers, OpcodeInfo, Operation, Payload, Position, MAX_PAYLOAD};
 use crate::reth::{Reth, RethRepr};
 
 /// Length of the reserved area after the BTH of a RoCEv2 CNP.
@@ -144,7 +144,19 @@ impl<'a> PacketRepr<'a> {
         need("ICRC", rest, ICRC_LEN)?;
         let data = &rest[..rest.len() - ICRC_LEN];
         let pad = Bth::new_unchecked(packet).pad_count();
-        let payload = check_payload(&info, data, pad)?;
+        let payload = if bth.selective_repeat && info.operation == Operation::Acknowledge {
+            // A selective-repeat ACK: its payload is SACK blocks.
+            if pad != 0 {
+                return Err(WireError::BadPad {
+                    pad,
+                    data_len: data.len(),
+                });
+            }
+            crate::sack::check_len(data.len())?;
+            data
+        } else {
+            check_payload(&info, data, pad)?
+        };
         Ok(PacketRepr { bth, ext, payload })
     }
 
@@ -178,7 +190,11 @@ impl<'a> PacketRepr<'a> {
         if self.ext.present() != info.headers.without(Headers::CNP_RESERVED) {
             return Err(WireError::HeadersMismatch(self.bth.opcode.0));
         }
-        check_emit_payload(&info, payload_len)?;
+        if self.bth.selective_repeat && info.operation == Operation::Acknowledge {
+            crate::sack::check_len(payload_len)?;
+        } else {
+            check_emit_payload(&info, payload_len)?;
+        }
         let len = headers_len(info.headers);
         if buf.len() < len {
             return Err(WireError::BufferTooSmall {

@@ -20,11 +20,16 @@ fn bth(opcode: Opcode) -> impl Strategy<Value = BthRepr> {
     (
         any::<(bool, bool, u16, bool, bool)>(),
         0u32..1 << 24,
-        any::<bool>(),
+        any::<(bool, bool)>(),
         0u32..1 << 24,
     )
         .prop_map(
-            move |((solicited, migreq, pkey, fecn, becn), dest_qpn, ack_req, psn)| BthRepr {
+            move |(
+                (solicited, migreq, pkey, fecn, becn),
+                dest_qpn,
+                (ack_req, selective_repeat),
+                psn,
+            )| BthRepr {
                 opcode,
                 solicited,
                 migreq,
@@ -34,6 +39,7 @@ fn bth(opcode: Opcode) -> impl Strategy<Value = BthRepr> {
                 dest_qpn,
                 ack_req,
                 psn: Psn::new(psn),
+                selective_repeat,
             },
         )
 }
@@ -161,6 +167,7 @@ fn emit_rejects_headers_that_do_not_match_the_opcode() {
         dest_qpn: 1,
         ack_req: false,
         psn: Psn::new(0),
+        selective_repeat: false,
     };
     let p = PacketRepr {
         bth,

@@ -145,6 +145,10 @@ pub fn client(side: &mut Side, args: &PerfArgs, size: usize) -> anyhow::Result<B
     let seen = side.ctl.expect("ok")?;
     let server_cpu = side.ctl.expect("cpu")?;
     let mut r = bw_result(args, &prog, size, total, seen, secs)?;
+    if args.conn == Conn::Rc {
+        let qps = side.qps.iter().filter_map(|q| q.transport().ok());
+        r.transport = Some(super::report::Transport::of(qps));
+    }
     if args.cpu_util {
         let bytes = size as f64 * r.iterations as f64;
         r.cpu_client_ms_per_gb = cpu.map(|c| super::cpu::ms_per_gb(c, bytes));

@@ -199,6 +199,14 @@ impl PerfCli {
                 {
                     println!(" CPU per GB moved: client {c:.1} ms, server {s:.1} ms");
                 }
+                if let Report::Bw(BwResult {
+                    transport: Some(t), ..
+                }) = r
+                {
+                    if t.packets_resent > 0 {
+                        println!("{}", t.line());
+                    }
+                }
             }
         };
         if self.loopback {

@@ -20,6 +20,61 @@ pub struct BwResult {
     pub cpu_client_ms_per_gb: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_server_ms_per_gb: Option<f64>,
+    /// What the client's RC QPs went through (why a path is slow).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transport: Option<Transport>,
+}
+
+/// The client's QPs' transport, summed (times: the largest of the QPs').
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Transport {
+    pub packets_sent: u64,
+    pub packets_resent: u64,
+    /// Of those, found lost by selective repeat and sent again alone.
+    pub lost_resent: u64,
+    pub selective_repeat: bool,
+    /// The send window at the end, in PSNs (summed over the QPs).
+    pub window: u64,
+    pub srtt_us: Option<f64>,
+    pub min_rtt_us: Option<f64>,
+}
+
+impl Transport {
+    /// The sum of the QPs' figures.
+    pub fn of(qps: impl IntoIterator<Item = oxrdma_core::QpTransport>) -> Transport {
+        let us = |n: u64| n as f64 / 1e3;
+        let larger = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let mut t = Transport::default();
+        for q in qps {
+            t.packets_sent += q.packets_sent;
+            t.packets_resent += q.packets_resent;
+            t.lost_resent += q.lost_resent;
+            t.selective_repeat |= q.selective_repeat;
+            t.window += u64::from(q.window);
+            t.srtt_us = larger(t.srtt_us, q.srtt.map(us));
+            t.min_rtt_us = larger(t.min_rtt_us, q.min_rtt.map(us));
+        }
+        t
+    }
+
+    /// One line for the table.
+    pub fn line(&self) -> String {
+        let ms = |v: Option<f64>| v.map_or("-".into(), |us| format!("{:.3} ms", us / 1e3));
+        format!(
+            " transport: {} of {} packets sent again ({:.2} %; {} found lost), {}, window {} PSNs, srtt {}, min RTT {}",
+            self.packets_resent,
+            self.packets_sent,
+            100.0 * self.packets_resent as f64 / self.packets_sent.max(1) as f64,
+            self.lost_resent,
+            if self.selective_repeat { "selective repeat" } else { "go-back-N" },
+            self.window,
+            ms(self.srtt_us),
+            ms(self.min_rtt_us),
+        )
+    }
 }
 
 /// Latency of one message size, in microseconds: half the round trip for write and send
@@ -89,6 +144,7 @@ impl Progress {
             seconds: secs,
             cpu_client_ms_per_gb: None,
             cpu_server_ms_per_gb: None,
+            transport: None,
         }
     }
 }

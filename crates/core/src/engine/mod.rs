@@ -28,6 +28,10 @@ pub struct EngineConfig {
     /// The largest path MTU the port supports.
     pub max_mtu: Mtu,
     pub attr: DeviceAttr,
+    /// Speak selective repeat with peers that do (oxrdma's; see `oxrdma_wire::sack`): RC
+    /// requests offer it, and a responder asked keeps packets that arrive ahead of a gap.
+    /// Off, the device behaves as Linux rxe: go-back-N, and the bit is ignored.
+    pub selective_repeat: bool,
 }
 
 /// A packet `poll_transmit` wrote: `len` bytes at the start of the caller's buffer, to go to
@@ -163,6 +167,12 @@ impl Engine {
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
+
+    /// Turns selective repeat on or off for QPs created from now on
+    /// (`EngineConfig::selective_repeat`).
+    pub fn set_selective_repeat(&mut self, on: bool) {
+        self.config.selective_repeat = on;
+    }
     pub fn gid(&self) -> Gid {
         self.config.gid
     }
@@ -226,7 +236,7 @@ impl Engine {
                 _,
                 Operation::Acknowledge | Operation::ReadResponse | Operation::AtomicAcknowledge,
             ) => qp.handle_response(&mut ctx, &pkt),
-            _ => qp.handle_request(&mut ctx, &pkt),
+            _ => qp.handle_request(&mut ctx, &pkt, data),
         };
         if let Err(why) = result {
             ctx.drop_packet(why);

@@ -4,7 +4,7 @@
 use super::{touched, Engine};
 use crate::attr::{validate, AttrLimits, QpAttr, QpCap, QpInitAttr};
 use crate::error::{Result, VerbsError};
-use crate::qp::{Ctx, Qp, QpPost};
+use crate::qp::{Ctx, Qp, QpPost, QpTransport};
 use crate::verbs::{MwType, QpState, QpType, WrOpcode};
 use crate::wr::{MwBind, RecvWr, SendData, SendWr};
 use rand_core::RngCore;
@@ -70,6 +70,7 @@ impl Engine {
             self.bells.clone(),
         );
         let mut qp = Qp::new(qpn, pd, init, Arc::new(post));
+        qp.selective_repeat = self.config.selective_repeat;
         if init.qp_type == QpType::Ud {
             // No path MTU for datagrams: a message is one packet of up to the port's MTU.
             qp.mtu = self.config.max_mtu;
@@ -120,6 +121,15 @@ impl Engine {
             .get(&qpn)
             .ok_or(VerbsError::NotFound("queue pair"))?;
         Ok((qp.query(), qp.post().cap(), qp.sq_sig_all()))
+    }
+
+    /// What a QP's transport has been through: packets sent again, its window, its RTT.
+    pub fn qp_transport(&self, qpn: u32) -> Result<QpTransport> {
+        let qp = self
+            .qps
+            .get(&qpn)
+            .ok_or(VerbsError::NotFound("queue pair"))?;
+        Ok(qp.transport())
     }
 
     /// `ibv_modify_qp`: validates the attributes for the transition, then applies them.

@@ -3,6 +3,8 @@
 
 use crate::drops::RxDrop;
 use crate::mr::scatter;
+use crate::qp::requester::WINDOW;
+use crate::qp::scoreboard::{Scoreboard, Window};
 use crate::qp::{Ctx, Qp};
 use crate::timers::{Timer, TimerTable};
 use crate::verbs::{QpState, WcStatus, WrOpcode};
@@ -35,6 +37,8 @@ pub(crate) struct Completer {
     retry_psn: Option<(Psn, Nanos)>,
     /// Smoothed round-trip time, from AckReq packets sent once (Karn's rule).
     srtt: Option<Nanos>,
+    /// How much the RTT varies (RFC 6298's RTTVAR).
+    rttvar: Nanos,
     /// Tail-loss probes sent in this stall (the Probe timer resends from `una` if nothing
     /// has moved, without spending retry_cnt: a lost last packet or ACK would otherwise wait
     /// a whole ACK timeout).
@@ -42,6 +46,11 @@ pub(crate) struct Completer {
     /// While there is no RTT estimate: the timed packet a probe made ambiguous, and when
     /// the probe left (see `Qp::rtt_sample_for`).
     probed_sample: Option<(Psn, Nanos)>,
+    /// Once the peer's responses carry the selective-repeat bit: what it holds and what is
+    /// lost (until then, and with peers that never set it, go-back-N).
+    sb: Option<Scoreboard>,
+    /// The send window of selective repeat, from the delivery rate and the RTT floor.
+    win: Window,
 }
 
 impl Completer {
@@ -67,6 +76,21 @@ impl Completer {
     /// Oldest PSN not yet acknowledged.
     pub(crate) fn una(&self) -> Psn {
         self.una
+    }
+
+    /// Takes an RTT sample into the smoothed RTT, its variation and (`exact`: not timed
+    /// from a probe, so never short) the window's RTT floor.
+    fn rtt_sample(&mut self, sample: Nanos, exact: bool) {
+        match self.srtt {
+            None => (self.srtt, self.rttvar) = (Some(sample), sample / 2),
+            Some(s) => {
+                self.rttvar = (3 * self.rttvar + s.abs_diff(sample)) / 4;
+                self.srtt = Some((7 * s + sample) / 8);
+            }
+        }
+        if exact {
+            self.win.rtt(sample);
+        }
     }
 
     /// The smoothed round-trip time, once there is a sample.
@@ -110,7 +134,83 @@ impl Completer {
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
         self.timers.next()
     }
+
+    /// The selective-repeat scoreboard, once the peer speaks it.
+    pub(crate) fn scoreboard(&mut self) -> Option<&mut Scoreboard> {
+        self.sb.as_mut()
+    }
+
+    /// Whether the peer speaks selective repeat.
+    pub(crate) fn selective(&self) -> bool {
+        self.sb.is_some()
+    }
+
+    /// Whether the responder holds packets beyond a gap (selective repeat).
+    pub(crate) fn holds_beyond_gap(&self) -> bool {
+        self.sb.as_ref().is_some_and(Scoreboard::any_held)
+    }
+
+    /// Whether a packet found lost waits to be sent again.
+    pub(crate) fn has_lost(&self) -> bool {
+        self.sb.as_ref().is_some_and(Scoreboard::has_lost)
+    }
+
+    /// Whether the responder holds `psn` (selective repeat).
+    pub(crate) fn held(&self, psn: Psn) -> bool {
+        self.sb.as_ref().is_some_and(|s| s.holds(psn))
+    }
+
+    /// Whether no new packet may be sent: as many are in flight as the window allows
+    /// (selective repeat: packets neither held nor lost, against twice the
+    /// bandwidth-delay product, and never more PSNs than the responder keeps; go-back-N:
+    /// PSNs since `una`, against `WINDOW`).
+    pub(crate) fn window_full(&self, next: Psn) -> bool {
+        let span = self.una.distance_to(next);
+        match &self.sb {
+            Some(sb) => span >= SR_SPAN || sb.in_flight() >= self.window(),
+            None => span >= WINDOW,
+        }
+    }
+
+    /// Whether no lost packet may be sent again yet: as many packets are in flight as the
+    /// window allows (a resend takes the place of the packet lost, in flight again).
+    pub(crate) fn window_full_again(&self) -> bool {
+        self.sb
+            .as_ref()
+            .is_some_and(|sb| sb.in_flight() >= self.window())
+    }
+
+    /// Whether sending up to `after` fills the window (the packet asks for an ACK, so the
+    /// window opens again as soon as the peer has it).
+    pub(crate) fn fills_window(&self, after: Psn) -> bool {
+        match &self.sb {
+            Some(sb) => sb.in_flight() + 1 >= self.window(),
+            None => self.una.distance_to(after) >= WINDOW,
+        }
+    }
+
+    /// The send window in PSNs.
+    pub(crate) fn window(&self) -> u32 {
+        match self.sb {
+            Some(_) => self.win.size(WINDOW, SR_SPAN),
+            None => WINDOW,
+        }
+    }
+
+    /// The smallest RTT measured (selective repeat sizes its window with it).
+    pub(crate) fn min_rtt(&self) -> Option<Nanos> {
+        self.win.min_rtt()
+    }
+
+    /// Packets resent because selective repeat found them lost.
+    pub(crate) fn resent(&self) -> u64 {
+        self.sb.as_ref().map_or(0, |s| s.resent)
+    }
 }
+
+/// PSNs in flight at most under selective repeat: what a responder keeps ahead of a gap,
+/// well inside half the 24-bit PSN space.
+const SR_SPAN: u32 = crate::qp::responder::MAX_SPAN / 2;
 
 fn nak_status(code: NakCode) -> WcStatus {
     match code {
@@ -133,13 +233,24 @@ impl Qp {
             return Err(RxDrop::QpState);
         }
         let psn = pkt.bth.psn;
-        let outstanding = self.comp.una.distance_to(self.req.high_psn());
-        if !psn.in_window(self.comp.una, outstanding) {
-            return Err(RxDrop::StaleResponse);
+        if pkt.bth.selective_repeat && self.selective_repeat && self.comp.sb.is_none() {
+            self.start_selective_repeat();
         }
         let info = pkt.bth.opcode.info().map_err(|_| RxDrop::Malformed)?;
+        let outstanding = self.comp.una.distance_to(self.req.high_psn());
+        if !psn.in_window(self.comp.una, outstanding) {
+            // An ACK of nothing new may still say what the responder holds.
+            if !self.sacked(ctx, pkt) {
+                return Err(RxDrop::StaleResponse);
+            }
+            if let Some(sb) = self.comp.sb.as_mut() {
+                sb.find_lost();
+            }
+            return Ok(());
+        }
         let result = match (info.operation, pkt.ext.aeth.map(|a| a.syndrome)) {
             (Operation::Acknowledge, Some(Syndrome::Ack { .. })) => {
+                self.sacked(ctx, pkt);
                 self.ack_through(ctx, psn);
                 Ok(())
             }
@@ -172,6 +283,9 @@ impl Qp {
             (Operation::AtomicAcknowledge, _) => self.atomic_ack(ctx, pkt),
             _ => Err(RxDrop::UnexpectedResponse),
         };
+        if let Some(sb) = self.comp.sb.as_mut() {
+            sb.find_lost();
+        }
         self.drain_local_front(ctx);
         self.report_local_errors(ctx);
         result
@@ -192,6 +306,62 @@ impl Qp {
         }
     }
 
+    /// The peer's responses carry the selective-repeat bit: from now on it keeps packets
+    /// that arrive ahead of a gap. The scoreboard starts with what is outstanding, one entry
+    /// per request packet (a READ's response PSNs are no packets of ours).
+    fn start_selective_repeat(&mut self) {
+        let (una, high) = (self.comp.una, self.req.high_psn());
+        let mut sb = Scoreboard::new(una, una);
+        let mut p = una;
+        for w in self.sq.iter().take_while(|w| w.started) {
+            if w.npkts == 0 || w.last_psn().before(p) {
+                continue;
+            }
+            if w.wr.opcode.is_read_or_atomic() {
+                let end = w.first_psn.add(w.npkts);
+                sb.sent_packet(p, p.distance_to(end));
+                p = end;
+            } else {
+                while !w.last_psn().before(p) && p.before(high) {
+                    sb.sent_packet(p, 1);
+                    p = p.next();
+                }
+            }
+        }
+        self.comp.sb = Some(sb);
+    }
+
+    /// The SACK blocks of a selective-repeat ACK: what they show held, and so lost; true
+    /// if it carried any.
+    fn sacked(&mut self, ctx: &Ctx<'_>, pkt: &PacketRepr<'_>) -> bool {
+        let positive = matches!(pkt.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Ack { .. }));
+        let Some(sb) = self.comp.sb.as_mut() else {
+            return false;
+        };
+        if !pkt.bth.selective_repeat || !positive || pkt.payload.is_empty() {
+            return false;
+        }
+        let before = sb.delivered;
+        for (start, end) in oxrdma_wire::sack::runs(pkt.bth.psn, pkt.payload) {
+            sb.sacked(start, end);
+        }
+        let progress = sb.delivered != before;
+        self.comp.win.delivered(ctx.now, sb.delivered);
+        // The timed packet may be held beyond a gap: its RTT is known now, not when the
+        // gap fills.
+        if let Some(sent) = self.req.take_sample_if(|p| sb.holds(p)) {
+            self.comp.rtt_sample(ctx.now.saturating_sub(sent), true);
+        }
+        if progress {
+            // The path delivers: what is missing is being sent again as it is found lost,
+            // so neither the ACK timeout nor a probe is due yet (retry_cnt still counts
+            // only timeouts without progress at `una`).
+            self.restart_ack_timer(ctx.now);
+            self.arm_probe(ctx.now);
+        }
+        true
+    }
+
     /// Everything before `psn` is acknowledged (a NAK's implicit ACK).
     fn ack_before(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         if psn != self.comp.una {
@@ -205,10 +375,14 @@ impl Qp {
         if !self.comp.una.before(una) {
             return;
         }
-        if let Some(sample) = self.rtt_sample_for(ctx.now, una) {
-            self.comp.srtt = Some(self.comp.srtt.map_or(sample, |s| (7 * s + sample) / 8));
+        if let Some((sample, exact)) = self.rtt_sample_for(ctx.now, una) {
+            self.comp.rtt_sample(sample, exact);
         }
         self.comp.una = una;
+        if let Some(sb) = self.comp.sb.as_mut() {
+            sb.acked(una);
+            self.comp.win.delivered(ctx.now, sb.delivered);
+        }
         self.comp.probes = 0;
         self.comp.retry_psn = None;
         if self.rnr_waiting_at().is_some_and(|p| p.before(una)) {
@@ -223,7 +397,7 @@ impl Qp {
         let deadline = if una == self.req.high_psn() {
             None
         } else {
-            self.ack_timeout().map(|t| ctx.now + t)
+            self.retransmit_timeout().map(|t| ctx.now + t)
         };
         self.comp.timers.set_or_stop(Timer::Retransmit, deadline);
         self.arm_probe(ctx.now);
@@ -235,14 +409,15 @@ impl Qp {
     /// and no estimate would ever form. So, while there is none, an ACK for a probed packet
     /// is timed from the probe: exact if it answers the probe, short by at most the probe
     /// timeout if it answers the original.
-    fn rtt_sample_for(&mut self, now: Nanos, una: Psn) -> Option<Nanos> {
+    /// The second value says whether the sample is exact (not timed from a probe).
+    fn rtt_sample_for(&mut self, now: Nanos, una: Psn) -> Option<(Nanos, bool)> {
         if let Some(sent) = self.req.take_sample_before(una) {
-            return Some(now.saturating_sub(sent));
+            return Some((now.saturating_sub(sent), true));
         }
         let c = &mut self.comp;
         let (_, probe) = c.probed_sample.filter(|&(p, _)| p.before(una))?;
         c.probed_sample = None;
-        c.srtt.is_none().then(|| now.saturating_sub(probe))
+        c.srtt.is_none().then(|| (now.saturating_sub(probe), false))
     }
 
     /// Resends from `from`, if the retry budget allows; otherwise fails the front WQE.
@@ -253,7 +428,19 @@ impl Qp {
             return;
         }
         self.comp.retries_left -= 1;
-        self.rewind(from);
+        let una = self.comp.una;
+        match self.comp.sb.as_mut() {
+            // Selective repeat: everything the responder does not hold counts as lost, and
+            // goes again as the window lets it (a go-back would send it all at once, into
+            // the queue that may have lost it).
+            Some(sb) if sb.is_packet(una) => sb.mark_all_lost(),
+            Some(sb) => {
+                // A READ or atomic at the front awaits a response: the go-back asks again.
+                sb.forget_lost();
+                self.rewind(from);
+            }
+            None => self.rewind(from),
+        }
         self.restart_ack_timer(ctx.now);
         // What this resends may arrive out of order and draw a NAK: that is no new loss.
         self.comp.retry_psn = Some((self.comp.una, ctx.now));
@@ -481,13 +668,22 @@ impl Qp {
                 }
                 // The last packet sent, again (it asks for an ACK): the ACK says how far
                 // the peer got, or the NAK where a gap begins. From `una` if a resend is
-                // already under way.
-                let from = if self.req.resending() {
-                    self.comp.una
-                } else {
-                    self.req.high_psn().sub(1)
-                };
-                self.rewind(from);
+                // already under way. Under selective repeat, with packets held beyond a
+                // gap at `una`: what was sent before the newest packet delivered.
+                let una = self.comp.una;
+                match self.comp.sb.as_mut() {
+                    Some(sb) if sb.is_packet(una) && sb.any_held() => {
+                        sb.probe_lost();
+                    }
+                    _ => {
+                        let from = if self.req.resending() || self.comp.holds_beyond_gap() {
+                            una
+                        } else {
+                            self.req.high_psn().sub(1)
+                        };
+                        self.rewind(from);
+                    }
+                }
                 self.arm_probe(ctx.now);
             }
         }
@@ -503,9 +699,21 @@ impl Qp {
         fired
     }
 
+    /// How long the requester waits for progress before it sends again: the local ACK
+    /// timeout, or RFC 6298's retransmission timeout (SRTT + 4 RTTVAR) where the path is
+    /// slower than that (a 50 ms path whose queue adds 100 ms answers after 150 ms, while
+    /// timeout 14 waits 67 ms: every expiry there would spend a retry on a path that is
+    /// only slow, and send the window again into its queue). None: timeout 0, wait
+    /// forever.
+    pub fn retransmit_timeout(&self) -> Option<Nanos> {
+        let c = &self.comp;
+        let floor = c.srtt.map_or(0, |s| s + 4 * c.rttvar);
+        self.ack_timeout().map(|t| t.max(floor))
+    }
+
     /// (Re)starts the local ACK timeout from `now` (timeout 0: it never fires).
     pub fn restart_ack_timer(&mut self, now: Nanos) {
-        let at = self.ack_timeout().map(|t| now + t);
+        let at = self.retransmit_timeout().map(|t| now + t);
         self.comp.timers.set_or_stop(Timer::Retransmit, at);
     }
 
@@ -521,7 +729,7 @@ impl Qp {
     /// 20 us; 1 ms before the first sample), and never more than half the ACK timeout.
     pub fn probe_timeout(&self) -> Nanos {
         let pto = self.comp.srtt.map_or(1_000_000, |s| (3 * s).max(20_000));
-        self.ack_timeout().map_or(pto, |t| pto.min(t / 2))
+        self.retransmit_timeout().map_or(pto, |t| pto.min(t / 2))
     }
 
     /// (Re)arms the tail-loss probe while packets are outstanding.

@@ -32,6 +32,25 @@ mod completer;
 mod post;
 mod requester;
 mod responder;
+mod scoreboard;
+
+/// What a QP's transport has been through (`oxrdma perf` prints it): why a path is slow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpTransport {
+    /// Request packets sent, first times and again.
+    pub packets_sent: u64,
+    /// Request packets sent more than once (go-back, probes, selective repeat).
+    pub packets_resent: u64,
+    /// Of those, the packets selective repeat found lost and sent again alone.
+    pub lost_resent: u64,
+    /// The peer speaks selective repeat.
+    pub selective_repeat: bool,
+    /// The send window now, in PSNs.
+    pub window: u32,
+    /// The smoothed and the smallest round-trip time measured.
+    pub srtt: Option<Nanos>,
+    pub min_rtt: Option<Nanos>,
+}
 
 /// A send WR as the requester tracks it.
 #[derive(Debug)]
@@ -158,6 +177,8 @@ pub(crate) struct Qp {
     pub queued_deadline: Option<Nanos>,
     /// In SQD, IBV_EVENT_SQ_DRAINED is still to be raised (once the started WQEs are done).
     drain_pending: bool,
+    /// The device speaks selective repeat (`EngineConfig::selective_repeat`).
+    pub selective_repeat: bool,
 }
 
 impl Qp {
@@ -191,6 +212,7 @@ impl Qp {
             scheduled: false,
             queued_deadline: None,
             drain_pending: false,
+            selective_repeat: false,
         }
     }
 
@@ -352,13 +374,17 @@ impl Qp {
         Ok(())
     }
 
-    /// An RC request packet (the responder's); Err says why it was dropped.
+    /// An RC request packet (the responder's), parsed from `raw`; Err says why it was
+    /// dropped.
     pub(crate) fn handle_request(
         &mut self,
         ctx: &mut Ctx<'_>,
         pkt: &PacketRepr<'_>,
+        raw: &[u8],
     ) -> Result<(), RxDrop> {
-        let r = self.resp.handle_request(ctx, &self.view(), pkt);
+        let r = self
+            .resp
+            .handle_request(ctx, &self.view(), pkt, raw, self.selective_repeat);
         self.hold_ack(ctx.now);
         self.apply(ctx, r)
     }
@@ -535,6 +561,19 @@ impl Qp {
         self.req = Requester::default();
         self.comp = Completer::default();
         self.resp.reset();
+    }
+
+    /// What its transport has been through.
+    pub fn transport(&self) -> QpTransport {
+        QpTransport {
+            packets_sent: self.req.packets_sent(),
+            packets_resent: self.req.packets_resent(),
+            lost_resent: self.comp.resent(),
+            selective_repeat: self.comp.selective(),
+            window: self.comp.window(),
+            srtt: self.comp.srtt(),
+            min_rtt: self.comp.min_rtt(),
+        }
     }
 
     /// The earliest deadline this QP is waiting for.

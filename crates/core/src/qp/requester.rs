@@ -53,6 +53,8 @@ pub(crate) struct Requester {
     asks: u64,
     /// A repair pass under way (see `Qp::repair`).
     repair: Option<Repair>,
+    /// Request packets built more than once.
+    resent: u64,
 }
 
 /// A repair pass: the READ and atomic responses that the answer to request `through`,
@@ -66,6 +68,16 @@ struct Repair {
 }
 
 impl Requester {
+    /// Request packets built, ever.
+    pub(crate) fn packets_sent(&self) -> u64 {
+        self.asks
+    }
+
+    /// Request packets built more than once, ever.
+    pub(crate) fn packets_resent(&self) -> u64 {
+        self.resent
+    }
+
     /// When the last message's last packet was first sent.
     pub(crate) fn last_msg_sent_at(&self) -> Option<Nanos> {
         self.last_msg_at
@@ -104,6 +116,13 @@ impl Requester {
     /// The PSN of the packet being timed, if any.
     pub(crate) fn timed_psn(&self) -> Option<Psn> {
         self.rtt_sample.map(|(p, _)| p)
+    }
+
+    /// When the timed packet left, if `delivered` says it arrived; the sample is used up.
+    pub(crate) fn take_sample_if(&mut self, delivered: impl Fn(Psn) -> bool) -> Option<Nanos> {
+        let (_, sent) = self.rtt_sample.filter(|&(p, _)| delivered(p))?;
+        self.rtt_sample = None;
+        Some(sent)
     }
 
     /// When the timed packet left, if it is before `una` (acknowledged); the sample is
@@ -286,11 +305,15 @@ impl Qp {
         if let Some(len) = self.next_middle(ctx.now, buf) {
             return Some(len);
         }
+        if let Some(len) = self.resend_lost(ctx, buf) {
+            return Some(len);
+        }
         let idx = loop {
             if self.state != QpState::Rts && self.state != QpState::Sqd {
                 return None;
             }
             self.repair_position();
+            self.skip_held();
             if self.rnr_waiting_at().is_some() || self.req.idx >= self.sq.len() {
                 return None;
             }
@@ -344,6 +367,7 @@ impl Qp {
         if !middle
             || !sending
             || r.resending()
+            || self.comp.has_lost()
             || w.wr.opcode.is_read_or_atomic()
             || self.window_full()
             || self.rnr_waiting_at().is_some()
@@ -355,8 +379,9 @@ impl Qp {
         let ack_req = self.qp_type == QpType::Rc && self.cadence_asks(after);
         let train = self.trains(w.wr.opcode);
         let opcode = send_write_opcode(self.qp_type, w.wr.opcode, train, train);
-        bth(self.dest_qpn, opcode, psn, ack_req, false)
-            .emit(&mut Bth::new_unchecked(&mut buf[..BTH_LEN]));
+        let mut bth = bth(self.dest_qpn, opcode, psn, ack_req, false);
+        bth.selective_repeat = self.selective_repeat && self.qp_type == QpType::Rc;
+        bth.emit(&mut Bth::new_unchecked(&mut buf[..BTH_LEN]));
         let mut ext = ExtHeaders::default();
         let mut hlen = BTH_LEN;
         if train {
@@ -378,6 +403,64 @@ impl Qp {
         let total = self.finish_request(self.req.idx, buf, hlen, &next, now);
         self.sent_request(psn, true, ack_req, now);
         Some(total)
+    }
+
+    /// Selective repeat: sends again the next packet found lost, if any, and puts the
+    /// cursor back where it was.
+    fn resend_lost(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        let sending = matches!(self.state, QpState::Rts | QpState::Sqd);
+        if !sending
+            || self.req.repair.is_some()
+            || self.rnr_waiting_at().is_some()
+            || !self.comp.has_lost()
+            || self.comp.window_full_again()
+        {
+            return None;
+        }
+        let psn = self.comp.scoreboard()?.next_lost()?;
+        let idx = self
+            .sq
+            .iter()
+            .position(|w| w.started && w.npkts > 0 && w.holds(psn))?;
+        let (at, off, next) = (self.req.idx, self.req.off, self.req.next_psn);
+        self.put_cursor(idx, psn);
+        let (len, ack_req) = self.build_request(idx, buf, ctx.now);
+        self.sent_request(psn, false, ack_req, ctx.now);
+        let r = &mut self.req;
+        (r.idx, r.off, r.next_psn) = (at, off, next);
+        if r.rtt_sample.is_some_and(|(p, _)| p == psn) {
+            // Karn: the timed packet went twice.
+            r.rtt_sample = None;
+        }
+        Some(len)
+    }
+
+    /// Selective repeat: a go-back pass steps over the SENDs and WRITEs the responder
+    /// holds. Not over a READ or atomic: that the responder has the request does not bring
+    /// its response, which asking again does (the responder replays it). Nor over `una`:
+    /// a go-back or a probe sends at least that packet, whose ACK (the lost one, perhaps)
+    /// says how far the responder got.
+    fn skip_held(&mut self) {
+        let skips = |q: &Qp| {
+            let p = q.req.next_psn;
+            q.req.resending()
+                && p != q.comp.una()
+                && q.comp.held(p)
+                && q.sq
+                    .get(q.req.idx)
+                    .is_some_and(|w| !w.wr.opcode.is_read_or_atomic())
+        };
+        while skips(self) {
+            let mut p = self.req.next_psn;
+            while p != self.req.high_psn && self.comp.held(p) {
+                p = p.next();
+            }
+            let before = self.req.next_psn;
+            self.seek(p);
+            if self.req.next_psn == before {
+                return;
+            }
+        }
     }
 
     /// Timers and the RTT sample after request `psn` was built (`fresh`: for the first time).
@@ -517,6 +600,9 @@ impl Qp {
             && (next.ack_req && self.acked_at_end(idx, now) || again || self.cadence_asks(after));
         let solicited = next.ends_wqe && w.wr.flags.contains(crate::SendFlags::SOLICITED);
         let mut bth = bth(self.dest_qpn, next.opcode, psn, next.ack_req, solicited);
+        // Every RC request offers selective repeat; a peer that does not speak it ignores
+        // the bit (a reserved one to it) and never sets it in its responses.
+        bth.selective_repeat = self.selective_repeat && self.qp_type == QpType::Rc;
         if let Some(ud) = w.wr.ud.filter(|_| self.qp_type == QpType::Ud) {
             bth.dest_qpn = ud.remote_qpn;
         }
@@ -559,7 +645,11 @@ impl Qp {
         }
         let total = finish_packet(buf, hlen, n);
         let (first, npkts) = (w.first_psn, w.npkts);
+        if let Some(sb) = self.comp.scoreboard() {
+            sb.sent_packet(self.req.next_psn, next.psns);
+        }
         self.req.asks += 1;
+        self.req.resent += u64::from(again);
         let w = &mut self.sq[idx];
         w.asked = self.req.asks;
         if w.wr.opcode == WrOpcode::RdmaRead {
@@ -578,15 +668,18 @@ impl Qp {
         WRITE_TRAINS && op == WrOpcode::RdmaWrite && self.qp_type == QpType::Rc
     }
 
-    /// Whether `WINDOW` PSNs are in flight: nothing more is sent until an ACK.
+    /// Whether the window is full: nothing new is sent until an ACK. Under selective
+    /// repeat, what is sent again (behind the highest PSN sent) replaces what was lost and
+    /// is not held back.
     fn window_full(&self) -> bool {
-        self.comp.una().distance_to(self.req.next_psn) >= WINDOW
+        let resend = self.comp.selective() && self.req.resending();
+        !resend && self.comp.window_full(self.req.next_psn)
     }
 
     /// Whether the packet before `after` asks for an ACK by the cadence: every
     /// `ACK_REQ_EVERY` packets, and when it fills the window.
     fn cadence_asks(&self, after: Psn) -> bool {
-        self.req.since_ack_req + 1 >= ACK_REQ_EVERY || self.comp.una().distance_to(after) >= WINDOW
+        self.req.since_ack_req + 1 >= ACK_REQ_EVERY || self.comp.fills_window(after)
     }
 
     /// Moves the requester's cursor past the packet `next` just built, of the WQE whose

@@ -253,5 +253,6 @@ fn from_report(r: &BwReport, args: &PerfArgs) -> BwResult {
         },
         cpu_client_ms_per_gb: None,
         cpu_server_ms_per_gb: None,
+        transport: None,
     }
 }

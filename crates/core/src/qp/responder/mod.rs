@@ -9,6 +9,7 @@ use crate::qp::post::QpPost;
 use crate::verbs::{Access, EventType, Mtu, QpState, WcOpcode, WcStatus};
 use crate::wr::{RecvWr, WorkCompletion};
 use oxrdma_wire::aeth::INVALID_CREDIT;
+use oxrdma_wire::sack;
 use oxrdma_wire::{
     AethRepr, AtomicAckEthRepr, ExtHeaders, NakCode, Opcode, OpcodeInfo, Operation, PacketRepr,
     Psn, Syndrome,
@@ -17,8 +18,12 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+mod reorder;
 mod uc;
 mod ud;
+
+use reorder::Reorder;
+pub(crate) use reorder::MAX_SPAN;
 
 /// Atomic results remembered for replaying duplicate atomics: twice the most a requester
 /// may have outstanding (max_qp_rd_atom), so a retransmitted atomic is always found.
@@ -102,6 +107,11 @@ pub(crate) struct Responder {
     write: Option<WriteProgress>,
     replies: VecDeque<Reply>,
     atomics: VecDeque<(Psn, u64)>,
+    /// The requester speaks selective repeat (its requests carry the bit): packets ahead of
+    /// a gap are kept, and ACKs carry the bit and SACK blocks.
+    sr_peer: bool,
+    /// Packets kept ahead of a gap.
+    reorder: Reorder,
 }
 
 /// What the responder needs of its QP, read afresh for each event.
@@ -227,27 +237,79 @@ impl Responder {
         ctx: &mut Ctx<'_>,
         q: &QpView,
         pkt: &PacketRepr<'_>,
+        raw: &[u8],
+        selective_repeat: bool,
     ) -> Result<Fatal, RxDrop> {
         if !matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
             return Err(RxDrop::QpState);
         }
         let psn = pkt.bth.psn;
-        let r = &mut *self;
-        match psn.diff(r.epsn) {
-            d if d > 0 => {
-                if !r.nak_sent {
-                    r.nak_sent = true;
-                    let (epsn, msn) = (r.epsn, r.msn);
-                    r.push_ack(epsn, Syndrome::Nak(NakCode::PsnSequenceError), msn);
-                }
-                return Err(RxDrop::OutOfSequence);
-            }
+        self.sr_peer |= selective_repeat && pkt.bth.selective_repeat;
+        match psn.diff(self.epsn) {
+            d if d > 0 => return self.ahead(pkt, raw),
             d if d < 0 => {
                 self.duplicate(ctx, q, pkt);
                 return Ok(None);
             }
             _ => {}
         }
+        let fatal = self.execute(ctx, q, pkt)?;
+        if fatal.is_some() {
+            return Ok(fatal);
+        }
+        self.execute_kept(ctx, q)
+    }
+
+    /// A request ahead of the expected PSN: kept if the requester speaks selective repeat
+    /// (an ACK with its SACK blocks goes back when it asks for one, or when the packet
+    /// opens a new block: that tells the requester of the gap at once); otherwise, or if
+    /// there is no room, a PSN-sequence NAK, once per gap.
+    fn ahead(&mut self, pkt: &PacketRepr<'_>, raw: &[u8]) -> Result<Fatal, RxDrop> {
+        let (psn, epsn, msn) = (pkt.bth.psn, self.epsn, self.msn);
+        if self.sr_peer {
+            let opens_block = !self.reorder.holds(psn.sub(1));
+            if self.reorder.hold(epsn, psn, raw) {
+                if pkt.bth.ack_req || opens_block {
+                    self.push_ack(epsn.sub(1), ACK, msn);
+                }
+                return Ok(None);
+            }
+        }
+        if !self.nak_sent {
+            self.nak_sent = true;
+            self.push_ack(epsn, Syndrome::Nak(NakCode::PsnSequenceError), msn);
+        }
+        Err(RxDrop::OutOfSequence)
+    }
+
+    /// Executes the kept packets the expected PSN has reached, in order, until a gap (or
+    /// one that cannot be executed yet: no receive WQE, RNR).
+    fn execute_kept(&mut self, ctx: &mut Ctx<'_>, q: &QpView) -> Result<Fatal, RxDrop> {
+        while let Some(raw) = self.reorder.take(self.epsn) {
+            let Ok(pkt) = PacketRepr::parse(&raw) else {
+                continue;
+            };
+            let before = self.epsn;
+            match self.execute(ctx, q, &pkt) {
+                Ok(Some(event)) => return Ok(Some(event)),
+                Ok(None) if self.epsn == before => {
+                    self.reorder.put_back(before, raw);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        Ok(None)
+    }
+
+    /// Executes the request at the expected PSN.
+    fn execute(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        q: &QpView,
+        pkt: &PacketRepr<'_>,
+    ) -> Result<Fatal, RxDrop> {
+        let psn = pkt.bth.psn;
         let info = pkt.bth.opcode.info().map_err(|_| RxDrop::Malformed)?;
         let result = match info.operation {
             Operation::Send | Operation::SendWithImm | Operation::SendWithInv => {
@@ -308,6 +370,8 @@ impl Responder {
             write: None,
             replies: VecDeque::new(),
             atomics: VecDeque::new(),
+            sr_peer: false,
+            reorder: Reorder::default(),
         }
     }
 
@@ -354,6 +418,7 @@ impl Responder {
     /// The QP went to ERR: every receive it holds (one being filled, those queued)
     /// completes with WR_FLUSH_ERR.
     pub(crate) fn flush(&mut self, ctx: &mut Ctx<'_>, q: &QpView) {
+        self.reorder.clear();
         let started = self.recv.take().map(|r| r.wr_id);
         let mut queued: Vec<u64> = self.returned.drain(..).map(|r| r.wr_id).collect();
         if q.srq.is_none() {
@@ -765,7 +830,21 @@ impl Responder {
             }
             self.replies.pop_front();
         }
+        // Under selective repeat the last ACK queued covers everything executed: packets
+        // executed from the kept ones without asking for an ACK must not look lost.
+        let (epsn, msn_now, last) = (self.epsn, self.msn, self.replies.len() == 1);
+        let sr_peer = self.sr_peer;
         let front = self.replies.front_mut()?;
+        if let Reply::Ack {
+            psn,
+            syndrome: Syndrome::Ack { .. },
+            msn,
+        } = front
+        {
+            if sr_peer && last {
+                (*psn, *msn) = (epsn.sub(1), msn_now);
+            }
+        }
         let mut ext = ExtHeaders::default();
         let (opcode, psn, n, done) = match front {
             Reply::Ack { psn, syndrome, msn } => {
@@ -805,14 +884,41 @@ impl Responder {
                 (opcode, r.next_psn, n, last)
             }
         };
+        let mut bth = bth(q.dest_qpn, opcode, psn, false, false);
+        bth.selective_repeat = self.sr_peer;
+        let sack = self.sr_peer
+            && matches!(
+                front,
+                Reply::Ack {
+                    syndrome: Syndrome::Ack { .. },
+                    ..
+                }
+            );
         let repr = PacketRepr {
-            bth: bth(q.dest_qpn, opcode, psn, false, false),
+            bth,
             ext,
             payload: &[],
         };
+        // SACK blocks are whole words: no pad, so the headers are those of no payload.
         let hlen = repr
-            .emit_headers_for(n, buf)
+            .emit_headers_for(if sack { 0 } else { n }, buf)
             .expect("responder builds valid packets");
+        if sack {
+            // The ACK's payload: what is kept beyond the PSN it acknowledges (and what was
+            // executed after it, if it is not the last ACK queued).
+            let (epsn, r) = (self.epsn, &self.reorder);
+            let held = |p: Psn| p.before(epsn) || r.holds(p);
+            let end = if r.end().after(epsn) { r.end() } else { epsn };
+            let first = psn.next();
+            let span = if end.after(first) {
+                first.distance_to(end).min(sack::MAX_LEN as u32 * 8)
+            } else {
+                0
+            };
+            let n = sack::emit(psn, span, held, &mut buf[hlen..]);
+            self.replies.pop_front();
+            return Some(finish_packet(buf, hlen, n));
+        }
         if let Some(Reply::Read(r)) = self.replies.front_mut() {
             if let Some(seg) = &r.seg {
                 seg.buffer

@@ -1,0 +1,379 @@
+//! What the requester knows of each PSN in flight when the peer speaks selective repeat:
+//! which the responder holds (its SACK blocks said so), and which are lost. A packet is
+//! lost once a packet sent three or more transmissions after it (by transmission, not
+//! PSN: a packet sent again is younger than everything before it) has been delivered; so
+//! a resent packet lost again is found the same way, and reordering by less than three
+//! packets is no loss.
+
+use crate::Nanos;
+use oxrdma_wire::Psn;
+use std::collections::VecDeque;
+
+/// How many transmissions after a packet one must be that, delivered, shows it lost.
+const REORDER_PACKETS: u64 = 3;
+/// `sent`: the responder holds the packet (SACKed).
+const SACKED: u64 = 1 << 63;
+/// `sent`: the PSN carries no request packet (a READ's response PSNs).
+const NO_PACKET: u64 = 1 << 62;
+/// Either: the PSN is not in flight.
+const HELD: u64 = SACKED | NO_PACKET;
+/// `sent`: found lost, not sent again yet (also not in flight).
+const LOST: u64 = 1 << 61;
+/// `sent`: sent more than once. Which copy arrived is unknown, so its delivery dates
+/// nothing: taken as the latest, it would make every packet sent between the copies look
+/// lost.
+const RESENT: u64 = 1 << 60;
+/// The transmission number in an entry.
+const TX: u64 = RESENT - 1;
+
+/// The scoreboard of one QP's send window, from `base` (its `una`).
+#[derive(Debug, Default)]
+pub(crate) struct Scoreboard {
+    base: Psn,
+    /// Per PSN from `base`: the number of its latest transmission, or HELD.
+    sent: VecDeque<u64>,
+    /// PSNs in the order of their transmissions, numbers from `log_base`.
+    log: VecDeque<Psn>,
+    log_base: u64,
+    /// The number of the next transmission.
+    next_tx: u64,
+    /// The newest transmission known to have been delivered (plus one; 0: none yet).
+    delivered_tx: u64,
+    /// PSNs found lost, in the order found (those since held, acknowledged or sent again
+    /// are skipped when met).
+    lost: VecDeque<Psn>,
+    /// PSNs marked LOST.
+    lost_count: u32,
+    /// PSNs from `base` SACKed (or with no packet).
+    held: u32,
+    /// Packets resent because they were found lost, ever.
+    pub resent: u64,
+    /// PSNs delivered (held or acknowledged), ever: the delivery rate counts them.
+    pub delivered: u64,
+}
+
+impl Scoreboard {
+    /// A scoreboard for PSNs `una..high`, all sent once, in order.
+    pub(crate) fn new(una: Psn, high: Psn) -> Self {
+        let mut s = Scoreboard {
+            base: una,
+            ..Scoreboard::default()
+        };
+        let mut p = una;
+        while p != high {
+            s.sent_packet(p, 1);
+            p = p.next();
+        }
+        s
+    }
+
+    /// Request packet `psn` (consuming `psns` PSNs: a READ request one per response) left,
+    /// for the first time or again.
+    pub(crate) fn sent_packet(&mut self, psn: Psn, psns: u32) {
+        let i = self.base.distance_to(psn) as usize;
+        if i > self.sent.len() {
+            return; // not contiguous with what was sent: not tracked
+        }
+        let tx = self.next_tx;
+        self.next_tx += 1;
+        self.log.push_back(psn);
+        if i == self.sent.len() {
+            self.sent.push_back(tx);
+            for _ in 1..psns {
+                self.sent.push_back(NO_PACKET);
+                self.held += 1;
+            }
+        } else if self.sent[i] & HELD == 0 {
+            if self.sent[i] & LOST != 0 {
+                self.lost_count -= 1;
+            }
+            self.sent[i] = tx | RESENT;
+        }
+    }
+
+    /// Everything before `una` is acknowledged.
+    pub(crate) fn acked(&mut self, una: Psn) {
+        let n = (self.base.distance_to(una) as usize).min(self.sent.len());
+        for tx in self.sent.drain(..n) {
+            if tx & LOST != 0 {
+                self.lost_count -= 1;
+            }
+            if tx & HELD != 0 {
+                self.held -= 1;
+            } else {
+                if tx & RESENT == 0 {
+                    self.delivered_tx = self.delivered_tx.max((tx & TX) + 1);
+                }
+                self.delivered += 1;
+            }
+        }
+        self.base = una;
+    }
+
+    /// The responder holds `start..end`.
+    pub(crate) fn sacked(&mut self, start: Psn, end: Psn) {
+        let from = if start.before(self.base) {
+            self.base
+        } else {
+            start
+        };
+        let (i, j) = (
+            self.base.distance_to(from) as usize,
+            (self.base.distance_to(end) as usize).min(self.sent.len()),
+        );
+        if end.before(self.base) || i >= j {
+            return;
+        }
+        for tx in self.sent.range_mut(i..j) {
+            if *tx & HELD == 0 {
+                if *tx & LOST != 0 {
+                    self.lost_count -= 1;
+                }
+                if *tx & RESENT == 0 {
+                    self.delivered_tx = self.delivered_tx.max((*tx & TX) + 1);
+                }
+                *tx = SACKED;
+                self.held += 1;
+                self.delivered += 1;
+            }
+        }
+    }
+
+    /// Finds the packets that the delivered ones show lost (once an ACK's cumulative part
+    /// and its blocks have both been taken: the blocks may hold what a resent packet,
+    /// acknowledged, seems to show lost).
+    pub(crate) fn find_lost(&mut self) {
+        while self.log_base + REORDER_PACKETS < self.delivered_tx {
+            let Some(psn) = self.log.pop_front() else {
+                break;
+            };
+            let tx = self.log_base;
+            self.log_base += 1;
+            let i = self.base.distance_to(psn) as usize;
+            let latest = |e: u64| e & (HELD | LOST) == 0 && e & TX == tx;
+            if !psn.before(self.base) && self.sent.get(i).is_some_and(|&e| latest(e)) {
+                self.sent[i] |= LOST;
+                self.lost_count += 1;
+                self.lost.push_back(psn);
+            }
+        }
+    }
+
+    /// The next PSN to send again, if any is lost.
+    pub(crate) fn next_lost(&mut self) -> Option<Psn> {
+        while let Some(psn) = self.lost.pop_front() {
+            let i = self.base.distance_to(psn) as usize;
+            if psn.before(self.base) {
+                continue;
+            }
+            if let Some(t) = self.sent.get_mut(i).filter(|t| **t & LOST != 0) {
+                *t &= !LOST;
+                self.lost_count -= 1;
+                self.resent += 1;
+                return Some(psn);
+            }
+        }
+        None
+    }
+
+    /// Whether a lost packet waits to be sent again.
+    pub(crate) fn has_lost(&self) -> bool {
+        self.lost_count > 0
+    }
+
+    /// Whether the responder holds `psn` (its SACK blocks said so).
+    pub(crate) fn holds(&self, psn: Psn) -> bool {
+        let i = self.base.distance_to(psn) as usize;
+        self.sent.get(i).is_some_and(|&t| t & SACKED != 0)
+    }
+
+    /// Whether the responder holds anything beyond a gap.
+    pub(crate) fn any_held(&self) -> bool {
+        self.sent.iter().any(|&t| t & SACKED != 0)
+    }
+
+    /// Whether `psn` carries a request packet of ours (not a READ's response PSN).
+    pub(crate) fn is_packet(&self, psn: Psn) -> bool {
+        let i = self.base.distance_to(psn) as usize;
+        self.sent.get(i).is_some_and(|&t| t & NO_PACKET == 0)
+    }
+
+    /// The probe timer expired with packets held beyond a gap and nothing new delivered:
+    /// every packet sent before the newest one delivered is lost, however few were sent
+    /// after it (the tail of a stream has no three). False if there is none (what is
+    /// missing was sent again after that, and is on its way).
+    pub(crate) fn probe_lost(&mut self) -> bool {
+        let mut found = false;
+        for (i, t) in self.sent.iter_mut().enumerate() {
+            if *t & (HELD | LOST) == 0 && (*t & TX) + 1 < self.delivered_tx {
+                *t |= LOST;
+                self.lost_count += 1;
+                self.lost.push_back(self.base.add(i as u32));
+                found = true;
+            }
+        }
+        found
+    }
+
+    /// Counts every packet in flight lost (the ACK timeout expired), in PSN order; and the
+    /// oldest one even if it is held (the ACK that would have moved past it was lost: its
+    /// copy draws another).
+    pub(crate) fn mark_all_lost(&mut self) {
+        if let Some(t) = self.sent.front_mut().filter(|t| **t & SACKED != 0) {
+            *t = LOST | RESENT;
+            self.held -= 1;
+            self.lost_count += 1;
+        }
+        self.lost.clear();
+        for (i, t) in self.sent.iter_mut().enumerate() {
+            if *t & HELD == 0 {
+                if *t & LOST == 0 {
+                    *t |= LOST;
+                    self.lost_count += 1;
+                }
+                self.lost.push_back(self.base.add(i as u32));
+            }
+        }
+    }
+
+    /// Forgets what was found lost (a go-back sends everything not held anyway).
+    pub(crate) fn forget_lost(&mut self) {
+        for psn in self.lost.drain(..) {
+            let i = self.base.distance_to(psn) as usize;
+            if let Some(t) = self.sent.get_mut(i).filter(|t| **t & LOST != 0) {
+                *t &= !LOST;
+                self.lost_count -= 1;
+            }
+        }
+    }
+
+    /// Packets in flight: sent, not acknowledged, not held, not found lost.
+    pub(crate) fn in_flight(&self) -> u32 {
+        (self.sent.len() as u32).saturating_sub(self.held + self.lost_count)
+    }
+}
+
+/// The delivery rate and round-trip floor that size the send window: twice the
+/// bandwidth-delay product (room for the ACKs' round trip), as BBR keeps in flight.
+#[derive(Debug, Default)]
+pub(crate) struct Window {
+    min_rtt: Option<Nanos>,
+    /// Rate samples (PSNs per second) of the last few intervals; their maximum counts.
+    rates: [u64; 8],
+    next: usize,
+    /// Where the current interval started: time and PSNs delivered then.
+    start: Option<(Nanos, u64)>,
+}
+
+impl Window {
+    /// An RTT sample.
+    pub(crate) fn rtt(&mut self, sample: Nanos) {
+        let s = sample.max(1);
+        self.min_rtt = Some(self.min_rtt.map_or(s, |m| m.min(s)));
+    }
+
+    /// `delivered` PSNs in all have been delivered by `now`.
+    pub(crate) fn delivered(&mut self, now: Nanos, delivered: u64) {
+        let Some(rtt) = self.min_rtt else { return };
+        let Some((t0, d0)) = self.start else {
+            self.start = Some((now, delivered));
+            return;
+        };
+        let dt = now.saturating_sub(t0);
+        if dt < rtt {
+            return;
+        }
+        let rate = (delivered.saturating_sub(d0) as u128 * 1_000_000_000 / dt as u128) as u64;
+        self.rates[self.next] = rate;
+        self.next = (self.next + 1) % self.rates.len();
+        self.start = Some((now, delivered));
+    }
+
+    /// The window in PSNs: twice the largest recent rate times the RTT floor, within
+    /// `floor..=cap`.
+    pub(crate) fn size(&self, floor: u32, cap: u32) -> u32 {
+        let Some(rtt) = self.min_rtt else {
+            return floor;
+        };
+        let rate = self.rates.iter().copied().max().unwrap_or(0);
+        let bdp = (rate as u128 * rtt as u128 / 1_000_000_000) as u64;
+        (2 * bdp).clamp(u64::from(floor), u64::from(cap)) as u32
+    }
+
+    pub(crate) fn min_rtt(&self) -> Option<Nanos> {
+        self.min_rtt
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_holes_once_three_later_packets_arrive_and_a_lost_resend_again() {
+        let base = Psn::new(0xff_fffa); // wraps past 2^24
+        let mut s = Scoreboard::new(base, base.add(10));
+        s.sacked(base.add(2), base.add(3));
+        s.find_lost();
+        assert_eq!(
+            s.next_lost(),
+            None,
+            "two transmissions later: maybe reordered"
+        );
+        s.sacked(base.add(3), base.add(4));
+        s.find_lost();
+        assert_eq!(s.next_lost(), Some(base), "3 is three after 0");
+        assert_eq!(s.next_lost(), None, "but two after 1");
+        s.sacked(base.add(4), base.add(5));
+        s.find_lost();
+        assert_eq!(s.next_lost(), Some(base.add(1)));
+        assert_eq!(s.next_lost(), None);
+        assert_eq!(s.in_flight(), 10 - 3);
+        // Both resent; 1's copy arrives, and 5..9 (sent before the resends) too: the resent
+        // 0 is younger than them, so it is not lost yet.
+        s.sent_packet(base, 1);
+        s.sent_packet(base.add(1), 1);
+        s.sacked(base.add(1), base.add(2));
+        s.sacked(base.add(5), base.add(10));
+        s.find_lost();
+        assert_eq!(s.next_lost(), None);
+        // Three new packets, sent after the resend of 0, arrive: its copy was lost too.
+        for i in 10..13 {
+            s.sent_packet(base.add(i), 1);
+        }
+        s.sacked(base.add(10), base.add(13));
+        s.find_lost();
+        assert_eq!(s.next_lost(), Some(base));
+        assert!(s.holds(base.add(3)) && !s.holds(base));
+        s.acked(base.add(13));
+        assert_eq!((s.in_flight(), s.held, s.resent), (0, 0, 3));
+        assert_eq!(s.delivered, 13);
+    }
+
+    #[test]
+    fn a_read_request_holds_its_response_psns() {
+        let mut s = Scoreboard::new(Psn::new(0), Psn::new(0));
+        s.sent_packet(Psn::new(0), 4);
+        s.sent_packet(Psn::new(4), 1);
+        assert_eq!(s.in_flight(), 2);
+        assert!(
+            !s.holds(Psn::new(1)),
+            "a response PSN is no packet the responder holds"
+        );
+        s.acked(Psn::new(4));
+        assert_eq!((s.in_flight(), s.held), (1, 0));
+    }
+
+    #[test]
+    fn the_window_is_twice_the_delivered_rate_times_the_rtt_floor() {
+        let mut w = Window::default();
+        assert_eq!(w.size(512, 1 << 20), 512);
+        w.rtt(50_000_000);
+        w.delivered(0, 0);
+        w.delivered(100_000_000, 2_000); // 20,000 PSNs a second
+        assert_eq!(w.size(512, 1 << 20), 2 * 1_000);
+        assert_eq!(w.size(512, 1_500), 1_500);
+        w.delivered(110_000_000, 2_100); // too short an interval: no sample
+        assert_eq!(w.size(16, 1 << 20), 2_000);
+    }
+}
