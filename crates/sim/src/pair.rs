@@ -33,6 +33,8 @@ pub struct PairOptions {
     pub qkey: u32,
     /// Whether each end (a, b) speaks selective repeat; off, it behaves as rxe does.
     pub selective_repeat: [bool; 2],
+    /// Each end's first PSN, instead of a random one.
+    pub sq_psn: Option<[u32; 2]>,
 }
 
 impl Default for PairOptions {
@@ -55,6 +57,7 @@ impl Default for PairOptions {
             qp_type: QpType::Rc,
             qkey: 0x1111_1111,
             selective_repeat: [true; 2],
+            sq_psn: None,
         }
     }
 }
@@ -209,8 +212,10 @@ impl Pair {
         for (node, on) in world.nodes.iter_mut().zip(o.selective_repeat) {
             node.engine.set_selective_repeat(on);
         }
-        let a = end(&mut world, 0, o);
-        let b = end(&mut world, 1, o);
+        let (mut a, mut b) = (end(&mut world, 0, o), end(&mut world, 1, o));
+        if let Some([pa, pb]) = o.sq_psn {
+            (a.sq_psn, b.sq_psn) = (pa, pb);
+        }
         let gid = |w: &World, n: usize| Gid::from(w.nodes[n].ip);
         let (ga, gb) = (gid(&world, 0), gid(&world, 1));
         for attr in connect_attrs(o, gb, b.qpn, b.sq_psn, a.sq_psn) {
@@ -225,7 +230,6 @@ impl Pair {
                 .modify_qp(b.qpn, &attr)
                 .expect("modify b");
         }
-        let (mut a, mut b) = (a, b);
         if o.qp_type == QpType::Ud {
             let av = |g| AddressVector { dgid: g };
             a.ah = Some(world.nodes[0].engine.create_ah(a.pd, av(gb)).expect("ah"));

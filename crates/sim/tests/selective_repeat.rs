@@ -216,3 +216,51 @@ fn a_send_missing_its_first_packet_completes_its_receive_once() {
         "the FIRST and the MIDDLE again, nothing else"
     );
 }
+
+#[test]
+fn a_window_of_thousands_crosses_the_psn_wrap_at_ten_percent_loss() {
+    // A 20 ms, 1 Gbit/s path: the window grows to the bandwidth-delay product, far past
+    // go-back-N's 512 PSNs, while the PSNs wrap past 2^24; a tenth of the packets each way
+    // are lost. Every byte lands, and every WR completes once, in order.
+    let mut p = Pair::new(&PairOptions {
+        mtu: oxrdma_core::Mtu::Mtu1024,
+        buf_len: 16 << 20,
+        timeout: 14,
+        sq_psn: Some([(1 << 24) - 3000, (1 << 24) - 10]),
+        net: oxrdma_sim::NetConfig {
+            loss: 0.1,
+            delay: 10_000_000,
+            bandwidth_bps: 1_000_000_000,
+            queue_limit: 20_000_000,
+            ..Default::default()
+        },
+        cap: oxrdma_core::QpCap {
+            max_send_wr: 64,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let data: Vec<u8> = (0..8u32 << 20).map(|i| (i ^ (i >> 11)) as u8).collect();
+    p.a.buf.write(0, &data);
+    for i in 0..8 {
+        let at = i * (1 << 20);
+        let wr = write(&p, i as u64, at, (8 << 20) + at, 1 << 20);
+        p.post_send(0, wr);
+    }
+    p.run();
+    let wcs = p.wcs(0);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        (0..8).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
+    );
+    assert_eq!(p.b.read(8 << 20, 8 << 20), data);
+    let t = p.world.nodes[0].engine.qp_transport(p.a.qpn).expect("qp");
+    assert!(t.selective_repeat && t.window > 1024, "{t:?}");
+    let psn = p.world.nodes[0]
+        .engine
+        .query_qp(p.a.qpn)
+        .expect("qp")
+        .0
+        .sq_psn;
+    assert!(psn.expect("sq_psn") < 1 << 20, "the PSNs wrapped");
+}

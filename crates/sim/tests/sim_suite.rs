@@ -154,3 +154,29 @@ fn partition_shorter_than_retry_budget() {
         }
     });
 }
+
+#[test]
+fn long_lossy_path_with_windows_past_the_psn_wrap() {
+    // 20 ms round trip at 1 Gbit/s behind a 20 ms queue: windows of thousands of PSNs
+    // (selective repeat sizes them to the path), several MiB per WR, up to 5 % loss,
+    // reordering and duplication, a third of the QPs starting just before the 2^24 wrap.
+    sweep(
+        "long_lossy_path_with_windows_past_the_psn_wrap",
+        80_000,
+        16,
+        |seed| ScenarioConfig {
+            qp_pairs: 2,
+            wrs_per_qp: 6,
+            max_len: 4 << 20,
+            timeout: 14,
+            net: NetConfig {
+                delay: 10_000_000,
+                jitter: 0,
+                bandwidth_bps: 1_000_000_000,
+                queue_limit: 20_000_000,
+                ..lossy(seed, 0.05)
+            },
+            ..ScenarioConfig::new(seed)
+        },
+    );
+}

@@ -76,6 +76,9 @@ fn create_sides(
 ) -> Vec<Side> {
     // Queue pairs: pair p joins sides 2p and 2p+1 on two different random nodes.
     let mut sides: Vec<Side> = Vec::new();
+    // Most QPs speak selective repeat; some do not (as rxe), so pairs of each kind and
+    // mixed ones meet (drawn apart from `rng`, which the rest of the scenario follows).
+    let mut sr = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5e1e_c71e);
     for _ in 0..cfg.qp_pairs {
         let a = rng.random_range(0..cfg.nodes);
         let b = (a + rng.random_range(1..cfg.nodes.max(2))) % cfg.nodes.max(1);
@@ -83,6 +86,7 @@ fn create_sides(
         let rd_atomic = rng.random_range(1..=8u8);
         for (node, peer) in [(a, sides.len() + 1), (b, sides.len())] {
             let e = &mut world.nodes[node].engine;
+            e.set_selective_repeat(sr.random_bool(0.8));
             let send_cq = e.create_cq(4096).expect("cq");
             let recv_cq = e.create_cq(4096).expect("cq");
             let cap = QpCap {

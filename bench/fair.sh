@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Sharing one bottleneck: two oxrdma flows, then one oxrdma flow and one TCP flow, through
+# `oxrdma path-emu` (25 ms each way, 200 Mbit/s, a 100 ms tail-drop queue; LOSS=0 by
+# default), each pair started together and run for $SECS seconds. Prints each flow's
+# average and, for the two oxrdma flows, Jain's fairness index (1: equal shares).
+#   bash bench/fair.sh          # as root; SECS=30 DELAY_MS=25 RATE=200 QUEUE_MS=100 LOSS=0
+# The second flow of each pair uses a second address on each side (10.99.0.3 -> .4).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "fair: needs root (network namespaces, TUN)" >&2; exit 1; }
+LOSS=${LOSS:-0} DELAY_MS=${DELAY_MS:-25} RATE=${RATE:-200} QUEUE_MS=${QUEUE_MS:-100}
+SECS=${SECS:-30}
+command -v iperf3 >/dev/null || { apt-get update -qq && apt-get install -y -qq iperf3 >/dev/null; }
+cargo build --release -q -p oxrdma-cli
+ox=$PWD/target/release/oxrdma
+a=oxf-a-$$ b=oxf-b-$$
+work=$(mktemp -d)
+emu=
+cleanup() {
+  [ -n "$emu" ] && kill "$emu" 2>/dev/null && wait "$emu" 2>/dev/null
+  ip netns del $a 2>/dev/null; ip netns del $b 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+ip netns add $a && ip netns add $b
+"$ox" path-emu --netns $a $b --delay-ms "$DELAY_MS" --rate-mbit "$RATE" --loss "$LOSS" \
+  --queue-ms "$QUEUE_MS" > "$work/emu" 2>&1 &
+emu=$!
+for _ in $(seq 50); do grep -q ready "$work/emu" 2>/dev/null && break; sleep 0.1; done
+grep -q ready "$work/emu" || { cat "$work/emu"; exit 1; }
+ip -n $a addr add 10.99.0.3/24 dev oxpath0
+ip -n $b addr add 10.99.0.4/24 dev oxpath0
+echo "# path: ${DELAY_MS} ms each way, ${RATE} Mbit/s, ${QUEUE_MS} ms queue, loss $LOSS each way; ${SECS} s"
+# ox_flow NAME CLIENT SERVER PORT: an oxrdma write-bw flow in the background.
+ox_flow() {
+  ip netns exec $b "$ox" perf write-bw -d "$3" -p "$4" -s 1048576 -D "$SECS" -m 1024 \
+    --json --no-progress > "$work/$1.s" 2>&1 &
+  sleep 0.3
+  ip netns exec $a "$ox" perf write-bw -d "$2" -p "$4" -s 1048576 -D "$SECS" -m 1024 \
+    --json --no-progress "$3" > "$work/$1.c" 2>&1 &
+}
+mbit() {
+  grep '^{' "$work/$1.c" | tail -1 | sed 's/.*"bw_avg_gbps":\([0-9.e+-]*\).*/\1/' |
+    awk '{ printf "%.1f\n", $1 * 1000 }'
+}
+ox_flow one 10.99.0.1 10.99.0.2 18515
+ox_flow two 10.99.0.3 10.99.0.4 18516
+sleep "$SECS"; sleep 3; wait $(jobs -p | grep -v "^$emu$") 2>/dev/null
+x1=$(mbit one) x2=$(mbit two)
+echo "two oxrdma flows: $x1 and $x2 Mbit/s, Jain's index $(awk -v a="$x1" -v b="$x2" 'BEGIN { s = a + b; q = a * a + b * b; printf "%.3f", q > 0 ? s * s / (2 * q) : 0 }')"
+ip netns exec $b iperf3 -s -1 -p 5201 > /dev/null 2>&1 &
+sleep 0.3
+ox_flow three 10.99.0.3 10.99.0.4 18517
+ip netns exec $a iperf3 -c 10.99.0.2 -p 5201 -t "$SECS" -J > "$work/tcp" 2>/dev/null
+sleep 3; wait $(jobs -p | grep -v "^$emu$") 2>/dev/null
+x3=$(mbit three)
+t=$(grep -A8 '"sum_received"' "$work/tcp" | awk -F'[:,]' '/bits_per_second/ { printf "%.1f\n", $2 / 1e6; exit }')
+echo "oxrdma and TCP: $x3 and $t Mbit/s (shares $(awk -v a="$x3" -v b="$t" 'BEGIN { s = a + b; if (s > 0) printf "%.2f and %.2f", a / s, b / s }'))"
+kill "$emu" && wait "$emu" 2>/dev/null
+emu=
+echo "delay line: $(tail -1 "$work/emu")"
