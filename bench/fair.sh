@@ -39,6 +39,12 @@ ox_flow() {
   ip netns exec $a "$ox" perf write-bw -d "$2" -p "$4" -s 1048576 -D "$SECS" -m 1024 \
     --json --no-progress "$3" > "$work/$1.c" 2>&1 &
 }
+# resent NAME: the flow's request packets sent and sent again.
+resent() {
+  grep '^{' "$work/$1.c" | tail -1 |
+    sed 's/.*"packets_sent":\([0-9]*\),"packets_resent":\([0-9]*\).*/\1 \2/' |
+    awk -v n="$1" '{ printf "  %s: %d packets sent, %d of them again (%.2f %%)\n", n, $1, $2, 100 * $2 / $1 }'
+}
 mbit() {
   grep '^{' "$work/$1.c" | tail -1 | sed 's/.*"bw_avg_gbps":\([0-9.e+-]*\).*/\1/' |
     awk '{ printf "%.1f\n", $1 * 1000 }'
@@ -47,13 +53,15 @@ ox_flow one 10.99.0.1 10.99.0.2 18515
 ox_flow two 10.99.0.3 10.99.0.4 18516
 sleep "$SECS"; sleep 3; wait $(jobs -p | grep -v "^$emu$") 2>/dev/null
 x1=$(mbit one) x2=$(mbit two)
-echo "two oxrdma flows: $x1 and $x2 Mbit/s, Jain's index $(awk -v a="$x1" -v b="$x2" 'BEGIN { s = a + b; q = a * a + b * b; printf "%.3f", q > 0 ? s * s / (2 * q) : 0 }')"
+echo "two oxrdma flows: $x1 and $x2 Mbit/s, Jain's index $(awk -v a="$x1" -v b="$x2" 'BEGIN { s = a + b; q = a * a + b * b; if (q > 0) printf "%.3f", s * s / (2 * q) }')"
+resent one; resent two
 ip netns exec $b iperf3 -s -1 -p 5201 > /dev/null 2>&1 &
 sleep 0.3
 ox_flow three 10.99.0.3 10.99.0.4 18517
 ip netns exec $a iperf3 -c 10.99.0.2 -p 5201 -t "$SECS" -J > "$work/tcp" 2>/dev/null
 sleep 3; wait $(jobs -p | grep -v "^$emu$") 2>/dev/null
 x3=$(mbit three)
+resent three
 t=$(grep -A8 '"sum_received"' "$work/tcp" | awk -F'[:,]' '/bits_per_second/ { printf "%.1f\n", $2 / 1e6; exit }')
 echo "oxrdma and TCP: $x3 and $t Mbit/s (shares $(awk -v a="$x3" -v b="$t" 'BEGIN { s = a + b; if (s > 0) printf "%.2f and %.2f", a / s, b / s }'))"
 kill "$emu" && wait "$emu" 2>/dev/null

@@ -5,8 +5,8 @@
 # write-bw -s 1048576 -D $SECS` against single-stream iperf3, rounds interleaved.
 #   LOSS=0.01 bash bench/wan.sh      # as root; DELAY_MS=25 RATE=200 QUEUE_MS=100 SECS=10
 #                                    # REPS=3; ROCE_MTU=1024 (the path's MTU is 1500)
-# Prints each round's figures (and any failure oxrdma reports), then the medians and the
-# median of the pair ratios.
+# Prints each round's figures (and any failure oxrdma reports), then the medians, the
+# median of the pair ratios, and oxrdma's request packets sent per packet the data needed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "wan: needs root (network namespaces, TUN)" >&2; exit 1; }
@@ -48,6 +48,10 @@ ox_round() {
   fi
   grep '^{' "$work/oxc" | tail -1 | sed 's/.*"bw_avg_gbps":\([0-9.e+-]*\).*/\1/' |
     awk '{ printf "%.1f\n", $1 * 1000 }'
+  # Request packets sent against those the data needed (sent less those sent again).
+  grep '^{' "$work/oxc" | tail -1 |
+    sed 's/.*"packets_sent":\([0-9]*\),"packets_resent":\([0-9]*\).*/\1 \2/' |
+    awk '{ if ($1 > $2) printf "%.4f\n", $1 / ($1 - $2) }' >> "$work/x"
 }
 tcp_round() {
   ip netns exec $b iperf3 -s -1 -p 5201 > /dev/null 2>&1 &
@@ -58,7 +62,7 @@ tcp_round() {
   grep -A8 '"sum_received"' "$work/tcp" | awk -F'[:,]' '/bits_per_second/ { printf "%.1f\n", $2 / 1e6; exit }'
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-: > "$work/o"; : > "$work/t"; : > "$work/r"
+: > "$work/o"; : > "$work/t"; : > "$work/r"; : > "$work/x"
 for i in $(seq "$REPS"); do
   o=$(ox_round); t=$(tcp_round)
   echo "round $i: oxrdma $o Mbit/s, TCP $t Mbit/s"
@@ -66,6 +70,7 @@ for i in $(seq "$REPS"); do
   awk -v o="$o" -v t="$t" 'BEGIN { if (t > 0) printf "%.3f\n", o / t }' >> "$work/r"
 done
 echo "median: oxrdma $(median < "$work/o") Mbit/s, TCP $(median < "$work/t") Mbit/s, ratio $(median < "$work/r")"
+echo "oxrdma's packets sent per packet of data, median: $(median < "$work/x") ($(tr '\n' ' ' < "$work/x"))"
 kill "$emu" && wait "$emu" 2>/dev/null
 emu=
 echo "delay line: $(tail -1 "$work/emu")"

@@ -4,7 +4,8 @@
 use crate::drops::RxDrop;
 use crate::mr::scatter;
 use crate::qp::requester::WINDOW;
-use crate::qp::scoreboard::{Scoreboard, Window};
+use crate::qp::scoreboard::Scoreboard;
+use crate::qp::window::Window;
 use crate::qp::{Ctx, Qp};
 use crate::timers::{Timer, TimerTable};
 use crate::verbs::{QpState, WcStatus, WrOpcode};
@@ -346,7 +347,9 @@ impl Qp {
             sb.sacked(start, end);
         }
         let progress = sb.delivered != before;
-        self.comp.win.delivered(ctx.now, sb.delivered);
+        self.comp
+            .win
+            .sample(ctx.now, sb.delivered, sb.found_lost, WINDOW);
         // The timed packet may be held beyond a gap: its RTT is known now, not when the
         // gap fills.
         if let Some(sent) = self.req.take_sample_if(|p| sb.holds(p)) {
@@ -381,7 +384,9 @@ impl Qp {
         self.comp.una = una;
         if let Some(sb) = self.comp.sb.as_mut() {
             sb.acked(una);
-            self.comp.win.delivered(ctx.now, sb.delivered);
+            self.comp
+                .win
+                .sample(ctx.now, sb.delivered, sb.found_lost, WINDOW);
         }
         self.comp.probes = 0;
         self.comp.retry_psn = None;

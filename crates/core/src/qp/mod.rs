@@ -33,6 +33,7 @@ mod post;
 mod requester;
 mod responder;
 mod scoreboard;
+mod window;
 
 /// What a QP's transport has been through (`oxrdma perf` prints it): why a path is slow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -5,7 +5,6 @@
 //! a resent packet lost again is found the same way, and reordering by less than three
 //! packets is no loss.
 
-use crate::Nanos;
 use oxrdma_wire::Psn;
 use std::collections::VecDeque;
 
@@ -50,6 +49,8 @@ pub(crate) struct Scoreboard {
     pub resent: u64,
     /// PSNs delivered (held or acknowledged), ever: the delivery rate counts them.
     pub delivered: u64,
+    /// Packets found lost, ever (the window's congestion signal).
+    pub found_lost: u64,
 }
 
 impl Scoreboard {
@@ -154,6 +155,7 @@ impl Scoreboard {
             if !psn.before(self.base) && self.sent.get(i).is_some_and(|&e| latest(e)) {
                 self.sent[i] |= LOST;
                 self.lost_count += 1;
+                self.found_lost += 1;
                 self.lost.push_back(psn);
             }
         }
@@ -208,6 +210,7 @@ impl Scoreboard {
             if *t & (HELD | LOST) == 0 && (*t & TX) + 1 < self.delivered_tx {
                 *t |= LOST;
                 self.lost_count += 1;
+                self.found_lost += 1;
                 self.lost.push_back(self.base.add(i as u32));
                 found = true;
             }
@@ -230,6 +233,7 @@ impl Scoreboard {
                 if *t & LOST == 0 {
                     *t |= LOST;
                     self.lost_count += 1;
+                    self.found_lost += 1;
                 }
                 self.lost.push_back(self.base.add(i as u32));
             }
@@ -250,58 +254,6 @@ impl Scoreboard {
     /// Packets in flight: sent, not acknowledged, not held, not found lost.
     pub(crate) fn in_flight(&self) -> u32 {
         (self.sent.len() as u32).saturating_sub(self.held + self.lost_count)
-    }
-}
-
-/// The delivery rate and round-trip floor that size the send window: twice the
-/// bandwidth-delay product (room for the ACKs' round trip), as BBR keeps in flight.
-#[derive(Debug, Default)]
-pub(crate) struct Window {
-    min_rtt: Option<Nanos>,
-    /// Rate samples (PSNs per second) of the last few intervals; their maximum counts.
-    rates: [u64; 8],
-    next: usize,
-    /// Where the current interval started: time and PSNs delivered then.
-    start: Option<(Nanos, u64)>,
-}
-
-impl Window {
-    /// An RTT sample.
-    pub(crate) fn rtt(&mut self, sample: Nanos) {
-        let s = sample.max(1);
-        self.min_rtt = Some(self.min_rtt.map_or(s, |m| m.min(s)));
-    }
-
-    /// `delivered` PSNs in all have been delivered by `now`.
-    pub(crate) fn delivered(&mut self, now: Nanos, delivered: u64) {
-        let Some(rtt) = self.min_rtt else { return };
-        let Some((t0, d0)) = self.start else {
-            self.start = Some((now, delivered));
-            return;
-        };
-        let dt = now.saturating_sub(t0);
-        if dt < rtt {
-            return;
-        }
-        let rate = (delivered.saturating_sub(d0) as u128 * 1_000_000_000 / dt as u128) as u64;
-        self.rates[self.next] = rate;
-        self.next = (self.next + 1) % self.rates.len();
-        self.start = Some((now, delivered));
-    }
-
-    /// The window in PSNs: twice the largest recent rate times the RTT floor, within
-    /// `floor..=cap`.
-    pub(crate) fn size(&self, floor: u32, cap: u32) -> u32 {
-        let Some(rtt) = self.min_rtt else {
-            return floor;
-        };
-        let rate = self.rates.iter().copied().max().unwrap_or(0);
-        let bdp = (rate as u128 * rtt as u128 / 1_000_000_000) as u64;
-        (2 * bdp).clamp(u64::from(floor), u64::from(cap)) as u32
-    }
-
-    pub(crate) fn min_rtt(&self) -> Option<Nanos> {
-        self.min_rtt
     }
 }
 
@@ -362,18 +314,5 @@ mod tests {
         );
         s.acked(Psn::new(4));
         assert_eq!((s.in_flight(), s.held), (1, 0));
-    }
-
-    #[test]
-    fn the_window_is_twice_the_delivered_rate_times_the_rtt_floor() {
-        let mut w = Window::default();
-        assert_eq!(w.size(512, 1 << 20), 512);
-        w.rtt(50_000_000);
-        w.delivered(0, 0);
-        w.delivered(100_000_000, 2_000); // 20,000 PSNs a second
-        assert_eq!(w.size(512, 1 << 20), 2 * 1_000);
-        assert_eq!(w.size(512, 1_500), 1_500);
-        w.delivered(110_000_000, 2_100); // too short an interval: no sample
-        assert_eq!(w.size(16, 1 << 20), 2_000);
     }
 }

@@ -1,0 +1,146 @@
+//! The send window of selective repeat. Sized from the path, not from loss: twice the
+//! delivery rate times the smallest RTT (the bandwidth-delay product, and room for the ACKs'
+//! round trip, as BBR keeps in flight), so random loss (a lossy link, not a full queue)
+//! costs nothing. Queues that overflow are another matter: a round trip that loses more
+//! than `CONGESTED` of its packets while the RTT stands well above its floor (a full
+//! queue: random loss comes with a short one) cuts a limit on the window to 0.7 of it,
+//! which then grows back by `PROBE` packets a round trip (additive increase,
+//! multiplicative decrease: flows that share a bottleneck converge to equal shares, and
+//! one beside a TCP flow keeps its part of the queue). The window's own queue (up to one
+//! bandwidth-delay product, half the RTT) stays under the mark once cut to 0.7.
+
+use crate::Nanos;
+
+/// A round trip that loses more than this share of its packets met a full queue.
+const CONGESTED: f64 = 0.02;
+/// Losses a round trip needs, at least, to count as congested (a few lost of a small
+/// window are noise).
+const MIN_LOST: u64 = 8;
+/// Packets the limit grows by each round trip without congestion.
+const PROBE: u32 = 16;
+/// A queue is full when the round trip's RTT exceeds the floor by this share of it.
+const QUEUED: f64 = 0.5;
+
+/// What one QP measured of its path.
+#[derive(Debug, Default)]
+pub(crate) struct Window {
+    min_rtt: Option<Nanos>,
+    /// Rate samples (PSNs per second) of the last few round trips; their maximum counts.
+    rates: [u64; 8],
+    next: usize,
+    /// Where the current round trip started: time, PSNs delivered and packets lost then.
+    start: Option<(Nanos, u64, u64)>,
+    /// The limit congestion set (None: none met yet).
+    limit: Option<u32>,
+    /// The latest RTT sample, and the smallest of this round trip.
+    last_rtt: Option<Nanos>,
+    round_rtt: Option<Nanos>,
+}
+
+impl Window {
+    /// An RTT sample.
+    pub(crate) fn rtt(&mut self, sample: Nanos) {
+        let s = sample.max(1);
+        self.min_rtt = Some(self.min_rtt.map_or(s, |m| m.min(s)));
+        self.last_rtt = Some(s);
+        self.round_rtt = Some(self.round_rtt.map_or(s, |m| m.min(s)));
+    }
+
+    /// Whether this round trip's RTT says the queue is full.
+    fn queued(&self, floor: Nanos) -> bool {
+        let rtt = self.round_rtt.or(self.last_rtt).unwrap_or(floor);
+        rtt as f64 > floor as f64 * (1.0 + QUEUED)
+    }
+
+    /// By `now`, `delivered` PSNs have been delivered and `lost` packets found lost, in all.
+    /// Each round trip (the smallest RTT, at least) gives a rate sample and a loss share.
+    pub(crate) fn sample(&mut self, now: Nanos, delivered: u64, lost: u64, floor: u32) {
+        let Some(rtt) = self.min_rtt else { return };
+        let Some((t0, d0, l0)) = self.start else {
+            self.start = Some((now, delivered, lost));
+            self.round_rtt = None;
+            return;
+        };
+        let dt = now.saturating_sub(t0);
+        if dt < rtt {
+            return;
+        }
+        let (d, l) = (delivered.saturating_sub(d0), lost.saturating_sub(l0));
+        self.rates[self.next] = (d as u128 * 1_000_000_000 / dt as u128) as u64;
+        self.next = (self.next + 1) % self.rates.len();
+        self.start = Some((now, delivered, lost));
+        let queued = self.queued(rtt);
+        self.round_rtt = None;
+        if l >= MIN_LOST && l as f64 > CONGESTED * (d + l) as f64 && queued {
+            let now_size = self.limit.unwrap_or(u32::MAX).min(self.bdp_window());
+            self.limit = Some(((f64::from(now_size) * 0.7) as u32).max(floor));
+        } else if let Some(limit) = self.limit.as_mut() {
+            *limit = limit.saturating_add(PROBE);
+        }
+    }
+
+    /// Twice the largest recent rate times the RTT floor.
+    fn bdp_window(&self) -> u32 {
+        let Some(rtt) = self.min_rtt else { return 0 };
+        let rate = self.rates.iter().copied().max().unwrap_or(0);
+        let bdp = rate as u128 * rtt as u128 / 1_000_000_000;
+        u32::try_from(2 * bdp).unwrap_or(u32::MAX)
+    }
+
+    /// The window in PSNs, within `floor..=cap`.
+    pub(crate) fn size(&self, floor: u32, cap: u32) -> u32 {
+        if self.min_rtt.is_none() {
+            return floor;
+        }
+        let w = self.bdp_window().min(self.limit.unwrap_or(u32::MAX));
+        w.clamp(floor, cap)
+    }
+
+    pub(crate) fn min_rtt(&self) -> Option<Nanos> {
+        self.min_rtt
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn twice_the_delivered_rate_times_the_rtt_floor() {
+        let mut w = Window::default();
+        assert_eq!(w.size(512, 1 << 20), 512);
+        w.rtt(50_000_000);
+        w.sample(0, 0, 0, 512);
+        w.sample(100_000_000, 2_000, 10, 512); // 20,000 PSNs a second, 0.5 % lost
+        assert_eq!(w.size(512, 1 << 20), 2 * 1_000, "random loss costs nothing");
+        assert_eq!(w.size(512, 1_500), 1_500);
+        w.sample(110_000_000, 2_100, 10, 512); // too short a round trip: no sample
+        assert_eq!(w.size(16, 1 << 20), 2_000);
+    }
+
+    #[test]
+    fn random_loss_with_a_short_queue_is_no_congestion() {
+        let mut w = Window::default();
+        w.rtt(50_000_000);
+        w.sample(0, 0, 0, 16);
+        w.rtt(60_000_000);
+        w.sample(50_000_000, 1_000, 100, 16); // 9 % lost, 10 ms queued
+        assert_eq!(w.size(16, 1 << 20), 2_000);
+    }
+
+    #[test]
+    fn a_congested_round_trip_cuts_the_window_which_then_grows_back() {
+        let mut w = Window::default();
+        w.rtt(50_000_000);
+        w.sample(0, 0, 0, 16);
+        w.rtt(150_000_000); // 100 ms queued: full
+        w.sample(50_000_000, 1_000, 50, 16); // 5 % lost: a full queue
+        assert_eq!(w.size(16, 1 << 20), 1_400, "0.7 of 2,000");
+        w.sample(100_000_000, 2_000, 50, 16);
+        assert_eq!(w.size(16, 1 << 20), 1_400 + PROBE);
+        w.sample(150_000_000, 3_000, 57, 16); // 7 lost: too few to count
+        assert_eq!(w.size(16, 1 << 20), 1_400 + 2 * PROBE);
+        w.sample(200_000_000, 3_010, 157, 64); // a collapse
+        assert_eq!(w.size(64, 1 << 20), 1_002, "0.7 of the limit");
+    }
+}
