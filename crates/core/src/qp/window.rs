@@ -6,8 +6,9 @@
 //! queue: random loss comes with a short one) cuts a limit on the window to 0.7 of it,
 //! which then grows back by `PROBE` packets a round trip (additive increase,
 //! multiplicative decrease: flows that share a bottleneck converge to equal shares, and
-//! one beside a TCP flow keeps its part of the queue). The window's own queue (up to one
-//! bandwidth-delay product, half the RTT) stays under the mark once cut to 0.7.
+//! one beside a TCP flow keeps its part of the queue). A round trip whose RTT stands that
+//! high without losses holds the limit where the window is: it grows no further while a
+//! queue stands.
 
 use crate::Nanos;
 
@@ -20,11 +21,19 @@ const MIN_LOST: u64 = 8;
 const PROBE: u32 = 16;
 /// A queue is full when the round trip's RTT exceeds the floor by this share of it.
 const QUEUED: f64 = 0.5;
+/// How long the RTT floor holds: a flow that came while a queue stood never saw the path
+/// empty, so the floor is what the last stretch saw (flows that share a bottleneck then
+/// measure it alike, and neither mistakes the other's queue for a longer path).
+const FLOOR_FOR: Nanos = 10_000_000_000;
 
 /// What one QP measured of its path.
 #[derive(Debug, Default)]
 pub(crate) struct Window {
     min_rtt: Option<Nanos>,
+    /// When `min_rtt` was measured, and the smallest sample since a stretch began (it
+    /// becomes the floor when `min_rtt` is older than `FLOOR_FOR`).
+    min_at: Nanos,
+    next_min: Option<(Nanos, Nanos)>,
     /// Rate samples (PSNs per second) of the last few round trips; their maximum counts.
     rates: [u64; 8],
     next: usize,
@@ -38,10 +47,23 @@ pub(crate) struct Window {
 }
 
 impl Window {
-    /// An RTT sample.
-    pub(crate) fn rtt(&mut self, sample: Nanos) {
+    /// An RTT sample taken at `now`.
+    pub(crate) fn rtt(&mut self, now: Nanos, sample: Nanos) {
         let s = sample.max(1);
-        self.min_rtt = Some(self.min_rtt.map_or(s, |m| m.min(s)));
+        if self.min_rtt.is_none_or(|m| s <= m) {
+            (self.min_rtt, self.min_at, self.next_min) = (Some(s), now, None);
+        } else {
+            // The smallest sample of the second half of the floor's life takes over.
+            let (_, next) = *self.next_min.get_or_insert((now, s));
+            if s <= next {
+                self.next_min = Some((now, s));
+            }
+            if now.saturating_sub(self.min_at) > FLOOR_FOR {
+                if let Some((at, next)) = self.next_min.take() {
+                    (self.min_rtt, self.min_at) = (Some(next), at);
+                }
+            }
+        }
         self.last_rtt = Some(s);
         self.round_rtt = Some(self.round_rtt.map_or(s, |m| m.min(s)));
     }
@@ -61,19 +83,32 @@ impl Window {
             self.round_rtt = None;
             return;
         };
+        // A round trip as the packets see it, queue and all: deliveries come in bursts
+        // (an ACK every 64 packets, QPs served in turn), and a shorter interval catches
+        // one burst too many or too few.
         let dt = now.saturating_sub(t0);
-        if dt < rtt {
+        if dt < rtt.max(self.last_rtt.unwrap_or(0)) {
             return;
         }
         let (d, l) = (delivered.saturating_sub(d0), lost.saturating_sub(l0));
+        // The window this round trip ran with.
+        let size = self
+            .limit
+            .unwrap_or(u32::MAX)
+            .min(self.bdp_window())
+            .max(floor);
         self.rates[self.next] = (d as u128 * 1_000_000_000 / dt as u128) as u64;
         self.next = (self.next + 1) % self.rates.len();
         self.start = Some((now, delivered, lost));
         let queued = self.queued(rtt);
         self.round_rtt = None;
-        if l >= MIN_LOST && l as f64 > CONGESTED * (d + l) as f64 && queued {
-            let now_size = self.limit.unwrap_or(u32::MAX).min(self.bdp_window());
-            self.limit = Some(((f64::from(now_size) * 0.7) as u32).max(floor));
+        if queued && l >= MIN_LOST && l as f64 > CONGESTED * (d + l) as f64 {
+            self.limit = Some(((f64::from(size) * 0.7) as u32).max(floor));
+        } else if queued {
+            // A queue stands: the window stops growing (a queue of its own adds nothing
+            // but delay; one in the host, many QPs served in turn, raises the RTT floor
+            // the window is measured with, and would feed on itself).
+            self.limit = Some(size);
         } else if let Some(limit) = self.limit.as_mut() {
             *limit = limit.saturating_add(PROBE);
         }
@@ -109,7 +144,7 @@ mod tests {
     fn twice_the_delivered_rate_times_the_rtt_floor() {
         let mut w = Window::default();
         assert_eq!(w.size(512, 1 << 20), 512);
-        w.rtt(50_000_000);
+        w.rtt(0, 50_000_000);
         w.sample(0, 0, 0, 512);
         w.sample(100_000_000, 2_000, 10, 512); // 20,000 PSNs a second, 0.5 % lost
         assert_eq!(w.size(512, 1 << 20), 2 * 1_000, "random loss costs nothing");
@@ -121,26 +156,59 @@ mod tests {
     #[test]
     fn random_loss_with_a_short_queue_is_no_congestion() {
         let mut w = Window::default();
-        w.rtt(50_000_000);
+        w.rtt(0, 50_000_000);
         w.sample(0, 0, 0, 16);
-        w.rtt(60_000_000);
-        w.sample(50_000_000, 1_000, 100, 16); // 9 % lost, 10 ms queued
+        w.rtt(0, 60_000_000);
+        w.sample(60_000_000, 1_200, 120, 16); // 9 % lost, 10 ms queued
         assert_eq!(w.size(16, 1 << 20), 2_000);
+    }
+
+    #[test]
+    fn the_rtt_floor_is_what_the_last_ten_seconds_saw() {
+        let mut w = Window::default();
+        w.rtt(0, 50_000_000);
+        w.rtt(5_000_000_000, 100_000_000);
+        w.rtt(8_000_000_000, 120_000_000);
+        assert_eq!(w.min_rtt(), Some(50_000_000));
+        w.rtt(11_000_000_000, 130_000_000);
+        assert_eq!(w.min_rtt(), Some(100_000_000), "the old floor expired");
+        w.rtt(12_000_000_000, 90_000_000);
+        assert_eq!(w.min_rtt(), Some(90_000_000));
+    }
+
+    #[test]
+    fn a_standing_queue_stops_the_growth() {
+        let mut w = Window::default();
+        w.rtt(0, 1_000_000);
+        w.sample(0, 0, 0, 16);
+        w.sample(1_000_000, 500, 0, 16);
+        assert_eq!(w.size(16, 1 << 20), 1_000);
+        w.rtt(0, 2_000_000); // a queue as long as the path: the window holds
+        w.sample(3_000_000, 2_000, 0, 16); // (the rate it saw would double it)
+        assert_eq!(w.size(16, 1 << 20), 1_000);
+        w.rtt(0, 1_100_000); // drained: it grows again, a little a round trip
+        w.sample(5_000_000, 3_500, 0, 16);
+        assert_eq!(w.size(16, 1 << 20), 1_000 + PROBE);
     }
 
     #[test]
     fn a_congested_round_trip_cuts_the_window_which_then_grows_back() {
         let mut w = Window::default();
-        w.rtt(50_000_000);
+        w.rtt(0, 50_000_000);
         w.sample(0, 0, 0, 16);
-        w.rtt(150_000_000); // 100 ms queued: full
-        w.sample(50_000_000, 1_000, 50, 16); // 5 % lost: a full queue
+        w.sample(50_000_000, 1_000, 0, 16); // 20,000 PSNs a second
+        assert_eq!(w.size(16, 1 << 20), 2_000);
+        w.rtt(0, 150_000_000); // 100 ms queued: full
+        w.sample(200_000_000, 4_000, 150, 16); // 5 % lost
         assert_eq!(w.size(16, 1 << 20), 1_400, "0.7 of 2,000");
-        w.sample(100_000_000, 2_000, 50, 16);
+        w.rtt(0, 50_000_000); // drained
+        w.sample(350_000_000, 7_000, 150, 16);
         assert_eq!(w.size(16, 1 << 20), 1_400 + PROBE);
-        w.sample(150_000_000, 3_000, 57, 16); // 7 lost: too few to count
+        w.rtt(0, 50_000_000);
+        w.sample(500_000_000, 10_000, 157, 16); // 7 lost: too few to count
         assert_eq!(w.size(16, 1 << 20), 1_400 + 2 * PROBE);
-        w.sample(200_000_000, 3_010, 157, 64); // a collapse
-        assert_eq!(w.size(64, 1 << 20), 1_002, "0.7 of the limit");
+        w.rtt(0, 150_000_000);
+        w.sample(650_000_000, 10_100, 257, 64); // a collapse
+        assert_eq!(w.size(64, 1 << 20), 1_002, "0.7 of the window");
     }
 }

@@ -908,7 +908,7 @@ impl Responder {
             // executed after it, if it is not the last ACK queued).
             let (epsn, r) = (self.epsn, &self.reorder);
             let held = |p: Psn| p.before(epsn) || r.holds(p);
-            let end = if r.end().after(epsn) { r.end() } else { epsn };
+            let end = r.end().filter(|e| e.after(epsn)).unwrap_or(epsn);
             let first = psn.next();
             let span = if end.after(first) {
                 first.distance_to(end).min(sack::MAX_LEN as u32 * 8)

@@ -71,9 +71,10 @@ impl Reorder {
         self.slots.get(i).is_some_and(Option::is_some)
     }
 
-    /// One past the highest PSN kept (or `base` when nothing is).
-    pub(crate) fn end(&self) -> Psn {
-        self.base.add(self.slots.len() as u32)
+    /// One past the highest PSN kept, if any is.
+    pub(crate) fn end(&self) -> Option<Psn> {
+        let last = self.slots.iter().rposition(Option::is_some)?;
+        Some(self.base.add(last as u32 + 1))
     }
 
     /// Forgets everything (the QP was reset or failed).
@@ -109,7 +110,7 @@ mod tests {
         assert!(r.hold(e, e.add(3), b"x"), "a duplicate is no error");
         let held: Vec<_> = (0..7).filter(|&i| r.holds(e.add(i))).collect();
         assert_eq!(held, [2, 3, 5]);
-        assert_eq!(r.end(), e.add(6));
+        assert_eq!(r.end(), Some(e.add(6)));
         assert!(r.take(e).is_none());
         assert!(r.take(e.add(1)).is_none());
         assert_eq!(r.take(e.add(2)).as_deref(), Some(&b"c"[..]));
@@ -123,7 +124,7 @@ mod tests {
         r.put_back(e.add(5), f);
         assert!(r.holds(e.add(5)));
         assert_eq!(r.take(e.add(5)).as_deref(), Some(&b"f"[..]));
-        assert_eq!((r.bytes, r.slots.len()), (0, 0));
+        assert_eq!((r.bytes, r.slots.len(), r.end()), (0, 0, None));
     }
 
     #[test]
