@@ -21,6 +21,11 @@ const MIN_LOST: u64 = 8;
 const PROBE: u32 = 16;
 /// A queue is full when the round trip's RTT exceeds the floor by this share of it.
 const QUEUED: f64 = 0.5;
+/// An RTT floor below this keeps the window at go-back-N's: a LAN or a loopback, where
+/// 512 PSNs cover the path, and where the host's own queues (one engine serving 64 QPs in
+/// turn measures 7-13 ms of them) would pose as path and grow windows that only add to
+/// them. A 50 ms path is well above it.
+const LONG_PATH: Nanos = 20_000_000;
 /// How long the RTT floor holds: a flow that came while a queue stood never saw the path
 /// empty, so the floor is what the last stretch saw (flows that share a bottleneck then
 /// measure it alike, and neither mistakes the other's queue for a longer path).
@@ -124,7 +129,7 @@ impl Window {
 
     /// The window in PSNs, within `floor..=cap`.
     pub(crate) fn size(&self, floor: u32, cap: u32) -> u32 {
-        if self.min_rtt.is_none() {
+        if self.min_rtt.is_none_or(|m| m < LONG_PATH) {
             return floor;
         }
         let w = self.bdp_window().min(self.limit.unwrap_or(u32::MAX));
@@ -179,16 +184,25 @@ mod tests {
     #[test]
     fn a_standing_queue_stops_the_growth() {
         let mut w = Window::default();
-        w.rtt(0, 1_000_000);
+        w.rtt(0, 50_000_000);
         w.sample(0, 0, 0, 16);
-        w.sample(1_000_000, 500, 0, 16);
+        w.sample(50_000_000, 500, 0, 16);
         assert_eq!(w.size(16, 1 << 20), 1_000);
-        w.rtt(0, 2_000_000); // a queue as long as the path: the window holds
-        w.sample(3_000_000, 2_000, 0, 16); // (the rate it saw would double it)
+        w.rtt(0, 100_000_000); // a queue as long as the path: the window holds
+        w.sample(150_000_000, 2_000, 0, 16); // (the rate it saw would make it 1,500)
         assert_eq!(w.size(16, 1 << 20), 1_000);
-        w.rtt(0, 1_100_000); // drained: it grows again, a little a round trip
-        w.sample(5_000_000, 3_500, 0, 16);
+        w.rtt(0, 55_000_000); // drained: it grows again, a little a round trip
+        w.sample(250_000_000, 3_500, 0, 16);
         assert_eq!(w.size(16, 1 << 20), 1_000 + PROBE);
+    }
+
+    #[test]
+    fn a_short_path_keeps_the_floor() {
+        let mut w = Window::default();
+        w.rtt(0, 10_000_000);
+        w.sample(0, 0, 0, 512);
+        w.sample(10_000_000, 100_000, 0, 512); // 10 M PSNs a second: 200,000 by the rate
+        assert_eq!(w.size(512, 1 << 20), 512);
     }
 
     #[test]
