@@ -81,7 +81,7 @@ impl Completer {
 
     /// Takes an RTT sample into the smoothed RTT, its variation and (`exact`: not timed
     /// from a probe, so never short) the window's RTT floor.
-    fn rtt_sample(&mut self, now: Nanos, sample: Nanos, exact: bool) {
+    fn rtt_sample(&mut self, sample: Nanos, exact: bool) {
         match self.srtt {
             None => (self.srtt, self.rttvar) = (Some(sample), sample / 2),
             Some(s) => {
@@ -90,7 +90,7 @@ impl Completer {
             }
         }
         if exact {
-            self.win.rtt(now, sample);
+            self.win.rtt(sample);
         }
     }
 
@@ -353,8 +353,7 @@ impl Qp {
         // The timed packet may be held beyond a gap: its RTT is known now, not when the
         // gap fills.
         if let Some(sent) = self.req.take_sample_if(|p| sb.holds(p)) {
-            self.comp
-                .rtt_sample(ctx.now, ctx.now.saturating_sub(sent), true);
+            self.comp.rtt_sample(ctx.now.saturating_sub(sent), true);
         }
         if progress {
             // The path delivers: what is missing is being sent again as it is found lost,
@@ -380,7 +379,7 @@ impl Qp {
             return;
         }
         if let Some((sample, exact)) = self.rtt_sample_for(ctx.now, una) {
-            self.comp.rtt_sample(ctx.now, sample, exact);
+            self.comp.rtt_sample(sample, exact);
         }
         self.comp.una = una;
         if let Some(sb) = self.comp.sb.as_mut() {

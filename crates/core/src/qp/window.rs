@@ -26,19 +26,11 @@ const QUEUED: f64 = 0.5;
 /// turn measures 7-13 ms of them) would pose as path and grow windows that only add to
 /// them. A 50 ms path is well above it.
 const LONG_PATH: Nanos = 20_000_000;
-/// How long the RTT floor holds: a flow that came while a queue stood never saw the path
-/// empty, so the floor is what the last stretch saw (flows that share a bottleneck then
-/// measure it alike, and neither mistakes the other's queue for a longer path).
-const FLOOR_FOR: Nanos = 10_000_000_000;
 
 /// What one QP measured of its path.
 #[derive(Debug, Default)]
 pub(crate) struct Window {
     min_rtt: Option<Nanos>,
-    /// When `min_rtt` was measured, and the smallest sample since a stretch began (it
-    /// becomes the floor when `min_rtt` is older than `FLOOR_FOR`).
-    min_at: Nanos,
-    next_min: Option<(Nanos, Nanos)>,
     /// Rate samples (PSNs per second) of the last few round trips; their maximum counts.
     rates: [u64; 8],
     next: usize,
@@ -52,23 +44,10 @@ pub(crate) struct Window {
 }
 
 impl Window {
-    /// An RTT sample taken at `now`.
-    pub(crate) fn rtt(&mut self, now: Nanos, sample: Nanos) {
+    /// An RTT sample.
+    pub(crate) fn rtt(&mut self, sample: Nanos) {
         let s = sample.max(1);
-        if self.min_rtt.is_none_or(|m| s <= m) {
-            (self.min_rtt, self.min_at, self.next_min) = (Some(s), now, None);
-        } else {
-            // The smallest sample of the second half of the floor's life takes over.
-            let (_, next) = *self.next_min.get_or_insert((now, s));
-            if s <= next {
-                self.next_min = Some((now, s));
-            }
-            if now.saturating_sub(self.min_at) > FLOOR_FOR {
-                if let Some((at, next)) = self.next_min.take() {
-                    (self.min_rtt, self.min_at) = (Some(next), at);
-                }
-            }
-        }
+        self.min_rtt = Some(self.min_rtt.map_or(s, |m| m.min(s)));
         self.last_rtt = Some(s);
         self.round_rtt = Some(self.round_rtt.map_or(s, |m| m.min(s)));
     }
@@ -149,7 +128,7 @@ mod tests {
     fn twice_the_delivered_rate_times_the_rtt_floor() {
         let mut w = Window::default();
         assert_eq!(w.size(512, 1 << 20), 512);
-        w.rtt(0, 50_000_000);
+        w.rtt(50_000_000);
         w.sample(0, 0, 0, 512);
         w.sample(100_000_000, 2_000, 10, 512); // 20,000 PSNs a second, 0.5 % lost
         assert_eq!(w.size(512, 1 << 20), 2 * 1_000, "random loss costs nothing");
@@ -161,37 +140,24 @@ mod tests {
     #[test]
     fn random_loss_with_a_short_queue_is_no_congestion() {
         let mut w = Window::default();
-        w.rtt(0, 50_000_000);
+        w.rtt(50_000_000);
         w.sample(0, 0, 0, 16);
-        w.rtt(0, 60_000_000);
+        w.rtt(60_000_000);
         w.sample(60_000_000, 1_200, 120, 16); // 9 % lost, 10 ms queued
         assert_eq!(w.size(16, 1 << 20), 2_000);
     }
 
     #[test]
-    fn the_rtt_floor_is_what_the_last_ten_seconds_saw() {
-        let mut w = Window::default();
-        w.rtt(0, 50_000_000);
-        w.rtt(5_000_000_000, 100_000_000);
-        w.rtt(8_000_000_000, 120_000_000);
-        assert_eq!(w.min_rtt(), Some(50_000_000));
-        w.rtt(11_000_000_000, 130_000_000);
-        assert_eq!(w.min_rtt(), Some(100_000_000), "the old floor expired");
-        w.rtt(12_000_000_000, 90_000_000);
-        assert_eq!(w.min_rtt(), Some(90_000_000));
-    }
-
-    #[test]
     fn a_standing_queue_stops_the_growth() {
         let mut w = Window::default();
-        w.rtt(0, 50_000_000);
+        w.rtt(50_000_000);
         w.sample(0, 0, 0, 16);
         w.sample(50_000_000, 500, 0, 16);
         assert_eq!(w.size(16, 1 << 20), 1_000);
-        w.rtt(0, 100_000_000); // a queue as long as the path: the window holds
+        w.rtt(100_000_000); // a queue as long as the path: the window holds
         w.sample(150_000_000, 2_000, 0, 16); // (the rate it saw would make it 1,500)
         assert_eq!(w.size(16, 1 << 20), 1_000);
-        w.rtt(0, 55_000_000); // drained: it grows again, a little a round trip
+        w.rtt(55_000_000); // drained: it grows again, a little a round trip
         w.sample(250_000_000, 3_500, 0, 16);
         assert_eq!(w.size(16, 1 << 20), 1_000 + PROBE);
     }
@@ -199,7 +165,7 @@ mod tests {
     #[test]
     fn a_short_path_keeps_the_floor() {
         let mut w = Window::default();
-        w.rtt(0, 10_000_000);
+        w.rtt(10_000_000);
         w.sample(0, 0, 0, 512);
         w.sample(10_000_000, 100_000, 0, 512); // 10 M PSNs a second: 200,000 by the rate
         assert_eq!(w.size(512, 1 << 20), 512);
@@ -208,20 +174,20 @@ mod tests {
     #[test]
     fn a_congested_round_trip_cuts_the_window_which_then_grows_back() {
         let mut w = Window::default();
-        w.rtt(0, 50_000_000);
+        w.rtt(50_000_000);
         w.sample(0, 0, 0, 16);
         w.sample(50_000_000, 1_000, 0, 16); // 20,000 PSNs a second
         assert_eq!(w.size(16, 1 << 20), 2_000);
-        w.rtt(0, 150_000_000); // 100 ms queued: full
+        w.rtt(150_000_000); // 100 ms queued: full
         w.sample(200_000_000, 4_000, 150, 16); // 5 % lost
         assert_eq!(w.size(16, 1 << 20), 1_400, "0.7 of 2,000");
-        w.rtt(0, 50_000_000); // drained
+        w.rtt(50_000_000); // drained
         w.sample(350_000_000, 7_000, 150, 16);
         assert_eq!(w.size(16, 1 << 20), 1_400 + PROBE);
-        w.rtt(0, 50_000_000);
+        w.rtt(50_000_000);
         w.sample(500_000_000, 10_000, 157, 16); // 7 lost: too few to count
         assert_eq!(w.size(16, 1 << 20), 1_400 + 2 * PROBE);
-        w.rtt(0, 150_000_000);
+        w.rtt(150_000_000);
         w.sample(650_000_000, 10_100, 257, 64); // a collapse
         assert_eq!(w.size(64, 1 << 20), 1_002, "0.7 of the window");
     }
