@@ -320,11 +320,11 @@ impl Qp {
             }
             if w.wr.opcode.is_read_or_atomic() {
                 let end = w.first_psn.add(w.npkts);
-                sb.sent_packet(p, p.distance_to(end));
+                sb.sent_packet(p, p.distance_to(end), true);
                 p = end;
             } else {
                 while !w.last_psn().before(p) && p.before(high) {
-                    sb.sent_packet(p, 1);
+                    sb.sent_packet(p, 1, false);
                     p = p.next();
                 }
             }

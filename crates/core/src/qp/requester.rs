@@ -645,8 +645,9 @@ impl Qp {
         }
         let total = finish_packet(buf, hlen, n);
         let (first, npkts) = (w.first_psn, w.npkts);
+        let asks = w.wr.opcode.is_read_or_atomic();
         if let Some(sb) = self.comp.scoreboard() {
-            sb.sent_packet(self.req.next_psn, next.psns);
+            sb.sent_packet(self.req.next_psn, next.psns, asks);
         }
         self.req.asks += 1;
         self.req.resent += u64::from(again);

@@ -18,12 +18,15 @@ const NO_PACKET: u64 = 1 << 62;
 const HELD: u64 = SACKED | NO_PACKET;
 /// `sent`: found lost, not sent again yet (also not in flight).
 const LOST: u64 = 1 << 61;
+/// `sent`: a READ or atomic request. The responder holding it does not bring its
+/// response (asking again does: it replays), so a go-back never steps over it.
+const ASKS: u64 = 1 << 59;
 /// `sent`: sent more than once. Which copy arrived is unknown, so its delivery dates
 /// nothing: taken as the latest, it would make every packet sent between the copies look
 /// lost.
 const RESENT: u64 = 1 << 60;
 /// The transmission number in an entry.
-const TX: u64 = RESENT - 1;
+const TX: u64 = ASKS - 1;
 
 /// The scoreboard of one QP's send window, from `base` (its `una`).
 #[derive(Debug, Default)]
@@ -62,20 +65,20 @@ impl Scoreboard {
         };
         let mut p = una;
         while p != high {
-            s.sent_packet(p, 1);
+            s.sent_packet(p, 1, false);
             p = p.next();
         }
         s
     }
 
-    /// Request packet `psn` (consuming `psns` PSNs: a READ request one per response) left,
-    /// for the first time or again.
-    pub(crate) fn sent_packet(&mut self, psn: Psn, psns: u32) {
+    /// Request packet `psn` (consuming `psns` PSNs: a READ request one per response; `asks`:
+    /// a READ or atomic) left, for the first time or again.
+    pub(crate) fn sent_packet(&mut self, psn: Psn, psns: u32, asks: bool) {
         let i = self.base.distance_to(psn) as usize;
         if i > self.sent.len() {
             return; // not contiguous with what was sent: not tracked
         }
-        let tx = self.next_tx;
+        let tx = self.next_tx | if asks { ASKS } else { 0 };
         self.next_tx += 1;
         self.log.push_back(psn);
         if i == self.sent.len() {
@@ -88,7 +91,7 @@ impl Scoreboard {
             if self.sent[i] & LOST != 0 {
                 self.lost_count -= 1;
             }
-            self.sent[i] = tx | RESENT;
+            self.sent[i] = tx | RESENT | (self.sent[i] & ASKS);
         }
     }
 
@@ -133,7 +136,7 @@ impl Scoreboard {
                 if *tx & RESENT == 0 {
                     self.delivered_tx = self.delivered_tx.max((*tx & TX) + 1);
                 }
-                *tx = SACKED;
+                *tx = SACKED | (*tx & ASKS);
                 self.held += 1;
                 self.delivered += 1;
             }
@@ -183,10 +186,13 @@ impl Scoreboard {
         self.lost_count > 0
     }
 
-    /// Whether the responder holds `psn` (its SACK blocks said so).
+    /// Whether the responder holds `psn` (its SACK said so), and it is no READ or atomic
+    /// (whose response may still be lost).
     pub(crate) fn holds(&self, psn: Psn) -> bool {
         let i = self.base.distance_to(psn) as usize;
-        self.sent.get(i).is_some_and(|&t| t & SACKED != 0)
+        self.sent
+            .get(i)
+            .is_some_and(|&t| t & (SACKED | ASKS) == SACKED)
     }
 
     /// Whether the responder holds anything beyond a gap.
@@ -283,15 +289,15 @@ mod tests {
         assert_eq!(s.in_flight(), 10 - 3);
         // Both resent; 1's copy arrives, and 5..9 (sent before the resends) too: the resent
         // 0 is younger than them, so it is not lost yet.
-        s.sent_packet(base, 1);
-        s.sent_packet(base.add(1), 1);
+        s.sent_packet(base, 1, false);
+        s.sent_packet(base.add(1), 1, false);
         s.sacked(base.add(1), base.add(2));
         s.sacked(base.add(5), base.add(10));
         s.find_lost();
         assert_eq!(s.next_lost(), None);
         // Three new packets, sent after the resend of 0, arrive: its copy was lost too.
         for i in 10..13 {
-            s.sent_packet(base.add(i), 1);
+            s.sent_packet(base.add(i), 1, false);
         }
         s.sacked(base.add(10), base.add(13));
         s.find_lost();
@@ -305,8 +311,8 @@ mod tests {
     #[test]
     fn a_read_request_holds_its_response_psns() {
         let mut s = Scoreboard::new(Psn::new(0), Psn::new(0));
-        s.sent_packet(Psn::new(0), 4);
-        s.sent_packet(Psn::new(4), 1);
+        s.sent_packet(Psn::new(0), 4, true);
+        s.sent_packet(Psn::new(4), 1, false);
         assert_eq!(s.in_flight(), 2);
         assert!(
             !s.holds(Psn::new(1)),
@@ -314,5 +320,13 @@ mod tests {
         );
         s.acked(Psn::new(4));
         assert_eq!((s.in_flight(), s.held), (1, 0));
+        s.sent_packet(Psn::new(5), 1, true);
+        s.sacked(Psn::new(4), Psn::new(6));
+        assert_eq!(s.in_flight(), 0);
+        assert!(s.holds(Psn::new(4)));
+        assert!(
+            !s.holds(Psn::new(5)),
+            "the atomic is held, but its response is to come"
+        );
     }
 }
