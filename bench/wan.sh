@@ -18,18 +18,10 @@ ox=$PWD/target/release/oxrdma
 a=oxw-a-$$ b=oxw-b-$$
 work=$(mktemp -d)
 emu=
-cleanup() {
-  [ -n "$emu" ] && kill "$emu" 2>/dev/null && wait "$emu" 2>/dev/null
-  ip netns del $a 2>/dev/null; ip netns del $b 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-ip netns add $a && ip netns add $b
-"$ox" path-emu --netns $a $b --delay-ms "$DELAY_MS" --rate-mbit "$RATE" --loss "$LOSS" \
-  --queue-ms "$QUEUE_MS" > "$work/emu" 2>&1 &
-emu=$!
-for _ in $(seq 50); do grep -q ready "$work/emu" 2>/dev/null && break; sleep 0.1; done
-grep -q ready "$work/emu" || { cat "$work/emu"; exit 1; }
+# shellcheck source=bench/path_emu.sh
+. bench/path_emu.sh
+trap path_emu_down EXIT
+path_emu_up
 A=10.99.0.1 B=10.99.0.2
 echo "# path: ${DELAY_MS} ms each way, ${RATE} Mbit/s, ${QUEUE_MS} ms queue, loss $LOSS each way"
 ox_round() {

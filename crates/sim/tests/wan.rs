@@ -9,21 +9,16 @@ use oxrdma_sim::{NetConfig, Pair, PairOptions};
 
 const RTT: u64 = 50_000_000;
 
-/// `wrs` RDMA WRITEs of `len` bytes over the path: their statuses and how long the
-/// transfer took (virtual time). `partition`: the path delivers nothing from the start.
-fn wan(seed: u64, loss: f64, wrs: u64, len: usize, partition: bool) -> (Vec<WcStatus>, u64) {
-    let o = PairOptions {
+/// The path, and QPs as perftest sets them up (timeout 14, retry_cnt 7), with buffers of
+/// `len` bytes.
+fn path(seed: u64, loss: f64, len: usize) -> PairOptions {
+    PairOptions {
         seed,
         net: NetConfig {
             loss,
             delay: RTT / 2,
             bandwidth_bps: 200_000_000,
             queue_limit: 100_000_000,
-            partitions: if partition {
-                vec![(0, u64::MAX)]
-            } else {
-                Vec::new()
-            },
             ..NetConfig::default()
         },
         mtu: Mtu::Mtu1024,
@@ -36,7 +31,16 @@ fn wan(seed: u64, loss: f64, wrs: u64, len: usize, partition: bool) -> (Vec<WcSt
             ..QpCap::default()
         },
         ..PairOptions::default()
-    };
+    }
+}
+
+/// `wrs` RDMA WRITEs of `len` bytes over the path: their statuses and how long the
+/// transfer took (virtual time). `partition`: the path delivers nothing from the start.
+fn wan(seed: u64, loss: f64, wrs: u64, len: usize, partition: bool) -> (Vec<WcStatus>, u64) {
+    let mut o = path(seed, loss, len);
+    if partition {
+        o.net.partitions = vec![(0, u64::MAX)];
+    }
     let mut p = Pair::new(&o);
     for i in 0..wrs {
         let wr = SendWr {
@@ -95,25 +99,8 @@ fn a_path_that_delivers_nothing_fails_the_write_after_the_retry_budget() {
 /// packets sent, and the packets the data needs.
 fn stream(seed: u64, loss: f64, selective_repeat: bool) -> (u64, u64, u64) {
     let o = PairOptions {
-        seed,
-        net: NetConfig {
-            loss,
-            delay: RTT / 2,
-            bandwidth_bps: 200_000_000,
-            queue_limit: 100_000_000,
-            ..NetConfig::default()
-        },
-        mtu: Mtu::Mtu1024,
-        buf_len: 1 << 20,
-        timeout: 14,
-        retry_cnt: 7,
-        sq_sig_all: true,
-        cap: QpCap {
-            max_send_wr: 64,
-            ..QpCap::default()
-        },
         selective_repeat: [selective_repeat; 2],
-        ..PairOptions::default()
+        ..path(seed, loss, 1 << 20)
     };
     let mut p = Pair::new(&o);
     for i in 0..64 {
