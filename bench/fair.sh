@@ -10,16 +10,9 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "fair: needs root (network namespaces, TUN)" >&2; exit 1; }
 LOSS=${LOSS:-0} DELAY_MS=${DELAY_MS:-25} RATE=${RATE:-200} QUEUE_MS=${QUEUE_MS:-100}
 SECS=${SECS:-30}
-command -v iperf3 >/dev/null || { apt-get update -qq && apt-get install -y -qq iperf3 >/dev/null; }
-cargo build --release -q -p oxrdma-cli
-ox=$PWD/target/release/oxrdma
-a=oxf-a-$$ b=oxf-b-$$
-work=$(mktemp -d)
-emu=
 # shellcheck source=bench/path_emu.sh
 . bench/path_emu.sh
-trap path_emu_down EXIT
-path_emu_up
+path_emu_up oxf
 ip -n $a addr add 10.99.0.3/24 dev oxpath0
 ip -n $b addr add 10.99.0.4/24 dev oxpath0
 echo "# path: ${DELAY_MS} ms each way, ${RATE} Mbit/s, ${QUEUE_MS} ms queue, loss $LOSS each way; ${SECS} s"

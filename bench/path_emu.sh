@@ -1,7 +1,15 @@
-# Sourced by bench/wan.sh and bench/fair.sh. path_emu_up: two network namespaces, $a and
-# $b, joined by `oxrdma path-emu` ($ox) with DELAY_MS, RATE, LOSS and QUEUE_MS; its PID in
-# $emu, what it prints in $work/emu. path_emu_down undoes it (the caller's EXIT trap).
+# Sourced by bench/wan.sh and bench/fair.sh. path_emu_up PREFIX: builds `oxrdma` ($ox),
+# installs iperf3 if missing, makes a scratch directory ($work) and two network namespaces
+# ($a and $b, named after PREFIX) joined by `oxrdma path-emu` with DELAY_MS, RATE, LOSS and
+# QUEUE_MS (its PID in $emu, what it prints in $work/emu); all is undone at exit.
 path_emu_up() {
+  command -v iperf3 >/dev/null || { apt-get update -qq && apt-get install -y -qq iperf3 >/dev/null; }
+  cargo build --release -q -p oxrdma-cli
+  ox=$PWD/target/release/oxrdma
+  a=$1-a-$$ b=$1-b-$$
+  work=$(mktemp -d)
+  emu=
+  trap path_emu_down EXIT
   ip netns add "$a" && ip netns add "$b"
   "$ox" path-emu --netns "$a" "$b" --delay-ms "$DELAY_MS" --rate-mbit "$RATE" --loss "$LOSS" \
     --queue-ms "$QUEUE_MS" > "$work/emu" 2>&1 &

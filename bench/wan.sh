@@ -12,16 +12,9 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "wan: needs root (network namespaces, TUN)" >&2; exit 1; }
 LOSS=${LOSS:-0.01} DELAY_MS=${DELAY_MS:-25} RATE=${RATE:-200} QUEUE_MS=${QUEUE_MS:-100}
 SECS=${SECS:-10} REPS=${REPS:-3}
-command -v iperf3 >/dev/null || { apt-get update -qq && apt-get install -y -qq iperf3 >/dev/null; }
-cargo build --release -q -p oxrdma-cli
-ox=$PWD/target/release/oxrdma
-a=oxw-a-$$ b=oxw-b-$$
-work=$(mktemp -d)
-emu=
 # shellcheck source=bench/path_emu.sh
 . bench/path_emu.sh
-trap path_emu_down EXIT
-path_emu_up
+path_emu_up oxw
 A=10.99.0.1 B=10.99.0.2
 echo "# path: ${DELAY_MS} ms each way, ${RATE} Mbit/s, ${QUEUE_MS} ms queue, loss $LOSS each way"
 ox_round() {

@@ -145,7 +145,7 @@ impl<'a> PacketRepr<'a> {
         let data = &rest[..rest.len() - ICRC_LEN];
         let pad = Bth::new_unchecked(packet).pad_count();
         let payload = if bth.selective_repeat && info.operation == Operation::Acknowledge {
-            // A selective-repeat ACK: its payload is SACK blocks.
+            // A selective-repeat ACK: its payload is a SACK bitmap.
             if pad != 0 {
                 return Err(WireError::BadPad {
                     pad,

@@ -239,17 +239,14 @@ impl Qp {
         }
         let info = pkt.bth.opcode.info().map_err(|_| RxDrop::Malformed)?;
         let outstanding = self.comp.una.distance_to(self.req.high_psn());
-        if !psn.in_window(self.comp.una, outstanding) {
-            // An ACK of nothing new may still say what the responder holds.
-            if !self.sacked(ctx, pkt) {
-                return Err(RxDrop::StaleResponse);
-            }
-            if let Some(sb) = self.comp.sb.as_mut() {
-                sb.find_lost();
-            }
-            return Ok(());
-        }
         let result = match (info.operation, pkt.ext.aeth.map(|a| a.syndrome)) {
+            // An ACK of nothing new may still say what the responder holds.
+            _ if !psn.in_window(self.comp.una, outstanding) => {
+                if !self.sacked(ctx, pkt) {
+                    return Err(RxDrop::StaleResponse);
+                }
+                Ok(())
+            }
             (Operation::Acknowledge, Some(Syndrome::Ack { .. })) => {
                 self.sacked(ctx, pkt);
                 self.ack_through(ctx, psn);
@@ -332,8 +329,7 @@ impl Qp {
         self.comp.sb = Some(sb);
     }
 
-    /// The SACK blocks of a selective-repeat ACK: what they show held, and so lost; true
-    /// if it carried any.
+    /// The SACK of a selective-repeat ACK: what it shows held; true if it carried one.
     fn sacked(&mut self, ctx: &Ctx<'_>, pkt: &PacketRepr<'_>) -> bool {
         let positive = matches!(pkt.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Ack { .. }));
         let Some(sb) = self.comp.sb.as_mut() else {
@@ -677,9 +673,7 @@ impl Qp {
                 // gap at `una`: what was sent before the newest packet delivered.
                 let una = self.comp.una;
                 match self.comp.sb.as_mut() {
-                    Some(sb) if sb.is_packet(una) && sb.any_held() => {
-                        sb.probe_lost();
-                    }
+                    Some(sb) if sb.is_packet(una) && sb.any_held() => sb.probe_lost(),
                     _ => {
                         let from = if self.req.resending() || self.comp.holds_beyond_gap() {
                             una

@@ -9,7 +9,9 @@ use crate::wr::{SendData, SendWr};
 use crate::Nanos;
 use oxrdma_wire::bth::Bth;
 use oxrdma_wire::reth::Reth;
-use oxrdma_wire::{AtomicEthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr, Psn, RethRepr};
+use oxrdma_wire::{
+    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr, Psn, RethRepr,
+};
 
 /// Most PSNs in flight (sent, not acknowledged) per QP.
 pub(crate) const WINDOW: u32 = 512;
@@ -379,9 +381,8 @@ impl Qp {
         let ack_req = self.qp_type == QpType::Rc && self.cadence_asks(after);
         let train = self.trains(w.wr.opcode);
         let opcode = send_write_opcode(self.qp_type, w.wr.opcode, train, train);
-        let mut bth = bth(self.dest_qpn, opcode, psn, ack_req, false);
-        bth.selective_repeat = self.selective_repeat && self.qp_type == QpType::Rc;
-        bth.emit(&mut Bth::new_unchecked(&mut buf[..BTH_LEN]));
+        self.request_bth(opcode, psn, ack_req, false)
+            .emit(&mut Bth::new_unchecked(&mut buf[..BTH_LEN]));
         let mut ext = ExtHeaders::default();
         let mut hlen = BTH_LEN;
         if train {
@@ -403,6 +404,16 @@ impl Qp {
         let total = self.finish_request(self.req.idx, buf, hlen, &next, now);
         self.sent_request(psn, true, ack_req, now);
         Some(total)
+    }
+
+    /// The BTH of a request to the connected peer. Every RC request offers selective
+    /// repeat; a peer that does not speak it ignores the bit (a reserved one to it) and
+    /// never sets it in its responses.
+    fn request_bth(&self, opcode: Opcode, psn: Psn, ack_req: bool, solicited: bool) -> BthRepr {
+        BthRepr {
+            selective_repeat: self.selective_repeat && self.qp_type == QpType::Rc,
+            ..bth(self.dest_qpn, opcode, psn, ack_req, solicited)
+        }
     }
 
     /// Selective repeat: sends again the next packet found lost, if any, and puts the
@@ -599,10 +610,7 @@ impl Qp {
         next.ack_req = self.qp_type == QpType::Rc
             && (next.ack_req && self.acked_at_end(idx, now) || again || self.cadence_asks(after));
         let solicited = next.ends_wqe && w.wr.flags.contains(crate::SendFlags::SOLICITED);
-        let mut bth = bth(self.dest_qpn, next.opcode, psn, next.ack_req, solicited);
-        // Every RC request offers selective repeat; a peer that does not speak it ignores
-        // the bit (a reserved one to it) and never sets it in its responses.
-        bth.selective_repeat = self.selective_repeat && self.qp_type == QpType::Rc;
+        let mut bth = self.request_bth(next.opcode, psn, next.ack_req, solicited);
         if let Some(ud) = w.wr.ud.filter(|_| self.qp_type == QpType::Ud) {
             bth.dest_qpn = ud.remote_qpn;
         }

@@ -1,5 +1,5 @@
 //! What the requester knows of each PSN in flight when the peer speaks selective repeat:
-//! which the responder holds (its SACK blocks said so), and which are lost. A packet is
+//! which the responder holds (its SACK said so), and which are lost. A packet is
 //! lost once a packet sent three or more transmissions after it (by transmission, not
 //! PSN: a packet sent again is younger than everything before it) has been delivered; so
 //! a resent packet lost again is found the same way, and reordering by less than three
@@ -27,6 +27,14 @@ const ASKS: u64 = 1 << 59;
 const RESENT: u64 = 1 << 60;
 /// The transmission number in an entry.
 const TX: u64 = ASKS - 1;
+
+/// Entry `tx` was delivered: `delivered_tx` moves past its transmission, unless it went
+/// more than once (RESENT).
+fn dates(delivered_tx: &mut u64, tx: u64) {
+    if tx & RESENT == 0 {
+        *delivered_tx = (*delivered_tx).max((tx & TX) + 1);
+    }
+}
 
 /// The scoreboard of one QP's send window, from `base` (its `una`).
 #[derive(Debug, Default)]
@@ -105,9 +113,7 @@ impl Scoreboard {
             if tx & HELD != 0 {
                 self.held -= 1;
             } else {
-                if tx & RESENT == 0 {
-                    self.delivered_tx = self.delivered_tx.max((tx & TX) + 1);
-                }
+                dates(&mut self.delivered_tx, tx);
                 self.delivered += 1;
             }
         }
@@ -133,9 +139,7 @@ impl Scoreboard {
                 if *tx & LOST != 0 {
                     self.lost_count -= 1;
                 }
-                if *tx & RESENT == 0 {
-                    self.delivered_tx = self.delivered_tx.max((*tx & TX) + 1);
-                }
+                dates(&mut self.delivered_tx, *tx);
                 *tx = SACKED | (*tx & ASKS);
                 self.held += 1;
                 self.delivered += 1;
@@ -208,20 +212,17 @@ impl Scoreboard {
 
     /// The probe timer expired with packets held beyond a gap and nothing new delivered:
     /// every packet sent before the newest one delivered is lost, however few were sent
-    /// after it (the tail of a stream has no three). False if there is none (what is
-    /// missing was sent again after that, and is on its way).
-    pub(crate) fn probe_lost(&mut self) -> bool {
-        let mut found = false;
+    /// after it (the tail of a stream has no three). None may be (what is missing was sent
+    /// again after that, and is on its way).
+    pub(crate) fn probe_lost(&mut self) {
         for (i, t) in self.sent.iter_mut().enumerate() {
             if *t & (HELD | LOST) == 0 && (*t & TX) + 1 < self.delivered_tx {
                 *t |= LOST;
                 self.lost_count += 1;
                 self.found_lost += 1;
                 self.lost.push_back(self.base.add(i as u32));
-                found = true;
             }
         }
-        found
     }
 
     /// Counts every packet in flight lost (the ACK timeout expired), in PSN order; and the

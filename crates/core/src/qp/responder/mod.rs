@@ -108,7 +108,7 @@ pub(crate) struct Responder {
     replies: VecDeque<Reply>,
     atomics: VecDeque<(Psn, u64)>,
     /// The requester speaks selective repeat (its requests carry the bit): packets ahead of
-    /// a gap are kept, and ACKs carry the bit and SACK blocks.
+    /// a gap are kept, and ACKs carry the bit and a SACK.
     sr_peer: bool,
     /// Packets kept ahead of a gap.
     reorder: Reorder,
@@ -261,8 +261,8 @@ impl Responder {
     }
 
     /// A request ahead of the expected PSN: kept if the requester speaks selective repeat
-    /// (an ACK with its SACK blocks goes back when it asks for one, or when the packet
-    /// opens a new block: that tells the requester of the gap at once); otherwise, or if
+    /// (an ACK with its SACK goes back when it asks for one, or when the packet opens a new
+    /// run of kept PSNs: that tells the requester of the gap at once); otherwise, or if
     /// there is no room, a PSN-sequence NAK, once per gap.
     fn ahead(&mut self, pkt: &PacketRepr<'_>, raw: &[u8]) -> Result<Fatal, RxDrop> {
         let (psn, epsn, msn) = (pkt.bth.psn, self.epsn, self.msn);
@@ -899,9 +899,9 @@ impl Responder {
             ext,
             payload: &[],
         };
-        // SACK blocks are whole words: no pad, so the headers are those of no payload.
+        // (An ACK's `n` is 0: its SACK is whole words, so it needs no pad either.)
         let hlen = repr
-            .emit_headers_for(if sack { 0 } else { n }, buf)
+            .emit_headers_for(n, buf)
             .expect("responder builds valid packets");
         if sack {
             // The ACK's payload: what is kept beyond the PSN it acknowledges (and what was
