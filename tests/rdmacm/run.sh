@@ -129,6 +129,15 @@ else
   grep -v "^ok" "$work/cc" "$work/calls" | sed 's/^/    /'
   fails=$((fails + 1))
 fi
+# A thread blocked in rdma_get_cm_event while the channel is destroyed (rping's end).
+if gcc -O1 -Wall -Werror -o "$work/channel_destroy" tests/rdmacm/channel_destroy.c -lrdmacm \
+  -lpthread >"$work/cc" 2>&1 && timeout 60 "$work/channel_destroy" >"$work/chd" 2>&1; then
+  row "a channel destroyed under a waiter (channel_destroy.c)" PASS
+else
+  row "a channel destroyed under a waiter (channel_destroy.c)" FAIL
+  cat "$work/cc" "$work/chd" | sed 's/^/    /'
+  fails=$((fails + 1))
+fi
 # iperf3, unmodified, on rsockets through librspreload.so: its control connection and
 # its data streams. TCP_CONGESTION reads "rsockets" only on an rsocket: a socket the
 # preload left to the kernel would say "cubic".

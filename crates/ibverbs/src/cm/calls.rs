@@ -45,8 +45,9 @@ pub(crate) extern "C" fn create_event_channel() -> *mut rdma_event_channel {
 /// `ch` is NULL or a channel not destroyed, whose ids are destroyed.
 pub(crate) unsafe extern "C" fn destroy_event_channel(ch: *mut rdma_event_channel) {
     if !ch.is_null() {
-        // SAFETY: the caller's promise: it came from `Chan::new`.
-        drop(unsafe { Box::from_raw(ch.cast::<Chan>()) });
+        // SAFETY: the caller's promise: it came from `Chan::new`, and this is the
+        // program's hold (a call still blocked on it keeps it until it returns).
+        unsafe { Chan::release(ch.cast()) };
     }
 }
 

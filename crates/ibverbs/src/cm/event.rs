@@ -190,14 +190,14 @@ pub(crate) unsafe extern "C" fn get_cm_event(
     evp: *mut *mut rdma_cm_event,
 ) -> c_int {
     // SAFETY: the caller's promise.
-    let Some(chan) = (unsafe { Chan::get(ch) }) else {
+    let Some(chan) = (unsafe { Chan::enter(ch) }) else {
         return fail(libc::EINVAL);
     };
     if evp.is_null() {
         return fail(libc::EINVAL);
     }
     loop {
-        match next(chan, &|_| true) {
+        match next(&chan, &|_| true) {
             Ok(e) => {
                 if let Some(ev) = convert(e) {
                     // SAFETY: the caller's promise.

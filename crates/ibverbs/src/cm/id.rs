@@ -15,6 +15,7 @@ use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// librdmacm's failure: errno set, -1 returned.
@@ -35,6 +36,27 @@ pub struct Chan {
     pub ox: EventChannel,
     /// Events taken while a synchronous id waited for one of its own.
     pub parked: Mutex<VecDeque<CmEvent>>,
+    /// The program's hold (until `rdma_destroy_event_channel`) and each call blocked in
+    /// `rdma_get_cm_event` (`Chan::enter`): the last one frees the channel.
+    holds: AtomicUsize,
+}
+
+/// A call's hold on a channel (`Chan::enter`).
+pub struct ChanUse(*mut Chan);
+
+impl std::ops::Deref for ChanUse {
+    type Target = Chan;
+    fn deref(&self) -> &Chan {
+        // SAFETY: the hold keeps the channel allocated.
+        unsafe { &*self.0 }
+    }
+}
+
+impl Drop for ChanUse {
+    fn drop(&mut self) {
+        // SAFETY: this hold is released once, here.
+        unsafe { Chan::release(self.0) }
+    }
 }
 
 impl Chan {
@@ -46,7 +68,34 @@ impl Chan {
             c: rdma_event_channel { fd },
             ox,
             parked: Mutex::default(),
+            holds: AtomicUsize::new(1),
         })))
+    }
+
+    /// A hold on channel `p` for a call that may block on it. rping destroys its channel
+    /// while its event thread still waits in `rdma_get_cm_event`: librdmacm's thread then
+    /// stays blocked on the fd it read, and so does this one, on memory still there.
+    ///
+    /// # Safety
+    /// As `get`.
+    pub unsafe fn enter(p: *mut rdma_event_channel) -> Option<ChanUse> {
+        // SAFETY: the caller's promise.
+        let chan = unsafe { Self::get(p) }?;
+        chan.holds.fetch_add(1, Ordering::AcqRel);
+        Some(ChanUse(p.cast()))
+    }
+
+    /// Releases a hold (the program's, at `rdma_destroy_event_channel`, or a call's); the
+    /// last frees the channel.
+    ///
+    /// # Safety
+    /// `p` is a channel `new` made, and the caller has a hold on it that it gives up.
+    pub unsafe fn release(p: *mut Chan) {
+        // SAFETY: the caller's hold keeps it allocated until here.
+        if unsafe { (*p).holds.fetch_sub(1, Ordering::AcqRel) } == 1 {
+            // SAFETY: no hold is left: nobody else can reach it.
+            drop(unsafe { Box::from_raw(p) });
+        }
     }
 
     /// # Safety
