@@ -1,14 +1,13 @@
-//! The send window of selective repeat. Sized from the path, not from loss: twice the
-//! delivery rate times the smallest RTT (the bandwidth-delay product, and room for the ACKs'
-//! round trip, as BBR keeps in flight), so random loss (a lossy link, not a full queue)
-//! costs nothing. Queues that overflow are another matter: a round trip that loses more
-//! than `CONGESTED` of its packets while the RTT stands well above its floor (a full
-//! queue: random loss comes with a short one) cuts a limit on the window to 0.7 of it,
-//! which then grows back by `PROBE` packets a round trip (additive increase,
-//! multiplicative decrease: flows that share a bottleneck converge to equal shares, and
-//! one beside a TCP flow keeps its part of the queue). A round trip whose RTT stands that
-//! high without losses holds the limit where the window is: it grows no further while a
-//! queue stands.
+//! The send window of selective repeat. It starts from the path, not from loss: twice the
+//! delivery rate times the smallest RTT (the bandwidth-delay product, and room for the
+//! ACKs' round trip, as BBR keeps in flight), so random loss (a lossy link, not a full
+//! queue) costs nothing, and the window doubles each round trip while the rate keeps up.
+//! Queues that overflow are another matter: a round trip that loses more than `CONGESTED`
+//! of its packets while its RTT stands near the top of a range well above the floor (a
+//! full queue: random loss comes with a short one) sets a limit of 0.7 of the window,
+//! which then grows by `PROBE` packets a round trip (additive increase, multiplicative
+//! decrease: flows that share a bottleneck converge to equal shares, and one beside a TCP
+//! flow keeps its part of the queue).
 
 use crate::Nanos;
 
@@ -19,24 +18,33 @@ const CONGESTED: f64 = 0.02;
 const MIN_LOST: u64 = 8;
 /// Packets the limit grows by each round trip without congestion.
 const PROBE: u32 = 16;
-/// A queue is full when the round trip's RTT exceeds the floor by this share of it.
-const QUEUED: f64 = 0.5;
+/// A queue can be full only where the RTT has varied by this share of its floor: random
+/// loss on a path whose queue stays short is no congestion.
+const VARIES: f64 = 0.2;
+/// A round trip met a full queue if its RTT stood in this top share of the recent range
+/// (floor to largest).
+const NEAR_TOP: f64 = 0.25;
 /// An RTT floor below this keeps the window at go-back-N's: a LAN or a loopback, where
 /// 512 PSNs cover the path, and where the host's own queues (one engine serving 64 QPs in
 /// turn measures 7-13 ms of them) would pose as path and grow windows that only add to
 /// them. A 50 ms path is well above it.
 const LONG_PATH: Nanos = 20_000_000;
+/// Round trips whose RTT the recent range covers.
+const ROUNDS: usize = 8;
 
 /// What one QP measured of its path.
 #[derive(Debug, Default)]
 pub(crate) struct Window {
     min_rtt: Option<Nanos>,
     /// Rate samples (PSNs per second) of the last few round trips; their maximum counts.
-    rates: [u64; 8],
+    rates: [u64; ROUNDS],
+    /// The RTT of each of the last few round trips (the smallest sample of each).
+    rtts: [Nanos; ROUNDS],
     next: usize,
     /// Where the current round trip started: time, PSNs delivered and packets lost then.
     start: Option<(Nanos, u64, u64)>,
-    /// The limit congestion set (None: none met yet).
+    /// The window congestion control set, once a round trip met a full queue (before:
+    /// none, the window follows the delivery rate).
     limit: Option<u32>,
     /// The latest RTT sample, and the smallest of this round trip.
     last_rtt: Option<Nanos>,
@@ -52,16 +60,23 @@ impl Window {
         self.round_rtt = Some(self.round_rtt.map_or(s, |m| m.min(s)));
     }
 
-    /// Whether this round trip's RTT says the queue is full.
-    fn queued(&self, floor: Nanos) -> bool {
-        let rtt = self.round_rtt.or(self.last_rtt).unwrap_or(floor);
-        rtt as f64 > floor as f64 * (1.0 + QUEUED)
+    /// Whether a round trip with RTT `rtt` met a full queue: the RTT has varied well
+    /// above its floor of late, and this one stands near the top of that range. Judged
+    /// against the range and not the floor alone, because a flow that starts beside
+    /// another never sees the path empty: its floor holds the other's queue, and it would
+    /// see no queue where the other sees a full one, grow while the other yields, and
+    /// keep the larger share.
+    fn full(&self, rtt: Nanos, floor: Nanos) -> bool {
+        let top = self.rtts.iter().copied().max().unwrap_or(0).max(rtt);
+        let range = top.saturating_sub(floor) as f64;
+        range > VARIES * floor as f64
+            && rtt.saturating_sub(floor) as f64 >= (1.0 - NEAR_TOP) * range
     }
 
     /// By `now`, `delivered` PSNs have been delivered and `lost` packets found lost, in all.
     /// Each round trip (the smallest RTT, at least) gives a rate sample and a loss share.
     pub(crate) fn sample(&mut self, now: Nanos, delivered: u64, lost: u64, floor: u32) {
-        let Some(rtt) = self.min_rtt else { return };
+        let Some(min_rtt) = self.min_rtt else { return };
         let Some((t0, d0, l0)) = self.start else {
             self.start = Some((now, delivered, lost));
             self.round_rtt = None;
@@ -71,28 +86,23 @@ impl Window {
         // (an ACK every 64 packets, QPs served in turn), and a shorter interval catches
         // one burst too many or too few.
         let dt = now.saturating_sub(t0);
-        if dt < rtt.max(self.last_rtt.unwrap_or(0)) {
+        if dt < min_rtt.max(self.last_rtt.unwrap_or(0)) {
             return;
         }
         let (d, l) = (delivered.saturating_sub(d0), lost.saturating_sub(l0));
         // The window this round trip ran with.
-        let size = self
-            .limit
-            .unwrap_or(u32::MAX)
-            .min(self.bdp_window())
-            .max(floor);
+        let size = self.current().max(floor);
+        let rtt = self.round_rtt.or(self.last_rtt).unwrap_or(min_rtt);
+        let full = self.full(rtt, min_rtt);
         self.rates[self.next] = (d as u128 * 1_000_000_000 / dt as u128) as u64;
-        self.next = (self.next + 1) % self.rates.len();
+        self.rtts[self.next] = rtt;
+        self.next = (self.next + 1) % ROUNDS;
         self.start = Some((now, delivered, lost));
-        let queued = self.queued(rtt);
         self.round_rtt = None;
-        if queued && l >= MIN_LOST && l as f64 > CONGESTED * (d + l) as f64 {
+        if full && l >= MIN_LOST && l as f64 > CONGESTED * (d + l) as f64 {
+            // Additive increase, multiplicative decrease on a signal every flow through
+            // the queue shares (it overflows for all): flows converge to equal shares.
             self.limit = Some(((f64::from(size) * 0.7) as u32).max(floor));
-        } else if queued {
-            // A queue stands: the window stops growing (a queue of its own adds nothing
-            // but delay; one in the host, many QPs served in turn, raises the RTT floor
-            // the window is measured with, and would feed on itself).
-            self.limit = Some(size);
         } else if let Some(limit) = self.limit.as_mut() {
             *limit = limit.saturating_add(PROBE);
         }
@@ -106,13 +116,20 @@ impl Window {
         u32::try_from(2 * bdp).unwrap_or(u32::MAX)
     }
 
+    /// The window before bounds: the limit once congestion set one (the rate times a
+    /// floor that may hold another flow's queue would misjudge the share), until then
+    /// twice the bandwidth-delay product, which doubles each round trip while the rate
+    /// keeps up (a start as fast as TCP's slow start, that random loss does not end).
+    fn current(&self) -> u32 {
+        self.limit.unwrap_or_else(|| self.bdp_window())
+    }
+
     /// The window in PSNs, within `floor..=cap`.
     pub(crate) fn size(&self, floor: u32, cap: u32) -> u32 {
         if self.min_rtt.is_none_or(|m| m < LONG_PATH) {
             return floor;
         }
-        let w = self.bdp_window().min(self.limit.unwrap_or(u32::MAX));
-        w.clamp(floor, cap)
+        self.current().clamp(floor, cap)
     }
 
     pub(crate) fn min_rtt(&self) -> Option<Nanos> {
@@ -148,18 +165,19 @@ mod tests {
     }
 
     #[test]
-    fn a_standing_queue_stops_the_growth() {
+    fn a_standing_queue_without_loss_is_no_congestion() {
         let mut w = Window::default();
         w.rtt(50_000_000);
         w.sample(0, 0, 0, 16);
         w.sample(50_000_000, 500, 0, 16);
         assert_eq!(w.size(16, 1 << 20), 1_000);
-        w.rtt(100_000_000); // a queue as long as the path: the window holds
-        w.sample(150_000_000, 2_000, 0, 16); // (the rate it saw would make it 1,500)
-        assert_eq!(w.size(16, 1 << 20), 1_000);
-        w.rtt(55_000_000); // drained: it grows again, a little a round trip
-        w.sample(250_000_000, 3_500, 0, 16);
-        assert_eq!(w.size(16, 1 << 20), 1_000 + PROBE);
+        w.rtt(100_000_000); // a queue as long as the path, but nothing lost
+        w.sample(150_000_000, 1_500, 0, 16);
+        assert_eq!(
+            w.size(16, 1 << 20),
+            1_000,
+            "the rate, not the queue, sizes it"
+        );
     }
 
     #[test]
@@ -184,11 +202,31 @@ mod tests {
         w.rtt(50_000_000); // drained
         w.sample(350_000_000, 7_000, 150, 16);
         assert_eq!(w.size(16, 1 << 20), 1_400 + PROBE);
-        w.rtt(50_000_000);
+        w.rtt(150_000_000);
         w.sample(500_000_000, 10_000, 157, 16); // 7 lost: too few to count
         assert_eq!(w.size(16, 1 << 20), 1_400 + 2 * PROBE);
         w.rtt(150_000_000);
         w.sample(650_000_000, 10_100, 257, 64); // a collapse
         assert_eq!(w.size(64, 1 << 20), 1_002, "0.7 of the window");
+        w.rtt(60_000_000); // 10 % lost, but the queue is short (well below its top)
+        w.sample(800_000_000, 11_000, 357, 64);
+        assert_eq!(w.size(64, 1 << 20), 1_002 + PROBE);
+    }
+
+    #[test]
+    fn a_floor_that_holds_another_flows_queue_still_sees_it_fill() {
+        // Started beside a flow whose queue stood at 50 ms: 100 ms looks like the path.
+        let mut w = Window::default();
+        w.rtt(100_000_000);
+        w.sample(0, 0, 0, 16);
+        w.sample(100_000_000, 1_000, 0, 16);
+        assert_eq!(w.size(16, 1 << 20), 2_000);
+        w.rtt(150_000_000); // the queue overflows for both flows
+        w.sample(250_000_000, 2_500, 100, 16);
+        assert_eq!(
+            w.size(16, 1 << 20),
+            1_400,
+            "it yields as the other flow does"
+        );
     }
 }
