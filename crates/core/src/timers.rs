@@ -14,12 +14,9 @@ pub(crate) enum Timer {
     RnrWait,
     /// Tail-loss probe: resend from the oldest unacknowledged PSN after a short stall.
     Probe,
-    /// The end of a positive ACK's hold (`Qp::hold_ack`): it goes out then if no request
-    /// took it along.
-    AckHold,
 }
 
-const TIMERS: usize = 4;
+const TIMERS: usize = 3;
 
 /// One QP's deadlines, one slot per [`Timer`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -1,24 +1,27 @@
 //! The completer: processes ACKs, NAKs, READ responses and atomic ACKs, completes send WQEs
-//! in order, and drives retransmission (NAK, timeout, RNR).
+//! in order, and drives retransmission (NAK, timeout, RNR). It owns every transport timer
+//! and the RTT estimate; it learns what was sent from `Sent`, and asks the requester to
+//! send again with `ReqCmd` (the QP carries both).
 
 use crate::drops::RxDrop;
 use crate::mr::scatter;
-use crate::qp::requester::WINDOW;
+use crate::qp::handoff::{Cursor, InFlight, ReqCmd, Sent, SR_SPAN, WINDOW};
 use crate::qp::scoreboard::Scoreboard;
+use crate::qp::send_queue::SendQueue;
 use crate::qp::window::Window;
-use crate::qp::{Ctx, Qp};
+use crate::qp::Ctx;
 use crate::timers::{Timer, TimerTable};
-use crate::verbs::{QpState, WcStatus, WrOpcode};
+use crate::verbs::{Mtu, QpState, WcStatus, WrOpcode};
 use crate::Nanos;
 use oxrdma_wire::aeth::rnr_timer_micros;
 use oxrdma_wire::{NakCode, Operation, PacketRepr, Psn, Syndrome};
+use std::collections::VecDeque;
 
 /// Tail-loss probes per stall before only the ACK timeout is left.
 const MAX_PROBES: u8 = 2;
 
-/// What the completer owns: how far the peer has acknowledged, the retry budgets, and
-/// every retransmission deadline. The requester reads `una` and the ACK timer through the
-/// methods below.
+/// What the completer owns: how far the peer has acknowledged, the retry budgets, the RTT
+/// estimate and every retransmission deadline.
 #[derive(Debug, Default)]
 pub(crate) struct Completer {
     /// Oldest PSN not yet acknowledged (the completer's expected PSN).
@@ -45,13 +48,17 @@ pub(crate) struct Completer {
     /// a whole ACK timeout).
     probes: u8,
     /// While there is no RTT estimate: the timed packet a probe made ambiguous, and when
-    /// the probe left (see `Qp::rtt_sample_for`).
+    /// the probe left (see `Completing::rtt_sample_for`).
     probed_sample: Option<(Psn, Nanos)>,
     /// Once the peer's responses carry the selective-repeat bit: what it holds and what is
     /// lost (until then, and with peers that never set it, go-back-N).
     sb: Option<Scoreboard>,
     /// The send window of selective repeat, from the delivery rate and the RTT floor.
     win: Window,
+    /// The packet being timed for the next RTT sample: its PSN and when it left.
+    rtt_sample: Option<(Psn, Nanos)>,
+    /// What the requester is to do, in order (the QP takes them: `take_cmd`).
+    cmds: VecDeque<ReqCmd>,
 }
 
 impl Completer {
@@ -106,88 +113,17 @@ impl Completer {
         self.timers.stop(Timer::Probe);
     }
 
-    pub(crate) fn ack_timer_running(&self) -> bool {
-        self.timers.is_running(Timer::Retransmit)
-    }
-
     pub(crate) fn stop_timers(&mut self) {
         self.timers.stop_all();
-    }
-
-    /// Holds the responder's positive ACK back until `until` (`Qp::hold_ack`), unless one
-    /// is held already.
-    pub(crate) fn hold_ack(&mut self, until: Nanos) {
-        if !self.ack_held() {
-            self.timers.set(Timer::AckHold, until);
-        }
-    }
-
-    /// Whether a positive ACK is held back.
-    pub(crate) fn ack_held(&self) -> bool {
-        self.timers.is_running(Timer::AckHold)
-    }
-
-    /// Lets a held ACK go.
-    pub(crate) fn release_ack(&mut self) {
-        self.timers.stop(Timer::AckHold);
     }
 
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
         self.timers.next()
     }
 
-    /// The selective-repeat scoreboard, once the peer speaks it.
-    pub(crate) fn scoreboard(&mut self) -> Option<&mut Scoreboard> {
-        self.sb.as_mut()
-    }
-
     /// Whether the peer speaks selective repeat.
     pub(crate) fn selective(&self) -> bool {
         self.sb.is_some()
-    }
-
-    /// Whether the responder holds packets beyond a gap (selective repeat).
-    pub(crate) fn holds_beyond_gap(&self) -> bool {
-        self.sb.as_ref().is_some_and(Scoreboard::any_held)
-    }
-
-    /// Whether a packet found lost waits to be sent again.
-    pub(crate) fn has_lost(&self) -> bool {
-        self.sb.as_ref().is_some_and(Scoreboard::has_lost)
-    }
-
-    /// Whether the responder holds `psn` (selective repeat).
-    pub(crate) fn held(&self, psn: Psn) -> bool {
-        self.sb.as_ref().is_some_and(|s| s.holds(psn))
-    }
-
-    /// Whether no new packet may be sent: as many are in flight as the window allows
-    /// (selective repeat: packets neither held nor lost, against twice the
-    /// bandwidth-delay product, and never more PSNs than the responder keeps; go-back-N:
-    /// PSNs since `una`, against `WINDOW`).
-    pub(crate) fn window_full(&self, next: Psn) -> bool {
-        let span = self.una.distance_to(next);
-        match &self.sb {
-            Some(sb) => span >= SR_SPAN || sb.in_flight() >= self.window(),
-            None => span >= WINDOW,
-        }
-    }
-
-    /// Whether no lost packet may be sent again yet: as many packets are in flight as the
-    /// window allows (a resend takes the place of the packet lost, in flight again).
-    pub(crate) fn window_full_again(&self) -> bool {
-        self.sb
-            .as_ref()
-            .is_some_and(|sb| sb.in_flight() >= self.window())
-    }
-
-    /// Whether sending up to `after` fills the window (the packet asks for an ACK, so the
-    /// window opens again as soon as the peer has it).
-    pub(crate) fn fills_window(&self, after: Psn) -> bool {
-        match &self.sb {
-            Some(sb) => sb.in_flight() + 1 >= self.window(),
-            None => self.una.distance_to(after) >= WINDOW,
-        }
     }
 
     /// The send window in PSNs.
@@ -196,6 +132,34 @@ impl Completer {
             Some(_) => self.win.size(WINDOW, SR_SPAN),
             None => WINDOW,
         }
+    }
+
+    /// What is in flight, for the requester.
+    pub(crate) fn in_flight(&self) -> InFlight<'_> {
+        InFlight {
+            una: self.una,
+            sb: self.sb.as_ref(),
+            window: self.window(),
+            rnr_wait: self.rnr_wait(),
+            srtt: self.srtt,
+        }
+    }
+
+    /// The PSN an RNR NAK made us wait to resend, while we wait.
+    pub(crate) fn rnr_wait(&self) -> Option<Psn> {
+        self.timers
+            .is_running(Timer::RnrWait)
+            .then_some(self.rnr_psn)
+    }
+
+    /// The next packet found lost, to send again (counted as sent again).
+    pub(crate) fn take_lost(&mut self) -> Option<Psn> {
+        self.sb.as_mut()?.next_lost()
+    }
+
+    /// What the requester is to do next, in order.
+    pub(crate) fn take_cmd(&mut self) -> Option<ReqCmd> {
+        self.cmds.pop_front()
     }
 
     /// The smallest RTT measured (selective repeat sizes its window with it).
@@ -209,10 +173,6 @@ impl Completer {
     }
 }
 
-/// PSNs in flight at most under selective repeat: what a responder keeps ahead of a gap,
-/// well inside half the 24-bit PSN space.
-const SR_SPAN: u32 = crate::qp::responder::MAX_SPAN / 2;
-
 fn nak_status(code: NakCode) -> WcStatus {
     match code {
         NakCode::RemoteAccessError => WcStatus::RemAccessErr,
@@ -222,7 +182,71 @@ fn nak_status(code: NakCode) -> WcStatus {
     }
 }
 
-impl Qp {
+/// What the completer needs to know of its QP.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CompView {
+    pub state: QpState,
+    pub mtu: Mtu,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    /// The local ACK timeout (None: wait forever).
+    pub ack_timeout: Option<Nanos>,
+    /// The device speaks selective repeat.
+    pub selective_repeat: bool,
+}
+
+/// The completer at work for one call: itself, its QP's attributes, the send queue, and
+/// where the requester stands.
+pub(crate) struct Completing<'a> {
+    pub c: &'a mut Completer,
+    pub q: &'a CompView,
+    pub sq: &'a mut SendQueue,
+    pub cur: Cursor,
+}
+
+impl Completing<'_> {
+    /// Whether the QP is in ERR, or a WQE failed and it is to go there.
+    fn dead(&self) -> bool {
+        self.q.state == QpState::Err || self.sq.failed()
+    }
+
+    /// Asks the requester to do `cmd` (after this call). What it sends again is timed no
+    /// more (Karn: which copy an ACK answers is unknown).
+    fn cmd(&mut self, cmd: ReqCmd) {
+        match cmd {
+            ReqCmd::Rewind(_) | ReqCmd::Probe { .. } => self.cur.repairing = false,
+            ReqCmd::Repair { .. } => self.cur.repairing = true,
+            ReqCmd::SeekPast(_) => {}
+        }
+        if !matches!(cmd, ReqCmd::SeekPast(_)) {
+            self.c.rtt_sample = None;
+        }
+        self.c.cmds.push_back(cmd);
+    }
+
+    /// Request packet `s` left: the scoreboard, the RTT sample (Karn: a packet sent again
+    /// is timed no more), the ACK timer and the probe.
+    pub(crate) fn sent(&mut self, s: &Sent, now: Nanos) {
+        if let Some(sb) = self.c.sb.as_mut() {
+            sb.sent_packet(s.psn, s.psns, s.asks);
+        }
+        if s.fresh {
+            if s.ack_req && self.c.rtt_sample.is_none() {
+                self.c.rtt_sample = Some((s.psn, now));
+            }
+        } else if self
+            .c
+            .rtt_sample
+            .is_some_and(|(p, _)| p.in_window(s.psn, s.psns))
+        {
+            self.c.rtt_sample = None;
+        }
+        if !self.c.timers.is_running(Timer::Retransmit) {
+            self.restart_ack_timer(now);
+        }
+        self.arm_probe(now);
+    }
+
     /// A response-type packet (ACK, READ response, atomic ACK) for this QP's requester.
     /// Err says why it was dropped.
     pub(crate) fn handle_response(
@@ -230,18 +254,18 @@ impl Qp {
         ctx: &mut Ctx<'_>,
         pkt: &PacketRepr<'_>,
     ) -> Result<(), RxDrop> {
-        if self.state != QpState::Rts && self.state != QpState::Sqd {
+        if self.q.state != QpState::Rts && self.q.state != QpState::Sqd {
             return Err(RxDrop::QpState);
         }
         let psn = pkt.bth.psn;
-        if pkt.bth.selective_repeat && self.selective_repeat && self.comp.sb.is_none() {
+        if pkt.bth.selective_repeat && self.q.selective_repeat && self.c.sb.is_none() {
             self.start_selective_repeat();
         }
         let info = pkt.bth.opcode.info().map_err(|_| RxDrop::Malformed)?;
-        let outstanding = self.comp.una.distance_to(self.req.high_psn());
+        let outstanding = self.c.una.distance_to(self.cur.high_psn);
         let result = match (info.operation, pkt.ext.aeth.map(|a| a.syndrome)) {
             // An ACK of nothing new may still say what the responder holds.
-            _ if !psn.in_window(self.comp.una, outstanding) => {
+            _ if !psn.in_window(self.c.una, outstanding) => {
                 if !self.sacked(ctx, pkt) {
                     return Err(RxDrop::StaleResponse);
                 }
@@ -259,7 +283,7 @@ impl Qp {
             }
             (Operation::Acknowledge, Some(Syndrome::Nak(NakCode::PsnSequenceError))) => {
                 self.ack_before(ctx, psn);
-                if self.state == QpState::Err || self.rnr_waiting_at() == Some(psn) {
+                if self.dead() || self.c.rnr_wait() == Some(psn) {
                     // Dead, or the echo of an RNR NAK we are already waiting out.
                 } else {
                     // From the NAKed PSN, or from a READ or atomic before it that still
@@ -272,8 +296,7 @@ impl Qp {
             (Operation::Acknowledge, Some(Syndrome::Nak(code))) => {
                 self.ack_before(ctx, psn);
                 if self.sq.front().is_some_and(|w| w.holds(psn)) {
-                    self.complete_front(ctx, nak_status(code));
-                    self.enter_error(ctx, None);
+                    self.sq.fail_front(ctx, nak_status(code));
                 }
                 Ok(())
             }
@@ -281,11 +304,11 @@ impl Qp {
             (Operation::AtomicAcknowledge, _) => self.atomic_ack(ctx, pkt),
             _ => Err(RxDrop::UnexpectedResponse),
         };
-        if let Some(sb) = self.comp.sb.as_mut() {
+        if let Some(sb) = self.c.sb.as_mut() {
             sb.find_lost();
         }
-        self.drain_local_front(ctx);
-        self.report_local_errors(ctx);
+        self.sq.drain_local_front(ctx);
+        self.sq.report_local_errors(ctx);
         result
     }
 
@@ -294,7 +317,7 @@ impl Qp {
     /// duplicate request carries the newest PSN, ahead of responses the responder is still
     /// replaying (rxe does the same). Later responses, or the ACK timeout, tell.
     fn ack_through(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
-        self.comp.saw(psn.next());
+        self.c.saw(psn.next());
         self.settle(ctx);
         let waits = self.sq.front().is_some_and(|w| {
             w.started && w.wr.opcode.is_read_or_atomic() && !psn.before(w.first_psn)
@@ -308,7 +331,7 @@ impl Qp {
     /// that arrive ahead of a gap. The scoreboard starts with what is outstanding, one entry
     /// per request packet (a READ's response PSNs are no packets of ours).
     fn start_selective_repeat(&mut self) {
-        let (una, high) = (self.comp.una, self.req.high_psn());
+        let (una, high) = (self.c.una, self.cur.high_psn);
         let mut sb = Scoreboard::new(una, una);
         let mut p = una;
         for w in self.sq.iter().take_while(|w| w.started) {
@@ -326,13 +349,13 @@ impl Qp {
                 }
             }
         }
-        self.comp.sb = Some(sb);
+        self.c.sb = Some(sb);
     }
 
     /// The SACK of a selective-repeat ACK: what it shows held; true if it carried one.
     fn sacked(&mut self, ctx: &Ctx<'_>, pkt: &PacketRepr<'_>) -> bool {
         let positive = matches!(pkt.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Ack { .. }));
-        let Some(sb) = self.comp.sb.as_mut() else {
+        let Some(sb) = self.c.sb.as_mut() else {
             return false;
         };
         if !pkt.bth.selective_repeat || !positive || pkt.payload.is_empty() {
@@ -343,13 +366,14 @@ impl Qp {
             sb.sacked(start, end);
         }
         let progress = sb.delivered != before;
-        self.comp
+        self.c
             .win
             .sample(ctx.now, sb.delivered, sb.found_lost, WINDOW);
         // The timed packet may be held beyond a gap: its RTT is known now, not when the
         // gap fills.
-        if let Some(sent) = self.req.take_sample_if(|p| sb.holds(p)) {
-            self.comp.rtt_sample(ctx.now.saturating_sub(sent), true);
+        if let Some((_, sent)) = self.c.rtt_sample.filter(|&(p, _)| sb.holds(p)) {
+            self.c.rtt_sample = None;
+            self.c.rtt_sample(ctx.now.saturating_sub(sent), true);
         }
         if progress {
             // The path delivers: what is missing is being sent again as it is found lost,
@@ -363,7 +387,7 @@ impl Qp {
 
     /// Everything before `psn` is acknowledged (a NAK's implicit ACK).
     fn ack_before(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
-        if psn != self.comp.una {
+        if psn != self.c.una {
             self.ack_through(ctx, psn.sub(1));
         }
     }
@@ -371,36 +395,34 @@ impl Qp {
     /// Records progress up to (not including) `una`: retry budgets refill, the timer
     /// restarts.
     fn advance_una(&mut self, ctx: &Ctx<'_>, una: Psn) {
-        if !self.comp.una.before(una) {
+        if !self.c.una.before(una) {
             return;
         }
         if let Some((sample, exact)) = self.rtt_sample_for(ctx.now, una) {
-            self.comp.rtt_sample(sample, exact);
+            self.c.rtt_sample(sample, exact);
         }
-        self.comp.una = una;
-        if let Some(sb) = self.comp.sb.as_mut() {
+        self.c.una = una;
+        if let Some(sb) = self.c.sb.as_mut() {
             sb.acked(una);
-            self.comp
+            self.c
                 .win
                 .sample(ctx.now, sb.delivered, sb.found_lost, WINDOW);
         }
-        self.comp.probes = 0;
-        self.comp.retry_psn = None;
-        if self.rnr_waiting_at().is_some_and(|p| p.before(una)) {
+        self.c.probes = 0;
+        self.c.retry_psn = None;
+        if self.c.rnr_wait().is_some_and(|p| p.before(una)) {
             // The PSN that met RNR got through after all (a late copy found a receive).
-            self.comp.timers.stop(Timer::RnrWait);
+            self.c.timers.stop(Timer::RnrWait);
         }
-        self.comp.refill_retries(self.retry_cnt, self.rnr_retry);
-        if self.req.next_psn().before(una) {
-            // An ACK for packets we are about to resend: skip them.
-            self.seek(una);
-        }
-        let deadline = if una == self.req.high_psn() {
+        self.c.refill_retries(self.q.retry_cnt, self.q.rnr_retry);
+        // An ACK for packets we are about to resend: they are skipped.
+        self.cmd(ReqCmd::SeekPast(una));
+        let deadline = if una == self.cur.high_psn {
             None
         } else {
             self.retransmit_timeout().map(|t| ctx.now + t)
         };
-        self.comp.timers.set_or_stop(Timer::Retransmit, deadline);
+        self.c.timers.set_or_stop(Timer::Retransmit, deadline);
         self.arm_probe(ctx.now);
     }
 
@@ -412,10 +434,11 @@ impl Qp {
     /// timeout if it answers the original.
     /// The second value says whether the sample is exact (not timed from a probe).
     fn rtt_sample_for(&mut self, now: Nanos, una: Psn) -> Option<(Nanos, bool)> {
-        if let Some(sent) = self.req.take_sample_before(una) {
+        if let Some((_, sent)) = self.c.rtt_sample.filter(|&(p, _)| p.before(una)) {
+            self.c.rtt_sample = None;
             return Some((now.saturating_sub(sent), true));
         }
-        let c = &mut self.comp;
+        let c = &mut *self.c;
         let (_, probe) = c.probed_sample.filter(|&(p, _)| p.before(una))?;
         c.probed_sample = None;
         c.srtt.is_none().then(|| (now.saturating_sub(probe), false))
@@ -423,14 +446,13 @@ impl Qp {
 
     /// Resends from `from`, if the retry budget allows; otherwise fails the front WQE.
     pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, from: Psn) {
-        if self.comp.retries_left == 0 {
-            self.complete_front(ctx, WcStatus::RetryExcErr);
-            self.enter_error(ctx, None);
+        if self.c.retries_left == 0 {
+            self.sq.fail_front(ctx, WcStatus::RetryExcErr);
             return;
         }
-        self.comp.retries_left -= 1;
-        let una = self.comp.una;
-        match self.comp.sb.as_mut() {
+        self.c.retries_left -= 1;
+        let una = self.c.una;
+        match self.c.sb.as_mut() {
             // Selective repeat: everything the responder does not hold counts as lost, and
             // goes again as the window lets it (a go-back would send it all at once, into
             // the queue that may have lost it).
@@ -438,49 +460,48 @@ impl Qp {
             Some(sb) => {
                 // A READ or atomic at the front awaits a response: the go-back asks again.
                 sb.forget_lost();
-                self.rewind(from);
+                self.cmd(ReqCmd::Rewind(from));
             }
-            None => self.rewind(from),
+            None => self.cmd(ReqCmd::Rewind(from)),
         }
         self.restart_ack_timer(ctx.now);
         // What this resends may arrive out of order and draw a NAK: that is no new loss.
-        self.comp.retry_psn = Some((self.comp.una, ctx.now));
+        self.c.retry_psn = Some((self.c.una, ctx.now));
     }
 
     /// A PSN-sequence NAK, or a response no outstanding READ or atomic explains: go back
     /// to `una`, once per burst (a burst lasts a probe timeout: what still arrives after
     /// that answers the go-back's own requests, so what it asked for first was lost again).
     fn go_back_once(&mut self, ctx: &mut Ctx<'_>) {
-        let una = self.comp.una;
+        let una = self.c.una;
         let again_at = |at: Nanos| at + self.probe_timeout();
-        if !matches!(self.comp.retry_psn, Some((p, at)) if p == una && ctx.now < again_at(at)) {
+        if !matches!(self.c.retry_psn, Some((p, at)) if p == una && ctx.now < again_at(at)) {
             self.retry(ctx, una);
         }
     }
 
     fn rnr_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, timer: u8) {
-        if self.state == QpState::Err || !self.sq.front().is_some_and(|w| w.holds(psn)) {
+        if self.dead() || !self.sq.front().is_some_and(|w| w.holds(psn)) {
             return;
         }
-        if self.comp.rnr_retries_left == 0 {
-            self.complete_front(ctx, WcStatus::RnrRetryExcErr);
-            self.enter_error(ctx, None);
+        if self.c.rnr_retries_left == 0 {
+            self.sq.fail_front(ctx, WcStatus::RnrRetryExcErr);
             return;
         }
-        if self.rnr_retry != 7 {
-            self.comp.rnr_retries_left -= 1;
+        if self.q.rnr_retry != 7 {
+            self.c.rnr_retries_left -= 1;
         }
         let wait = u64::from(rnr_timer_micros(timer)) * 1000;
-        self.comp.timers.set(Timer::RnrWait, ctx.now + wait);
-        self.comp.rnr_psn = psn;
-        self.comp.timers.stop(Timer::Retransmit);
+        self.c.timers.set(Timer::RnrWait, ctx.now + wait);
+        self.c.rnr_psn = psn;
+        self.c.timers.stop(Timer::Retransmit);
     }
 
     /// A response at `psn` that no outstanding READ or atomic of ours explains (it is
     /// dropped): sends and writes before it were implicitly acknowledged, unless a READ or
     /// atomic at the front still waits, whose responses it then shows lost.
     fn stray_response(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
-        if psn == self.comp.una {
+        if psn == self.c.una {
             return;
         }
         let front_waits = self
@@ -510,11 +531,11 @@ impl Qp {
             self.stray_response(ctx, psn);
             return UNEXPECTED;
         };
-        if self.state == QpState::Err {
+        if self.dead() {
             return UNEXPECTED;
         }
-        let mtu = self.mtu.bytes() as u64;
-        let una = self.comp.una;
+        let mtu = self.q.mtu.bytes() as u64;
+        let una = self.c.una;
         let w = &mut self.sq[k];
         let i = w.first_psn.distance_to(psn);
         if w.next_missing(i, una) != i {
@@ -543,7 +564,7 @@ impl Qp {
             w.arrived.insert(i);
         }
         // Every request before this READ reached the responder.
-        self.comp.saw(first);
+        self.c.saw(first);
         self.settle(ctx);
         if ends_stream {
             self.ask_again_if_lost(ctx, asked, psn.next());
@@ -556,22 +577,22 @@ impl Qp {
     /// missing.
     fn settle(&mut self, ctx: &mut Ctx<'_>) {
         loop {
-            self.drain_local_front(ctx);
+            self.sq.drain_local_front(ctx);
             let Some(w) = self.sq.front().filter(|w| w.started) else {
                 return;
             };
             if w.wr.opcode.is_read_or_atomic() {
-                let k = w.next_missing(0, self.comp.una);
+                let k = w.next_missing(0, self.c.una);
                 if k < w.npkts {
                     let at = w.first_psn.add(k);
                     self.advance_una(ctx, at);
                     return;
                 }
-            } else if !w.last_psn().before(self.comp.seen) {
+            } else if !w.last_psn().before(self.c.seen) {
                 return;
             }
             let next = w.last_psn().next();
-            self.complete_front(ctx, WcStatus::Success);
+            self.sq.complete_front(ctx, WcStatus::Success);
             self.advance_una(ctx, next);
         }
     }
@@ -583,29 +604,28 @@ impl Qp {
     /// retry_cnt and restarts the ACK timer: that is what a peer that never answers
     /// repeats); a first loss further on is not.
     fn ask_again_if_lost(&mut self, ctx: &mut Ctx<'_>, through: u64, end: Psn) {
-        let una = self.comp.una;
+        let una = self.c.una;
         let lost = |w: &crate::qp::SendWqe| w.first_lost(through, end, una);
         let mut started = self.sq.iter().take_while(|w| w.started);
-        if !started.clone().any(|w| lost(w).is_some()) || self.state == QpState::Err {
+        if !started.clone().any(|w| lost(w).is_some()) || self.dead() {
             return;
         }
         let oldest_lost = started.next().is_some_and(|w| {
             w.wr.opcode.is_read_or_atomic() && lost(w) == Some(w.next_missing(0, una))
         });
-        let retry = oldest_lost && !self.repairing();
+        let retry = oldest_lost && !self.cur.repairing;
         if retry {
-            if self.comp.retries_left == 0 {
-                self.complete_front(ctx, WcStatus::RetryExcErr);
-                self.enter_error(ctx, None);
+            if self.c.retries_left == 0 {
+                self.sq.fail_front(ctx, WcStatus::RetryExcErr);
                 return;
             }
-            self.comp.retries_left -= 1;
+            self.c.retries_left -= 1;
         }
-        self.repair(through, end);
+        self.cmd(ReqCmd::Repair { through, end });
         if retry {
             self.restart_ack_timer(ctx.now);
             // A NAK drawn by what the pass resends is no new loss (see `retry`).
-            self.comp.retry_psn = Some((una, ctx.now));
+            self.c.retry_psn = Some((una, ctx.now));
         }
     }
 
@@ -614,7 +634,7 @@ impl Qp {
     fn atomic_ack(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketRepr<'_>) -> Result<(), RxDrop> {
         const UNEXPECTED: Result<(), RxDrop> = Err(RxDrop::UnexpectedResponse);
         let psn = pkt.bth.psn;
-        let una = self.comp.una;
+        let (una, dead) = (self.c.una, self.dead());
         let found = self
             .sq
             .iter_mut()
@@ -627,7 +647,7 @@ impl Qp {
             return Err(RxDrop::StaleResponse);
         }
         // The original value lands in the local buffer in host byte order, like a CPU load.
-        if self.state == QpState::Err || !scatter(&w.segs, 0, &ack.original.to_ne_bytes()) {
+        if dead || !scatter(&w.segs, 0, &ack.original.to_ne_bytes()) {
             return UNEXPECTED;
         }
         let asked = w.asked;
@@ -636,62 +656,51 @@ impl Qp {
         } else {
             w.arrived.insert(0);
         }
-        self.comp.saw(psn);
+        self.c.saw(psn);
         self.settle(ctx);
         self.ask_again_if_lost(ctx, asked, psn.next());
         Ok(())
     }
 
-    /// Timer expiries: local ACK timeout, the end of an RNR wait, a tail-loss probe, and
-    /// the end of an ACK hold.
+    /// Timer expiries: local ACK timeout, the end of an RNR wait and a tail-loss probe.
     pub(crate) fn handle_timers(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let mut fired = false;
-        if self.comp.timers.is_expired(Timer::AckHold, ctx.now) {
-            // No request took the held ACK along: it goes alone.
-            self.comp.release_ack();
-            fired = true;
-        }
-        if self.comp.timers.is_expired(Timer::RnrWait, ctx.now) {
-            self.comp.timers.stop(Timer::RnrWait);
-            self.rewind(self.comp.rnr_psn);
+        if self.c.timers.is_expired(Timer::RnrWait, ctx.now) {
+            self.c.timers.stop(Timer::RnrWait);
+            self.cmd(ReqCmd::Rewind(self.c.rnr_psn));
             self.restart_ack_timer(ctx.now);
             fired = true;
         }
-        if self.comp.timers.is_expired(Timer::Probe, ctx.now) {
+        if self.c.timers.is_expired(Timer::Probe, ctx.now) {
             fired = true;
-            self.comp.timers.stop(Timer::Probe);
-            if self.comp.una != self.req.high_psn() && self.rnr_waiting_at().is_none() {
-                self.comp.probes += 1;
-                if self.comp.srtt.is_none() {
-                    if let Some(p) = self.req.timed_psn() {
-                        self.comp.probed_sample = Some((p, ctx.now));
+            self.c.timers.stop(Timer::Probe);
+            if self.c.una != self.cur.high_psn && self.c.rnr_wait().is_none() {
+                self.c.probes += 1;
+                if self.c.srtt.is_none() {
+                    if let Some((p, _)) = self.c.rtt_sample {
+                        self.c.probed_sample = Some((p, ctx.now));
                     }
                 }
-                // The last packet sent, again (it asks for an ACK): the ACK says how far
-                // the peer got, or the NAK where a gap begins. From `una` if a resend is
-                // already under way. Under selective repeat, with packets held beyond a
-                // gap at `una`: what was sent before the newest packet delivered.
-                let una = self.comp.una;
-                match self.comp.sb.as_mut() {
+                // The last packet sent, again (`ReqCmd::Probe`). Under selective repeat,
+                // with packets held beyond a gap at `una`: what was sent before the newest
+                // packet delivered is lost.
+                let una = self.c.una;
+                match self.c.sb.as_mut() {
                     Some(sb) if sb.is_packet(una) && sb.any_held() => sb.probe_lost(),
-                    _ => {
-                        let from = if self.req.resending() || self.comp.holds_beyond_gap() {
-                            una
-                        } else {
-                            self.req.high_psn().sub(1)
-                        };
-                        self.rewind(from);
+                    sb => {
+                        let beyond_gap = sb.is_some_and(|sb| sb.any_held());
+                        self.cmd(ReqCmd::Probe { beyond_gap });
                     }
                 }
                 self.arm_probe(ctx.now);
             }
         }
-        if self.comp.timers.is_expired(Timer::Retransmit, ctx.now) {
+        if self.c.timers.is_expired(Timer::Retransmit, ctx.now) {
             fired = true;
-            if self.comp.una == self.req.high_psn() {
-                self.comp.timers.stop(Timer::Retransmit);
+            if self.c.una == self.cur.high_psn {
+                self.c.timers.stop(Timer::Retransmit);
             } else {
-                let una = self.comp.una;
+                let una = self.c.una;
                 self.retry(ctx, una);
             }
         }
@@ -704,30 +713,22 @@ impl Qp {
     /// timeout 14 waits 67 ms: every expiry there would spend a retry on a path that is
     /// only slow, and send the window again into its queue). None: timeout 0, wait
     /// forever.
-    pub fn retransmit_timeout(&self) -> Option<Nanos> {
-        let c = &self.comp;
+    fn retransmit_timeout(&self) -> Option<Nanos> {
+        let c = &self.c;
         let floor = c.srtt.map_or(0, |s| s + 4 * c.rttvar);
-        self.ack_timeout().map(|t| t.max(floor))
+        self.q.ack_timeout.map(|t| t.max(floor))
     }
 
     /// (Re)starts the local ACK timeout from `now` (timeout 0: it never fires).
-    pub fn restart_ack_timer(&mut self, now: Nanos) {
+    fn restart_ack_timer(&mut self, now: Nanos) {
         let at = self.retransmit_timeout().map(|t| now + t);
-        self.comp.timers.set_or_stop(Timer::Retransmit, at);
-    }
-
-    /// The PSN an RNR NAK made us wait to resend, while we wait.
-    pub fn rnr_waiting_at(&self) -> Option<Psn> {
-        self.comp
-            .timers
-            .is_running(Timer::RnrWait)
-            .then_some(self.comp.rnr_psn)
+        self.c.timers.set_or_stop(Timer::Retransmit, at);
     }
 
     /// How long to wait for progress before a tail-loss probe: three smoothed RTTs (at least
     /// 20 us; 1 ms before the first sample), and never more than half the ACK timeout.
-    pub fn probe_timeout(&self) -> Nanos {
-        let pto = self.comp.srtt.map_or(1_000_000, |s| (3 * s).max(20_000));
+    fn probe_timeout(&self) -> Nanos {
+        let pto = self.c.srtt.map_or(1_000_000, |s| (3 * s).max(20_000));
         self.retransmit_timeout().map_or(pto, |t| pto.min(t / 2))
     }
 
@@ -736,15 +737,15 @@ impl Qp {
     /// then replays the whole remaining response (rxe does) — against a slow peer that
     /// multiplied READ traffic twentyfold. Their losses are found by the gap in the
     /// responses or, at the tail, by the ACK timeout.
-    pub fn arm_probe(&mut self, now: Nanos) {
+    fn arm_probe(&mut self, now: Nanos) {
         let reading = self
             .sq
             .iter()
             .take_while(|w| w.started)
             .any(|w| w.wr.opcode.is_read_or_atomic());
-        let outstanding = self.comp.una != self.req.high_psn();
-        let probe = (outstanding && self.comp.probes < MAX_PROBES && !reading)
+        let outstanding = self.c.una != self.cur.high_psn;
+        let probe = (outstanding && self.c.probes < MAX_PROBES && !reading)
             .then(|| now + self.probe_timeout());
-        self.comp.timers.set_or_stop(Timer::Probe, probe);
+        self.c.timers.set_or_stop(Timer::Probe, probe);
     }
 }

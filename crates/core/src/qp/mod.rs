@@ -1,6 +1,7 @@
 //! A queue pair: its attributes, send queue and state machine. The requester, completer
 //! and responder each own their state (`Requester`, `Completer`, `Responder`), private to
-//! the file named after them; what one needs of another it asks through a method.
+//! the file named after them. None calls another: each decides from a view of the QP and
+//! returns what the QP is to do (`drive.rs` carries it between requester and completer).
 
 use crate::attr::{AddressVector, QpAttr, QpInitAttr};
 pub(crate) use crate::ctx::Ctx;
@@ -10,29 +11,28 @@ use crate::gid::Gid;
 use crate::grh::GRH_LEN;
 use crate::mr::Segment;
 use crate::verbs::{Access, AsyncEvent, EventType, Mtu, QpState, QpType, WcStatus};
-use crate::wr::{SendWr, WorkCompletion};
+use crate::wr::SendWr;
 use crate::Nanos;
+use ack_hold::{AckAsked, AckHold};
 use completer::Completer;
 use oxrdma_wire::{PacketRepr, Psn};
 pub use post::{Doorbells, QpPost};
 use requester::Requester;
 use responder::{Fatal, QpView, Responder};
-use std::collections::VecDeque;
+use send_queue::SendQueue;
 use std::sync::Arc;
 
-/// How long a positive ACK is held back at most for a request to take it along
-/// (`Qp::hold_ack`): a ping-pong's application answers within microseconds.
-const ACK_HOLD: Nanos = 10_000;
-/// A QP whose last request left this recently holds its ACKs (`Qp::hold_ack`).
-const HOLD_IF_SENT_WITHIN: Nanos = 200_000;
-
+mod ack_hold;
 mod arrived;
 mod asks;
 mod completer;
+mod drive;
+mod handoff;
 mod post;
 mod requester;
 mod responder;
 mod scoreboard;
+mod send_queue;
 mod window;
 
 /// What a QP's transport has been through (`oxrdma perf` prints it): why a path is slow.
@@ -165,11 +165,13 @@ pub(crate) struct Qp {
     /// The posting side shared with application threads (WRs wait there until taken).
     post: Arc<QpPost>,
     /// Send WQEs taken from `post`, until they complete.
-    pub sq: VecDeque<SendWqe>,
+    sq: SendQueue,
     /// The requester: its place in the send queue and the PSNs it has sent.
     req: Requester,
     /// The completer: what is acknowledged, retries, RNR waits, probes, the timers.
     comp: Completer,
+    /// Whether the responder's positive ACK waits for a request to take it along.
+    ack: AckHold,
     /// The responder, with the QP's own receive queue.
     pub resp: Responder,
     /// Waiting in the engine's transmit round-robin.
@@ -205,9 +207,10 @@ impl Qp {
             max_dest_rd_atomic: 1,
             dest_qpn: 0,
             udp_sport: 0xc000,
-            sq: VecDeque::new(),
+            sq: SendQueue::new(post.clone(), qpn, init.send_cq, init.sq_sig_all),
             req: Requester::default(),
             comp: Completer::default(),
+            ack: AckHold::default(),
             resp: Responder::new(post.clone()),
             post,
             scheduled: false,
@@ -393,39 +396,23 @@ impl Qp {
     /// Lets a held ACK go at the next transmit (before the QP is destroyed: the peer must
     /// not be left retrying).
     pub(crate) fn release_ack(&mut self) {
-        self.comp.release_ack();
+        self.ack.release();
     }
 
-    /// Whether an ACK is being held (`hold_ack`).
+    /// Whether an ACK is being held (`AckHold`).
     pub(crate) fn ack_held(&self) -> bool {
-        self.comp.ack_held()
+        self.ack.held()
     }
 
-    /// Holds back the positive ACK a request just asked for, for at most `ACK_HOLD`, while
-    /// this QP's one request out waits for its own ACK: the peer is then answering us,
-    /// and we are likely about to answer it. A request posted meanwhile goes first and the
-    /// ACK right after it (`next_request`), so the peer, polling for that ACK, takes our
-    /// request in the same receive, and does not leave it to its engine thread to place
-    /// while it spins on memory (a WRITE ping-pong's wake-up per message, 18-25 us on this
-    /// VM). Also when our last request left lately, though acknowledged: a ping-pong that
-    /// fell out of step (an ACK that went alone) gets back into it. A peer that only sends,
-    /// or a QP with more than one message out (streams both ways), gets its ACK at once.
+    /// A request just asked for an ACK: the policy may hold it (`AckHold::asked`).
     fn hold_ack(&mut self, now: Nanos) {
-        // Most request packets (a stream's) ask for nothing: settled on the first question.
-        if self.qp_type != QpType::Rc || !self.resp.only_an_ack_waits() {
-            return;
-        }
-        let ours_outstanding = self.comp.una() != self.req.high_psn();
-        let ours_lately = self
-            .req
-            .last_msg_sent_at()
-            .is_some_and(|t| now.saturating_sub(t) < HOLD_IF_SENT_WITHIN);
-        // A ping-pong has one message of ours out at most; a stream (both ways at once)
-        // must not hold: each side, its window full, would wait for the other's ACK.
-        let one_at_a_time = self.sq.len() <= 1;
-        if one_at_a_time && (ours_outstanding || ours_lately) {
-            self.comp.hold_ack(now + ACK_HOLD);
-        }
+        self.ack.asked(AckAsked {
+            now,
+            only_an_ack_waits: self.qp_type == QpType::Rc && self.resp.only_an_ack_waits(),
+            ours_outstanding: self.comp.una() != self.req.high_psn(),
+            ours_sent_at: self.req.last_msg_sent_at(),
+            ours_queued: self.sq.len(),
+        });
     }
 
     /// A UC request packet; Err says why it was dropped.
@@ -452,35 +439,12 @@ impl Qp {
 
     /// The responder's next reply packet, written into `buf`; returns its length.
     pub(crate) fn next_response(&mut self, buf: &mut [u8]) -> Option<usize> {
-        if self.comp.ack_held() {
-            if self.resp.only_an_ack_waits() {
-                return None;
-            }
-            // Other replies follow it: it goes now, with them.
-            self.comp.release_ack();
+        // Other replies than the held ACK: it goes now, with them.
+        if self.ack.waits(self.resp.only_an_ack_waits()) {
+            return None;
         }
         let v = self.view();
         self.resp.next_response(&v, buf)
-    }
-
-    /// Completes the front send WQE with `status` (if signalled or an error).
-    pub fn complete_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
-        let Some(w) = self.sq.pop_front() else { return };
-        // The slot is free before the completion can be seen, so the application may post
-        // again as soon as it polls it.
-        self.post.sq.retire(1);
-        self.req.front_removed();
-        let signaled = self.sq_sig_all || w.wr.flags.contains(crate::SendFlags::SIGNALED);
-        if status != WcStatus::Success || signaled {
-            ctx.complete(
-                self.send_cq,
-                WorkCompletion {
-                    byte_len: w.len as u32,
-                    ..WorkCompletion::new(w.wr.wr_id, status, w.wr.opcode.wc_opcode(), self.qpn)
-                },
-            );
-        }
-        self.check_drained(ctx);
     }
 
     /// In SQD: raises SQ_DRAINED once no WQE that had started is outstanding (those not
@@ -495,21 +459,13 @@ impl Qp {
         }
     }
 
-    /// Completes executed local operations at the front of the send queue; a failed one
-    /// takes the QP to ERR, as its error completion says.
-    pub fn drain_local_front(&mut self, ctx: &mut Ctx<'_>) {
-        while let Some(status) = self
-            .sq
-            .front()
-            .filter(|w| w.started)
-            .and_then(|w| w.local_done)
-        {
-            self.complete_front(ctx, status);
-            if status != WcStatus::Success {
-                self.enter_error(ctx, None);
-                return;
-            }
+    /// After the requester or completer completed WQEs: SQ_DRAINED if due, and ERR if one
+    /// failed.
+    fn settle_queue(&mut self, ctx: &mut Ctx<'_>) {
+        if self.sq.take_failed() {
+            self.enter_error(ctx, None);
         }
+        self.check_drained(ctx);
     }
 
     /// Moves the QP to ERR: every outstanding WR completes with WR_FLUSH_ERR. Replies already
@@ -534,6 +490,7 @@ impl Qp {
             });
         }
         self.comp.stop_timers();
+        self.ack.release();
     }
 
     /// Completes everything queued with WR_FLUSH_ERR (used in and on entry to ERR).
@@ -541,17 +498,14 @@ impl Qp {
         while let Some(wr) = self.post.sq.take() {
             self.sq.push_back(SendWqe::new(wr, None));
         }
-        while !self.sq.is_empty() {
-            self.complete_front(ctx, WcStatus::WrFlushErr);
-        }
+        self.sq.flush(ctx);
         let v = self.view();
         self.resp.flush(ctx, &v);
     }
 
     /// Drops every send WR, taken or not, without completions, freeing their slots.
     fn discard_send_queue(&mut self) {
-        self.post.sq.retire(self.sq.len());
-        self.sq.clear();
+        self.sq.discard();
         self.post.sq.discard();
     }
 
@@ -561,6 +515,7 @@ impl Qp {
         self.discard_send_queue();
         self.req = Requester::default();
         self.comp = Completer::default();
+        self.ack = AckHold::default();
         self.resp.reset();
     }
 
@@ -579,6 +534,7 @@ impl Qp {
 
     /// The earliest deadline this QP is waiting for.
     pub fn next_deadline(&self) -> Option<Nanos> {
-        self.comp.next_deadline()
+        let (a, b) = (self.comp.next_deadline(), self.ack.deadline());
+        a.into_iter().chain(b).min()
     }
 }

@@ -1,10 +1,14 @@
 //! The requester: turns send WQEs into request packets, segmenting by path MTU, and
-//! rewinds for go-back-N retransmission.
+//! rewinds for go-back-N retransmission. It sends within what the completer says is in
+//! flight (`InFlight`), says what it sent (`Sent`) and goes back when the completer asks
+//! (`ReqCmd`); the QP carries each between them.
 
 use crate::build::{bth, finish_packet, packets_for};
 use crate::mr::gather;
-use crate::qp::{Ctx, Qp, SendWqe};
-use crate::verbs::{Access, QpState, QpType, WcStatus, WrOpcode};
+use crate::qp::handoff::{Cursor, InFlight, ReqCmd, Sent};
+use crate::qp::send_queue::SendQueue;
+use crate::qp::{Ctx, SendWqe};
+use crate::verbs::{Access, Mtu, QpState, QpType, WcStatus, WrOpcode};
 use crate::wr::{SendData, SendWr};
 use crate::Nanos;
 use oxrdma_wire::bth::Bth;
@@ -13,8 +17,6 @@ use oxrdma_wire::{
     AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr, Psn, RethRepr,
 };
 
-/// Most PSNs in flight (sent, not acknowledged) per QP.
-pub(crate) const WINDOW: u32 = 512;
 /// Messages that end without asking for an ACK, at most, before one asks anyway.
 const UNASKED_MSGS: u32 = 16;
 /// A stream asks for an ACK once in (WQEs outstanding / this) messages, at least once in
@@ -32,8 +34,7 @@ const WRITE_TRAINS: bool = true;
 pub(crate) const ACK_REQ_EVERY: u32 = 64;
 const BTH_LEN: usize = Bth::<&[u8]>::LEN;
 
-/// What the requester owns: its place in the send queue and the PSNs it has sent. The
-/// completer reads the PSNs and the timed packet through the methods below.
+/// What the requester owns: its place in the send queue and the PSNs it has sent.
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
     /// PSN of the next packet to send.
@@ -43,17 +44,17 @@ pub(crate) struct Requester {
     /// Index in the send queue of the WQE being sent, and byte offset into it.
     idx: usize,
     off: u64,
+    /// The send queue's `popped` when `idx` was last brought up to date (`sync`).
+    popped: u64,
     /// Packets sent since the last one with AckReq.
     since_ack_req: u32,
     /// Messages ended since the last one that asked for an ACK.
     unasked_msgs: u32,
     /// When the last message's last packet was first sent.
     last_msg_at: Option<Nanos>,
-    /// The packet being timed for the next RTT sample: its PSN and when it left.
-    rtt_sample: Option<(Psn, Nanos)>,
     /// Request packets built so far (`SendWqe::asked` numbers them).
     asks: u64,
-    /// A repair pass under way (see `Qp::repair`).
+    /// A repair pass under way (see `repair`).
     repair: Option<Repair>,
     /// Request packets built more than once.
     resent: u64,
@@ -105,34 +106,68 @@ impl Requester {
         self.next_psn != self.high_psn
     }
 
-    /// The send queue lost its front WQE: the cursor indexes the queue, so shift it, or
-    /// restart it if it pointed at the WQE removed.
-    pub(crate) fn front_removed(&mut self) {
-        if self.idx == 0 {
-            self.off = 0;
-        } else {
-            self.idx -= 1;
+    /// Where the requester stands, for the completer.
+    pub(crate) fn cursor(&self) -> Cursor {
+        Cursor {
+            high_psn: self.high_psn,
+            repairing: self.repair.is_some(),
         }
     }
 
-    /// The PSN of the packet being timed, if any.
-    pub(crate) fn timed_psn(&self) -> Option<Psn> {
-        self.rtt_sample.map(|(p, _)| p)
+    /// The index in the send queue of the WQE at the cursor.
+    pub(crate) fn at(&mut self, sq: &SendQueue) -> usize {
+        self.sync(sq);
+        self.idx
     }
 
-    /// When the timed packet left, if `delivered` says it arrived; the sample is used up.
-    pub(crate) fn take_sample_if(&mut self, delivered: impl Fn(Psn) -> bool) -> Option<Nanos> {
-        let (_, sent) = self.rtt_sample.filter(|&(p, _)| delivered(p))?;
-        self.rtt_sample = None;
-        Some(sent)
+    /// Brings the cursor's index up to date with the WQEs completed since: if the one it
+    /// pointed at is gone, the cursor restarts at the front.
+    fn sync(&mut self, sq: &SendQueue) {
+        let gone = sq.popped() - self.popped;
+        if gone > 0 {
+            self.popped = sq.popped();
+            if gone > self.idx as u64 {
+                (self.idx, self.off) = (0, 0);
+            } else {
+                self.idx -= gone as usize;
+            }
+        }
     }
+}
 
-    /// When the timed packet left, if it is before `una` (acknowledged); the sample is
-    /// used up.
-    pub(crate) fn take_sample_before(&mut self, una: Psn) -> Option<Nanos> {
-        let (_, sent) = self.rtt_sample.filter(|&(p, _)| p.before(una))?;
-        self.rtt_sample = None;
-        Some(sent)
+/// What the requester needs to know of its QP.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReqView {
+    pub state: QpState,
+    pub qp_type: QpType,
+    pub mtu: Mtu,
+    pub pd: u32,
+    pub qpn: u32,
+    pub dest_qpn: u32,
+    pub qkey: u32,
+    pub max_rd_atomic: u8,
+    /// The device speaks selective repeat: RC requests offer it.
+    pub selective_repeat: bool,
+}
+
+/// The requester at work for one call: itself, its QP's attributes, the send queue, and
+/// what is in flight.
+pub(crate) struct Sender<'a> {
+    pub r: &'a mut Requester,
+    pub q: &'a ReqView,
+    pub sq: &'a mut SendQueue,
+    pub f: InFlight<'a>,
+}
+
+impl<'a> Sender<'a> {
+    pub(crate) fn new(
+        r: &'a mut Requester,
+        q: &'a ReqView,
+        sq: &'a mut SendQueue,
+        f: InFlight<'a>,
+    ) -> Self {
+        r.sync(sq);
+        Sender { r, q, sq, f }
     }
 }
 
@@ -219,7 +254,7 @@ fn atomic_request(wr: &SendWr) -> NextPacket {
     }
 }
 
-impl Qp {
+impl Sender<'_> {
     /// May the WQE at `idx` start now (fence and max_rd_atomic)?
     fn may_start(&self, idx: usize) -> bool {
         let w = &self.sq[idx];
@@ -231,18 +266,19 @@ impl Qp {
         if w.wr.flags.contains(crate::SendFlags::FENCE) && earlier_reads.clone().next().is_some() {
             return false;
         }
-        !w.wr.opcode.is_read_or_atomic() || earlier_reads.count() < usize::from(self.max_rd_atomic)
+        !w.wr.opcode.is_read_or_atomic()
+            || earlier_reads.count() < usize::from(self.q.max_rd_atomic)
     }
 
     /// Resolves the WQE's local memory and assigns its PSNs.
     fn start(&mut self, ctx: &Ctx<'_>, idx: usize) -> Result<(), WcStatus> {
-        let pd = self.pd;
-        let first_psn = self.req.next_psn;
+        let pd = self.q.pd;
+        let first_psn = self.r.next_psn;
         let w = &self.sq[idx];
         if w.len > crate::limits::MAX_MESSAGE {
             return Err(WcStatus::LocLenErr);
         }
-        if self.qp_type == QpType::Ud && w.ud_dest.is_none() {
+        if self.q.qp_type == QpType::Ud && w.ud_dest.is_none() {
             // Its address handle was destroyed, or is another PD's (rxe fails it the same way).
             return Err(WcStatus::LocQpOpErr);
         }
@@ -269,7 +305,7 @@ impl Qp {
         let npkts = if w.wr.opcode.is_atomic() {
             1
         } else {
-            packets_for(w.len, self.mtu)
+            packets_for(w.len, self.q.mtu)
         };
         let w = &mut self.sq[idx];
         w.segs = segs;
@@ -279,50 +315,26 @@ impl Qp {
         Ok(())
     }
 
-    /// The next request packet, written into `buf`; returns its length, and its destination
-    /// when that is not the connected peer (UD).
+    /// The next request packet at the cursor (after `next_middle` and resending what was
+    /// lost found none), written into `buf`: its length and what was sent.
     pub(crate) fn next_request(
         &mut self,
         ctx: &mut Ctx<'_>,
         buf: &mut [u8],
-    ) -> (Option<usize>, Option<crate::Gid>) {
-        let idx = self.req.idx;
-        let dest = self.sq.get(idx).and_then(|w| w.ud_dest);
-        let len = self.next_request_inner(ctx, buf);
-        if len.is_some() {
-            // A held ACK goes right after this request (`Qp::hold_ack`).
-            self.comp.release_ack();
-        }
-        if len.is_some() && self.qp_type != QpType::Rc {
-            // Unreliable: nothing waits for an ACK. A WQE is done once its last packet left.
-            self.comp.unreliable_sent(self.req.next_psn);
-            if self.req.idx > idx {
-                self.complete_front(ctx, WcStatus::Success);
-            }
-        }
-        (len, dest)
-    }
-
-    fn next_request_inner(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
-        if let Some(len) = self.next_middle(ctx.now, buf) {
-            return Some(len);
-        }
-        if let Some(len) = self.resend_lost(ctx, buf) {
-            return Some(len);
-        }
+    ) -> Option<(usize, Sent)> {
         let idx = loop {
-            if self.state != QpState::Rts && self.state != QpState::Sqd {
+            if self.q.state != QpState::Rts && self.q.state != QpState::Sqd {
                 return None;
             }
             self.repair_position();
             self.skip_held();
-            if self.rnr_waiting_at().is_some() || self.req.idx >= self.sq.len() {
+            if self.f.rnr_wait.is_some() || self.r.idx >= self.sq.len() {
                 return None;
             }
             if self.window_full() {
                 return None;
             }
-            let idx = self.req.idx;
+            let idx = self.r.idx;
             let w = &self.sq[idx];
             if w.wr.opcode.is_local() {
                 if !self.run_local(ctx, idx) {
@@ -336,7 +348,7 @@ impl Qp {
             }
         };
         if !self.sq[idx].started {
-            if self.state == QpState::Sqd || self.sq[idx].local_error.is_some() {
+            if self.q.state == QpState::Sqd || self.sq[idx].local_error.is_some() {
                 return None;
             }
             if !self.may_start(idx) {
@@ -344,43 +356,40 @@ impl Qp {
             }
             if let Err(status) = self.start(ctx, idx) {
                 self.sq[idx].local_error = Some(status);
-                self.report_local_errors(ctx);
+                self.sq.report_local_errors(ctx);
                 return None;
             }
         }
-        let (psn, fresh) = (self.req.next_psn, !self.req.resending());
-        let (len, ack_req) = self.build_request(idx, buf, ctx.now);
-        self.sent_request(psn, fresh, ack_req, ctx.now);
-        Some(len)
+        Some(self.build_request(idx, buf, ctx.now))
     }
 
     /// The next packet if it is a MIDDLE packet of the SEND or WRITE under way, sent for
     /// the first time; None for any other. Most packets of a long message are these, and
-    /// of `next_request_inner`'s questions only the state, a repair, the window and an RNR
+    /// of `next_request`'s questions only the state, a repair, the window and an RNR
     /// wait can have a new answer since the message's packet before; the packet is a BTH
     /// (no extension header to check) and payload. callgrind, 1 KiB packets: 973
     /// instructions a packet against 1,188 the general way.
-    fn next_middle(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
-        let r = &self.req;
+    pub(crate) fn next_middle(&mut self, now: Nanos, buf: &mut [u8]) -> Option<(usize, Sent)> {
+        let r = &*self.r;
         let w = self.sq.get(r.idx)?;
-        let n = self.mtu.bytes();
+        let n = self.q.mtu.bytes();
         let middle = r.off > 0 && r.off + (n as u64) < w.len && w.started;
-        let sending = matches!(self.state, QpState::Rts | QpState::Sqd) && r.repair.is_none();
+        let sending = matches!(self.q.state, QpState::Rts | QpState::Sqd) && r.repair.is_none();
         if !middle
             || !sending
             || r.resending()
-            || self.comp.has_lost()
+            || self.f.has_lost()
             || w.wr.opcode.is_read_or_atomic()
             || self.window_full()
-            || self.rnr_waiting_at().is_some()
+            || self.f.rnr_wait.is_some()
         {
             return None;
         }
         let psn = r.next_psn;
         let after = psn.add(1);
-        let ack_req = self.qp_type == QpType::Rc && self.cadence_asks(after);
+        let ack_req = self.q.qp_type == QpType::Rc && self.cadence_asks(after);
         let train = self.trains(w.wr.opcode);
-        let opcode = send_write_opcode(self.qp_type, w.wr.opcode, train, train);
+        let opcode = send_write_opcode(self.q.qp_type, w.wr.opcode, train, train);
         self.request_bth(opcode, psn, ack_req, false)
             .emit(&mut Bth::new_unchecked(&mut buf[..BTH_LEN]));
         let mut ext = ExtHeaders::default();
@@ -401,9 +410,7 @@ impl Qp {
             ends_wqe: false,
             ack_req,
         };
-        let total = self.finish_request(self.req.idx, buf, hlen, &next, now);
-        self.sent_request(psn, true, ack_req, now);
-        Some(total)
+        Some(self.finish_request(self.r.idx, buf, hlen, &next, now))
     }
 
     /// The BTH of a request to the connected peer. Every RC request offers selective
@@ -411,39 +418,33 @@ impl Qp {
     /// never sets it in its responses.
     fn request_bth(&self, opcode: Opcode, psn: Psn, ack_req: bool, solicited: bool) -> BthRepr {
         BthRepr {
-            selective_repeat: self.selective_repeat && self.qp_type == QpType::Rc,
-            ..bth(self.dest_qpn, opcode, psn, ack_req, solicited)
+            selective_repeat: self.q.selective_repeat && self.q.qp_type == QpType::Rc,
+            ..bth(self.q.dest_qpn, opcode, psn, ack_req, solicited)
         }
     }
 
-    /// Selective repeat: sends again the next packet found lost, if any, and puts the
-    /// cursor back where it was.
-    fn resend_lost(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
-        let sending = matches!(self.state, QpState::Rts | QpState::Sqd);
-        if !sending
-            || self.req.repair.is_some()
-            || self.rnr_waiting_at().is_some()
-            || !self.comp.has_lost()
-            || self.comp.window_full_again()
-        {
-            return None;
-        }
-        let psn = self.comp.scoreboard()?.next_lost()?;
+    /// Whether a packet found lost may go again now (`resend`).
+    pub(crate) fn may_resend(&self) -> bool {
+        matches!(self.q.state, QpState::Rts | QpState::Sqd)
+            && self.r.repair.is_none()
+            && self.f.rnr_wait.is_none()
+            && self.f.has_lost()
+            && !self.f.window_full_again()
+    }
+
+    /// Selective repeat: sends `psn`, found lost, again, and puts the cursor back where it
+    /// was. None if no WQE holds it any more.
+    pub(crate) fn resend(&mut self, psn: Psn, now: Nanos, buf: &mut [u8]) -> Option<(usize, Sent)> {
         let idx = self
             .sq
             .iter()
             .position(|w| w.started && w.npkts > 0 && w.holds(psn))?;
-        let (at, off, next) = (self.req.idx, self.req.off, self.req.next_psn);
+        let (at, off, next) = (self.r.idx, self.r.off, self.r.next_psn);
         self.put_cursor(idx, psn);
-        let (len, ack_req) = self.build_request(idx, buf, ctx.now);
-        self.sent_request(psn, false, ack_req, ctx.now);
-        let r = &mut self.req;
+        let built = self.build_request(idx, buf, now);
+        let r = &mut *self.r;
         (r.idx, r.off, r.next_psn) = (at, off, next);
-        if r.rtt_sample.is_some_and(|(p, _)| p == psn) {
-            // Karn: the timed packet went twice.
-            r.rtt_sample = None;
-        }
-        Some(len)
+        Some(built)
     }
 
     /// Selective repeat: a go-back pass steps over the SENDs and WRITEs the responder
@@ -452,47 +453,36 @@ impl Qp {
     /// a go-back or a probe sends at least that packet, whose ACK (the lost one, perhaps)
     /// says how far the responder got.
     fn skip_held(&mut self) {
-        let skips = |q: &Qp| {
-            let p = q.req.next_psn;
-            q.req.resending()
-                && p != q.comp.una()
-                && q.comp.held(p)
+        let skips = |q: &Sender<'_>| {
+            let p = q.r.next_psn;
+            q.r.resending()
+                && p != q.f.una
+                && q.f.held(p)
                 && q.sq
-                    .get(q.req.idx)
+                    .get(q.r.idx)
                     .is_some_and(|w| !w.wr.opcode.is_read_or_atomic())
         };
         while skips(self) {
-            let mut p = self.req.next_psn;
-            while p != self.req.high_psn && self.comp.held(p) {
+            let mut p = self.r.next_psn;
+            while p != self.r.high_psn && self.f.held(p) {
                 p = p.next();
             }
-            let before = self.req.next_psn;
+            let before = self.r.next_psn;
             self.seek(p);
-            if self.req.next_psn == before {
+            if self.r.next_psn == before {
                 return;
             }
         }
     }
 
-    /// Timers and the RTT sample after request `psn` was built (`fresh`: for the first time).
-    fn sent_request(&mut self, psn: Psn, fresh: bool, ack_req: bool, now: Nanos) {
-        if fresh && ack_req && self.req.rtt_sample.is_none() {
-            self.req.rtt_sample = Some((psn, now));
-        }
-        if !self.comp.ack_timer_running() {
-            self.restart_ack_timer(now);
-        }
-        self.arm_probe(now);
-    }
-
     /// Moves the cursor past the responses of the READ or atomic at `idx` that already
     /// arrived; true if every one has (the cursor is then on the next WQE).
     fn step_over_answered(&mut self, idx: usize) -> bool {
-        let mtu = self.mtu.bytes() as u64;
+        let mtu = self.q.mtu.bytes() as u64;
         let w = &self.sq[idx];
-        let at = (self.req.off / mtu) as u32;
-        let k = w.next_missing(at, self.comp.una());
-        let r = &mut self.req;
+        let at = (self.r.off / mtu) as u32;
+        let k = w.next_missing(at, self.f.una);
+        let r = &mut *self.r;
         if k >= w.npkts {
             r.idx = idx + 1;
             r.off = 0;
@@ -509,9 +499,9 @@ impl Qp {
     /// Puts the cursor on PSN `psn` of the WQE at `idx` (its byte offset to match).
     fn put_cursor(&mut self, idx: usize, psn: Psn) {
         let off = u64::from(self.sq[idx].first_psn.distance_to(psn));
-        let r = &mut self.req;
+        let r = &mut *self.r;
         r.idx = idx;
-        r.off = off * self.mtu.bytes() as u64;
+        r.off = off * self.q.mtu.bytes() as u64;
         r.next_psn = psn;
     }
 
@@ -519,36 +509,31 @@ impl Qp {
     /// responder answers in request order, so a READ or atomic asked for no later than
     /// that request and still missing responses will not get them. Only those are asked
     /// for (the missing pieces alone); then sending goes on where it was.
-    pub(crate) fn repair(&mut self, through: u64, end: Psn) {
-        let rep = match self.req.repair {
+    fn repair(&mut self, through: u64, end: Psn) {
+        let rep = match self.r.repair {
             // What this pass has asked again has later numbers: it will not ask twice.
             Some(r) if r.through > through => r,
             Some(r) => Repair { through, end, ..r },
             None => Repair {
                 through,
                 end,
-                resume: self.req.next_psn,
+                resume: self.r.next_psn,
             },
         };
-        self.req.repair = Some(rep);
-        self.req.idx = 0;
-    }
-
-    /// A repair pass is under way.
-    pub(crate) fn repairing(&self) -> bool {
-        self.req.repair.is_some()
+        self.r.repair = Some(rep);
+        self.r.idx = 0;
     }
 
     /// In a repair pass: puts the cursor on the next lost response to ask for again, or
     /// ends the pass where sending had got to.
     fn repair_position(&mut self) {
-        let Some(rep) = self.req.repair else { return };
-        let una = self.comp.una();
+        let Some(rep) = self.r.repair else { return };
+        let una = self.f.una;
         let next = self
             .sq
             .iter()
             .enumerate()
-            .skip(self.req.idx)
+            .skip(self.r.idx)
             .take_while(|(_, w)| w.started && w.first_psn.before(rep.resume))
             .find_map(|(i, w)| {
                 Some((i, w.first_psn.add(w.first_lost(rep.through, rep.end, una)?)))
@@ -556,7 +541,7 @@ impl Qp {
         match next {
             Some((i, psn)) => self.put_cursor(i, psn),
             None => {
-                self.req.repair = None;
+                self.r.repair = None;
                 self.seek(rep.resume);
             }
         }
@@ -566,10 +551,10 @@ impl Qp {
     /// and moves the cursor past it; false if it may not run yet.
     fn run_local(&mut self, ctx: &mut Ctx<'_>, idx: usize) -> bool {
         if !self.sq[idx].started {
-            if self.state == QpState::Sqd || !self.may_start(idx) {
+            if self.q.state == QpState::Sqd || !self.may_start(idx) {
                 return false;
             }
-            let (pd, qpn) = (self.pd, self.qpn);
+            let (pd, qpn) = (self.q.pd, self.q.qpn);
             let w = &self.sq[idx];
             let status = match (w.wr.opcode, w.wr.bind) {
                 (WrOpcode::BindMw, Some(b)) => match ctx.mrs.bind_mw(pd, qpn, &b) {
@@ -581,21 +566,22 @@ impl Qp {
                 }
                 _ => WcStatus::LocQpOpErr,
             };
-            let first_psn = self.req.next_psn;
+            let first_psn = self.r.next_psn;
             let w = &mut self.sq[idx];
             (w.started, w.first_psn, w.npkts, w.local_done) = (true, first_psn, 0, Some(status));
         }
-        self.req.idx += 1;
-        self.req.off = 0;
-        self.drain_local_front(ctx);
+        self.r.idx += 1;
+        self.r.off = 0;
+        self.sq.drain_local_front(ctx);
+        self.r.sync(self.sq);
         true
     }
 
     /// Builds the packet at the requester's cursor and advances the cursor; returns its
-    /// length and whether it asks for an ACK.
-    fn build_request(&mut self, idx: usize, buf: &mut [u8], now: Nanos) -> (usize, bool) {
-        let psn = self.req.next_psn;
-        let off = self.req.off;
+    /// length and what was sent.
+    fn build_request(&mut self, idx: usize, buf: &mut [u8], now: Nanos) -> (usize, Sent) {
+        let psn = self.r.next_psn;
+        let off = self.r.off;
         let w = &self.sq[idx];
         let mut next = match w.wr.opcode {
             WrOpcode::RdmaRead => self.read_request(w, off),
@@ -606,12 +592,12 @@ impl Qp {
         // Only RC asks for ACKs: at the end of a message whose completion someone waits
         // for (`acked_at_end`), on a packet sent again (its first ACK was lost, or never
         // asked for), every ACK_REQ_EVERY packets, and when the window fills.
-        let again = self.req.resending();
-        next.ack_req = self.qp_type == QpType::Rc
+        let again = self.r.resending();
+        next.ack_req = self.q.qp_type == QpType::Rc
             && (next.ack_req && self.acked_at_end(idx, now) || again || self.cadence_asks(after));
         let solicited = next.ends_wqe && w.wr.flags.contains(crate::SendFlags::SOLICITED);
         let mut bth = self.request_bth(next.opcode, psn, next.ack_req, solicited);
-        if let Some(ud) = w.wr.ud.filter(|_| self.qp_type == QpType::Ud) {
+        if let Some(ud) = w.wr.ud.filter(|_| self.q.qp_type == QpType::Ud) {
             bth.dest_qpn = ud.remote_qpn;
         }
         let repr = PacketRepr {
@@ -622,13 +608,12 @@ impl Qp {
         let hlen = repr
             .emit_headers_for(next.payload, buf)
             .expect("requester builds valid packets");
-        let total = self.finish_request(idx, buf, hlen, &next, now);
-        (total, next.ack_req)
+        self.finish_request(idx, buf, hlen, &next, now)
     }
 
     /// Writes the payload of `next`, the packet at the cursor in WQE `idx`, after its
     /// `hlen` bytes of headers, ends the packet, counts it and moves the cursor past it;
-    /// returns the packet's length.
+    /// returns the packet's length and what was sent.
     fn finish_request(
         &mut self,
         idx: usize,
@@ -636,9 +621,9 @@ impl Qp {
         hlen: usize,
         next: &NextPacket,
         now: Nanos,
-    ) -> usize {
-        let (off, n, again) = (self.req.off, next.payload, self.req.resending());
-        let after = self.req.next_psn.add(next.psns);
+    ) -> (usize, Sent) {
+        let (off, n, again) = (self.r.off, next.payload, self.r.resending());
+        let after = self.r.next_psn.add(next.psns);
         let w = &self.sq[idx];
         let payload = &mut buf[hlen..hlen + n];
         match &w.wr.data {
@@ -653,48 +638,51 @@ impl Qp {
         }
         let total = finish_packet(buf, hlen, n);
         let (first, npkts) = (w.first_psn, w.npkts);
-        let asks = w.wr.opcode.is_read_or_atomic();
-        if let Some(sb) = self.comp.scoreboard() {
-            sb.sent_packet(self.req.next_psn, next.psns, asks);
-        }
-        self.req.asks += 1;
-        self.req.resent += u64::from(again);
+        let sent = Sent {
+            psn: self.r.next_psn,
+            psns: next.psns,
+            fresh: !again,
+            ack_req: next.ack_req,
+            asks: w.wr.opcode.is_read_or_atomic(),
+        };
+        self.r.asks += 1;
+        self.r.resent += u64::from(again);
         let w = &mut self.sq[idx];
-        w.asked = self.req.asks;
+        w.asked = self.r.asks;
         if w.wr.opcode == WrOpcode::RdmaRead {
-            let from = (off / self.mtu.bytes() as u64) as u32;
-            w.asks.record(from, from + next.psns, self.req.asks);
+            let from = (off / self.q.mtu.bytes() as u64) as u32;
+            w.asks.record(from, from + next.psns, self.r.asks);
         }
         if next.ends_wqe && !again {
-            self.req.last_msg_at = Some(now);
+            self.r.last_msg_at = Some(now);
         }
         self.advance_cursor(after, next, first, npkts);
-        total
+        (total, sent)
     }
 
     /// Whether a WQE of operation `op` goes as a train of WRITE ONLYs (`WRITE_TRAINS`).
     fn trains(&self, op: WrOpcode) -> bool {
-        WRITE_TRAINS && op == WrOpcode::RdmaWrite && self.qp_type == QpType::Rc
+        WRITE_TRAINS && op == WrOpcode::RdmaWrite && self.q.qp_type == QpType::Rc
     }
 
     /// Whether the window is full: nothing new is sent until an ACK. Under selective
     /// repeat, what is sent again (behind the highest PSN sent) replaces what was lost and
     /// is not held back.
     fn window_full(&self) -> bool {
-        let resend = self.comp.selective() && self.req.resending();
-        !resend && self.comp.window_full(self.req.next_psn)
+        let resend = self.f.selective() && self.r.resending();
+        !resend && self.f.window_full(self.r.next_psn)
     }
 
     /// Whether the packet before `after` asks for an ACK by the cadence: every
     /// `ACK_REQ_EVERY` packets, and when it fills the window.
     fn cadence_asks(&self, after: Psn) -> bool {
-        self.req.since_ack_req + 1 >= ACK_REQ_EVERY || self.comp.fills_window(after)
+        self.r.since_ack_req + 1 >= ACK_REQ_EVERY || self.f.fills_window(after)
     }
 
     /// Moves the requester's cursor past the packet `next` just built, of the WQE whose
     /// PSNs are the `npkts` from `first`.
     fn advance_cursor(&mut self, after: Psn, next: &NextPacket, first: Psn, npkts: u32) {
-        let r = &mut self.req;
+        let r = &mut *self.r;
         r.next_psn = after;
         if r.high_psn.before(after) {
             r.high_psn = after;
@@ -717,7 +705,7 @@ impl Qp {
     /// replayed (it moves the start it checks against), so a lower piece asked for after a
     /// higher one would never be answered.
     fn read_request(&self, w: &SendWqe, off: u64) -> NextPacket {
-        let mtu = self.mtu.bytes() as u64;
+        let mtu = self.q.mtu.bytes() as u64;
         let i = (off / mtu) as u32;
         let until = w.arrived.next_arrived(i + 1).filter(|&a| a < w.npkts);
         let end = until.map_or(w.len, |a| u64::from(a) * mtu);
@@ -729,7 +717,7 @@ impl Qp {
             opcode: Opcode::RC_RDMA_READ_REQUEST,
             ext,
             payload: 0,
-            psns: packets_for(end - off, self.mtu),
+            psns: packets_for(end - off, self.q.mtu),
             ends_wqe: true,
             ack_req: true,
         }
@@ -748,15 +736,15 @@ impl Qp {
     /// asked again by the tail-loss probe, whose resent packet asks.
     fn acked_at_end(&self, idx: usize, now: Nanos) -> bool {
         let w = &self.sq[idx];
-        let streaming = match (self.req.last_msg_at, self.comp.srtt()) {
+        let streaming = match (self.r.last_msg_at, self.f.srtt) {
             (Some(at), Some(srtt)) => now.saturating_sub(at) < srtt / 2,
             _ => true,
         };
         w.wr.opcode.is_read_or_atomic()
-            || self.sq_sig_all()
+            || self.sq.sig_all()
             || w.wr.flags.contains(crate::SendFlags::SIGNALED)
-            || streaming && self.req.unasked_msgs + 1 >= self.stream_asks_every()
-            || self.req.unasked_msgs + 1 >= UNASKED_MSGS
+            || streaming && self.r.unasked_msgs + 1 >= self.stream_asks_every()
+            || self.r.unasked_msgs + 1 >= UNASKED_MSGS
     }
 
     /// How many messages of a stream end per one that asks for an ACK: a quarter of the
@@ -769,7 +757,7 @@ impl Qp {
     /// The packet of a SEND or WRITE that starts at byte `off` of `w`.
     fn send_write_packet(&self, w: &SendWqe, off: u64) -> NextPacket {
         let (wr, op) = (&w.wr, w.wr.opcode);
-        let n = (self.mtu.bytes() as u64).min(w.len - off);
+        let n = (self.q.mtu.bytes() as u64).min(w.len - off);
         let train = self.trains(op);
         // A train's every packet is a message of its own (an ONLY); `last` stays the WQE's.
         let (first, last) = (off == 0 || train, off + n == w.len);
@@ -785,41 +773,41 @@ impl Qp {
         if last && op == WrOpcode::SendWithInv {
             ext.ieth = Some(wr.invalidate_rkey);
         }
-        if let (QpType::Ud, Some(ud)) = (self.qp_type, wr.ud) {
+        if let (QpType::Ud, Some(ud)) = (self.q.qp_type, wr.ud) {
             // Bit 31 of the WR's Q_Key: use the QP's own.
             let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
-                self.qkey
+                self.q.qkey
             } else {
                 ud.remote_qkey
             };
             ext.deth = Some(DethRepr {
                 qkey,
-                src_qpn: self.qpn,
+                src_qpn: self.q.qpn,
             });
         }
         NextPacket {
-            opcode: send_write_opcode(self.qp_type, op, first, last || train),
+            opcode: send_write_opcode(self.q.qp_type, op, first, last || train),
             ext,
             payload: n as usize,
             psns: 1,
             ends_wqe: last,
-            ack_req: last && self.qp_type == QpType::Rc,
+            ack_req: last && self.q.qp_type == QpType::Rc,
         }
     }
 
     /// Go-back-N: the next packet sent will be the one with PSN `from` (or, if that PSN
     /// belonged to a WQE already completed, the first outstanding one after it); a repair
     /// pass under way ends.
-    pub(crate) fn rewind(&mut self, from: Psn) {
-        self.req.repair = None;
+    fn rewind(&mut self, from: Psn) {
+        self.r.repair = None;
         self.seek(from);
     }
 
     /// Puts the cursor on PSN `from` (see `rewind`), stepping over READ and atomic
     /// responses that already arrived.
-    pub(crate) fn seek(&mut self, from: Psn) {
+    fn seek(&mut self, from: Psn) {
         // Never before what the peer already acknowledged.
-        let una = self.comp.una();
+        let una = self.f.una;
         let from = if from.before(una) { una } else { from };
         let found = self
             .sq
@@ -841,7 +829,7 @@ impl Qp {
             }
             None => {
                 // Nothing sent at or after `from`: continue with the first unsent WQE.
-                let r = &mut self.req;
+                let r = &mut *self.r;
                 r.idx = self
                     .sq
                     .iter()
@@ -851,17 +839,31 @@ impl Qp {
                 r.next_psn = r.high_psn;
             }
         }
-        let r = &mut self.req;
-        r.since_ack_req = 0;
-        // Retransmitted packets give ambiguous RTT samples (Karn).
-        r.rtt_sample = None;
+        self.r.since_ack_req = 0;
     }
 
-    /// Reports a local error of the front WQE once everything before it has completed.
-    pub(crate) fn report_local_errors(&mut self, ctx: &mut Ctx<'_>) {
-        if let Some(status) = self.sq.front().and_then(|w| w.local_error) {
-            self.complete_front(ctx, status);
-            self.enter_error(ctx, None);
+    /// Does what the completer asks.
+    pub(crate) fn apply(&mut self, cmd: ReqCmd) {
+        match cmd {
+            ReqCmd::Rewind(from) => self.rewind(from),
+            ReqCmd::SeekPast(una) => {
+                if self.r.next_psn.before(una) {
+                    // An ACK for packets we are about to resend: skip them.
+                    self.seek(una);
+                }
+            }
+            ReqCmd::Repair { through, end } => self.repair(through, end),
+            ReqCmd::Probe { beyond_gap } => {
+                // The last packet sent, again (it asks for an ACK): the ACK says how far
+                // the peer got, or the NAK where a gap begins. From `una` if a resend is
+                // already under way, or the responder holds packets beyond a gap.
+                let from = if self.r.resending() || beyond_gap {
+                    self.f.una
+                } else {
+                    self.r.high_psn.sub(1)
+                };
+                self.rewind(from);
+            }
         }
     }
 }
