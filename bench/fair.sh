@@ -15,7 +15,7 @@ SECS=${SECS:-30}
 path_emu_up oxf
 ip -n $a addr add 10.99.0.3/24 dev oxpath0
 ip -n $b addr add 10.99.0.4/24 dev oxpath0
-echo "# path: ${DELAY_MS} ms each way, ${RATE} Mbit/s, ${QUEUE_MS} ms queue, loss $LOSS each way; ${SECS} s"
+echo "# path: ${DELAY_MS} ms each way, ${RATE} Mbit/s, ${QUEUE_MS} ms queue${ECN_MS:+ marking CE past $ECN_MS ms}, loss $LOSS each way; ${SECS} s"
 # ox_flow NAME CLIENT SERVER PORT: an oxrdma write-bw flow in the background.
 ox_flow() {
   ip netns exec $b "$ox" perf write-bw -d "$3" -p "$4" -s 1048576 -D "$SECS" -m 1024 \
@@ -24,11 +24,12 @@ ox_flow() {
   ip netns exec $a "$ox" perf write-bw -d "$2" -p "$4" -s 1048576 -D "$SECS" -m 1024 \
     --json --no-progress "$3" > "$work/$1.c" 2>&1 &
 }
-# resent NAME: the flow's request packets sent and sent again.
+# resent NAME: the flow's request packets sent and sent again, its smoothed RTT at the end
+# and the CNPs it received.
 resent() {
   grep '^{' "$work/$1.c" | tail -1 |
-    sed 's/.*"packets_sent":\([0-9]*\),"packets_resent":\([0-9]*\).*/\1 \2/' |
-    awk -v n="$1" '{ printf "  %s: %d packets sent, %d of them again (%.2f %%)\n", n, $1, $2, 100 * $2 / $1 }'
+    sed 's/.*"packets_sent":\([0-9]*\),"packets_resent":\([0-9]*\).*"srtt_us":\([0-9.e+-]*\).*"cnps_received":\([0-9]*\).*/\1 \2 \3 \4/' |
+    awk -v n="$1" '{ printf "  %s: %d packets sent, %d of them again (%.2f %%), srtt %.1f ms, %d CNPs\n", n, $1, $2, 100 * $2 / $1, $3 / 1000, $4 }'
 }
 mbit() {
   grep '^{' "$work/$1.c" | tail -1 | sed 's/.*"bw_avg_gbps":\([0-9.e+-]*\).*/\1/' |

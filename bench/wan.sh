@@ -16,7 +16,7 @@ SECS=${SECS:-10} REPS=${REPS:-3}
 . bench/path_emu.sh
 path_emu_up oxw
 A=10.99.0.1 B=10.99.0.2
-echo "# path: ${DELAY_MS} ms each way, ${RATE} Mbit/s, ${QUEUE_MS} ms queue, loss $LOSS each way"
+echo "# path: ${DELAY_MS} ms each way, ${RATE} Mbit/s, ${QUEUE_MS} ms queue${ECN_MS:+ marking CE past $ECN_MS ms}, loss $LOSS each way"
 ox_round() {
   ip netns exec $b "$ox" perf write-bw -d $B -s 1048576 -D "$SECS" -m "${ROCE_MTU:-1024}" \
     --json --no-progress > "$work/oxs" 2>&1 &

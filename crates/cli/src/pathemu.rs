@@ -1,14 +1,16 @@
 //! `oxrdma path-emu`: a long, lossy path between two network namespaces, for tests and
 //! benchmarks on a kernel without netem. Each namespace gets a TUN device with an
 //! address; IP packets read from one are written to the other after a one-way delay,
-//! through a link of a given rate with a tail-drop queue, with random loss (and jitter)
-//! per direction, seeded. Runs until stopped (SIGTERM/SIGINT) or `--seconds`, then
-//! prints what it forwarded and dropped as JSON.
+//! through a link of a given rate with a tail-drop queue, with random loss, jitter and
+//! reordering per direction, seeded, and (`--ecn-ms`) ECN marking past a queue depth, as
+//! an AQM router marks. Runs until stopped (SIGTERM/SIGINT) or `--seconds`, then prints
+//! what it forwarded, dropped and marked as JSON.
 
 use anyhow::{bail, Context};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -40,6 +42,15 @@ pub struct PathEmuArgs {
     /// The queue before the link: what waits longer than this is dropped, ms.
     #[arg(long, default_value_t = 100.0)]
     pub queue_ms: f64,
+    /// An AQM threshold, ms: packets that would wait in the queue longer than this are
+    /// marked CE if ECN-capable and dropped if not, as RFC 3168 has a router mark where it
+    /// would drop (default: none; a tail-drop queue only).
+    #[arg(long)]
+    pub ecn_ms: Option<f64>,
+    /// Packets held back per direction, 0 to 1: each arrives up to a quarter of the
+    /// one-way delay late, overtaken by those sent after it.
+    #[arg(long, default_value_t = 0.0)]
+    pub reorder: f64,
     /// The device MTU.
     #[arg(long, default_value_t = 1500)]
     pub mtu: u32,
@@ -57,13 +68,48 @@ struct Counters {
     lost: AtomicU64,
     queue_drops: AtomicU64,
     bytes: AtomicU64,
+    ce_marked: AtomicU64,
+    aqm_drops: AtomicU64,
+    reordered: AtomicU64,
 }
 
-/// Packets on their way, in departure order, with when each arrives.
+/// A packet on its way: when it arrives, its number (in the order it left), its bytes.
+type Flying = Reverse<(Instant, u64, Vec<u8>)>;
+
+/// Packets on their way, by when each arrives (then by when each left).
 #[derive(Debug, Default)]
 struct Line {
-    packets: Mutex<VecDeque<(Instant, Vec<u8>)>>,
+    packets: Mutex<BinaryHeap<Flying>>,
     ready: Condvar,
+}
+
+/// Marks an IP packet CE if it is ECN-capable (its ECN field ECT(0), ECT(1) or CE);
+/// true if it was. IPv4's header checksum is updated.
+fn mark_ce(p: &mut [u8]) -> bool {
+    match p.first().map(|b| b >> 4) {
+        Some(4) if p.len() >= 20 && p[1] & 0b11 != 0 => {
+            p[1] |= 0b11;
+            let ihl = usize::from(p[0] & 0x0f) * 4;
+            if ihl < 20 || p.len() < ihl {
+                return false;
+            }
+            p[10..12].fill(0);
+            let sum = p[..ihl]
+                .chunks(2)
+                .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+                .sum::<u32>();
+            let folded = (sum & 0xffff) + (sum >> 16);
+            let folded = (folded & 0xffff) + (folded >> 16);
+            p[10..12].copy_from_slice(&(!(folded as u16)).to_be_bytes());
+            true
+        }
+        // IPv6: the traffic class's low two bits are bits 5-4 of the second byte.
+        Some(6) if p.len() >= 40 && p[1] & 0x30 != 0 => {
+            p[1] |= 0x30;
+            true
+        }
+        _ => false,
+    }
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -121,15 +167,25 @@ fn ingress(mut from: File, line: Arc<Line>, a: PathEmuArgs, seed: u64, c: Arc<Co
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let ns = |ms: f64| Duration::from_nanos((ms * 1e6) as u64);
     let (delay, jitter, queue) = (ns(a.delay_ms), ns(a.jitter_ms), ns(a.queue_ms));
+    let ecn = a.ecn_ms.map(ns);
     let mut link_free = Instant::now();
     let mut last_arrival = Instant::now();
     let mut buf = vec![0u8; 65536];
+    let mut seq = 0u64;
     while !STOP.load(Ordering::Relaxed) {
         let Ok(n) = from.read(&mut buf) else { break };
         let now = Instant::now();
-        if link_free > now && link_free - now > queue {
+        let wait = link_free.saturating_duration_since(now);
+        if wait > queue {
             c.queue_drops.fetch_add(1, Ordering::Relaxed);
             continue;
+        }
+        if ecn.is_some_and(|e| wait > e) {
+            if !mark_ce(&mut buf[..n]) {
+                c.aqm_drops.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            c.ce_marked.fetch_add(1, Ordering::Relaxed);
         }
         // The wire time of the packet with Ethernet's framing (38 bytes beside the IP
         // packet: header, FCS, preamble, gap).
@@ -144,13 +200,19 @@ fn ingress(mut from: File, line: Arc<Line>, a: PathEmuArgs, seed: u64, c: Arc<Co
         } else {
             jitter.mul_f64(rng.random::<f64>())
         };
-        let at = (link_free + delay + extra).max(last_arrival);
+        let mut at = (link_free + delay + extra).max(last_arrival);
         last_arrival = at;
+        if a.reorder > 0.0 && rng.random_bool(a.reorder) {
+            // Held back alone: `last_arrival` stays, so later packets overtake it.
+            at += delay.mul_f64(rng.random::<f64>() / 4.0);
+            c.reordered.fetch_add(1, Ordering::Relaxed);
+        }
         c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        seq += 1;
         line.packets
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push_back((at, buf[..n].to_vec()));
+            .push(Reverse((at, seq, buf[..n].to_vec())));
         line.ready.notify_one();
     }
 }
@@ -159,7 +221,7 @@ fn ingress(mut from: File, line: Arc<Line>, a: PathEmuArgs, seed: u64, c: Arc<Co
 fn egress(mut to: File, line: Arc<Line>, c: Arc<Counters>) {
     let mut q = line.packets.lock().unwrap_or_else(|p| p.into_inner());
     while !STOP.load(Ordering::Relaxed) {
-        let Some(&(at, _)) = q.front() else {
+        let Some(&Reverse((at, _, _))) = q.peek() else {
             q = line
                 .ready
                 .wait_timeout(q, Duration::from_millis(50))
@@ -176,7 +238,7 @@ fn egress(mut to: File, line: Arc<Line>, c: Arc<Counters>) {
                 .0;
             continue;
         }
-        let Some((_, p)) = q.pop_front() else {
+        let Some(Reverse((_, _, p))) = q.pop() else {
             continue;
         };
         drop(q);
@@ -192,6 +254,9 @@ pub fn run(a: &PathEmuArgs) -> anyhow::Result<bool> {
     if !(0.0..1.0).contains(&a.loss) || a.rate_mbit <= 0.0 || a.delay_ms < 0.0 || a.queue_ms <= 0.0
     {
         bail!("path-emu needs 0 <= --loss < 1, --rate-mbit > 0, --delay-ms >= 0, --queue-ms > 0");
+    }
+    if !(0.0..=1.0).contains(&a.reorder) || a.ecn_ms.is_some_and(|e| e.is_nan() || e < 0.0) {
+        bail!("path-emu needs 0 <= --reorder <= 1 and --ecn-ms >= 0");
     }
     let (ta, tb) = (
         tun_in(&a.netns[0], "oxpath0")?,
@@ -241,6 +306,9 @@ pub fn run(a: &PathEmuArgs) -> anyhow::Result<bool> {
             "lost": c.lost.load(Ordering::Relaxed),
             "queue_drops": c.queue_drops.load(Ordering::Relaxed),
             "bytes": c.bytes.load(Ordering::Relaxed),
+            "ce_marked": c.ce_marked.load(Ordering::Relaxed),
+            "aqm_drops": c.aqm_drops.load(Ordering::Relaxed),
+            "reordered": c.reordered.load(Ordering::Relaxed),
         })
     };
     println!(

@@ -41,39 +41,31 @@ fn socket_in(ns: &str, addr: &str) -> UdpSocket {
     .unwrap()
 }
 
-#[test]
-fn datagrams_cross_the_path_late_in_order_and_with_the_loss_asked_for() {
+/// Two namespaces joined by `oxrdma path-emu` with `args` (addresses 10.98.0.1 and .2);
+/// None where namespaces cannot be made (not root).
+fn path(
+    tag: &str,
+    args: &[&str],
+) -> Option<(
+    Namespaces,
+    std::process::Child,
+    BufReader<std::process::ChildStdout>,
+)> {
     let pid = std::process::id();
-    let names = [format!("oxpe-a-{pid}"), format!("oxpe-b-{pid}")];
+    let names = [format!("oxpe{tag}a-{pid}"), format!("oxpe{tag}b-{pid}")];
     if !(ip(&["netns", "add", &names[0]]) && ip(&["netns", "add", &names[1]])) {
         assert!(
             std::env::var_os("OXRDMA_CI").is_none(),
             "cannot make namespaces under CI"
         );
         eprintln!("SKIPPED: cannot make network namespaces (needs root)");
-        return;
+        return None;
     }
     let ns = Namespaces(names);
     let mut emu = Command::new(env!("CARGO_BIN_EXE_oxrdma"))
-        .args([
-            "path-emu",
-            "--netns",
-            &ns.0[0],
-            &ns.0[1],
-            "--addrs",
-            "10.98.0.1",
-            "10.98.0.2",
-        ])
-        .args([
-            "--delay-ms",
-            "20",
-            "--loss",
-            "0.3",
-            "--seed",
-            "7",
-            "--rate-mbit",
-            "100",
-        ])
+        .args(["path-emu", "--netns", &ns.0[0], &ns.0[1]])
+        .args(["--addrs", "10.98.0.1", "10.98.0.2"])
+        .args(args)
         .stdout(Stdio::piped())
         .spawn()
         .expect("path-emu");
@@ -81,6 +73,37 @@ fn datagrams_cross_the_path_late_in_order_and_with_the_loss_asked_for() {
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert!(line.contains("\"ready\":true"), "{line}");
+    Some((ns, emu, out))
+}
+
+/// Stops path-emu and returns its counters.
+fn stop(
+    mut emu: std::process::Child,
+    mut out: BufReader<std::process::ChildStdout>,
+) -> serde_json::Value {
+    // SAFETY: a signal to the child we started.
+    unsafe { libc::kill(emu.id() as i32, libc::SIGTERM) };
+    let mut stats = String::new();
+    out.read_line(&mut stats).unwrap();
+    emu.wait().unwrap();
+    serde_json::from_str(&stats).expect("stats JSON")
+}
+
+#[test]
+fn datagrams_cross_the_path_late_in_order_and_with_the_loss_asked_for() {
+    let args = [
+        "--delay-ms",
+        "20",
+        "--loss",
+        "0.3",
+        "--seed",
+        "7",
+        "--rate-mbit",
+        "100",
+    ];
+    let Some((ns, emu, out)) = path("l", &args) else {
+        return;
+    };
     let rx = socket_in(&ns.0[1], "10.98.0.2:9000");
     let tx = socket_in(&ns.0[0], "10.98.0.1:9000");
     rx.set_read_timeout(Some(Duration::from_millis(500)))
@@ -110,12 +133,8 @@ fn datagrams_cross_the_path_late_in_order_and_with_the_loss_asked_for() {
         "{} of {n} arrived",
         got.len()
     );
-    // SAFETY: a signal to the child we started.
-    unsafe { libc::kill(emu.id() as i32, libc::SIGTERM) };
-    let mut stats = String::new();
-    out.read_line(&mut stats).unwrap();
-    emu.wait().unwrap();
-    let v: serde_json::Value = serde_json::from_str(&stats).expect("stats JSON");
+    let v = stop(emu, out);
+    let stats = v.to_string();
     let (fwd, lost) = (&v["a_to_b"]["forwarded"], &v["a_to_b"]["lost"]);
     let (fwd, lost) = (fwd.as_u64().unwrap(), lost.as_u64().unwrap());
     // The kernel may send a packet or two of its own (IPv6 on link up) besides ours.
@@ -124,4 +143,95 @@ fn datagrams_cross_the_path_late_in_order_and_with_the_loss_asked_for() {
         "{stats}"
     );
     assert!(fwd + lost < u64::from(n) + 20, "{stats}");
+}
+
+/// Sets an int IP-level option on `s`.
+fn set_ip(s: &UdpSocket, name: i32, value: i32) {
+    // SAFETY: a valid socket and a live int of the length passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_IP,
+            name,
+            (&raw const value).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+}
+
+/// The next datagram's first byte and its IP TOS byte (the socket asked for it).
+fn recv_with_tos(s: &UdpSocket) -> Option<(u8, u8)> {
+    let (mut data, mut control) = ([0u8; 64], [0u64; 8]);
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: all-zero bytes are a valid msghdr.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    (h.msg_iov, h.msg_iovlen) = (&raw mut iov, 1);
+    h.msg_control = control.as_mut_ptr().cast();
+    h.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: `h` points at `iov`, `data` and `control`, alive for the call.
+    if unsafe { libc::recvmsg(s.as_raw_fd(), &raw mut h, 0) } <= 0 {
+        return None;
+    }
+    // SAFETY: the kernel filled `control` up to `msg_controllen`.
+    let c = unsafe { libc::CMSG_FIRSTHDR(&raw const h) };
+    assert!(!c.is_null(), "no TOS control message");
+    // SAFETY: the one control message asked for, IP_TOS, carries one byte.
+    let tos = unsafe { libc::CMSG_DATA(c).read() };
+    Some((data[0], tos))
+}
+
+#[test]
+fn past_the_aqm_threshold_ecn_capable_packets_are_marked_others_dropped_and_some_are_overtaken() {
+    let args = [
+        "--delay-ms",
+        "5",
+        "--rate-mbit",
+        "10",
+        "--queue-ms",
+        "500",
+        "--ecn-ms",
+        "2",
+        "--reorder",
+        "0.2",
+    ];
+    let Some((ns, emu, out)) = path("e", &args) else {
+        return;
+    };
+    let rx = socket_in(&ns.0[1], "10.98.0.2:9000");
+    let tx = socket_in(&ns.0[0], "10.98.0.1:9000");
+    set_ip(&rx, libc::IP_RECVTOS, 1);
+    rx.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    // 200 packets of 1000 bytes at 10 Mbit/s: 0.8 ms each, so the queue passes 2 ms at
+    // the fourth. Even ones ECN-capable (marked past it), odd ones not (dropped past it).
+    for i in 0..200u8 {
+        set_ip(&tx, libc::IP_TOS, if i % 2 == 0 { 0b10 } else { 0 });
+        let mut p = [0u8; 1000];
+        p[0] = i;
+        tx.send_to(&p, "10.98.0.2:9000").unwrap();
+    }
+    let mut got = Vec::new();
+    while let Some(d) = recv_with_tos(&rx) {
+        got.push(d);
+    }
+    let v = stop(emu, out);
+    let dropped = v["a_to_b"]["aqm_drops"].as_u64().unwrap_or(0);
+    assert_eq!(got.len() as u64 + dropped, 200, "{v}");
+    assert!(dropped > 50, "{v}");
+    let ce = got.iter().filter(|(_, t)| t & 0b11 == 0b11).count() as u64;
+    assert!(ce > 50, "{ce} marked CE: {v}");
+    assert_eq!(v["a_to_b"]["ce_marked"].as_u64(), Some(ce), "{v}");
+    assert!(
+        got.iter().all(|&(i, t)| i % 2 == 0 || t & 0b11 == 0),
+        "a packet that is not ECN-capable is never marked"
+    );
+    let late = got.windows(2).filter(|w| w[1].0 < w[0].0).count();
+    assert!(
+        late > 0 && v["a_to_b"]["reordered"].as_u64() > Some(0),
+        "{v}"
+    );
 }

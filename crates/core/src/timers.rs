@@ -14,9 +14,11 @@ pub(crate) enum Timer {
     RnrWait,
     /// Tail-loss probe: resend from the oldest unacknowledged PSN after a short stall.
     Probe,
+    /// Pacing: the next packet may leave (selective repeat on a long path).
+    Pace,
 }
 
-const TIMERS: usize = 3;
+const TIMERS: usize = 4;
 
 /// One QP's deadlines, one slot per [`Timer`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

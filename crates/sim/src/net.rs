@@ -26,6 +26,13 @@ pub struct NetConfig {
     /// before it starts on the wire is dropped (a router queue of `queue_limit` times the
     /// bandwidth in bytes). 0: unbounded.
     pub queue_limit: Nanos,
+    /// ECN marking at each egress port: a packet that waits longer than this before it
+    /// starts on the wire arrives marked CE (every packet is ECN-capable). 0: none.
+    pub ecn_threshold: Nanos,
+    /// A router on each directed link, slower than the senders' ports, in bits per
+    /// second (0: none). Its queue is where packets wait, then: `queue_limit` and
+    /// `ecn_threshold` apply there, as on a path through a slower network.
+    pub bottleneck_bps: u64,
 }
 
 impl Default for NetConfig {
@@ -40,6 +47,8 @@ impl Default for NetConfig {
             bandwidth_bps: 10_000_000_000,
             partitions: Vec::new(),
             queue_limit: 0,
+            ecn_threshold: 0,
+            bottleneck_bps: 0,
         }
     }
 }
@@ -51,6 +60,8 @@ pub struct Datagram {
     pub to: usize,
     pub src_port: u16,
     pub data: Vec<u8>,
+    /// The IP header's ECN field says CE (congestion experienced).
+    pub ce: bool,
 }
 
 /// What the network did, for reports.
@@ -66,6 +77,8 @@ pub struct NetStats {
     pub delivered: u64,
     /// Dropped because the egress queue was full (`NetConfig::queue_limit`).
     pub queue_drops: u64,
+    /// Marked CE (`NetConfig::ecn_threshold`).
+    pub ce_marked: u64,
 }
 
 #[derive(Debug)]
@@ -77,6 +90,9 @@ pub struct Network {
     seq: u64,
     /// When each node's egress port finishes sending what it has queued.
     busy_until: HashMap<usize, Nanos>,
+    /// When each directed link's router finishes sending what it has queued
+    /// (`NetConfig::bottleneck_bps`).
+    router_busy: HashMap<(usize, usize), Nanos>,
     /// Latest arrival scheduled on each directed link: jitter alone never reorders.
     last_arrival: HashMap<(usize, usize), Nanos>,
     pub stats: NetStats,
@@ -91,6 +107,7 @@ impl Network {
             packets: HashMap::new(),
             seq: 0,
             busy_until: HashMap::new(),
+            router_busy: HashMap::new(),
             last_arrival: HashMap::new(),
             stats: NetStats::default(),
         }
@@ -115,14 +132,28 @@ impl Network {
         self.stats.sent_bytes += d.data.len() as u64;
         // Serialisation: the port sends one packet at a time.
         let link = self.busy_until.entry(d.from).or_insert(0);
-        if c.queue_limit > 0 && link.saturating_sub(now) > c.queue_limit {
+        let router = c.bottleneck_bps > 0;
+        if !router && c.queue_limit > 0 && link.saturating_sub(now) > c.queue_limit {
             self.stats.queue_drops += 1;
             return;
         }
+        let mut ce = !router && c.ecn_threshold > 0 && link.saturating_sub(now) > c.ecn_threshold;
         let bits = (d.data.len() as u64 + 66) * 8 * 1_000_000_000;
         let wire_ns = bits.checked_div(c.bandwidth_bps).unwrap_or(0);
-        let departs = (*link).max(now) + wire_ns;
+        let mut departs = (*link).max(now) + wire_ns;
         *link = departs;
+        if router {
+            // Then through the router's queue, at its pace.
+            let busy = self.router_busy.entry((d.from, d.to)).or_insert(0);
+            let wait = busy.saturating_sub(departs);
+            if c.queue_limit > 0 && wait > c.queue_limit {
+                self.stats.queue_drops += 1;
+                return;
+            }
+            ce = c.ecn_threshold > 0 && wait > c.ecn_threshold;
+            departs = (*busy).max(departs) + bits / c.bottleneck_bps;
+            *busy = departs;
+        }
         if c.partitions.iter().any(|&(a, b)| (a..b).contains(&now)) {
             self.stats.partitioned += 1;
             return;
@@ -152,6 +183,7 @@ impl Network {
                 self.stats.reordered += 1;
             }
             let mut d = d.clone();
+            d.ce |= ce;
             if self.rng.random_bool(c.corrupt) && !d.data.is_empty() {
                 let i = self.rng.random_range(0..d.data.len());
                 d.data[i] ^= 1 << self.rng.random_range(0..8);
@@ -162,6 +194,7 @@ impl Network {
         if copies == 2 {
             self.stats.duplicated += 1;
         }
+        self.stats.ce_marked += u64::from(ce);
     }
 
     /// How long the egress port of `node` is busy after `now` with what it already holds.

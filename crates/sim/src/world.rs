@@ -155,6 +155,7 @@ impl World {
                     to,
                     src_port: t.src_port,
                     data,
+                    ce: false,
                 };
                 let action = self.tap.as_mut().map_or(TapAction::Pass, |t| (t.0)(&d));
                 match action {
@@ -220,7 +221,7 @@ impl World {
             let src = Gid::from(self.nodes[d.from].ip);
             self.nodes[d.to]
                 .engine
-                .handle_packet(self.now, src, &d.data);
+                .handle_packet_ecn(self.now, src, &d.data, d.ce);
         }
         self.check_timers();
         for n in &mut self.nodes {

@@ -269,8 +269,9 @@ pub struct RxBatch {
     /// Control messages as the kernel writes them (read through the headers).
     _controls: Vec<GroControl>,
     /// The packets of the last receive: where each starts in `buf`, its length, its
-    /// source (None: unknown, or refused by the port).
-    segs: Vec<(usize, usize, Option<SocketAddr>)>,
+    /// source (None: unknown, or refused by the port), and whether its IP header's ECN
+    /// field said CE.
+    segs: Vec<(usize, usize, Option<SocketAddr>, bool)>,
     /// How many packets the last receive brought.
     pub count: usize,
     /// The `recvmmsg` headers, built once: they point into `buf`, `names` and `controls`
@@ -362,8 +363,13 @@ impl RxBatch {
 
     /// Packet `i` of the last receive.
     pub fn datagram(&self, i: usize) -> &[u8] {
-        let (at, len, _) = self.segs[i];
+        let (at, len, _, _) = self.segs[i];
         &self.buf[at..at + len]
+    }
+
+    /// Whether packet `i` arrived marked CE (congestion experienced).
+    pub fn ce(&self, i: usize) -> bool {
+        self.segs[i].3
     }
 
     /// Where packet `i` came from; None if unknown or refused.
@@ -434,15 +440,17 @@ impl RxBatch {
             let from = sockaddr(&self.names[i]);
             // SAFETY: the kernel filled `msg_control` up to `msg_controllen` (in bounds
             // of `self.controls[i]`).
-            let seg = unsafe { gro_segment(&m.msg_hdr) }.unwrap_or(len).max(1);
+            let (seg, tos) = unsafe { controls(&m.msg_hdr) };
+            let seg = seg.unwrap_or(len).max(1);
+            let ce = tos.is_some_and(|t| t & 0b11 == 0b11);
             let mut at = 0;
             while at < len {
                 let l = seg.min(len - at);
-                self.segs.push((i * slot + at, l, from));
+                self.segs.push((i * slot + at, l, from, ce));
                 at += l;
             }
             if len == 0 {
-                self.segs.push((i * slot, 0, from));
+                self.segs.push((i * slot, 0, from, ce));
             }
         }
         self.count = self.segs.len();
@@ -450,25 +458,40 @@ impl RxBatch {
     }
 }
 
-/// The segment size of a message GRO glued together, from its `UDP_GRO` control message.
+/// From a received message's control messages: the segment size of a message GRO glued
+/// together (`UDP_GRO`), and the IP header's TOS or traffic class byte (`IP_TOS`,
+/// `IPV6_TCLASS`), whose low two bits are the ECN field.
 ///
 /// # Safety
 /// `h`'s control buffer holds what the kernel wrote, `msg_controllen` bytes of it.
-unsafe fn gro_segment(h: &libc::msghdr) -> Option<usize> {
+unsafe fn controls(h: &libc::msghdr) -> (Option<usize>, Option<u8>) {
+    let (mut seg, mut tos) = (None, None);
     // SAFETY: the caller's promise; CMSG_FIRSTHDR and CMSG_NXTHDR stay within it.
     let mut c = unsafe { libc::CMSG_FIRSTHDR(h) };
     while !c.is_null() {
         // SAFETY: `c` is a control message header within the buffer.
         let cm = unsafe { &*c };
-        if cm.cmsg_level == libc::SOL_UDP && cm.cmsg_type == libc::UDP_GRO {
-            // SAFETY: a UDP_GRO message carries an int, possibly unaligned.
-            let v = unsafe { libc::CMSG_DATA(c).cast::<libc::c_int>().read_unaligned() };
-            return usize::try_from(v).ok().filter(|&v| v > 0);
+        match (cm.cmsg_level, cm.cmsg_type) {
+            (libc::SOL_UDP, libc::UDP_GRO) => {
+                // SAFETY: a UDP_GRO message carries an int, possibly unaligned.
+                let v = unsafe { libc::CMSG_DATA(c).cast::<libc::c_int>().read_unaligned() };
+                seg = usize::try_from(v).ok().filter(|&v| v > 0);
+            }
+            (libc::IPPROTO_IP, libc::IP_TOS) => {
+                // SAFETY: an IP_TOS message carries one byte.
+                tos = Some(unsafe { libc::CMSG_DATA(c).read() });
+            }
+            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                // SAFETY: an IPV6_TCLASS message carries an int, possibly unaligned.
+                let v = unsafe { libc::CMSG_DATA(c).cast::<libc::c_int>().read_unaligned() };
+                tos = u8::try_from(v).ok();
+            }
+            _ => {}
         }
         // SAFETY: as above.
         c = unsafe { libc::CMSG_NXTHDR(h, c) };
     }
-    None
+    (seg, tos)
 }
 
 /// The IPv4 or IPv6 address in `s`, if it is one.

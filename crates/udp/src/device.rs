@@ -81,8 +81,9 @@ impl Device {
                 now = self.now();
                 for i in 0..self.rx.count {
                     if let Some(src) = self.rx.from(i) {
+                        let (data, ce) = (self.rx.datagram(i), self.rx.ce(i));
                         self.engine
-                            .handle_packet(now, Gid::from(src.ip()), self.rx.datagram(i));
+                            .handle_packet_ecn(now, Gid::from(src.ip()), data, ce);
                     }
                 }
                 moved += self.rx.count;

@@ -63,14 +63,33 @@ fn set_udp_option(socket: &UdpSocket, name: libc::c_int, value: libc::c_int) -> 
 }
 
 /// Readies a socket to send RoCEv2 packets as the kernel must send them for our ICRC to
-/// hold (IPv4: DF set, and so Identification 0 on Linux), with room for bursts, and
-/// non-blocking.
+/// hold (IPv4: DF set, and so Identification 0 on Linux), ECN-capable (`ecn_wanted`),
+/// with room for bursts, and non-blocking.
 fn ready_to_send(socket: &UdpSocket) -> io::Result<()> {
-    if socket.local_addr()?.is_ipv4() {
+    let v4 = socket.local_addr()?.is_ipv4();
+    if v4 {
         sockopt::set_ip_mtu_discover(socket, sockopt::Ipv4PathMtuDiscovery::DO)?;
+    }
+    if ecn_wanted() {
+        // ECT(0), as RoCEv2 NICs mark theirs: a router that marks ECN then marks our
+        // packets CE where it would drop them. The ICRC masks the field.
+        let _ = if v4 {
+            crate::sockopt::set_int(socket, libc::IPPROTO_IP, libc::IP_TOS, ECT0)
+        } else {
+            crate::sockopt::set_int(socket, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, ECT0)
+        };
     }
     let _ = sockopt::set_socket_send_buffer_size(socket, 4 << 20);
     socket.set_nonblocking(true)
+}
+
+/// The ECN field's ECT(0) codepoint (RFC 3168).
+const ECT0: libc::c_int = 0b10;
+
+/// Whether `OXRDMA_ECN` leaves ECN on (anything but `0`): packets go ECN-capable, and
+/// those that arrive marked CE are told to the engine (which answers with CNPs).
+fn ecn_wanted() -> bool {
+    std::env::var_os("OXRDMA_ECN").is_none_or(|v| v != "0")
 }
 
 /// Whether `OXRDMA_UDP_OFFLOAD` leaves segmentation offload on (anything but `0`).
@@ -168,6 +187,14 @@ impl UdpPort {
         }
         let gso = offload_wanted() && gso_offered(&socket);
         let gro = offload_wanted() && set_udp_option(&socket, libc::UDP_GRO, 1).is_ok();
+        if ecn_wanted() {
+            // Each received message says its ECN field (GRO glues only packets alike).
+            let _ = if local.is_ipv4() {
+                crate::sockopt::set_int(&socket, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+            } else {
+                crate::sockopt::set_int(&socket, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+            };
+        }
         Ok(UdpPort {
             socket,
             local,

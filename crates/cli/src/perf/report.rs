@@ -37,6 +37,8 @@ pub struct Transport {
     pub window: u64,
     pub srtt_us: Option<f64>,
     pub min_rtt_us: Option<f64>,
+    /// RoCEv2 CNPs the peer sent for our requests that arrived marked CE.
+    pub cnps_received: u64,
 }
 
 impl Transport {
@@ -56,6 +58,7 @@ impl Transport {
             t.window += u64::from(q.window);
             t.srtt_us = larger(t.srtt_us, q.srtt.map(us));
             t.min_rtt_us = larger(t.min_rtt_us, q.min_rtt.map(us));
+            t.cnps_received += q.cnps_received;
         }
         t
     }
@@ -64,7 +67,7 @@ impl Transport {
     pub fn line(&self) -> String {
         let ms = |v: Option<f64>| v.map_or("-".into(), |us| format!("{:.3} ms", us / 1e3));
         format!(
-            " transport: {} of {} packets sent again ({:.2} %; {} found lost), {}, window {} PSNs, srtt {}, min RTT {}",
+            " transport: {} of {} packets sent again ({:.2} %; {} found lost), {}, window {} PSNs, srtt {}, min RTT {}, {} CNPs",
             self.packets_resent,
             self.packets_sent,
             100.0 * self.packets_resent as f64 / self.packets_sent.max(1) as f64,
@@ -73,6 +76,7 @@ impl Transport {
             self.window,
             ms(self.srtt_us),
             ms(self.min_rtt_us),
+            self.cnps_received,
         )
     }
 }

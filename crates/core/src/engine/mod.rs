@@ -51,6 +51,9 @@ pub struct Stats {
     /// Received packets not acted on, by reason.
     pub rx_drops: RxDrops,
     pub tx_packets: u64,
+    /// Received packets whose IP header said CE (congestion experienced), and CNPs.
+    pub rx_ce: u64,
+    pub cnps_received: u64,
 }
 
 /// The sans-IO RDMA engine of one device.
@@ -202,7 +205,14 @@ impl Engine {
 
     /// A UDP payload that arrived from `src`, with its ICRC already checked by the driver.
     pub fn handle_packet(&mut self, now: Nanos, src: Gid, data: &[u8]) {
+        self.handle_packet_ecn(now, src, data, false);
+    }
+
+    /// `handle_packet` for a packet whose IP header's ECN field said CE (`ce`: a queue on
+    /// the path is filling; the QP tells its peer with a CNP).
+    pub fn handle_packet_ecn(&mut self, now: Nanos, src: Gid, data: &[u8], ce: bool) {
         self.stats.rx_packets += 1;
+        self.stats.rx_ce += u64::from(ce);
         let drops = &mut self.stats.rx_drops;
         let Ok(pkt) = PacketRepr::parse(data) else {
             return drops.count(RxDrop::Malformed);
@@ -217,13 +227,17 @@ impl Engine {
             return drops.count(RxDrop::Malformed);
         };
         match (info.transport, qp.qp_type) {
-            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) => {
+            (Transport::Rc | Transport::Cnp, QpType::Rc) | (Transport::Uc, QpType::Uc) => {
                 if qp.av.map(|a| a.dgid) != Some(src) {
                     return drops.count(RxDrop::WrongPeer);
                 }
             }
             (Transport::Ud, QpType::Ud) => {}
             _ => return drops.count(RxDrop::WrongTransport),
+        }
+        if info.transport == Transport::Cnp {
+            self.stats.cnps_received += 1;
+            return qp.handle_cnp();
         }
         let mut ctx = ctx!(self, now);
         let result = match (qp.qp_type, info.operation) {
@@ -236,7 +250,12 @@ impl Engine {
                 _,
                 Operation::Acknowledge | Operation::ReadResponse | Operation::AtomicAcknowledge,
             ) => qp.handle_response(&mut ctx, &pkt),
-            _ => qp.handle_request(&mut ctx, &pkt, data),
+            _ => {
+                if ce {
+                    qp.congestion_marked(now, pkt.bth.selective_repeat);
+                }
+                qp.handle_request(&mut ctx, &pkt, data)
+            }
         };
         if let Err(why) = result {
             ctx.drop_packet(why);

@@ -59,7 +59,15 @@ pub(crate) struct Completer {
     rtt_sample: Option<(Psn, Nanos)>,
     /// What the requester is to do, in order (the QP takes them: `take_cmd`).
     cmds: VecDeque<ReqCmd>,
+    /// CNPs received, ever.
+    cnps: u64,
+    /// Pacing: when the next packet may leave (packets up to `PACE_BURST` gaps early go).
+    pace_at: Nanos,
 }
+
+/// Packets a paced QP may send back to back (one GSO run's worth): pacing is for the
+/// path's queue, which a few packets do not fill.
+const PACE_BURST: u64 = 16;
 
 impl Completer {
     /// The first PSN the requester will send is the first to be acknowledged.
@@ -134,15 +142,23 @@ impl Completer {
         }
     }
 
-    /// What is in flight, for the requester.
-    pub(crate) fn in_flight(&self) -> InFlight<'_> {
+    /// What is in flight at `now`, for the requester.
+    pub(crate) fn in_flight(&self, now: Nanos) -> InFlight<'_> {
         InFlight {
             una: self.una,
             sb: self.sb.as_ref(),
             window: self.window(),
             rnr_wait: self.rnr_wait(),
             srtt: self.srtt,
+            paced: self.pace_at > now,
         }
+    }
+
+    /// The gap between two paced packets, if this QP paces (selective repeat on a long
+    /// path: `Window::pace_gap`).
+    fn pace_gap(&self) -> Option<Nanos> {
+        self.sb.as_ref()?;
+        self.win.pace_gap(WINDOW, SR_SPAN)
     }
 
     /// The PSN an RNR NAK made us wait to resend, while we wait.
@@ -160,6 +176,19 @@ impl Completer {
     /// What the requester is to do next, in order.
     pub(crate) fn take_cmd(&mut self) -> Option<ReqCmd> {
         self.cmds.pop_front()
+    }
+
+    /// The peer's CNP: under selective repeat the window yields (`Window::cnp`).
+    pub(crate) fn cnp(&mut self) {
+        self.cnps += 1;
+        if self.sb.is_some() {
+            self.win.cnp();
+        }
+    }
+
+    /// CNPs received, ever.
+    pub(crate) fn cnps(&self) -> u64 {
+        self.cnps
     }
 
     /// The smallest RTT measured (selective repeat sizes its window with it).
@@ -245,6 +274,15 @@ impl Completing<'_> {
             self.restart_ack_timer(now);
         }
         self.arm_probe(now);
+        if let Some(gap) = self.c.pace_gap() {
+            // A token bucket in time: `pace_at` moves a gap per packet, and never lags
+            // `now` by more than a burst.
+            let c = &mut *self.c;
+            c.pace_at = c.pace_at.max(now.saturating_sub((PACE_BURST - 1) * gap)) + gap;
+            if c.pace_at > now {
+                c.timers.set(Timer::Pace, c.pace_at);
+            }
+        }
     }
 
     /// A response-type packet (ACK, READ response, atomic ACK) for this QP's requester.
@@ -662,9 +700,14 @@ impl Completing<'_> {
         Ok(())
     }
 
-    /// Timer expiries: local ACK timeout, the end of an RNR wait and a tail-loss probe.
+    /// Timer expiries: local ACK timeout, the end of an RNR wait, a tail-loss probe, and
+    /// pacing's next packet.
     pub(crate) fn handle_timers(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let mut fired = false;
+        if self.c.timers.is_expired(Timer::Pace, ctx.now) {
+            self.c.timers.stop(Timer::Pace);
+            fired = true;
+        }
         if self.c.timers.is_expired(Timer::RnrWait, ctx.now) {
             self.c.timers.stop(Timer::RnrWait);
             self.cmd(ReqCmd::Rewind(self.c.rnr_psn));

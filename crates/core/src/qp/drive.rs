@@ -8,6 +8,7 @@ use crate::qp::handoff::{Cursor, Sent};
 use crate::qp::requester::{ReqView, Sender};
 use crate::qp::{Ctx, Qp};
 use crate::verbs::{QpType, WcStatus};
+use crate::Nanos;
 use oxrdma_wire::PacketRepr;
 
 impl Qp {
@@ -76,7 +77,7 @@ impl Qp {
         buf: &mut [u8],
     ) -> Option<(usize, Sent)> {
         let resend = {
-            let mut s = Sender::new(&mut self.req, q, &mut self.sq, self.comp.in_flight());
+            let mut s = Sender::new(&mut self.req, q, &mut self.sq, self.comp.in_flight(ctx.now));
             if let Some(built) = s.next_middle(ctx.now, buf) {
                 return Some(built);
             }
@@ -84,13 +85,15 @@ impl Qp {
         };
         if resend {
             if let Some(psn) = self.comp.take_lost() {
-                let mut s = Sender::new(&mut self.req, q, &mut self.sq, self.comp.in_flight());
+                let mut s =
+                    Sender::new(&mut self.req, q, &mut self.sq, self.comp.in_flight(ctx.now));
                 if let Some(built) = s.resend(psn, ctx.now, buf) {
                     return Some(built);
                 }
             }
         }
-        Sender::new(&mut self.req, q, &mut self.sq, self.comp.in_flight()).next_request(ctx, buf)
+        Sender::new(&mut self.req, q, &mut self.sq, self.comp.in_flight(ctx.now))
+            .next_request(ctx, buf)
     }
 
     /// The completer at work on this QP, with the requester's cursor `cur`.
@@ -104,10 +107,10 @@ impl Qp {
     }
 
     /// The requester does what the completer asked, in order.
-    fn apply_cmds(&mut self) {
+    fn apply_cmds(&mut self, now: Nanos) {
         let q = self.req_view();
         while let Some(cmd) = self.comp.take_cmd() {
-            Sender::new(&mut self.req, &q, &mut self.sq, self.comp.in_flight()).apply(cmd);
+            Sender::new(&mut self.req, &q, &mut self.sq, self.comp.in_flight(now)).apply(cmd);
         }
     }
 
@@ -120,7 +123,7 @@ impl Qp {
     ) -> Result<(), RxDrop> {
         let (v, cur) = (self.comp_view(), self.req.cursor());
         let r = self.completing(&v, cur).handle_response(ctx, pkt);
-        self.apply_cmds();
+        self.apply_cmds(ctx.now);
         self.settle_queue(ctx);
         r
     }
@@ -131,7 +134,7 @@ impl Qp {
         let held = self.ack.expire(ctx.now);
         let (v, cur) = (self.comp_view(), self.req.cursor());
         let fired = self.completing(&v, cur).handle_timers(ctx);
-        self.apply_cmds();
+        self.apply_cmds(ctx.now);
         self.settle_queue(ctx);
         held || fired
     }

@@ -63,6 +63,8 @@ pub(crate) struct InFlight<'a> {
     /// The PSN an RNR NAK made us wait to resend, while we wait.
     pub rnr_wait: Option<Psn>,
     pub srtt: Option<Nanos>,
+    /// Pacing holds the next packet back for now.
+    pub paced: bool,
 }
 
 impl InFlight<'_> {
@@ -71,6 +73,9 @@ impl InFlight<'_> {
     /// more PSNs than the responder keeps; go-back-N: PSNs since `una`, against `WINDOW`).
     pub fn window_full(&self, next: Psn) -> bool {
         let span = self.una.distance_to(next);
+        if self.paced {
+            return true;
+        }
         match self.sb {
             Some(sb) => span >= SR_SPAN || sb.in_flight() >= self.window,
             None => span >= WINDOW,
@@ -80,7 +85,7 @@ impl InFlight<'_> {
     /// Whether no lost packet may be sent again yet: as many packets are in flight as the
     /// window allows (a resend takes the place of the packet lost, in flight again).
     pub fn window_full_again(&self) -> bool {
-        self.sb.is_some_and(|sb| sb.in_flight() >= self.window)
+        self.paced || self.sb.is_some_and(|sb| sb.in_flight() >= self.window)
     }
 
     /// Whether sending up to `after` fills the window (the packet asks for an ACK, so the

@@ -27,6 +27,7 @@ mod arrived;
 mod asks;
 mod completer;
 mod drive;
+mod ecn;
 mod handoff;
 mod post;
 mod requester;
@@ -51,6 +52,10 @@ pub struct QpTransport {
     /// The smoothed and the smallest round-trip time measured.
     pub srtt: Option<Nanos>,
     pub min_rtt: Option<Nanos>,
+    /// RoCEv2 CNPs sent to the peer (requests that came marked CE), and received from it
+    /// (ours did: the window yields).
+    pub cnps_sent: u64,
+    pub cnps_received: u64,
 }
 
 /// A send WR as the requester tracks it.
@@ -172,6 +177,8 @@ pub(crate) struct Qp {
     comp: Completer,
     /// Whether the responder's positive ACK waits for a request to take it along.
     ack: AckHold,
+    /// Congestion notification to the peer (CNPs for requests that came marked CE).
+    ecn: ecn::Notifier,
     /// The responder, with the QP's own receive queue.
     pub resp: Responder,
     /// Waiting in the engine's transmit round-robin.
@@ -211,6 +218,7 @@ impl Qp {
             req: Requester::default(),
             comp: Completer::default(),
             ack: AckHold::default(),
+            ecn: ecn::Notifier::default(),
             resp: Responder::new(post.clone()),
             post,
             scheduled: false,
@@ -437,8 +445,26 @@ impl Qp {
         self.apply(ctx, r)
     }
 
-    /// The responder's next reply packet, written into `buf`; returns its length.
+    /// A request for this RC QP arrived with its ECN field marked CE: a queue on the path
+    /// is filling. A peer that speaks selective repeat (`offers`: the request's bit) gets a
+    /// CNP (`ecn.rs`).
+    pub(crate) fn congestion_marked(&mut self, now: Nanos, offers: bool) {
+        if offers && self.selective_repeat && self.state != QpState::Err {
+            self.ecn.marked(now);
+        }
+    }
+
+    /// The peer's CNP: a queue on the path our requests take is filling.
+    pub(crate) fn handle_cnp(&mut self) {
+        self.comp.cnp();
+    }
+
+    /// The responder's next reply packet (or a CNP that is due), written into `buf`;
+    /// returns its length.
     pub(crate) fn next_response(&mut self, buf: &mut [u8]) -> Option<usize> {
+        if self.ecn.due() {
+            return Some(self.ecn.emit(self.dest_qpn, buf));
+        }
         // Other replies than the held ACK: it goes now, with them.
         if self.ack.waits(self.resp.only_an_ack_waits()) {
             return None;
@@ -516,6 +542,7 @@ impl Qp {
         self.req = Requester::default();
         self.comp = Completer::default();
         self.ack = AckHold::default();
+        self.ecn = ecn::Notifier::default();
         self.resp.reset();
     }
 
@@ -529,6 +556,8 @@ impl Qp {
             window: self.comp.window(),
             srtt: self.comp.srtt(),
             min_rtt: self.comp.min_rtt(),
+            cnps_sent: self.ecn.sent,
+            cnps_received: self.comp.cnps(),
         }
     }
 

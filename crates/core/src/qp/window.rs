@@ -8,7 +8,14 @@
 //! which then grows by `PROBE` packets a round trip (additive increase, multiplicative
 //! decrease: flows that share a bottleneck converge to equal shares, and one beside a TCP
 //! flow keeps its part of the queue).
+//!
+//! A path that marks ECN says so before it drops: the peer sends a CNP for requests that
+//! came marked (`qp/ecn.rs`), and each round trip with CNPs cuts the window by half the
+//! share of time they came (DCQCN's and DCTCP's alpha, a moving average over time),
+//! down to `ECN_MIN`, below the go-back-N floor if need be (a LAN's incast); round trips
+//! without grow it by `PROBE` until it no longer binds.
 
+use crate::qp::ecn::CNP_GAP;
 use crate::Nanos;
 
 /// A round trip that loses more than this share of its packets met a full queue.
@@ -31,6 +38,41 @@ const NEAR_TOP: f64 = 0.25;
 const LONG_PATH: Nanos = 20_000_000;
 /// Round trips whose RTT the recent range covers.
 const ROUNDS: usize = 8;
+/// The weight of the latest share of CNPs in their moving average (DCQCN's g), per
+/// `ALPHA_PERIOD` (DCQCN updates it on a 55 us timer: a time average, not one per round
+/// trip, so a long path's is no slower).
+const ECN_GAIN: f64 = 1.0 / 16.0;
+const ALPHA_PERIOD: Nanos = 55_000;
+/// The least window CNPs cut to, in packets.
+const ECN_MIN: u32 = 16;
+
+/// The window CNPs set, as DCQCN sets a rate: cut by half the average share of time the
+/// CNPs came, then, round trips without, back halfway to where it was each (fast
+/// recovery), and past it by `PROBE`, twice `PROBE`, ... (additive, then hyper increase).
+#[derive(Debug, Clone, Copy)]
+struct EcnLimit {
+    now: u32,
+    /// The window before the cut, then where the increase has got to.
+    target: u32,
+    /// Round trips without CNPs since the cut.
+    calm: u32,
+}
+
+/// Round trips of fast recovery after a cut.
+const FAST_RECOVERY: u32 = 5;
+
+impl EcnLimit {
+    /// A round trip without CNPs; None once it no longer binds (at `base`).
+    fn calm_round(mut self, base: u32) -> Option<Self> {
+        self.calm += 1;
+        if self.calm > FAST_RECOVERY {
+            let more = PROBE.saturating_mul(self.calm - FAST_RECOVERY);
+            self.target = self.target.saturating_add(more);
+        }
+        self.now = self.now.midpoint(self.target) + 1;
+        (self.now < base).then_some(self)
+    }
+}
 
 /// What one QP measured of its path.
 #[derive(Debug, Default)]
@@ -49,6 +91,15 @@ pub(crate) struct Window {
     /// The latest RTT sample, and the smallest of this round trip.
     last_rtt: Option<Nanos>,
     round_rtt: Option<Nanos>,
+    /// CNPs this round trip.
+    cnps: u32,
+    /// The moving average of the share of time CNPs came (None: 1, none averaged yet).
+    alpha: Option<f64>,
+    /// The window CNPs set (None: none came, or it grew past the rest of the window).
+    ecn: Option<EcnLimit>,
+    /// The last round trip cut the window for CNPs: this one's came for packets sent
+    /// before the cut (the queue they met is still draining), and cut nothing more.
+    ecn_cut: bool,
 }
 
 impl Window {
@@ -58,6 +109,32 @@ impl Window {
         self.min_rtt = Some(self.min_rtt.map_or(s, |m| m.min(s)));
         self.last_rtt = Some(s);
         self.round_rtt = Some(self.round_rtt.map_or(s, |m| m.min(s)));
+    }
+
+    /// The peer's CNP: a queue on the path is filling.
+    pub(crate) fn cnp(&mut self) {
+        self.cnps = self.cnps.saturating_add(1);
+    }
+
+    /// The round trip that took `dt` is over: CNPs cut the window by half their average
+    /// share of the time; a round trip without lets it grow.
+    fn ecn_round(&mut self, dt: Nanos, window: u32, base: u32) {
+        let share = (f64::from(self.cnps) * CNP_GAP as f64 / dt.max(1) as f64).min(1.0);
+        let keep = (1.0 - ECN_GAIN).powf(dt as f64 / ALPHA_PERIOD as f64);
+        let alpha = keep * self.alpha.unwrap_or(1.0) + (1.0 - keep) * share;
+        self.alpha = Some(alpha);
+        let cut = self.cnps > 0 && !self.ecn_cut;
+        self.ecn_cut = cut;
+        if cut {
+            self.ecn = Some(EcnLimit {
+                now: ((f64::from(window) * (1.0 - alpha / 2.0)) as u32).max(ECN_MIN),
+                target: window,
+                calm: 0,
+            });
+        } else if self.cnps == 0 {
+            self.ecn = self.ecn.and_then(|e| e.calm_round(base));
+        }
+        self.cnps = 0;
     }
 
     /// Whether a round trip with RTT `rtt` met a full queue: the RTT has varied well
@@ -90,6 +167,8 @@ impl Window {
             return;
         }
         let (d, l) = (delivered.saturating_sub(d0), lost.saturating_sub(l0));
+        let (base, window) = (self.base(floor, u32::MAX), self.size(floor, u32::MAX));
+        self.ecn_round(dt, window, base);
         // The window this round trip ran with.
         let size = self.current().max(floor);
         let rtt = self.round_rtt.or(self.last_rtt).unwrap_or(min_rtt);
@@ -124,16 +203,34 @@ impl Window {
         self.limit.unwrap_or_else(|| self.bdp_window())
     }
 
-    /// The window in PSNs, within `floor..=cap`.
-    pub(crate) fn size(&self, floor: u32, cap: u32) -> u32 {
+    /// The window in PSNs before CNPs, within `floor..=cap`.
+    fn base(&self, floor: u32, cap: u32) -> u32 {
         if self.min_rtt.is_none_or(|m| m < LONG_PATH) {
-            return floor;
+            return floor.min(cap);
         }
         self.current().clamp(floor, cap)
     }
 
+    /// The window in PSNs: within `floor..=cap`, or below the floor where CNPs cut it.
+    pub(crate) fn size(&self, floor: u32, cap: u32) -> u32 {
+        let base = self.base(floor, cap);
+        self.ecn.map_or(base, |e| e.now.min(base))
+    }
+
     pub(crate) fn min_rtt(&self) -> Option<Nanos> {
         self.min_rtt
+    }
+
+    /// The time between two packets when paced: the window spread over 4/5 of the RTT
+    /// floor (so a window still grows, as it doubles each round trip at the start). None
+    /// on a short path, whose window is the go-back-N floor and whose packets go as they
+    /// are ready. A window sent at once from a fast port into a slower path's queue stands
+    /// there for a while: long enough to be marked CE, and, 512 packets at a time into 100
+    /// Mbit/s, to fill it.
+    pub(crate) fn pace_gap(&self, floor: u32, cap: u32) -> Option<Nanos> {
+        let rtt = self.min_rtt.filter(|&m| m >= LONG_PATH)?;
+        let w = u64::from(self.size(floor, cap).max(1));
+        Some(rtt * 4 / (5 * w))
     }
 }
 
@@ -211,6 +308,54 @@ mod tests {
         w.rtt(60_000_000); // 10 % lost, but the queue is short (well below its top)
         w.sample(800_000_000, 11_000, 357, 64);
         assert_eq!(w.size(64, 1 << 20), 1_002 + PROBE);
+    }
+
+    #[test]
+    fn cnps_cut_by_half_their_share_and_round_trips_without_bring_it_back() {
+        let mut w = Window::default();
+        w.rtt(100_000); // a LAN: the floor rules, until CNPs come
+        w.sample(0, 0, 0, 512);
+        assert_eq!(w.size(512, 1 << 20), 512);
+        w.cnp();
+        w.sample(100_000, 500, 0, 512);
+        // alpha starts at 1, keeps (15/16)^(100/55) = 0.889 of it and takes the rest from
+        // one CNP's 50 us of the 100 us: 0.944; 512 x (1 - 0.944 / 2)
+        assert_eq!(w.size(512, 1 << 20), 270);
+        w.cnp();
+        w.sample(200_000, 1_000, 0, 512);
+        assert_eq!(
+            w.size(512, 1 << 20),
+            270,
+            "CNPs for what was sent before the cut"
+        );
+        w.sample(300_000, 1_500, 0, 512);
+        assert_eq!(w.size(512, 1 << 20), 392, "halfway back to 512");
+        for i in 0..12 {
+            w.sample(400_000 + i * 100_000, 2_000 + i * 500, 0, 512);
+        }
+        assert_eq!(
+            w.size(512, 1 << 20),
+            512,
+            "back at the floor, where it stops"
+        );
+        for i in 0..400 {
+            w.cnp();
+            w.sample(20_000_000 + i * 100_000, 60_000 + i * 500, 0, 512);
+        }
+        assert_eq!(w.size(512, 1 << 20), ECN_MIN, "a queue that never drains");
+    }
+
+    #[test]
+    fn on_a_long_path_the_cut_is_the_share_of_time_cnps_came() {
+        let mut w = Window::default();
+        w.rtt(50_000_000);
+        w.sample(0, 0, 0, 16);
+        w.sample(50_000_000, 1_000, 0, 16); // 2,000 by the rate
+        for _ in 0..100 {
+            w.cnp(); // 5 ms of the 50 ms round trip
+        }
+        w.sample(100_000_000, 2_000, 0, 16);
+        assert_eq!(w.size(16, 1 << 20), 1_900, "a 5 % cut (alpha 0.1)");
     }
 
     #[test]

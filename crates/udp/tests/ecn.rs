@@ -1,0 +1,111 @@
+//! ECN over real sockets: a port's packets leave ECN-capable (ECT(0)), and one that
+//! arrives marked CE is reported so, over IPv4 and IPv6.
+
+use oxrdma_udp::batch::{RxBatch, TxBatch};
+use oxrdma_udp::UdpPort;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// The (level, option) that sets the TOS or traffic class, and the one that asks for it
+/// on receive, for `a`'s family.
+fn tos_options(a: SocketAddr) -> (i32, i32, i32) {
+    if a.is_ipv4() {
+        (libc::IPPROTO_IP, libc::IP_TOS, libc::IP_RECVTOS)
+    } else {
+        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS, libc::IPV6_RECVTCLASS)
+    }
+}
+
+fn set(socket: &UdpSocket, level: i32, name: i32, value: i32) {
+    // SAFETY: a valid socket and a live int option of the length passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&raw const value).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "setsockopt: {}", std::io::Error::last_os_error());
+}
+
+/// The TOS or traffic class byte of the next datagram on `socket` (which asked for it).
+fn received_tos(socket: &UdpSocket) -> u8 {
+    socket
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut data = [0u8; 2048];
+    let mut control = [0u64; 16];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: all-zero bytes are a valid msghdr.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_iov = &raw mut iov;
+    h.msg_iovlen = 1;
+    h.msg_control = control.as_mut_ptr().cast();
+    h.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: `h` points at `iov`, `data` and `control`, alive for the call.
+    let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &raw mut h, 0) };
+    assert!(n > 0, "recvmsg: {}", std::io::Error::last_os_error());
+    // SAFETY: the kernel filled `control` up to `msg_controllen`.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(&raw const h) };
+    while !c.is_null() {
+        // SAFETY: `c` is a control message within the buffer.
+        let cm = unsafe { &*c };
+        if (cm.cmsg_level, cm.cmsg_type) == (libc::IPPROTO_IP, libc::IP_TOS) {
+            // SAFETY: IP_TOS carries one byte.
+            return unsafe { libc::CMSG_DATA(c).read() };
+        }
+        if (cm.cmsg_level, cm.cmsg_type) == (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) {
+            // SAFETY: IPV6_TCLASS carries an int.
+            return unsafe { libc::CMSG_DATA(c).cast::<i32>().read_unaligned() } as u8;
+        }
+        // SAFETY: as above.
+        c = unsafe { libc::CMSG_NXTHDR(&raw const h, c) };
+    }
+    panic!("no TOS control message");
+}
+
+/// Whether the port saw the next datagram as marked CE.
+fn port_sees_ce(port: &mut UdpPort) -> bool {
+    let mut rx = RxBatch::default();
+    port.wait_readable(Duration::from_secs(5)).unwrap();
+    assert_eq!(port.recv_batch(&mut rx).unwrap(), 1);
+    rx.ce(0)
+}
+
+fn ecn_both_ways(a: &str, b: &str) {
+    let (a, b): (SocketAddr, SocketAddr) = (a.parse().unwrap(), b.parse().unwrap());
+    let (level, tos, recv_tos) = tos_options(a);
+    // What the port sends: ECT(0).
+    let mut tx_port = UdpPort::bind_addr(a).unwrap();
+    let plain = UdpSocket::bind(b).unwrap();
+    set(&plain, level, recv_tos, 1);
+    let mut tx = TxBatch::default();
+    tx.next_slot()[..40].fill(0);
+    tx.push(plain.local_addr().unwrap(), 40);
+    tx_port.send_batch(&mut tx).unwrap();
+    assert_eq!(received_tos(&plain) & 0b11, 0b10, "ECT(0)");
+    // What the port receives: CE marked, or not.
+    let dst = tx_port.local_addr();
+    set(&plain, level, tos, 0b11);
+    plain.send_to(&[0u8; 40], dst).unwrap();
+    assert!(port_sees_ce(&mut tx_port), "CE");
+    set(&plain, level, tos, 0b10);
+    plain.send_to(&[0u8; 40], dst).unwrap();
+    assert!(!port_sees_ce(&mut tx_port), "ECT(0)");
+}
+
+#[test]
+fn packets_leave_ecn_capable_and_ce_marks_are_seen_v4() {
+    ecn_both_ways("127.0.0.7:0", "127.0.0.8:0");
+}
+
+#[test]
+fn packets_leave_ecn_capable_and_ce_marks_are_seen_v6() {
+    ecn_both_ways("[::1]:0", "[::1]:0");
+}
