@@ -1,7 +1,7 @@
 //! `oxrdma scale`: what idle QPs cost. For each QP count: two devices on loopback with that
 //! many connected, idle RC QP pairs plus one pair that works. Measured on one thread driving
 //! both devices (no engine threads, so nothing else competes):
-//! - an idle pass of the driver loop (`Device::poll` with nothing to do: one receive
+//! - an idle pass of the driver loop (`Link::poll` with nothing to do: one receive
 //!   system call, the transmit queue, the timers), and of the engine alone (its transmit
 //!   queue and next timeout);
 //! - the round trip of an 8 B RDMA WRITE on the working pair (post to completion);
@@ -10,11 +10,11 @@
 //! Medians, and each as a ratio to the first count measured in the same run.
 
 use anyhow::Context as _;
+use oxrdma::raw::Device;
 use oxrdma_core::{
     Access, QpCap, QpInitAttr, QpType, SendData, SendWr, Sge, SharedBuffer, WcStatus, WrOpcode,
 };
 use oxrdma_sim::pair::{connect_attrs, PairOptions};
-use oxrdma_udp::Device;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,7 +104,7 @@ fn rc_init(cq: u32) -> QpInitAttr {
 /// Takes QP `qa` on `a` and `qb` on `b` to RTS, each aimed at the other.
 fn connect(a: &mut Device, qa: u32, b: &mut Device, qb: u32) -> anyhow::Result<()> {
     let o = PairOptions::default();
-    let (ga, gb) = (a.port.gid(), b.port.gid());
+    let (ga, gb) = (a.link.port.gid(), b.link.port.gid());
     for attr in connect_attrs(&o, gb, qb, 1, 1) {
         a.engine.modify_qp(qa, &attr)?;
     }

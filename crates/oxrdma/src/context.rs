@@ -1,9 +1,9 @@
 //! A device context: an open device (`shared.rs`) and its engine thread (`nic.rs`).
 
+use crate::device::Device;
 use crate::error::Result;
 use crate::events::{Events, Source};
 use crate::shared::Shared;
-use oxrdma_udp::Device;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -151,7 +151,7 @@ impl Context {
     /// Writes every RoCEv2 packet this device sends or receives to a pcap file (raw IP
     /// frames with the headers they had on the wire), until the device closes.
     pub fn capture_to(&self, path: &std::path::Path) -> Result<()> {
-        self.shared().lock().port.capture_to(path)?;
+        self.shared().lock().link.port.capture_to(path)?;
         Ok(())
     }
 

@@ -15,6 +15,7 @@ mod context;
 mod cores;
 mod cq;
 mod destroy;
+mod device;
 mod error;
 mod events;
 mod fdqueue;
@@ -30,6 +31,10 @@ mod sleeper;
 pub use channel::CompletionChannel;
 pub use connect::{exchange, PeerInfo};
 pub use context::{Context, WeakDevice};
+/// The engine and its link, for tools that drive them by hand (`oxrdma scale`).
+pub mod raw {
+    pub use crate::device::Device;
+}
 pub use cq::CompletionQueue;
 pub use error::{Error, Result};
 pub use oxrdma_core::cm::CmError;

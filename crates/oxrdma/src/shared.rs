@@ -8,13 +8,13 @@
 
 use crate::channel::ChannelInner;
 use crate::cm::CmRoutes;
+use crate::device::Device;
 use crate::error::Result;
 use crate::events::Owners;
 use crate::handoff::Handoff;
 use crate::lock::lock;
 use crate::sleeper::Sleeper;
 use oxrdma_core::EngineConfig;
-use oxrdma_udp::Device;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -107,8 +107,8 @@ impl Shared {
     pub fn new(dev: Device) -> Result<Shared> {
         Ok(Shared {
             facts: *dev.engine.config(),
-            ifindex: dev.ifindex,
-            sleeper: Sleeper::new(dev.port.as_fd())?,
+            ifindex: dev.link.ifindex,
+            sleeper: Sleeper::new(dev.link.port.as_fd())?,
             dev: Mutex::new(dev),
             stop: AtomicBool::new(false),
             armed: Mutex::new(Vec::new()),

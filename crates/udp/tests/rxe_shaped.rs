@@ -14,7 +14,6 @@ use oxrdma_core::{
     WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use oxrdma_sim::pair::{connect_attrs, PairOptions};
-use oxrdma_udp::Device;
 use oxrdma_wire::{
     checksum, icrc, AethRepr, BthRepr, ExtHeaders, Opcode, PacketRepr, Psn, Syndrome,
 };
@@ -25,7 +24,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
+mod device;
 use common::{inside, netns};
+use device::Device;
 
 const PEER_QPN: u32 = 0x11;
 const PEER_PSN: u32 = 0x00ab_cdef;
@@ -259,9 +260,9 @@ fn accepts_rxe_shaped_packets(me: IpAddr, peer: IpAddr, forger: IpAddr, family: 
         ..rxe(false)
     };
     send_raw(&raw, bad, me, &send_only(h.qpn, psn, b"corrupted"));
-    let wcs = h.drive_until(&|h, _| h.dev.port.stats.rx_bad_icrc > 0);
+    let wcs = h.drive_until(&|h, _| h.dev.link.port.stats.rx_bad_icrc > 0);
     assert!(wcs.is_empty(), "{wcs:?}");
-    assert_eq!(h.dev.port.stats.rx_bad_icrc, 1);
+    assert_eq!(h.dev.link.port.stats.rx_bad_icrc, 1);
 
     // A valid packet from an address that is not the connected peer: counted, dropped.
     let forged = Shape {

@@ -8,12 +8,12 @@
 //! `rdma_get_cm_event` (the QP's RTR and RTS and the RTU on a REP, ERR on a rejection).
 
 use super::state::{ChannelInner, Raw};
+use crate::device::Device;
 use crate::error::Result;
 use crate::fdqueue::FdQueue;
 use crate::lock::lock;
 use crate::shared::Shared;
 use oxrdma_core::cm::CmEventKind;
-use oxrdma_udp::Device;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex, Weak};

@@ -1,4 +1,6 @@
-//! An engine driven over a UDP port on the wall clock: the loop a NIC runs.
+//! The link between an engine and the network: a UDP port on the wall clock, and the loop
+//! a NIC runs (send what the engine has, hand it what arrived, fire its timers). The
+//! engine is the caller's (the API crate owns it); every call that drives one takes it.
 
 use crate::batch::{RxBatch, TxBatch, BATCH};
 use crate::kernel::{KernelCounters, KernelUdpDrops};
@@ -11,8 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 #[derive(Debug)]
-pub struct Device {
-    pub engine: Engine,
+pub struct Link {
     pub port: UdpPort,
     /// The index of the network interface holding the address (0 if none is found).
     pub ifindex: u32,
@@ -26,22 +27,13 @@ pub struct Device {
     kernel_at_open: KernelUdpDrops,
 }
 
-impl Device {
-    /// Opens the device for `ip` (port 4791). `seed` feeds the engine's CSPRNG.
-    pub fn open(ip: IpAddr, seed: [u8; 32]) -> Result<Device, BindError> {
+impl Link {
+    /// Opens the link for `ip` (port 4791).
+    pub fn open(ip: IpAddr) -> Result<Link, BindError> {
         let port = UdpPort::bind(ip)?;
         let port_gro = port.gro();
-        // Packets that would not fit the interface cannot be sent with DF set.
-        let max_mtu = crate::mtu::interface_mtu(ip).map_or(Mtu::Mtu4096, crate::mtu::active_mtu);
-        let config = EngineConfig {
-            gid: port.gid(),
-            max_mtu,
-            attr: DeviceAttr::default(),
-            selective_repeat: selective_repeat_enabled(),
-        };
         let kernel = KernelCounters::open();
-        Ok(Device {
-            engine: Engine::new(config, seed),
+        Ok(Link {
             port,
             ifindex: crate::mtu::interface_index(ip).unwrap_or(0),
             start: Instant::now(),
@@ -53,12 +45,25 @@ impl Device {
         })
     }
 
-    /// Every receive drop so far, by who dropped it and why.
-    pub fn rx_drops(&self) -> RxDropReport {
+    /// What an engine behind this link is: its GID (the address), the largest MTU the
+    /// interface carries (packets that would not fit cannot be sent with DF set), and
+    /// whether it speaks selective repeat.
+    pub fn engine_config(&self) -> EngineConfig {
+        let ip = self.port.local_addr().ip();
+        EngineConfig {
+            gid: self.port.gid(),
+            max_mtu: crate::mtu::interface_mtu(ip).map_or(Mtu::Mtu4096, crate::mtu::active_mtu),
+            attr: DeviceAttr::default(),
+            selective_repeat: selective_repeat_enabled(),
+        }
+    }
+
+    /// Every receive drop so far, by who dropped it (this link, or `engine`) and why.
+    pub fn rx_drops(&self, engine: &Engine) -> RxDropReport {
         RxDropReport {
             received: self.port.stats.rx,
             port: self.port.stats,
-            engine: self.engine.stats().rx_drops,
+            engine: engine.stats().rx_drops,
             kernel: self.kernel.read().since(&self.kernel_at_open),
         }
     }
@@ -69,11 +74,11 @@ impl Device {
 
     /// Sends what the engine has, takes in what arrived, fires due timers. Returns how many
     /// packets moved.
-    pub fn poll(&mut self) -> io::Result<usize> {
+    pub fn poll(&mut self, engine: &mut Engine) -> io::Result<usize> {
         let mut moved = 0;
         loop {
             let mut now = self.now();
-            let sent = self.transmit_at(now)?;
+            let sent = self.transmit_at(engine, now)?;
             moved += sent;
             let mut progressed = sent > 0;
             let mut received = false;
@@ -82,8 +87,7 @@ impl Device {
                 for i in 0..self.rx.count {
                     if let Some(src) = self.rx.from(i) {
                         let (data, ce) = (self.rx.datagram(i), self.rx.ce(i));
-                        self.engine
-                            .handle_packet_ecn(now, Gid::from(src.ip()), data, ce);
+                        engine.handle_packet_ecn(now, Gid::from(src.ip()), data, ce);
                     }
                 }
                 moved += self.rx.count;
@@ -96,8 +100,8 @@ impl Device {
             // The clock as last read (when packets arrived, the read that stamped them; else
             // the one before this round's sends): a timer found due a few microseconds late
             // is served by the next round, never early.
-            if self.engine.poll_timeout().is_some_and(|t| t <= now) {
-                self.engine.handle_timeout(now);
+            if engine.poll_timeout().is_some_and(|t| t <= now) {
+                engine.handle_timeout(now);
                 progressed = true;
             }
             // Back to the caller once something arrived: it may be waiting for exactly this
@@ -111,19 +115,18 @@ impl Device {
     /// Sends what the engine has (what a post added), and nothing else: the receive a
     /// [`Self::poll`] would try comes with the poller's next call. Returns how many packets
     /// went.
-    pub fn transmit(&mut self) -> io::Result<usize> {
+    pub fn transmit(&mut self, engine: &mut Engine) -> io::Result<usize> {
         let now = self.now();
-        self.transmit_at(now)
+        self.transmit_at(engine, now)
     }
 
-    fn transmit_at(&mut self, now: Nanos) -> io::Result<usize> {
+    fn transmit_at(&mut self, engine: &mut Engine, now: Nanos) -> io::Result<usize> {
         let mut moved = 0;
         loop {
             // Into every free slot at once: a QP's burst is built in one call.
             let sent = &mut self.sent;
             sent.clear();
-            self.engine
-                .poll_transmit_many(now, self.tx.free_slots(), |t| sent.push(t));
+            engine.poll_transmit_many(now, self.tx.free_slots(), |t| sent.push(t));
             for t in &self.sent {
                 let dest = SocketAddr::new(t.dest.ip(), ROCE_V2_PORT);
                 self.tx.push_from(dest, t.src_port, t.len);
@@ -137,19 +140,18 @@ impl Device {
         }
     }
 
-    /// How long until the engine's next timer is due (None: no timer armed).
-    pub fn next_timer_in(&self) -> Option<Duration> {
+    /// How long until `engine`'s next timer is due (None: no timer armed).
+    pub fn next_timer_in(&self, engine: &Engine) -> Option<Duration> {
         let now = self.now();
-        self.engine
+        engine
             .poll_timeout()
             .map(|t| Duration::from_nanos(t.saturating_sub(now)))
     }
 
     /// Blocks until a packet may have arrived or the next timer is due (at most `max`).
-    pub fn wait(&self, max: Duration) -> io::Result<()> {
+    pub fn wait(&self, engine: &Engine, max: Duration) -> io::Result<()> {
         let now = self.now();
-        let until_timer = self
-            .engine
+        let until_timer = engine
             .poll_timeout()
             .map_or(max, |t| Duration::from_nanos(t.saturating_sub(now)));
         self.port.wait_readable(until_timer.min(max))

@@ -1,0 +1,49 @@
+//! A device as the API owns it: the sans-IO engine (the verbs objects, the transport) and
+//! the link that moves its packets (the UDP driver). The engine is ours; the link only
+//! drives it when asked.
+
+use oxrdma_core::{Engine, Nanos};
+use oxrdma_udp::{BindError, Link, RxDropReport};
+use std::io;
+use std::net::IpAddr;
+use std::time::Duration;
+
+#[derive(Debug)]
+pub struct Device {
+    pub engine: Engine,
+    pub link: Link,
+}
+
+impl Device {
+    /// Opens the device for `ip` (port 4791). `seed` feeds the engine's CSPRNG.
+    pub fn open(ip: IpAddr, seed: [u8; 32]) -> Result<Device, BindError> {
+        let link = Link::open(ip)?;
+        let engine = Engine::new(link.engine_config(), seed);
+        Ok(Device { engine, link })
+    }
+
+    /// Sends what the engine has, takes in what arrived, fires due timers (`Link::poll`).
+    pub fn poll(&mut self) -> io::Result<usize> {
+        self.link.poll(&mut self.engine)
+    }
+
+    /// Sends what the engine has, and nothing else (`Link::transmit`).
+    pub fn transmit(&mut self) -> io::Result<usize> {
+        self.link.transmit(&mut self.engine)
+    }
+
+    /// How long until the engine's next timer is due.
+    pub fn next_timer_in(&self) -> Option<Duration> {
+        self.link.next_timer_in(&self.engine)
+    }
+
+    /// The link's clock.
+    pub fn now(&self) -> Nanos {
+        self.link.now()
+    }
+
+    /// Every receive drop so far, by who dropped it and why.
+    pub fn rx_drops(&self) -> RxDropReport {
+        self.link.rx_drops(&self.engine)
+    }
+}
