@@ -1,11 +1,15 @@
 //! ECN over real sockets: a port's packets leave ECN-capable (ECT(0)), and one that
-//! arrives marked CE is reported so, over IPv4 and IPv6.
+//! arrives marked CE is reported so, over IPv4 and IPv6, on addresses in a namespace of
+//! the test's own; a port on a loopback address, where no queue marks anything, does not
+//! ask (the control message costs its receives).
 
 use oxrdma_udp::batch::{RxBatch, TxBatch};
 use oxrdma_udp::UdpPort;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
+
+mod common;
 
 /// The (level, option) that sets the TOS or traffic class, and the one that asks for it
 /// on receive, for `a`'s family.
@@ -102,10 +106,25 @@ fn ecn_both_ways(a: &str, b: &str) {
 
 #[test]
 fn packets_leave_ecn_capable_and_ce_marks_are_seen_v4() {
-    ecn_both_ways("127.0.0.7:0", "127.0.0.8:0");
+    let Some(ns) = common::netns("e4", &["10.84.0.1/32", "10.84.0.2/32"]) else {
+        return;
+    };
+    common::inside(&ns, || ecn_both_ways("10.84.0.1:0", "10.84.0.2:0"));
 }
 
 #[test]
 fn packets_leave_ecn_capable_and_ce_marks_are_seen_v6() {
-    ecn_both_ways("[::1]:0", "[::1]:0");
+    let Some(ns) = common::netns("e6", &["fd84::1/128", "fd84::2/128"]) else {
+        return;
+    };
+    common::inside(&ns, || ecn_both_ways("[fd84::1]:0", "[fd84::2]:0"));
+}
+
+#[test]
+fn a_port_on_a_loopback_address_leaves_ce_unasked() {
+    let mut port = UdpPort::bind_addr("127.0.0.7:0".parse().unwrap()).unwrap();
+    let plain = UdpSocket::bind("127.0.0.8:0").unwrap();
+    set(&plain, libc::IPPROTO_IP, libc::IP_TOS, 0b11);
+    plain.send_to(&[0u8; 40], port.local_addr()).unwrap();
+    assert!(!port_sees_ce(&mut port));
 }

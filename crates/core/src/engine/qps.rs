@@ -5,7 +5,7 @@ use super::{touched, Engine};
 use crate::attr::{validate, AttrLimits, QpAttr, QpCap, QpInitAttr};
 use crate::error::{Result, VerbsError};
 use crate::qp::{Ctx, Qp, QpPost, QpTransport};
-use crate::verbs::{MwType, QpState, QpType, WrOpcode};
+use crate::verbs::{Mtu, MwType, QpState, QpType, WrOpcode};
 use crate::wr::{MwBind, RecvWr, SendData, SendWr};
 use rand_core::RngCore;
 use std::sync::Arc;
@@ -69,12 +69,20 @@ impl Engine {
             max_ud,
             self.bells.clone(),
         );
-        let mut qp = Qp::new(qpn, pd, init, Arc::new(post));
-        qp.selective_repeat = self.config.selective_repeat;
-        if init.qp_type == QpType::Ud {
-            // No path MTU for datagrams: a message is one packet of up to the port's MTU.
-            qp.mtu = self.config.max_mtu;
-        }
+        // No path MTU for datagrams: a message is one packet of up to the port's MTU.
+        let mtu = if init.qp_type == QpType::Ud {
+            self.config.max_mtu
+        } else {
+            Mtu::Mtu1024
+        };
+        let qp = Qp::new(
+            qpn,
+            pd,
+            init,
+            Arc::new(post),
+            self.config.selective_repeat,
+            mtu,
+        );
         self.qps.insert(qpn, qp);
         Ok(qpn)
     }

@@ -168,6 +168,11 @@ impl Completer {
             .then_some(self.rnr_psn)
     }
 
+    /// Whether a packet found lost waits to be sent again.
+    pub(crate) fn has_lost(&self) -> bool {
+        self.sb.as_ref().is_some_and(Scoreboard::has_lost)
+    }
+
     /// The next packet found lost, to send again (counted as sent again).
     pub(crate) fn take_lost(&mut self) -> Option<Psn> {
         self.sb.as_mut()?.next_lost()
@@ -212,7 +217,7 @@ fn nak_status(code: NakCode) -> WcStatus {
 }
 
 /// What the completer needs to know of its QP.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CompView {
     pub state: QpState,
     pub mtu: Mtu,

@@ -12,7 +12,14 @@ use crate::Nanos;
 use oxrdma_wire::PacketRepr;
 
 impl Qp {
-    fn req_view(&self) -> ReqView {
+    /// Rebuilds the views the requester and completer decide from (`rview`, `cview`):
+    /// after any attribute they hold changes (state, modify, the device's settings).
+    pub(crate) fn refresh_views(&mut self) {
+        self.rview = self.req_view();
+        self.cview = self.comp_view();
+    }
+
+    pub(crate) fn req_view(&self) -> ReqView {
         ReqView {
             state: self.state,
             qp_type: self.qp_type,
@@ -26,7 +33,7 @@ impl Qp {
         }
     }
 
-    fn comp_view(&self) -> CompView {
+    pub(crate) fn comp_view(&self) -> CompView {
         CompView {
             state: self.state,
             mtu: self.mtu,
@@ -44,18 +51,26 @@ impl Qp {
         ctx: &mut Ctx<'_>,
         buf: &mut [u8],
     ) -> (Option<usize>, Option<crate::Gid>) {
-        let q = self.req_view();
         let idx = self.req.at(&self.sq);
+        if idx >= self.sq.len() && !self.comp.has_lost() {
+            // Nothing taken is unsent, and nothing is lost: most calls, asked after each
+            // event whether the QP has more.
+            return (None, None);
+        }
+        debug_assert!(
+            self.views_fresh(),
+            "a QP attribute changed without refresh_views"
+        );
         let dest = self.sq.get(idx).and_then(|w| w.ud_dest);
-        let Some((len, sent)) = self.build_next(ctx, &q, buf) else {
+        let Some((len, sent)) = self.build_next(ctx, buf) else {
             // Local operations may have completed, or failed.
             self.settle_queue(ctx);
             return (None, dest);
         };
         // A held ACK goes right after this request (`AckHold`).
         self.ack.release();
-        let (v, cur) = (self.comp_view(), self.req.cursor());
-        self.completing(&v, cur).sent(&sent, ctx.now);
+        let cur = self.req.cursor();
+        self.completing(cur).sent(&sent, ctx.now);
         if self.qp_type != QpType::Rc {
             // Unreliable: nothing waits for an ACK. A WQE is done once its last packet left.
             self.comp.unreliable_sent(self.req.next_psn());
@@ -70,37 +85,51 @@ impl Qp {
     /// Builds the next request packet: the next MIDDLE packet of a message under way (most
     /// packets are, so it is asked first), else a packet found lost, else the packet at
     /// the cursor.
-    fn build_next(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        q: &ReqView,
-        buf: &mut [u8],
-    ) -> Option<(usize, Sent)> {
-        let resend = {
-            let mut s = Sender::new(&mut self.req, q, &mut self.sq, self.comp.in_flight(ctx.now));
+    fn build_next(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<(usize, Sent)> {
+        {
+            let mut s = Sender::new(
+                &mut self.req,
+                &self.rview,
+                &mut self.sq,
+                self.comp.in_flight(ctx.now),
+            );
             if let Some(built) = s.next_middle(ctx.now, buf) {
                 return Some(built);
             }
-            s.may_resend()
-        };
-        if resend {
-            if let Some(psn) = self.comp.take_lost() {
-                let mut s =
-                    Sender::new(&mut self.req, q, &mut self.sq, self.comp.in_flight(ctx.now));
-                if let Some(built) = s.resend(psn, ctx.now, buf) {
-                    return Some(built);
-                }
+            if !s.may_resend() {
+                return s.next_request(ctx, buf);
             }
         }
-        Sender::new(&mut self.req, q, &mut self.sq, self.comp.in_flight(ctx.now))
-            .next_request(ctx, buf)
+        if let Some(psn) = self.comp.take_lost() {
+            let mut s = Sender::new(
+                &mut self.req,
+                &self.rview,
+                &mut self.sq,
+                self.comp.in_flight(ctx.now),
+            );
+            if let Some(built) = s.resend(psn, ctx.now, buf) {
+                return Some(built);
+            }
+        }
+        Sender::new(
+            &mut self.req,
+            &self.rview,
+            &mut self.sq,
+            self.comp.in_flight(ctx.now),
+        )
+        .next_request(ctx, buf)
+    }
+
+    /// Whether the cached views still say what the QP's attributes say.
+    fn views_fresh(&self) -> bool {
+        self.rview == self.req_view() && self.cview == self.comp_view()
     }
 
     /// The completer at work on this QP, with the requester's cursor `cur`.
-    fn completing<'a>(&'a mut self, v: &'a CompView, cur: Cursor) -> Completing<'a> {
+    fn completing(&mut self, cur: Cursor) -> Completing<'_> {
         Completing {
             c: &mut self.comp,
-            q: v,
+            q: &self.cview,
             sq: &mut self.sq,
             cur,
         }
@@ -108,9 +137,14 @@ impl Qp {
 
     /// The requester does what the completer asked, in order.
     fn apply_cmds(&mut self, now: Nanos) {
-        let q = self.req_view();
         while let Some(cmd) = self.comp.take_cmd() {
-            Sender::new(&mut self.req, &q, &mut self.sq, self.comp.in_flight(now)).apply(cmd);
+            Sender::new(
+                &mut self.req,
+                &self.rview,
+                &mut self.sq,
+                self.comp.in_flight(now),
+            )
+            .apply(cmd);
         }
     }
 
@@ -121,8 +155,12 @@ impl Qp {
         ctx: &mut Ctx<'_>,
         pkt: &PacketRepr<'_>,
     ) -> Result<(), RxDrop> {
-        let (v, cur) = (self.comp_view(), self.req.cursor());
-        let r = self.completing(&v, cur).handle_response(ctx, pkt);
+        debug_assert!(
+            self.views_fresh(),
+            "a QP attribute changed without refresh_views"
+        );
+        let cur = self.req.cursor();
+        let r = self.completing(cur).handle_response(ctx, pkt);
         self.apply_cmds(ctx.now);
         self.settle_queue(ctx);
         r
@@ -132,8 +170,8 @@ impl Qp {
     /// ACK hold (no request took the ACK along: it goes alone). True if any fired.
     pub(crate) fn handle_timers(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let held = self.ack.expire(ctx.now);
-        let (v, cur) = (self.comp_view(), self.req.cursor());
-        let fired = self.completing(&v, cur).handle_timers(ctx);
+        let cur = self.req.cursor();
+        let fired = self.completing(cur).handle_timers(ctx);
         self.apply_cmds(ctx.now);
         self.settle_queue(ctx);
         held || fired

@@ -188,12 +188,25 @@ pub(crate) struct Qp {
     /// In SQD, IBV_EVENT_SQ_DRAINED is still to be raised (once the started WQEs are done).
     drain_pending: bool,
     /// The device speaks selective repeat (`EngineConfig::selective_repeat`).
-    pub selective_repeat: bool,
+    selective_repeat: bool,
+    /// What the requester and completer decide from, kept as the attributes change
+    /// (`refresh_views`): built once, not per packet.
+    rview: requester::ReqView,
+    cview: completer::CompView,
 }
 
 impl Qp {
-    pub fn new(qpn: u32, pd: u32, init: &QpInitAttr, post: Arc<QpPost>) -> Qp {
-        Qp {
+    /// A QP in RESET; `selective_repeat`: the device speaks it; `mtu`: the path MTU until
+    /// modify sets one (a UD QP's for good: its messages are one packet of up to it).
+    pub fn new(
+        qpn: u32,
+        pd: u32,
+        init: &QpInitAttr,
+        post: Arc<QpPost>,
+        selective_repeat: bool,
+        mtu: Mtu,
+    ) -> Qp {
+        let mut qp = Qp {
             qpn,
             qp_type: init.qp_type,
             pd,
@@ -205,7 +218,7 @@ impl Qp {
             access: Access::empty(),
             qkey: 0,
             av: None,
-            mtu: Mtu::Mtu1024,
+            mtu,
             timeout: 14,
             retry_cnt: 7,
             rnr_retry: 7,
@@ -224,8 +237,30 @@ impl Qp {
             scheduled: false,
             queued_deadline: None,
             drain_pending: false,
-            selective_repeat: false,
-        }
+            selective_repeat,
+            // Placeholders: `refresh_views` below builds both from the fields above.
+            rview: requester::ReqView {
+                state: QpState::Reset,
+                qp_type: init.qp_type,
+                mtu,
+                pd,
+                qpn,
+                dest_qpn: 0,
+                qkey: 0,
+                max_rd_atomic: 1,
+                selective_repeat,
+            },
+            cview: completer::CompView {
+                state: QpState::Reset,
+                mtu,
+                retry_cnt: 7,
+                rnr_retry: 7,
+                ack_timeout: None,
+                selective_repeat,
+            },
+        };
+        qp.refresh_views();
+        qp
     }
 
     /// The local ACK timeout in nanoseconds, or None for "wait forever" (timeout 0).
@@ -283,6 +318,7 @@ impl Qp {
         if to != QpState::Sqd {
             self.drain_pending = false;
         }
+        self.refresh_views();
         match to {
             QpState::Reset => self.reset(),
             QpState::Err => self.enter_error(ctx, None),
@@ -333,6 +369,7 @@ impl Qp {
     fn set_state(&mut self, s: QpState) {
         self.state = s;
         self.post.set_state(s);
+        self.refresh_views();
     }
 
     /// The posting side, for application threads.
@@ -563,7 +600,9 @@ impl Qp {
 
     /// The earliest deadline this QP is waiting for.
     pub fn next_deadline(&self) -> Option<Nanos> {
-        let (a, b) = (self.comp.next_deadline(), self.ack.deadline());
-        a.into_iter().chain(b).min()
+        match (self.comp.next_deadline(), self.ack.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }

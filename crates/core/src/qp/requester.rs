@@ -136,7 +136,7 @@ impl Requester {
 }
 
 /// What the requester needs to know of its QP.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ReqView {
     pub state: QpState,
     pub qp_type: QpType,

@@ -119,6 +119,9 @@ impl Window {
     /// The round trip that took `dt` is over: CNPs cut the window by half their average
     /// share of the time; a round trip without lets it grow.
     fn ecn_round(&mut self, dt: Nanos, window: u32, base: u32) {
+        if self.cnps == 0 && self.ecn.is_none() && self.alpha.is_none() {
+            return; // No CNP yet: nothing to average (alpha starts at 1 with the first).
+        }
         let share = (f64::from(self.cnps) * CNP_GAP as f64 / dt.max(1) as f64).min(1.0);
         let keep = (1.0 - ECN_GAIN).powf(dt as f64 / ALPHA_PERIOD as f64);
         let alpha = keep * self.alpha.unwrap_or(1.0) + (1.0 - keep) * share;
