@@ -248,7 +248,10 @@ impl Completing<'_> {
     /// more (Karn: which copy an ACK answers is unknown).
     fn cmd(&mut self, cmd: ReqCmd) {
         match cmd {
-            ReqCmd::Rewind(_) | ReqCmd::Probe { .. } => self.cur.repairing = false,
+            ReqCmd::Rewind(_) | ReqCmd::Probe { .. } => {
+                self.cur.repairing = false;
+                self.cur.moved = true;
+            }
             ReqCmd::Repair { .. } => self.cur.repairing = true,
             ReqCmd::SeekPast(_) => {}
         }
@@ -458,8 +461,10 @@ impl Completing<'_> {
             self.c.timers.stop(Timer::RnrWait);
         }
         self.c.refill_retries(self.q.retry_cnt, self.q.rnr_retry);
-        // An ACK for packets we are about to resend: they are skipped.
-        self.cmd(ReqCmd::SeekPast(una));
+        if self.cur.moved || self.cur.next_psn.before(una) {
+            // An ACK for packets we are about to resend: they are skipped.
+            self.cmd(ReqCmd::SeekPast(una));
+        }
         let deadline = if una == self.cur.high_psn {
             None
         } else {

@@ -34,6 +34,10 @@ pub(crate) struct Cursor {
     pub high_psn: Psn,
     /// A repair pass is under way.
     pub repairing: bool,
+    /// The next PSN to send, and whether a command since moved it (`Rewind`, `Probe`):
+    /// the completer asks it to seek past what an ACK covers only where it lags.
+    pub next_psn: Psn,
+    pub moved: bool,
 }
 
 /// What the completer asks of the requester, applied in order.

@@ -528,7 +528,9 @@ impl Qp {
         if self.sq.take_failed() {
             self.enter_error(ctx, None);
         }
-        self.check_drained(ctx);
+        if self.drain_pending {
+            self.check_drained(ctx);
+        }
     }
 
     /// Moves the QP to ERR: every outstanding WR completes with WR_FLUSH_ERR. Replies already

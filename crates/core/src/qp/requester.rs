@@ -111,6 +111,8 @@ impl Requester {
         Cursor {
             high_psn: self.high_psn,
             repairing: self.repair.is_some(),
+            next_psn: self.next_psn,
+            moved: false,
         }
     }
 
