@@ -172,6 +172,13 @@ impl Window {
         let (d, l) = (delivered.saturating_sub(d0), lost.saturating_sub(l0));
         let (base, window) = (self.base(floor, u32::MAX), self.size(floor, u32::MAX));
         self.ecn_round(dt, window, base);
+        if min_rtt < LONG_PATH {
+            // The floor is the window on a short path (and stays so: the RTT floor only
+            // falls): rate, RTT range and loss limit serve no purpose there.
+            self.start = Some((now, delivered, lost));
+            self.round_rtt = None;
+            return;
+        }
         // The window this round trip ran with.
         let size = self.current().max(floor);
         let rtt = self.round_rtt.or(self.last_rtt).unwrap_or(min_rtt);
