@@ -1,8 +1,12 @@
 /* A thread blocked in rdma_get_cm_event while the program destroys the channel, as
  * rping's event thread is at the end of every run: the call stays blocked (librdmacm's
  * thread stays in read(2) on the descriptor it had) and touches nothing freed, and the
- * process exits cleanly with it still waiting. Run under AddressSanitizer too
- * (tests/asan/run.sh). */
+ * process exits cleanly with it still waiting. Then what rping's event thread also
+ * does, once in a while, as its main thread exits: call rdma_get_cm_event on a channel
+ * already destroyed; it gets EINVAL (librdmacm reads the freed struct's stale fd and gets
+ * EBADF) and reads no freed memory (this crashed rping's server in CI once). Run under
+ * AddressSanitizer too (tests/asan/run.sh), which sees any read of freed memory. */
+#include <errno.h>
 #include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <stdio.h>
@@ -39,5 +43,21 @@ int main(void)
 		return 1;
 	}
 	printf("ok: the waiter is still blocked\n");
+
+	struct rdma_event_channel *gone = rdma_create_event_channel();
+	struct rdma_cm_event *ev;
+
+	if (!gone) {
+		perror("FAIL: rdma_create_event_channel");
+		return 1;
+	}
+	rdma_destroy_event_channel(gone);
+	errno = 0;
+	if (rdma_get_cm_event(gone, &ev) != -1 || errno != EINVAL) {
+		printf("FAIL: rdma_get_cm_event on a destroyed channel: errno %d\n", errno);
+		return 1;
+	}
+	rdma_destroy_event_channel(gone); /* twice: left alone */
+	printf("ok: a destroyed channel gives EINVAL\n");
 	return 0;
 }

@@ -39,16 +39,13 @@ pub(crate) extern "C" fn create_event_channel() -> *mut rdma_event_channel {
     }
 }
 
-/// `rdma_destroy_event_channel`.
+/// `rdma_destroy_event_channel`: a channel destroyed twice, or not ours, is left alone.
 ///
 /// # Safety
-/// `ch` is NULL or a channel not destroyed, whose ids are destroyed.
+/// `ch` is anything; only a live channel is touched.
 pub(crate) unsafe extern "C" fn destroy_event_channel(ch: *mut rdma_event_channel) {
-    if !ch.is_null() {
-        // SAFETY: the caller's promise: it came from `Chan::new`, and this is the
-        // program's hold (a call still blocked on it keeps it until it returns).
-        unsafe { Chan::release(ch.cast()) };
-    }
+    // SAFETY: `destroy` touches only a live channel.
+    unsafe { Chan::destroy(ch.cast()) };
 }
 
 /// `rdma_create_id`: RDMA_PS_UDP and IPOIB ids are UD, the rest RC; with no channel the
@@ -132,7 +129,7 @@ pub(crate) unsafe extern "C" fn destroy_id(idp: *mut rdma_cm_id) -> c_int {
     drop(st.ox);
     if st.own_chan != 0 {
         // SAFETY: the id's private channel, made in create_id.
-        drop(unsafe { Box::from_raw(st.own_chan as *mut Chan) });
+        unsafe { Chan::destroy(st.own_chan as *mut Chan) };
     }
     // SAFETY: made by `Id::alloc`; the program gives it back.
     drop(unsafe { Box::from_raw(idp.cast::<Id>()) });

@@ -12,7 +12,7 @@ use crate::errno::{errno_of, set_errno};
 use oxrdma::cm::{CmEvent, CmId, EventChannel, PortSpace};
 use oxrdma::{QpState, QpType};
 use std::cell::UnsafeCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,6 +41,12 @@ pub struct Chan {
     holds: AtomicUsize,
 }
 
+/// The channels `Chan::new` made and nobody destroyed yet, by address. rping's event thread
+/// calls `rdma_get_cm_event` again after its main thread destroyed the channel (and is
+/// exiting): librdmacm then reads a freed struct's stale fd and gets EBADF; a call here
+/// on a channel not in this set gets EINVAL, and never touches freed memory.
+static LIVE: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
 /// A call's hold on a channel (`Chan::enter`).
 pub struct ChanUse(*mut Chan);
 
@@ -64,12 +70,31 @@ impl Chan {
         use std::os::fd::{AsFd, AsRawFd};
         let ox = EventChannel::new().map_err(|e| errno_of(&e))?;
         let fd = ox.as_fd().as_raw_fd();
-        Ok(Box::into_raw(Box::new(Chan {
+        let p = Box::into_raw(Box::new(Chan {
             c: rdma_event_channel { fd },
             ox,
             parked: Mutex::default(),
             holds: AtomicUsize::new(1),
-        })))
+        }));
+        lock(&LIVE).get_or_insert_default().insert(p as usize);
+        Ok(p)
+    }
+
+    /// Destroys channel `p` (`rdma_destroy_event_channel`, or an id's private channel):
+    /// later calls on it fail, and the program's hold goes (a call still blocked on it
+    /// keeps it until it returns). False if it was not a live channel.
+    ///
+    /// # Safety
+    /// `p` is any pointer: only a live channel is touched.
+    pub unsafe fn destroy(p: *mut Chan) -> bool {
+        let live = lock(&LIVE)
+            .as_mut()
+            .is_some_and(|l| l.remove(&(p as usize)));
+        if live {
+            // SAFETY: live until here, and this is the program's hold.
+            unsafe { Self::release(p) };
+        }
+        live
     }
 
     /// A hold on channel `p` for a call that may block on it. rping destroys its channel
@@ -79,9 +104,14 @@ impl Chan {
     /// # Safety
     /// As `get`.
     pub unsafe fn enter(p: *mut rdma_event_channel) -> Option<ChanUse> {
-        // SAFETY: the caller's promise.
-        let chan = unsafe { Self::get(p) }?;
-        chan.holds.fetch_add(1, Ordering::AcqRel);
+        // Under the registry's lock: a destroy cannot release the channel between the
+        // check and the hold.
+        let live = lock(&LIVE);
+        if !live.as_ref().is_some_and(|l| l.contains(&(p as usize))) {
+            return None;
+        }
+        // SAFETY: live, so allocated.
+        unsafe { (*p.cast::<Chan>()).holds.fetch_add(1, Ordering::AcqRel) };
         Some(ChanUse(p.cast()))
     }
 
@@ -98,10 +128,17 @@ impl Chan {
         }
     }
 
+    /// The channel at `p` if it is live (None for NULL, a destroyed one, or one not
+    /// ours).
+    ///
     /// # Safety
-    /// `p` is NULL or a channel `new` made and not destroyed.
+    /// The program does not destroy it while the reference is used (ids' channels outlive
+    /// their ids).
     pub unsafe fn get<'a>(p: *mut rdma_event_channel) -> Option<&'a Chan> {
-        // SAFETY: the caller's promise; `c` is the first field of the repr(C) Chan.
+        if !lock(&LIVE).as_ref().is_some_and(|l| l.contains(&(p as usize))) {
+            return None;
+        }
+        // SAFETY: live; `c` is the first field of the repr(C) Chan.
         unsafe { p.cast::<Chan>().as_ref() }
     }
 }

@@ -120,7 +120,7 @@ pub(crate) unsafe extern "C" fn migrate_id(
     if old_own != 0 {
         // SAFETY: the id's former private channel, made by this library; nothing of it is
         // left (its events moved above).
-        drop(unsafe { Box::from_raw(old_own as *mut Chan) });
+        unsafe { Chan::destroy(old_own as *mut Chan) };
     }
     0
 }
