@@ -31,9 +31,15 @@ impl fmt::Display for RxDropReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} datagrams received; dropped by the port: {} bad ICRC, {} without source; \
-             by the engine: {}; by the kernel (whole network namespace): {}",
-            self.received, self.port.rx_bad_icrc, self.port.rx_bad_source, self.engine, self.kernel
+            "{} datagrams received ({} from loopback, ICRC unchecked); dropped by the port: \
+             {} bad ICRC, {} without source; by the engine: {}; by the kernel (whole network \
+             namespace): {}",
+            self.received,
+            self.port.icrc_unchecked_loopback,
+            self.port.rx_bad_icrc,
+            self.port.rx_bad_source,
+            self.engine,
+            self.kernel
         )
     }
 }

@@ -71,6 +71,7 @@ fn a_burst_arrives_whole_and_in_order_v6() {
 fn a_corrupted_datagram_in_a_batch_is_flagged_and_the_rest_pass() {
     let mut tx_port = UdpPort::bind_addr("127.0.0.7:0".parse().unwrap()).unwrap();
     let mut rx_port = UdpPort::bind_addr("127.0.0.8:0".parse().unwrap()).unwrap();
+    rx_port.check_loopback_icrc(true);
     let dst = rx_port.local_addr();
     // Not sealed: its ICRC is zero, which is wrong.
     let raw = std::net::UdpSocket::bind("127.0.0.7:0").unwrap();
@@ -202,4 +203,16 @@ fn after_an_empty_receive_one_message_is_taken_alone_and_then_the_rest_together(
     assert_eq!(numbers(&rx), [1, 2, 3, 4]);
     assert!((0..4).all(|i| rx.from(i).is_some()), "every ICRC verifies");
     assert_eq!(rx_port.recv_batch(&mut rx).unwrap(), 0);
+}
+
+#[test]
+fn from_a_loopback_address_the_icrc_goes_unchecked_and_counted() {
+    let mut rx_port = UdpPort::bind_addr("127.0.0.8:0".parse().unwrap()).unwrap();
+    let raw = std::net::UdpSocket::bind("127.0.0.7:0").unwrap();
+    let mut bad = [0u8; 24];
+    bad[12..16].copy_from_slice(&7u32.to_be_bytes());
+    raw.send_to(&bad, rx_port.local_addr()).unwrap();
+    assert_eq!(receive(&mut rx_port, 1), [(7, true)], "taken, not refused");
+    assert_eq!(rx_port.stats.icrc_unchecked_loopback, 1);
+    assert_eq!(rx_port.stats.rx_bad_icrc, 0);
 }

@@ -160,6 +160,7 @@ fn write_read_send_over_udp() {
 #[test]
 fn corrupted_datagrams_are_dropped_by_the_icrc_check() {
     let mut rx = UdpPort::bind(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 4))).unwrap();
+    rx.check_loopback_icrc(true);
     let mut tx =
         UdpPort::bind_addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 5)), 0)).unwrap();
     let mut pkt = vec![0u8; 16];

@@ -135,7 +135,10 @@ impl Chan {
     /// The program does not destroy it while the reference is used (ids' channels outlive
     /// their ids).
     pub unsafe fn get<'a>(p: *mut rdma_event_channel) -> Option<&'a Chan> {
-        if !lock(&LIVE).as_ref().is_some_and(|l| l.contains(&(p as usize))) {
+        if !lock(&LIVE)
+            .as_ref()
+            .is_some_and(|l| l.contains(&(p as usize)))
+        {
             return None;
         }
         // SAFETY: live; `c` is the first field of the repr(C) Chan.
