@@ -7,6 +7,7 @@
 //! what it forwarded, dropped and marked as JSON.
 
 use anyhow::{bail, Context};
+use oxrdma_wire::checksum;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;
@@ -94,13 +95,8 @@ fn mark_ce(p: &mut [u8]) -> bool {
                 return false;
             }
             p[10..12].fill(0);
-            let sum = p[..ihl]
-                .chunks(2)
-                .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-                .sum::<u32>();
-            let folded = (sum & 0xffff) + (sum >> 16);
-            let folded = (folded & 0xffff) + (folded >> 16);
-            p[10..12].copy_from_slice(&(!(folded as u16)).to_be_bytes());
+            let c = checksum::finish(checksum::sum(0, &p[..ihl]));
+            p[10..12].copy_from_slice(&c.to_be_bytes());
             true
         }
         // IPv6: the traffic class's low two bits are bits 5-4 of the second byte.

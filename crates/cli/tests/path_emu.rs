@@ -145,21 +145,6 @@ fn datagrams_cross_the_path_late_in_order_and_with_the_loss_asked_for() {
     assert!(fwd + lost < u64::from(n) + 20, "{stats}");
 }
 
-/// Sets an int IP-level option on `s`.
-fn set_ip(s: &UdpSocket, name: i32, value: i32) {
-    // SAFETY: a valid socket and a live int of the length passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_IP,
-            name,
-            (&raw const value).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0);
-}
-
 /// The next datagram's first byte and its IP TOS byte (the socket asked for it).
 fn recv_with_tos(s: &UdpSocket) -> Option<(u8, u8)> {
     let (mut data, mut control) = ([0u8; 64], [0u64; 8]);
@@ -203,13 +188,13 @@ fn past_the_aqm_threshold_ecn_capable_packets_are_marked_others_dropped_and_some
     };
     let rx = socket_in(&ns.0[1], "10.98.0.2:9000");
     let tx = socket_in(&ns.0[0], "10.98.0.1:9000");
-    set_ip(&rx, libc::IP_RECVTOS, 1);
+    rustix::net::sockopt::set_ip_recvtos(&rx, true).unwrap();
     rx.set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
     // 200 packets of 1000 bytes at 10 Mbit/s: 0.8 ms each, so the queue passes 2 ms at
     // the fourth. Even ones ECN-capable (marked past it), odd ones not (dropped past it).
     for i in 0..200u8 {
-        set_ip(&tx, libc::IP_TOS, if i % 2 == 0 { 0b10 } else { 0 });
+        rustix::net::sockopt::set_ip_tos(&tx, if i % 2 == 0 { 0b10 } else { 0 }).unwrap();
         let mut p = [0u8; 1000];
         p[0] = i;
         tx.send_to(&p, "10.98.0.2:9000").unwrap();

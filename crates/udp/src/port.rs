@@ -77,9 +77,9 @@ fn ready_to_send(socket: &UdpSocket) -> io::Result<()> {
         // ECT(0), as RoCEv2 NICs mark theirs: a router that marks ECN then marks our
         // packets CE where it would drop them. The ICRC masks the field.
         let _ = if v4 {
-            crate::sockopt::set_int(socket, libc::IPPROTO_IP, libc::IP_TOS, ECT0)
+            rustix::net::sockopt::set_ip_tos(socket, ECT0)
         } else {
-            crate::sockopt::set_int(socket, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, ECT0)
+            rustix::net::sockopt::set_ipv6_tclass(socket, ECT0.into())
         };
     }
     let _ = sockopt::set_socket_send_buffer_size(socket, 4 << 20);
@@ -87,7 +87,7 @@ fn ready_to_send(socket: &UdpSocket) -> io::Result<()> {
 }
 
 /// The ECN field's ECT(0) codepoint (RFC 3168).
-const ECT0: libc::c_int = 0b10;
+const ECT0: u8 = 0b10;
 
 /// Whether `OXRDMA_ECN` leaves ECN on (anything but `0`): packets go ECN-capable, and
 /// those that arrive marked CE are told to the engine (which answers with CNPs).
@@ -197,9 +197,9 @@ impl UdpPort {
             // on a loopback address, where no queue marks anything: the control message
             // cost a ping-pong's receive 2 % of its half round trip.
             let _ = if local.is_ipv4() {
-                crate::sockopt::set_int(&socket, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+                rustix::net::sockopt::set_ip_recvtos(&socket, true)
             } else {
-                crate::sockopt::set_int(&socket, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+                rustix::net::sockopt::set_ipv6_recvtclass(&socket, true)
             };
         }
         Ok(UdpPort {

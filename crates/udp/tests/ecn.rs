@@ -5,34 +5,31 @@
 
 use oxrdma_udp::batch::{RxBatch, TxBatch};
 use oxrdma_udp::UdpPort;
+use rustix::net::sockopt;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 mod common;
 
-/// The (level, option) that sets the TOS or traffic class, and the one that asks for it
-/// on receive, for `a`'s family.
-fn tos_options(a: SocketAddr) -> (i32, i32, i32) {
-    if a.is_ipv4() {
-        (libc::IPPROTO_IP, libc::IP_TOS, libc::IP_RECVTOS)
+/// Sets the ECN field of what `s` sends (its IP TOS or IPv6 traffic class) to `ecn`.
+fn set_ecn(s: &UdpSocket, ecn: u8) {
+    let r = if s.local_addr().unwrap().is_ipv4() {
+        sockopt::set_ip_tos(s, ecn)
     } else {
-        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS, libc::IPV6_RECVTCLASS)
-    }
+        sockopt::set_ipv6_tclass(s, ecn.into())
+    };
+    r.expect("set the TOS");
 }
 
-fn set(socket: &UdpSocket, level: i32, name: i32, value: i32) {
-    // SAFETY: a valid socket and a live int option of the length passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            level,
-            name,
-            (&raw const value).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
+/// Asks `s` for each datagram's TOS or traffic class.
+fn ask_tos(s: &UdpSocket) {
+    let r = if s.local_addr().unwrap().is_ipv4() {
+        sockopt::set_ip_recvtos(s, true)
+    } else {
+        sockopt::set_ipv6_recvtclass(s, true)
     };
-    assert_eq!(rc, 0, "setsockopt: {}", std::io::Error::last_os_error());
+    r.expect("ask for the TOS");
 }
 
 /// The TOS or traffic class byte of the next datagram on `socket` (which asked for it).
@@ -84,11 +81,10 @@ fn port_sees_ce(port: &mut UdpPort) -> bool {
 
 fn ecn_both_ways(a: &str, b: &str) {
     let (a, b): (SocketAddr, SocketAddr) = (a.parse().unwrap(), b.parse().unwrap());
-    let (level, tos, recv_tos) = tos_options(a);
     // What the port sends: ECT(0).
     let mut tx_port = UdpPort::bind_addr(a).unwrap();
     let plain = UdpSocket::bind(b).unwrap();
-    set(&plain, level, recv_tos, 1);
+    ask_tos(&plain);
     let mut tx = TxBatch::default();
     tx.next_slot()[..40].fill(0);
     tx.push(plain.local_addr().unwrap(), 40);
@@ -96,10 +92,10 @@ fn ecn_both_ways(a: &str, b: &str) {
     assert_eq!(received_tos(&plain) & 0b11, 0b10, "ECT(0)");
     // What the port receives: CE marked, or not.
     let dst = tx_port.local_addr();
-    set(&plain, level, tos, 0b11);
+    set_ecn(&plain, 0b11);
     plain.send_to(&[0u8; 40], dst).unwrap();
     assert!(port_sees_ce(&mut tx_port), "CE");
-    set(&plain, level, tos, 0b10);
+    set_ecn(&plain, 0b10);
     plain.send_to(&[0u8; 40], dst).unwrap();
     assert!(!port_sees_ce(&mut tx_port), "ECT(0)");
 }
@@ -124,7 +120,7 @@ fn packets_leave_ecn_capable_and_ce_marks_are_seen_v6() {
 fn a_port_on_a_loopback_address_leaves_ce_unasked() {
     let mut port = UdpPort::bind_addr("127.0.0.7:0".parse().unwrap()).unwrap();
     let plain = UdpSocket::bind("127.0.0.8:0").unwrap();
-    set(&plain, libc::IPPROTO_IP, libc::IP_TOS, 0b11);
+    set_ecn(&plain, 0b11);
     plain.send_to(&[0u8; 40], port.local_addr()).unwrap();
     assert!(!port_sees_ce(&mut port));
 }
