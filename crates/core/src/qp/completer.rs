@@ -249,14 +249,14 @@ impl Completing<'_> {
     fn cmd(&mut self, cmd: ReqCmd) {
         match cmd {
             ReqCmd::Rewind(_) | ReqCmd::Probe { .. } => {
-                self.cur.repairing = false;
-                self.cur.moved = true;
+                (self.cur.repairing, self.cur.moved) = (false, true);
+                self.c.rtt_sample = None;
             }
-            ReqCmd::Repair { .. } => self.cur.repairing = true,
+            ReqCmd::Repair { .. } => {
+                self.cur.repairing = true;
+                self.c.rtt_sample = None;
+            }
             ReqCmd::SeekPast(_) => {}
-        }
-        if !matches!(cmd, ReqCmd::SeekPast(_)) {
-            self.c.rtt_sample = None;
         }
         self.c.cmds.push_back(cmd);
     }
