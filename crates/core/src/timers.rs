@@ -20,34 +20,45 @@ pub(crate) enum Timer {
 
 const TIMERS: usize = 4;
 
-/// One QP's deadlines, one slot per [`Timer`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct TimerTable([Option<Nanos>; TIMERS]);
+/// One QP's deadlines, one slot per [`Timer`]; `NEVER` in the slot of a timer that is
+/// not running (plain numbers: the earliest is a branch-free minimum, asked after every
+/// packet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimerTable([Nanos; TIMERS]);
+
+const NEVER: Nanos = Nanos::MAX;
+
+impl Default for TimerTable {
+    fn default() -> Self {
+        TimerTable([NEVER; TIMERS])
+    }
+}
 
 impl TimerTable {
     pub fn set(&mut self, timer: Timer, at: Nanos) {
-        self.0[timer as usize] = Some(at);
+        self.0[timer as usize] = at;
     }
     /// Sets `timer` to `at`, or stops it when `at` is None.
     pub fn set_or_stop(&mut self, timer: Timer, at: Option<Nanos>) {
-        self.0[timer as usize] = at;
+        self.0[timer as usize] = at.unwrap_or(NEVER);
     }
     pub fn stop(&mut self, timer: Timer) {
-        self.0[timer as usize] = None;
+        self.0[timer as usize] = NEVER;
     }
     pub fn stop_all(&mut self) {
-        self.0 = [None; TIMERS];
+        self.0 = [NEVER; TIMERS];
     }
     pub fn is_running(&self, timer: Timer) -> bool {
-        self.0[timer as usize].is_some()
+        self.0[timer as usize] != NEVER
     }
     /// Whether `timer` runs and is due at `now`.
     pub fn is_expired(&self, timer: Timer, now: Nanos) -> bool {
-        self.0[timer as usize].is_some_and(|t| t <= now)
+        self.0[timer as usize] <= now
     }
     /// The earliest deadline of any timer.
     pub fn next(&self) -> Option<Nanos> {
-        self.0.iter().flatten().copied().min()
+        let t = self.0.iter().fold(NEVER, |a, &b| a.min(b));
+        (t != NEVER).then_some(t)
     }
 }
 

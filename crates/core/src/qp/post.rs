@@ -19,6 +19,11 @@ pub struct Doorbells(SegQueue<u32>);
 impl Doorbells {
     /// The next QP that rang.
     pub(crate) fn pop(&self) -> Option<u32> {
+        // Two loads answer the common case, where nothing rang; `pop` on an empty queue
+        // costs a full fence.
+        if self.0.is_empty() {
+            return None;
+        }
         self.0.pop()
     }
 }
@@ -60,6 +65,10 @@ impl<T> Ring<T> {
 
     /// The oldest WR posted and not yet taken (its slot stays used).
     pub fn take(&self) -> Option<T> {
+        // As `Doorbells::pop`: an empty queue answers without `pop`'s fence.
+        if self.queue.is_empty() {
+            return None;
+        }
         self.queue.pop()
     }
 

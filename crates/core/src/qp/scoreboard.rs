@@ -118,6 +118,13 @@ impl Scoreboard {
             }
         }
         self.base = una;
+        if self.sent.is_empty() {
+            // Everything is acknowledged: no transmission logged can be found lost any
+            // more (`find_lost` would step over each), nor can any PSN found lost.
+            self.log_base += self.log.len() as u64;
+            self.log.clear();
+            self.lost.clear();
+        }
     }
 
     /// The responder holds `start..end`.

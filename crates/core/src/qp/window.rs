@@ -118,10 +118,11 @@ impl Window {
 
     /// The round trip that took `dt` is over: CNPs cut the window by half their average
     /// share of the time; a round trip without lets it grow.
-    fn ecn_round(&mut self, dt: Nanos, window: u32, base: u32) {
+    fn ecn_round(&mut self, dt: Nanos, floor: u32) {
         if self.cnps == 0 && self.ecn.is_none() && self.alpha.is_none() {
             return; // No CNP yet: nothing to average (alpha starts at 1 with the first).
         }
+        let (base, window) = (self.base(floor, u32::MAX), self.size(floor, u32::MAX));
         let share = (f64::from(self.cnps) * CNP_GAP as f64 / dt.max(1) as f64).min(1.0);
         let keep = (1.0 - ECN_GAIN).powf(dt as f64 / ALPHA_PERIOD as f64);
         let alpha = keep * self.alpha.unwrap_or(1.0) + (1.0 - keep) * share;
@@ -170,8 +171,7 @@ impl Window {
             return;
         }
         let (d, l) = (delivered.saturating_sub(d0), lost.saturating_sub(l0));
-        let (base, window) = (self.base(floor, u32::MAX), self.size(floor, u32::MAX));
-        self.ecn_round(dt, window, base);
+        self.ecn_round(dt, floor);
         if min_rtt < LONG_PATH {
             // The floor is the window on a short path (and stays so: the RTT floor only
             // falls): rate, RTT range and loss limit serve no purpose there.
