@@ -117,7 +117,8 @@ impl Window {
     }
 
     /// The round trip that took `dt` is over: CNPs cut the window by half their average
-    /// share of the time; a round trip without lets it grow.
+    /// share of the time; a round trip without lets it grow (`floor` as [`Self::size`]
+    /// takes it).
     fn ecn_round(&mut self, dt: Nanos, floor: u32) {
         if self.cnps == 0 && self.ecn.is_none() && self.alpha.is_none() {
             return; // No CNP yet: nothing to average (alpha starts at 1 with the first).
@@ -159,9 +160,7 @@ impl Window {
     pub(crate) fn sample(&mut self, now: Nanos, delivered: u64, lost: u64, floor: u32) {
         let Some(min_rtt) = self.min_rtt else { return };
         let Some((t0, d0, l0)) = self.start else {
-            self.start = Some((now, delivered, lost));
-            self.round_rtt = None;
-            return;
+            return self.new_round(now, delivered, lost);
         };
         // A round trip as the packets see it, queue and all: deliveries come in bursts
         // (an ACK every 64 packets, QPs served in turn), and a shorter interval catches
@@ -170,15 +169,13 @@ impl Window {
         if dt < min_rtt.max(self.last_rtt.unwrap_or(0)) {
             return;
         }
-        let (d, l) = (delivered.saturating_sub(d0), lost.saturating_sub(l0));
         self.ecn_round(dt, floor);
         if min_rtt < LONG_PATH {
             // The floor is the window on a short path (and stays so: the RTT floor only
             // falls): rate, RTT range and loss limit serve no purpose there.
-            self.start = Some((now, delivered, lost));
-            self.round_rtt = None;
-            return;
+            return self.new_round(now, delivered, lost);
         }
+        let (d, l) = (delivered.saturating_sub(d0), lost.saturating_sub(l0));
         // The window this round trip ran with.
         let size = self.current().max(floor);
         let rtt = self.round_rtt.or(self.last_rtt).unwrap_or(min_rtt);
@@ -186,8 +183,7 @@ impl Window {
         self.rates[self.next] = (d as u128 * 1_000_000_000 / dt as u128) as u64;
         self.rtts[self.next] = rtt;
         self.next = (self.next + 1) % ROUNDS;
-        self.start = Some((now, delivered, lost));
-        self.round_rtt = None;
+        self.new_round(now, delivered, lost);
         if full && l >= MIN_LOST && l as f64 > CONGESTED * (d + l) as f64 {
             // Additive increase, multiplicative decrease on a signal every flow through
             // the queue shares (it overflows for all): flows converge to equal shares.
@@ -195,6 +191,13 @@ impl Window {
         } else if let Some(limit) = self.limit.as_mut() {
             *limit = limit.saturating_add(PROBE);
         }
+    }
+
+    /// A round trip starts at `now`, with `delivered` PSNs delivered and `lost` packets
+    /// found lost so far.
+    fn new_round(&mut self, now: Nanos, delivered: u64, lost: u64) {
+        self.start = Some((now, delivered, lost));
+        self.round_rtt = None;
     }
 
     /// Twice the largest recent rate times the RTT floor.
