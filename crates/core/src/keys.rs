@@ -1,10 +1,12 @@
 //! The key checks every memory access goes through: local SGEs by lkey, remote accesses by
 //! the rkey of a region or of a memory window bound to one.
 
+use crate::memory::SharedBuffer;
 use crate::mr::{MemoryRegion, Regions, Segment};
 use crate::mw::{Mw, Windows};
 use crate::verbs::{Access, WcStatus};
 use crate::wr::MwBind;
+use std::sync::Arc;
 
 /// A device's regions and windows.
 #[derive(Debug, Default)]
@@ -60,9 +62,29 @@ impl MrTable {
         len: u64,
         need: Access,
     ) -> Option<Segment> {
+        let (buffer, offset) = self.remote_at(pd, qpn, rkey, va, len, need)?;
+        Some(Segment {
+            buffer: buffer.clone(),
+            offset,
+            len: len as usize,
+        })
+    }
+
+    /// [`Self::remote`] without a segment to keep: the memory and the offset, borrowed,
+    /// for an access done at once (a message in one packet).
+    pub fn remote_at(
+        &self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Option<(&Arc<SharedBuffer>, usize)> {
         if self.windows.key_taken(rkey) {
             let lkey = self.windows.remote(pd, qpn, rkey, va, len, need)?;
-            return self.regions.get(lkey)?.segment(va, len);
+            let mr = self.regions.get(lkey)?;
+            return Some((&mr.buffer, mr.offset_of(va, len)?));
         }
         self.regions.remote(pd, rkey, va, len, need)
     }

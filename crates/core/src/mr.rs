@@ -25,15 +25,6 @@ impl MemoryRegion {
         let end = off.checked_add(len)?;
         (end <= self.buffer.len() as u64).then_some(off as usize)
     }
-
-    /// The memory of `[addr, addr+len)`, if the range lies inside the region.
-    pub(crate) fn segment(&self, addr: u64, len: u64) -> Option<Segment> {
-        Some(Segment {
-            buffer: self.buffer.clone(),
-            offset: self.offset_of(addr, len)?,
-            len: len as usize,
-        })
-    }
 }
 
 /// A range of registered memory the engine may touch: buffer and offset.
@@ -139,12 +130,19 @@ impl Regions {
 
     /// Resolves a remote access of `len` bytes at `va` with a region's `rkey`; None on any
     /// bad key, PD, bounds or permission.
-    pub fn remote(&self, pd: u32, rkey: u32, va: u64, len: u64, need: Access) -> Option<Segment> {
+    pub fn remote(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Option<(&Arc<SharedBuffer>, usize)> {
         let mr = self.by_rkey(rkey).filter(|m| m.pd == pd)?;
         if !mr.access.contains(need) {
             return None;
         }
-        mr.segment(va, len)
+        Some((&mr.buffer, mr.offset_of(va, len)?))
     }
 }
 

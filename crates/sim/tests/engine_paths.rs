@@ -1381,3 +1381,77 @@ fn a_qp_with_more_than_one_message_out_acknowledges_at_once() {
     assert_eq!(p.wcs(0).len(), 2);
     assert_eq!(p.wcs(1).len(), 1);
 }
+
+/// A one-packet WRITE built by hand (the requester never sends these), handed to `b`'s
+/// engine as the next request from `a`: RETH `dma_length`, `payload` bytes.
+fn inject_write_only(p: &mut Pair, rkey: u32, dma_length: u32, payload: &[u8]) {
+    use oxrdma_wire::{packet::ExtHeaders, BthRepr, Psn, RethRepr};
+    let pkt = PacketRepr {
+        bth: BthRepr {
+            opcode: Opcode::RC_RDMA_WRITE_ONLY,
+            solicited: false,
+            migreq: false,
+            pkey: oxrdma_wire::DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qpn: p.b.qpn,
+            ack_req: true,
+            psn: Psn::new(p.a.sq_psn),
+            selective_repeat: false,
+        },
+        ext: ExtHeaders {
+            reth: Some(RethRepr {
+                virtual_address: p.b.addr(0),
+                rkey,
+                dma_length,
+            }),
+            ..ExtHeaders::default()
+        },
+        payload,
+    };
+    let mut buf = vec![0u8; 4200];
+    let len = pkt.emit(&mut buf).expect("a valid packet");
+    let src = oxrdma_core::Gid::from(p.world.nodes[0].ip);
+    let now = p.world.now;
+    p.world.nodes[1].engine.handle_packet(now, src, &buf[..len]);
+}
+
+#[test]
+fn a_one_packet_write_is_checked_before_it_is_placed() {
+    // Its length must be its payload's, and its key right, or nothing is written and the
+    // responder NAKs (a length as an invalid request, a key as a remote access error).
+    let cases = [
+        (16, 8, true, NakCode::InvalidRequest),
+        (8, 16, true, NakCode::InvalidRequest),
+        (8, 8, false, NakCode::RemoteAccessError),
+    ];
+    for (dma_length, n, good_key, nak) in cases {
+        let mut p = Pair::new(&PairOptions::default());
+        let log = tap(&mut p, |_| TapAction::Pass);
+        let rkey = if good_key {
+            p.b.mr.rkey
+        } else {
+            p.b.mr.rkey ^ 1
+        };
+        inject_write_only(&mut p, rkey, dma_length, &vec![0xab; n]);
+        p.run();
+        let naks: Vec<_> = log.borrow().iter().filter_map(|e| e.3).collect();
+        assert_eq!(
+            naks,
+            vec![Syndrome::Nak(nak)],
+            "{dma_length} {n} {good_key}"
+        );
+        assert_eq!(p.b.read(0, 16), vec![0; 16], "nothing placed");
+    }
+    // And a right one is placed, and acknowledged.
+    let mut p = Pair::new(&PairOptions::default());
+    let log = tap(&mut p, |_| TapAction::Pass);
+    let rkey = p.b.mr.rkey;
+    inject_write_only(&mut p, rkey, 8, &[7; 8]);
+    p.run();
+    assert_eq!(p.b.read(0, 9), [vec![7; 8], vec![0]].concat());
+    assert!(log
+        .borrow()
+        .iter()
+        .any(|e| matches!(e.3, Some(Syndrome::Ack { .. }))));
+}

@@ -4,6 +4,7 @@
 use crate::build::{bth, finish_packet, packets_for};
 use crate::ctx::Ctx;
 use crate::drops::RxDrop;
+use crate::memory::SharedBuffer;
 use crate::mr::{scatter, Segment};
 use crate::qp::post::QpPost;
 use crate::verbs::{Access, EventType, Mtu, QpState, WcOpcode, WcStatus};
@@ -611,6 +612,28 @@ impl Responder {
             .ok_or(NakCode::RemoteAccessError)
     }
 
+    /// [`Self::remote`] for an access done at once: the memory and offset, borrowed.
+    fn remote_at<'c>(
+        &self,
+        ctx: &'c Ctx<'_>,
+        q: &QpView,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Option<(&'c Arc<SharedBuffer>, usize)>, NakCode> {
+        if len == 0 {
+            return Ok(None);
+        }
+        if !q.access.contains(need) {
+            return Err(NakCode::RemoteAccessError);
+        }
+        ctx.mrs
+            .remote_at(q.pd, q.qpn, rkey, va, len, need)
+            .map(Some)
+            .ok_or(NakCode::RemoteAccessError)
+    }
+
     pub(crate) fn recv_write(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -634,14 +657,21 @@ impl Responder {
             if u64::from(reth.dma_length) > crate::limits::MAX_MESSAGE {
                 return Err(NakCode::InvalidRequest);
             }
-            let seg = self.remote(
-                ctx,
-                q,
-                reth.rkey,
-                reth.virtual_address,
-                total as u64,
-                Access::REMOTE_WRITE,
-            )?;
+            let (rkey, va) = (reth.rkey, reth.virtual_address);
+            if ends {
+                // A message in one packet (every packet of a WRITE train): placed at once,
+                // through the region, with no segment kept for packets to come.
+                let at = self.remote_at(ctx, q, rkey, va, total as u64, Access::REMOTE_WRITE)?;
+                if !Self::length_ok(q, info, n) || n != total {
+                    return Err(NakCode::InvalidRequest);
+                }
+                if let Some((buffer, offset)) = at {
+                    buffer.write(offset, pkt.payload);
+                }
+                self.write_done(ctx, q, pkt, total, with_imm);
+                return Ok(Outcome::Accepted);
+            }
+            let seg = self.remote(ctx, q, rkey, va, total as u64, Access::REMOTE_WRITE)?;
             self.write = Some(WriteProgress { seg, off: 0, total });
         }
         if !Self::length_ok(q, info, n) {
@@ -666,24 +696,40 @@ impl Responder {
         if ends {
             let total = wp.total;
             self.write = None;
-            if with_imm {
-                let wr = self.take_recv(ctx, q).expect("checked above");
-                let wc = WorkCompletion {
-                    byte_len: total as u32,
-                    imm: pkt.ext.immdt,
-                    ..WorkCompletion::new(
-                        wr.wr_id,
-                        WcStatus::Success,
-                        WcOpcode::RecvRdmaWithImm,
-                        q.qpn,
-                    )
-                };
-                self.complete_recv(ctx, q, wc);
-            }
-            self.msn = self.next_msn();
+            self.write_done(ctx, q, pkt, total, with_imm);
+        } else {
+            self.epsn = self.epsn.next();
         }
-        self.epsn = self.epsn.next();
         Ok(Outcome::Accepted)
+    }
+
+    /// The last packet of a WRITE of `total` bytes is placed: its receive WQE completes
+    /// (with immediate), the message counts, the PSN moves on.
+    fn write_done(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        q: &QpView,
+        pkt: &PacketRepr<'_>,
+        total: usize,
+        with_imm: bool,
+    ) {
+        if with_imm {
+            // `recv_write` checked first that a receive WQE waits.
+            let wr = self.take_recv(ctx, q).expect("checked above");
+            let wc = WorkCompletion {
+                byte_len: total as u32,
+                imm: pkt.ext.immdt,
+                ..WorkCompletion::new(
+                    wr.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                    q.qpn,
+                )
+            };
+            self.complete_recv(ctx, q, wc);
+        }
+        self.msn = self.next_msn();
+        self.epsn = self.epsn.next();
     }
 
     /// Validates a READ request and builds its reply.
