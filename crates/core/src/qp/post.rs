@@ -56,26 +56,38 @@ impl<T> Ring<T> {
 
     /// Queues `v` if a slot is free.
     fn push(&self, v: T) -> bool {
-        self.push_all(std::iter::once(v), 1)
+        let reserved = self.reserve(1);
+        if reserved {
+            self.put(v);
+        }
+        reserved
     }
 
     /// Queues the `n` items of `v` if `n` slots are free, and nothing otherwise.
     fn push_all(&self, v: impl IntoIterator<Item = T>, n: u32) -> bool {
-        let reserved = self
-            .free
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| f.checked_sub(n));
-        if reserved.is_ok() {
-            for x in v {
-                let queue = self
-                    .queue
-                    .get_or_init(|| Box::new(ArrayQueue::new(self.depth.max(1) as usize)));
-                // Never full: a slot was reserved for each WR, and the queue holds `depth`.
-                if queue.push(x).is_err() {
-                    unreachable!("a reserved slot is always free");
-                }
-            }
+        let reserved = self.reserve(n);
+        if reserved {
+            v.into_iter().for_each(|x| self.put(x));
         }
-        reserved.is_ok()
+        reserved
+    }
+
+    /// Takes `n` free slots, if there are.
+    fn reserve(&self, n: u32) -> bool {
+        self.free
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| f.checked_sub(n))
+            .is_ok()
+    }
+
+    /// Queues `v` into a slot reserved for it.
+    fn put(&self, v: T) {
+        let queue = self
+            .queue
+            .get_or_init(|| Box::new(ArrayQueue::new(self.depth.max(1) as usize)));
+        // Never full: a slot was reserved for each WR, and the queue holds `depth`.
+        if queue.push(v).is_err() {
+            unreachable!("a reserved slot is always free");
+        }
     }
 
     /// The oldest WR posted and not yet taken (its slot stays used).

@@ -48,22 +48,22 @@ impl SendQueue {
 
     /// Completes the front WQE with `status` (a WC if signalled or an error).
     pub(crate) fn complete_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
-        let Some(w) = self.wqes.pop_front() else {
+        // Read where it lies, then dropped there: a WQE is 328 bytes to move.
+        let Some(w) = self.wqes.front() else {
             return;
         };
+        let signaled = self.sig_all || w.wr.flags.contains(crate::SendFlags::SIGNALED);
+        let wc = (status != WcStatus::Success || signaled).then(|| WorkCompletion {
+            byte_len: w.len as u32,
+            ..WorkCompletion::new(w.wr.wr_id, status, w.wr.opcode.wc_opcode(), self.qpn)
+        });
+        self.wqes.pop_front();
         self.popped += 1;
         // The slot is free before the completion can be seen, so the application may post
         // again as soon as it polls it.
         self.post.sq.retire(1);
-        let signaled = self.sig_all || w.wr.flags.contains(crate::SendFlags::SIGNALED);
-        if status != WcStatus::Success || signaled {
-            ctx.complete(
-                self.send_cq,
-                WorkCompletion {
-                    byte_len: w.len as u32,
-                    ..WorkCompletion::new(w.wr.wr_id, status, w.wr.opcode.wc_opcode(), self.qpn)
-                },
-            );
+        if let Some(wc) = wc {
+            ctx.complete(self.send_cq, wc);
         }
     }
 
