@@ -51,28 +51,9 @@ impl MrTable {
     }
 
     /// Resolves a remote access of `len` bytes at `va` with `rkey` (a region's or a
-    /// window's) arriving on QP `qpn`; None on any bad key, PD, QP, bounds or permission
-    /// (→ NAK remote access error).
+    /// window's) arriving on QP `qpn`: the memory and the offset in it, borrowed; None on
+    /// any bad key, PD, QP, bounds or permission (→ NAK remote access error).
     pub fn remote(
-        &self,
-        pd: u32,
-        qpn: u32,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Option<Segment> {
-        let (buffer, offset) = self.remote_at(pd, qpn, rkey, va, len, need)?;
-        Some(Segment {
-            buffer: buffer.clone(),
-            offset,
-            len: len as usize,
-        })
-    }
-
-    /// [`Self::remote`] without a segment to keep: the memory and the offset, borrowed,
-    /// for an access done at once (a message in one packet).
-    pub fn remote_at(
         &self,
         pd: u32,
         qpn: u32,

@@ -600,16 +600,12 @@ impl Responder {
         len: u64,
         need: Access,
     ) -> Result<Option<Segment>, NakCode> {
-        if len == 0 {
-            return Ok(None);
-        }
-        if !q.access.contains(need) {
-            return Err(NakCode::RemoteAccessError);
-        }
-        ctx.mrs
-            .remote(q.pd, q.qpn, rkey, va, len, need)
-            .map(Some)
-            .ok_or(NakCode::RemoteAccessError)
+        let at = self.remote_at(ctx, q, rkey, va, len, need)?;
+        Ok(at.map(|(buffer, offset)| Segment {
+            buffer: buffer.clone(),
+            offset,
+            len: len as usize,
+        }))
     }
 
     /// [`Self::remote`] for an access done at once: the memory and offset, borrowed.
@@ -629,7 +625,7 @@ impl Responder {
             return Err(NakCode::RemoteAccessError);
         }
         ctx.mrs
-            .remote_at(q.pd, q.qpn, rkey, va, len, need)
+            .remote(q.pd, q.qpn, rkey, va, len, need)
             .map(Some)
             .ok_or(NakCode::RemoteAccessError)
     }
