@@ -125,11 +125,14 @@ impl Solver {
     fn new(basis: &Basis) -> Solver {
         let mut t = Box::new([[0u64; 256]; 4]);
         for (k, table) in t.iter_mut().enumerate() {
+            // What each bit of this byte reduces to, once.
+            let bits: [u64; 8] = std::array::from_fn(|i| {
+                let (rest, id) = basis.reduce(1 << (8 * k + i));
+                u64::from(rest) | u64::from(id) << 32
+            });
             for b in 1..256usize {
-                // Built from the entry without b's lowest bit and that bit's own reduction.
-                let low = b.trailing_zeros() as usize;
-                let (rest, id) = basis.reduce(1 << (8 * k + low));
-                table[b] = table[b & (b - 1)] ^ (u64::from(rest) | u64::from(id) << 32);
+                // The entry without b's lowest bit, and that bit's reduction.
+                table[b] = table[b & (b - 1)] ^ bits[b.trailing_zeros() as usize];
             }
         }
         Solver(t)
