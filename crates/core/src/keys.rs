@@ -8,6 +8,28 @@ use crate::verbs::{Access, WcStatus};
 use crate::wr::MwBind;
 use std::sync::Arc;
 
+/// The memory an rkey opens to remote accesses of one kind: a region, or the part of one a
+/// window opens (`[lo, hi)`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RemoteRange<'a> {
+    pub rkey: u32,
+    mr: &'a MemoryRegion,
+    window: Option<(u64, u64)>,
+}
+
+impl<'a> RemoteRange<'a> {
+    /// The memory and offset of `len` bytes at `va`, if they are in range.
+    pub fn at(&self, va: u64, len: u64) -> Option<(&'a Arc<SharedBuffer>, usize)> {
+        if let Some((lo, hi)) = self.window {
+            let end = va.checked_add(len)?;
+            if va < lo || end > hi {
+                return None;
+            }
+        }
+        Some((&self.mr.buffer, self.mr.offset_of(va, len)?))
+    }
+}
+
 /// A device's regions and windows.
 #[derive(Debug, Default)]
 pub(crate) struct MrTable {
@@ -62,12 +84,33 @@ impl MrTable {
         len: u64,
         need: Access,
     ) -> Option<(&Arc<SharedBuffer>, usize)> {
+        self.remote_range(pd, qpn, rkey, need)?.at(va, len)
+    }
+
+    /// What `rkey` lets QP `qpn` reach with accesses needing `need`, for [`RemoteRange::at`]
+    /// to place each access: a run of packets naming one key resolves it once.
+    pub fn remote_range(
+        &self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        need: Access,
+    ) -> Option<RemoteRange<'_>> {
         if self.windows.key_taken(rkey) {
-            let lkey = self.windows.remote(pd, qpn, rkey, va, len, need)?;
+            let (lkey, lo, hi) = self.windows.remote(pd, qpn, rkey, need)?;
             let mr = self.regions.get(lkey)?;
-            return Some((&mr.buffer, mr.offset_of(va, len)?));
+            return Some(RemoteRange {
+                rkey,
+                mr,
+                window: Some((lo, hi)),
+            });
         }
-        self.regions.remote(pd, rkey, va, len, need)
+        let mr = self.regions.by_rkey(rkey).filter(|m| m.pd == pd)?;
+        mr.access.contains(need).then_some(RemoteRange {
+            rkey,
+            mr,
+            window: None,
+        })
     }
 
     pub fn insert_mw(&mut self, mw: Mw) -> u32 {

@@ -127,23 +127,6 @@ impl Regions {
             (true, true) => Ok(()),
         }
     }
-
-    /// Resolves a remote access of `len` bytes at `va` with a region's `rkey`; None on any
-    /// bad key, PD, bounds or permission.
-    pub fn remote(
-        &self,
-        pd: u32,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Option<(&Arc<SharedBuffer>, usize)> {
-        let mr = self.by_rkey(rkey).filter(|m| m.pd == pd)?;
-        if !mr.access.contains(need) {
-            return None;
-        }
-        Some((&mr.buffer, mr.offset_of(va, len)?))
-    }
 }
 
 /// Walks `len` bytes of a scatter/gather list starting `at` bytes in, calling `f` with each

@@ -151,27 +151,15 @@ impl Windows {
         ok
     }
 
-    /// A remote access through the window whose rkey is `rkey`: the lkey of the region it
-    /// opens, or None if it is not allowed (unbound, another PD, another QP for type 2,
-    /// rights, bounds).
-    pub fn remote(
-        &self,
-        pd: u32,
-        qpn: u32,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Option<u32> {
+    /// Remote accesses through the window whose rkey is `rkey`: the lkey of the region it
+    /// opens and the addresses it opens there (`[lo, hi)`), or None if no access needing
+    /// `need` is allowed (unbound, another PD, another QP for type 2, rights).
+    pub fn remote(&self, pd: u32, qpn: u32, rkey: u32, need: Access) -> Option<(u32, u64, u64)> {
         let mw = self.mws.get(self.mw_rkeys.get(&rkey)?)?;
         let b = mw.binding?;
         if mw.pd != pd || b.qpn.is_some_and(|q| q != qpn) || !b.access.contains(need) {
             return None;
         }
-        let end = va.checked_add(len)?;
-        if va < b.addr || end > b.addr + b.len {
-            return None;
-        }
-        Some(b.lkey)
+        Some((b.lkey, b.addr, b.addr + b.len))
     }
 }

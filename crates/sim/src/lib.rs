@@ -13,4 +13,21 @@ pub mod world;
 pub use net::{NetConfig, NetStats};
 pub use pair::{Pair, PairOptions};
 pub use scenario::{run, Expect, Report, ScenarioConfig};
-pub use world::{Tap, TapAction, World};
+pub use world::{Tap, TapAction, World, WorldStats};
+
+/// How many times its seeds a sweep runs: `OXRDMA_SIM_SCALE` (default 1).
+pub fn scale() -> u64 {
+    std::env::var("OXRDMA_SIM_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+/// The seeds of a sweep: `count` times [`scale`] from `base`; or only `OXRDMA_SIM_SEED`,
+/// to re-run one that failed.
+pub fn seeds(base: u64, count: u64) -> Vec<u64> {
+    if let Ok(s) = std::env::var("OXRDMA_SIM_SEED") {
+        return vec![s.parse().expect("OXRDMA_SIM_SEED must be a number")];
+    }
+    (base..base + count * scale()).collect()
+}

@@ -33,6 +33,10 @@ pub struct NetConfig {
     /// second (0: none). Its queue is where packets wait, then: `queue_limit` and
     /// `ecn_threshold` apply there, as on a path through a slower network.
     pub bottleneck_bps: u64,
+    /// Receivers take arrivals in rounds of this period (ns), as a NIC that moderates its
+    /// interrupts and glues a flow's packets (GRO) hands them over: what arrived since the
+    /// last round comes at once. 0: each packet as it arrives.
+    pub rx_every: Nanos,
 }
 
 impl Default for NetConfig {
@@ -49,6 +53,7 @@ impl Default for NetConfig {
             queue_limit: 0,
             ecn_threshold: 0,
             bottleneck_bps: 0,
+            rx_every: 0,
         }
     }
 }
@@ -206,7 +211,13 @@ impl Network {
 
     /// When the next datagram arrives.
     pub fn next_arrival(&self) -> Option<Nanos> {
-        self.queue.peek().map(|Reverse((t, _))| *t)
+        let t = self.queue.peek()?.0 .0;
+        let every = self.config.rx_every;
+        Some(if every == 0 {
+            t
+        } else {
+            t.div_ceil(every) * every
+        })
     }
 
     /// The next datagram due at or before `now`.

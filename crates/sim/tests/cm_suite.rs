@@ -81,10 +81,7 @@ fn each_message_lost_repeated_or_held_past_its_timeout_still_connects_once() {
 
 #[test]
 fn random_loss_duplication_and_reordering_over_many_seeds() {
-    let scale: u64 = std::env::var("OXRDMA_SIM_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
+    let scale = oxrdma_sim::scale();
     let (mut runs, mut established, mut lost) = (0, 0, 0);
     for seed in 0..300 * scale {
         let net = NetConfig {

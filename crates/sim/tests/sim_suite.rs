@@ -5,20 +5,9 @@
 //!
 //! `OXRDMA_SIM_SCALE=<n>` multiplies the number of seeds (default 1).
 
-use oxrdma_sim::{run, Expect, NetConfig, ScenarioConfig};
+use oxrdma_sim::{run, seeds, Expect, NetConfig, ScenarioConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-fn seeds(base: u64, count: u64) -> Vec<u64> {
-    if let Ok(s) = std::env::var("OXRDMA_SIM_SEED") {
-        return vec![s.parse().expect("OXRDMA_SIM_SEED must be a number")];
-    }
-    let scale: u64 = std::env::var("OXRDMA_SIM_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
-    (base..base + count * scale).collect()
-}
 
 fn sweep(test: &str, base: u64, count: u64, make: impl Fn(u64) -> ScenarioConfig) {
     let mut failures = Vec::new();
@@ -51,6 +40,9 @@ fn lossy(seed: u64, max: f64) -> NetConfig {
         duplicate: rng.random_range(0.0..=max),
         corrupt: rng.random_range(0.0..=max),
         jitter: rng.random_range(0..20_000),
+        // Half the seeds hand a receiver its packets in rounds, so runs of them take the
+        // run path.
+        rx_every: [0, 0, 5_000, 30_000][rng.random_range(0..4)],
         ..NetConfig::default()
     }
 }

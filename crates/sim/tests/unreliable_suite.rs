@@ -6,10 +6,7 @@ use oxrdma_sim::unreliable::{run_unreliable, UnreliableConfig};
 use oxrdma_sim::NetConfig;
 
 fn suite(t: QpType, seeds: u64) {
-    let scale: u64 = std::env::var("OXRDMA_SIM_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
+    let scale = oxrdma_sim::scale();
     let mut delivered = [0u64; 2];
     for seed in 1..=seeds * scale {
         let mut c = UnreliableConfig::new(seed, t);

@@ -377,6 +377,32 @@ impl RxBatch {
         self.segs[i].2
     }
 
+    /// The packets of the last receive in runs: each run's packets (their indices) came
+    /// from one source with one ECN mark, one after another (a GRO message's segments are
+    /// one run, or a part of one). Refused packets are in none. With `together` false,
+    /// each packet is a run of its own.
+    pub fn runs(
+        &self,
+        together: bool,
+    ) -> impl Iterator<Item = (SocketAddr, bool, std::ops::Range<usize>)> + '_ {
+        let mut i = 0;
+        std::iter::from_fn(move || {
+            while i < self.count {
+                let start = i;
+                i += 1;
+                let Some(src) = self.from(start) else {
+                    continue;
+                };
+                let ce = self.ce(start);
+                while together && i < self.count && self.from(i) == Some(src) && self.ce(i) == ce {
+                    i += 1;
+                }
+                return Some((src, ce, start..i));
+            }
+            None
+        })
+    }
+
     /// Marks packet `i` refused (its ICRC failed): it has no source any more.
     pub fn refuse(&mut self, i: usize) {
         self.segs[i].2 = None;
@@ -515,5 +541,44 @@ fn sockaddr(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
             )))
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_split_at_each_change_of_source_or_mark_and_skip_refused_packets() {
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:4791".parse().unwrap(),
+            "10.0.0.2:4791".parse().unwrap(),
+        );
+        let mut rx = RxBatch::new(false);
+        let packets = [
+            (Some(a), false),
+            (Some(a), false),
+            (None, false),
+            (Some(a), false),
+            (Some(a), true),
+            (Some(b), true),
+            (Some(b), true),
+        ];
+        for (i, &(from, ce)) in packets.iter().enumerate() {
+            rx.segs.push((i, 1, from, ce));
+        }
+        rx.count = packets.len();
+        let runs: Vec<_> = rx.runs(true).collect();
+        assert_eq!(
+            runs,
+            [
+                (a, false, 0..2),
+                (a, false, 3..4),
+                (a, true, 4..5),
+                (b, true, 5..7)
+            ]
+        );
+        let alone: Vec<_> = rx.runs(false).map(|r| r.2).collect();
+        assert_eq!(alone, [0..1, 1..2, 3..4, 4..5, 5..6, 6..7]);
     }
 }

@@ -22,6 +22,9 @@ pub struct Link {
     /// What the engine wrote into `tx`'s free slots on the last call, in slot order.
     sent: Vec<Transmit>,
     rx: RxBatch,
+    /// Whether packets that arrived together go to the engine together (its run path);
+    /// `OXRDMA_RUNS=0` hands them over one by one.
+    runs: bool,
     /// The kernel's UDP counters of the device's namespace, and their values at open.
     kernel: KernelCounters,
     kernel_at_open: KernelUdpDrops,
@@ -40,6 +43,7 @@ impl Link {
             tx: TxBatch::default(),
             sent: Vec::with_capacity(BATCH),
             rx: RxBatch::new(port_gro),
+            runs: std::env::var("OXRDMA_RUNS").map_or(true, |v| v != "0"),
             kernel_at_open: kernel.read(),
             kernel,
         })
@@ -84,11 +88,10 @@ impl Link {
             let mut received = false;
             while self.port.recv_batch(&mut self.rx)? > 0 {
                 now = self.now();
-                for i in 0..self.rx.count {
-                    if let Some(src) = self.rx.from(i) {
-                        let (data, ce) = (self.rx.datagram(i), self.rx.ce(i));
-                        engine.handle_packet_ecn(now, Gid::from(src.ip()), data, ce);
-                    }
+                let rx = &self.rx;
+                for (src, ce, run) in rx.runs(self.runs) {
+                    let packets = run.map(|i| rx.datagram(i));
+                    engine.handle_packets(now, Gid::from(src.ip()), ce, packets);
                 }
                 moved += self.rx.count;
                 progressed = true;

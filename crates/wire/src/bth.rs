@@ -10,7 +10,7 @@
 //! see [`BthRepr::selective_repeat`]); other implementations send it as zero and ignore it.
 
 use crate::error::{need, Result, WireError};
-use crate::field::{set_u16, set_u24, u16_at, u24_at};
+use crate::field::{fixed, fixed_mut, set_u16, set_u24, u16_at, u24_at};
 use crate::opcode::Opcode;
 use crate::psn::Psn;
 
@@ -145,6 +145,8 @@ pub struct BthRepr {
 impl BthRepr {
     /// Reads a BTH, rejecting transport versions other than 0.
     pub fn parse<T: AsRef<[u8]>>(bth: &Bth<T>) -> Result<Self> {
+        // One length check for the header, not one per field.
+        let bth = Bth::new_unchecked(fixed::<{ Bth::<&[u8]>::LEN }>(bth.b()));
         if bth.transport_version() != 0 {
             return Err(WireError::BadTransportVersion(bth.transport_version()));
         }
@@ -164,6 +166,8 @@ impl BthRepr {
 
     /// Writes the header with pad count 0 and the other reserved bits 0.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, bth: &mut Bth<T>) {
+        // One length check for the header, not one per field.
+        let mut bth = Bth::new_unchecked(fixed_mut::<{ Bth::<&[u8]>::LEN }>(bth.m()));
         bth.set_opcode(self.opcode);
         bth.set_flags(self.solicited, self.migreq, 0, 0);
         bth.set_pkey(self.pkey);

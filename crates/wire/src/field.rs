@@ -1,35 +1,61 @@
 //! Big-endian field access for fixed-offset headers. Callers check lengths first.
+//!
+//! Each is `#[inline]`: the header views are generic, so their accessors are compiled in
+//! the crates that use them, and without it every field read or written was a call.
 
+/// The first `N` bytes of `b`, as an array: the fields read from it need no bounds checks.
+/// Panics if `b` is shorter (as the header views' accessors do).
+#[inline]
+pub(crate) fn fixed<const N: usize>(b: &[u8]) -> &[u8; N] {
+    b.first_chunk()
+        .expect("header shorter than its fixed length")
+}
+
+/// [`fixed`] for writing.
+#[inline]
+pub(crate) fn fixed_mut<const N: usize>(b: &mut [u8]) -> &mut [u8; N] {
+    b.first_chunk_mut()
+        .expect("header shorter than its fixed length")
+}
+
+#[inline]
 pub(crate) fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
+#[inline]
 pub(crate) fn u24_at(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]])
 }
 
+#[inline]
 pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
+#[inline]
 pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&b[at..at + 8]);
     u64::from_be_bytes(w)
 }
 
+#[inline]
 pub(crate) fn set_u16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
+#[inline]
 pub(crate) fn set_u24(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 3].copy_from_slice(&v.to_be_bytes()[1..]);
 }
 
+#[inline]
 pub(crate) fn set_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_be_bytes());
 }
 
+#[inline]
 pub(crate) fn set_u64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_be_bytes());
 }

@@ -27,6 +27,7 @@ pub mod packet;
 pub mod psn;
 pub mod reth;
 pub mod rsocket;
+pub mod run;
 pub mod sack;
 
 pub use aeth::{AethRepr, NakCode, Syndrome};
@@ -41,6 +42,7 @@ pub use opcode::{Headers, Opcode, OpcodeInfo, Operation, Payload, Position, Tran
 pub use packet::{ExtHeaders, PacketRepr};
 pub use psn::Psn;
 pub use reth::RethRepr;
+pub use run::WriteRun;
 
 /// The UDP destination port of RoCEv2.
 pub const ROCE_V2_PORT: u16 = 4791;

@@ -1,7 +1,7 @@
 //! RDMA Extended Transport Header (16 bytes): virtual address, rkey, DMA length. Carried by
 //! WRITE FIRST/ONLY, READ REQUEST, FLUSH and ATOMIC_WRITE.
 
-use crate::field::{header_view, set_u32, set_u64, u32_at, u64_at};
+use crate::field::{fixed, fixed_mut, header_view, set_u32, set_u64, u32_at, u64_at};
 
 header_view!(
     /// Zero-copy view of a RETH.
@@ -43,6 +43,8 @@ pub struct RethRepr {
 
 impl RethRepr {
     pub fn parse<T: AsRef<[u8]>>(h: &Reth<T>) -> Self {
+        // One length check for the header, not one per field.
+        let h = Reth::new_unchecked(fixed::<{ Reth::<&[u8]>::LEN }>(h.b()));
         RethRepr {
             virtual_address: h.virtual_address(),
             rkey: h.rkey(),
@@ -50,6 +52,8 @@ impl RethRepr {
         }
     }
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Reth<T>) {
+        // One length check for the header, not one per field.
+        let mut h = Reth::new_unchecked(fixed_mut::<{ Reth::<&[u8]>::LEN }>(h.m()));
         h.set_virtual_address(self.virtual_address);
         h.set_rkey(self.rkey);
         h.set_dma_length(self.dma_length);

@@ -14,7 +14,7 @@ use crate::srq::Srq;
 use crate::timers::TimerQueue;
 use crate::verbs::{AsyncEvent, Mtu, QpType};
 use crate::Nanos;
-use oxrdma_wire::{Operation, PacketRepr, Transport};
+use oxrdma_wire::{Operation, PacketRepr, Transport, WriteRun};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -48,6 +48,9 @@ pub struct Transmit {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     pub rx_packets: u64,
+    /// Of those, packets the run path took (the packets after the first of a run of one
+    /// WRITE stream: see `handle_packets`).
+    pub rx_run: u64,
     /// Received packets not acted on, by reason.
     pub rx_drops: RxDrops,
     pub tx_packets: u64,
@@ -261,6 +264,42 @@ impl Engine {
             ctx.drop_packet(why);
         }
         touched(&mut self.active, &mut self.timers, qp);
+    }
+
+    /// Packets that arrived together from `src` (the segments of one GRO message), each as
+    /// [`Self::handle_packet_ecn`] would take it. Those that continue an RDMA WRITE stream
+    /// after a packet of it take the run path (`qp/responder/run.rs`): the QP, its peer and
+    /// its state checked, and its rkey resolved, once for the run.
+    pub fn handle_packets<'a>(
+        &mut self,
+        now: Nanos,
+        src: Gid,
+        ce: bool,
+        packets: impl IntoIterator<Item = &'a [u8]>,
+    ) {
+        let mut packets = packets.into_iter().peekable();
+        while let Some(data) = packets.next() {
+            self.handle_packet_ecn(now, src, data, ce);
+            // Marked packets go one by one: each may owe the peer a CNP.
+            if ce {
+                continue;
+            }
+            let Some(run) = WriteRun::after(data) else {
+                continue;
+            };
+            let Some(qp) = self.qps.get_mut(&run.dest_qpn()) else {
+                continue;
+            };
+            if qp.qp_type != QpType::Rc || qp.av.map(|a| a.dgid) != Some(src) {
+                continue;
+            }
+            let taken = qp.write_run(now, &self.mrs, &run, &mut packets);
+            if taken > 0 {
+                self.stats.rx_packets += taken;
+                self.stats.rx_run += taken;
+                touched(&mut self.active, &mut self.timers, qp);
+            }
+        }
     }
 
     /// Fires every timer due at `now` (only the QPs that are due are visited).

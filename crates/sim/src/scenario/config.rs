@@ -36,6 +36,8 @@ pub struct ScenarioConfig {
     pub time_limit: Nanos,
     /// Only RDMA WRITEs of `max_len` bytes (for throughput measurements).
     pub write_only: bool,
+    /// Every packet through the per-packet path (`World::per_packet`).
+    pub per_packet: bool,
 }
 
 impl ScenarioConfig {
@@ -55,12 +57,13 @@ impl ScenarioConfig {
             expect: Expect::Clean,
             time_limit: 600_000_000_000,
             write_only: false,
+            per_packet: false,
         }
     }
 }
 
 /// What a run did and what went wrong.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Report {
     pub violations: Vec<String>,
     pub send_wrs: usize,

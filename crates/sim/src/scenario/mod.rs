@@ -27,6 +27,7 @@ use std::sync::Arc;
 pub fn run(cfg: &ScenarioConfig) -> Report {
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x005e_ed0f_0ad5);
     let mut world = World::new(cfg.nodes, cfg.net.clone(), cfg.seed);
+    world.per_packet = cfg.per_packet;
     let mut report = Report::default();
     let (pds, counters) = setup_nodes(&mut world, &mut rng);
     let mut sides = create_sides(cfg, &mut world, &pds, &mut rng);
@@ -45,6 +46,7 @@ pub fn run(cfg: &ScenarioConfig) -> Report {
     check(cfg, &sides, &cas_cells, &counters, &mut report);
     report.net = world.net.stats;
     report.world = world.stats;
+    report.world.rx_run = world.nodes.iter().map(|n| n.engine.stats().rx_run).sum();
     report
 }
 

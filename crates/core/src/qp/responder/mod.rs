@@ -20,6 +20,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 mod reorder;
+mod run;
 mod uc;
 mod ud;
 
@@ -46,6 +47,22 @@ pub(crate) struct WriteProgress {
     seg: Option<Segment>,
     off: usize,
     total: usize,
+}
+
+impl WriteProgress {
+    /// Places the next packet's `payload`, if the message has room for it (exactly, if it
+    /// `ends` the message; otherwise with more to come).
+    fn place(&mut self, payload: &[u8], ends: bool) -> bool {
+        let end = self.off + payload.len();
+        if end > self.total || (end == self.total) != ends {
+            return false;
+        }
+        if let Some(seg) = &self.seg {
+            seg.buffer.write(seg.offset + self.off, payload);
+        }
+        self.off = end;
+        true
+    }
 }
 
 /// READ response data still to send.
@@ -324,15 +341,11 @@ impl Responder {
         let r = &mut *self;
         match result {
             Ok(Outcome::Accepted) => {
-                r.nak_sent = false;
                 let replies_itself = matches!(
                     info.operation,
                     Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd
                 );
-                if pkt.bth.ack_req && !replies_itself {
-                    let msn = r.msn;
-                    r.push_ack(psn, ACK, msn);
-                }
+                r.accepted(psn, pkt.bth.ack_req && !replies_itself);
             }
             Ok(Outcome::Rnr) => {
                 let msn = r.msn;
@@ -356,6 +369,16 @@ impl Responder {
             }
         }
         Ok(None)
+    }
+
+    /// A request at `psn` was executed: a PSN-sequence NAK may go again for a later gap,
+    /// and an ACK goes if the request asked for one (`ack`).
+    fn accepted(&mut self, psn: Psn, ack: bool) {
+        self.nak_sent = false;
+        if ack {
+            let msn = self.msn;
+            self.push_ack(psn, ACK, msn);
+        }
     }
 
     /// A responder taking receives from `post`'s queue.
@@ -673,22 +696,12 @@ impl Responder {
         if !Self::length_ok(q, info, n) {
             return Err(NakCode::InvalidRequest);
         }
-        let Some(wp) = self.write.as_ref() else {
+        let Some(wp) = self.write.as_mut() else {
             return Err(NakCode::InvalidRequest);
         };
-        let fits = if ends {
-            wp.off + n == wp.total
-        } else {
-            wp.off + n < wp.total
-        };
-        if !fits {
+        if !wp.place(pkt.payload, ends) {
             return Err(NakCode::InvalidRequest);
         }
-        if let Some(seg) = &wp.seg {
-            seg.buffer.write(seg.offset + wp.off, pkt.payload);
-        }
-        let wp = self.write.as_mut().expect("checked above");
-        wp.off += n;
         if ends {
             let total = wp.total;
             self.write = None;
@@ -724,6 +737,11 @@ impl Responder {
             };
             self.complete_recv(ctx, q, wc);
         }
+        self.message_written();
+    }
+
+    /// A WRITE's last packet is placed: the message counts, the PSN moves on.
+    fn message_written(&mut self) {
         self.msn = self.next_msn();
         self.epsn = self.epsn.next();
     }

@@ -65,6 +65,11 @@ impl Reorder {
         }
     }
 
+    /// Whether nothing is kept (then nothing waits to be executed after a packet).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
     /// Whether a packet with PSN `psn` is kept.
     pub(crate) fn holds(&self, psn: Psn) -> bool {
         let i = self.base.distance_to(psn) as usize;

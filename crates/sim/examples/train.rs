@@ -1,0 +1,77 @@
+//! The receiving engine's own cost of a 64 KiB RDMA WRITE stream at RoCE MTU 1024 (a LAN's
+//! path), as `oxrdma perf write-bw` runs it but with no sockets: one engine builds WRITE
+//! trains, the other takes each burst's packets as the driver hands them over (one GRO
+//! message of one peer), and the ACKs go back. Prints nanoseconds per received packet; run
+//! it under callgrind to see where a receiver's instructions go.
+//!   cargo run --release -p oxrdma-sim --example train -- 2000 [per-packet]
+//! `per-packet` hands each packet over on its own (`Engine::handle_packet_ecn`), the
+//! reference the run path is measured against.
+
+use oxrdma_core::{Gid, SendData, SendFlags, SendWr, WcStatus, WrOpcode, MAX_PACKET};
+use oxrdma_sim::{Pair, PairOptions};
+use std::time::{Duration, Instant};
+
+const MSG: usize = 64 << 10;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let iters: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2_000);
+    let per_packet = args.next().as_deref() == Some("per-packet");
+    let mut p = Pair::new(&PairOptions::default());
+    let gids = [0, 1].map(|n| Gid::from(p.world.nodes[n].ip));
+    let mut slots = vec![0u8; 64 * MAX_PACKET];
+    let mut lens = Vec::new();
+    let mut now = p.world.now;
+    let (mut received, mut receiving) = (0u64, Duration::ZERO);
+    for i in 0..iters {
+        let mut wr = SendWr::new(
+            i,
+            WrOpcode::RdmaWrite,
+            SendData::Sges(vec![p.a.sge(0, MSG)].into()),
+        );
+        wr.remote_addr = p.b.addr(0);
+        wr.rkey = p.b.mr.rkey;
+        wr.flags = SendFlags::SIGNALED;
+        p.world.nodes[0]
+            .engine
+            .post_send(p.a.qpn, wr)
+            .expect("post");
+        loop {
+            now += 1_000;
+            let mut moved = false;
+            for (s, d) in [(0, 1), (1, 0)] {
+                lens.clear();
+                p.world.nodes[s]
+                    .engine
+                    .poll_transmit_many(now, &mut slots, |t| lens.push(t.len));
+                moved |= !lens.is_empty();
+                let mut at = 0;
+                let packets = lens.iter().map(|&n| {
+                    at += n;
+                    &slots[at - n..at]
+                });
+                let started = Instant::now();
+                let e = &mut p.world.nodes[d].engine;
+                if per_packet {
+                    packets.for_each(|data| e.handle_packet_ecn(now, gids[s], data, false));
+                } else {
+                    e.handle_packets(now, gids[s], false, packets);
+                }
+                if d == 1 {
+                    received += lens.len() as u64;
+                    receiving += started.elapsed();
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        let wcs = p.world.nodes[0].engine.poll_cq(p.a.cq, 16).expect("cq");
+        assert!(
+            wcs.iter().all(|wc| wc.status == WcStatus::Success),
+            "{wcs:?}"
+        );
+    }
+    let ns = receiving.as_nanos() as u64 / received.max(1);
+    println!("{received} packets received, {ns} ns each (receiving engine only)");
+}
