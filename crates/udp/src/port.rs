@@ -472,13 +472,16 @@ impl UdpPort {
                 Err(e) => return Err(e),
             }
         };
+        // The IP and UDP headers of the last packet checked: a GRO message's segments
+        // share them (all but the last have one length).
+        let mut last = None;
         for i in 0..n {
             self.stats.rx += 1;
             let Some(from) = batch.from(i) else {
                 self.stats.rx_bad_source += 1;
                 continue;
             };
-            if !self.check(from, batch.datagram(i)) {
+            if !self.check(from, batch.datagram(i), &mut last) {
                 batch.refuse(i);
                 self.stats.rx_bad_icrc += 1;
             }
@@ -486,13 +489,23 @@ impl UdpPort {
         Ok(n)
     }
 
-    /// Verifies a received packet's ICRC (and captures it if it passes).
-    fn check(&mut self, from: SocketAddr, data: &[u8]) -> bool {
+    /// Verifies a received packet's ICRC (and captures it if it passes). `last`: the
+    /// headers of the packet checked before, by source and length, built again only when
+    /// those change.
+    fn check(&mut self, from: SocketAddr, data: &[u8], last: &mut Option<LastHeaders>) -> bool {
         if !self.loopback_icrc && self.capture.is_none() && from.ip().is_loopback() {
             self.stats.icrc_unchecked_loopback += 1;
             return true;
         }
-        let verified = match headers(from, self.local, data.len(), 0) {
+        let built = match *last {
+            Some((f, len, h)) if f == from && len == data.len() => h,
+            _ => {
+                let h = headers(from, self.local, data.len(), 0);
+                *last = Some((from, data.len(), h));
+                h
+            }
+        };
+        let verified = match built {
             Some((mut h, 28)) => self.ids.verify(&h[..28], data).ok().map(|id| {
                 h[4..6].copy_from_slice(&id.to_be_bytes());
                 (h, 28)
@@ -534,7 +547,7 @@ impl UdpPort {
                 Err(e) => return Err(e),
             };
             self.stats.rx += 1;
-            if self.check(from, &buf[..len]) {
+            if self.check(from, &buf[..len], &mut None) {
                 return Ok(Some((Gid::from(from.ip()), len)));
             }
             self.stats.rx_bad_icrc += 1;
@@ -568,6 +581,9 @@ fn numbered<'a>(
             .map(move |(k, p)| (order[p], ids.of(at, r.len(), k)))
     })
 }
+
+/// A received packet's source and length, and the headers [`headers`] built for them.
+type LastHeaders = (SocketAddr, usize, Option<([u8; 48], usize)>);
 
 /// The IP and UDP headers the kernel puts in front of `len` bytes from `src` to `dst`,
 /// with IPv4 Identification `id`.

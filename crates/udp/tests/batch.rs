@@ -216,3 +216,38 @@ fn from_a_loopback_address_the_icrc_goes_unchecked_and_counted() {
     assert_eq!(rx_port.stats.icrc_unchecked_loopback, 1);
     assert_eq!(rx_port.stats.rx_bad_icrc, 0);
 }
+
+/// The receive check builds a packet's IP and UDP headers once per source and length:
+/// packets of one length from two peers, and of two lengths from one, each pass on their
+/// own headers, and a bad one among them still fails.
+#[test]
+fn each_packet_is_checked_against_its_own_source_and_length() {
+    let mut rx_port = UdpPort::bind_addr("127.0.0.10:0".parse().unwrap()).unwrap();
+    rx_port.check_loopback_icrc(true);
+    let dst = rx_port.local_addr();
+    let mut peers = [
+        UdpPort::bind_addr("127.0.0.11:0".parse().unwrap()).unwrap(),
+        UdpPort::bind_addr("127.0.0.12:0".parse().unwrap()).unwrap(),
+    ];
+    let raw = std::net::UdpSocket::bind("127.0.0.11:0").unwrap();
+    let packet = |num: u32, len: usize| {
+        let mut p = vec![0u8; len];
+        p[12..16].copy_from_slice(&num.to_be_bytes());
+        p
+    };
+    let mut want = Vec::new();
+    for num in 0..12u32 {
+        let len = if num % 3 == 2 { 48 } else { 40 };
+        let peer = &mut peers[num as usize / 2 % 2];
+        peer.send_to(dst, &mut packet(num, len)).unwrap();
+        want.push((num, true));
+        if num == 6 {
+            // Its ICRC is zero, which is wrong.
+            raw.send_to(&packet(99, 40), dst).unwrap();
+            want.push((99, false));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(receive(&mut rx_port, want.len()), want);
+    assert_eq!(rx_port.stats.rx_bad_icrc, 1);
+}

@@ -47,6 +47,8 @@ impl WriteRun {
     }
 
     /// `packet` parsed, if it continues the run; what [`PacketRepr::parse`] gives it.
+    /// Inline: built in its caller's place, a `PacketRepr` is not copied per packet.
+    #[inline]
     pub fn next<'a>(&self, packet: &'a [u8]) -> Option<PacketRepr<'a>> {
         let reth = self.head[0] == Opcode::RC_RDMA_WRITE_ONLY.0;
         let headers = BTH_LEN + if reth { RETH_LEN } else { 0 };
