@@ -690,6 +690,31 @@ fn perf_cpu_util_reports_each_side() {
 }
 
 #[test]
+fn perf_events_sleeps_on_the_cq_and_moves_every_message() {
+    let _turn = LOOPBACK_PAIR.lock().unwrap_or_else(|p| p.into_inner());
+    for test in ["write-bw", "send-bw", "read-bw"] {
+        let out = oxrdma()
+            .args(["perf", test, "--loopback", "--json", "-e", "-n", "2000"])
+            .output()
+            .unwrap();
+        let r = &json_lines(out)[0];
+        assert_eq!(r["iterations"].as_u64(), Some(2000), "{test}: {r}");
+        assert!(
+            r["bw_avg_gbps"].as_f64().is_some_and(|g| g > 0.0),
+            "{test}: {r}"
+        );
+    }
+    let out = oxrdma()
+        .args(["perf", "write-lat", "--loopback", "-e"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("-e sleeps on CQ events in the bandwidth tests"));
+}
+
+#[test]
 fn perf_between_two_processes() {
     for test in ["write-bw", "send-bw", "write-lat", "read-lat"] {
         let port = free_port();

@@ -1,9 +1,10 @@
-//! The receiving engine's own cost of a 64 KiB RDMA WRITE stream at RoCE MTU 1024 (a LAN's
-//! path), as `oxrdma perf write-bw` runs it but with no sockets: one engine builds WRITE
-//! trains, the other takes each burst's packets as the driver hands them over (one GRO
-//! message of one peer), and the ACKs go back. Prints nanoseconds per received packet; run
-//! it under callgrind to see where a receiver's instructions go.
-//!   cargo run --release -p oxrdma-sim --example train -- 2000 [per-packet]
+//! The engines' own cost of a stream of 64 KiB RDMA WRITEs (or READs) at RoCE MTU 1024 (a
+//! LAN's path), as `oxrdma perf write-bw` runs it but with no sockets: the engine with the
+//! data builds the packets (WRITE trains, or READ responses), the other takes each burst's
+//! packets as the driver hands them over (one GRO message of one peer), and the ACKs (or
+//! requests) go back. Prints nanoseconds per data packet on each side; run it under
+//! callgrind to see where the instructions go.
+//!   cargo run --release -p oxrdma-sim --example train -- 2000 [per-packet] [read]
 //! `per-packet` hands each packet over on its own (`Engine::handle_packet_ecn`), the
 //! reference the run path is measured against.
 
@@ -16,17 +17,25 @@ const MSG: usize = 64 << 10;
 fn main() {
     let mut args = std::env::args().skip(1);
     let iters: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2_000);
-    let per_packet = args.next().as_deref() == Some("per-packet");
+    let args: Vec<String> = args.collect();
+    let per_packet = args.iter().any(|a| a == "per-packet");
+    let read = args.iter().any(|a| a == "read");
+    // Which node sends the data packets.
+    let data_from = usize::from(read);
     let mut p = Pair::new(&PairOptions::default());
     let gids = [0, 1].map(|n| Gid::from(p.world.nodes[n].ip));
     let mut slots = vec![0u8; 64 * MAX_PACKET];
     let mut lens = Vec::new();
     let mut now = p.world.now;
-    let (mut received, mut receiving) = (0u64, Duration::ZERO);
+    let (mut received, mut receiving, mut sending) = (0u64, Duration::ZERO, Duration::ZERO);
     for i in 0..iters {
         let mut wr = SendWr::new(
             i,
-            WrOpcode::RdmaWrite,
+            if read {
+                WrOpcode::RdmaRead
+            } else {
+                WrOpcode::RdmaWrite
+            },
             SendData::Sges(vec![p.a.sge(0, MSG)].into()),
         );
         wr.remote_addr = p.b.addr(0);
@@ -41,9 +50,13 @@ fn main() {
             let mut moved = false;
             for (s, d) in [(0, 1), (1, 0)] {
                 lens.clear();
+                let started = Instant::now();
                 p.world.nodes[s]
                     .engine
                     .poll_transmit_many(now, &mut slots, |t| lens.push(t.len));
+                if s == data_from {
+                    sending += started.elapsed();
+                }
                 moved |= !lens.is_empty();
                 let mut at = 0;
                 let packets = lens.iter().map(|&n| {
@@ -57,7 +70,7 @@ fn main() {
                 } else {
                     e.handle_packets(now, gids[s], false, packets);
                 }
-                if d == 1 {
+                if s == data_from {
                     received += lens.len() as u64;
                     receiving += started.elapsed();
                 }
@@ -72,6 +85,10 @@ fn main() {
             "{wcs:?}"
         );
     }
-    let ns = receiving.as_nanos() as u64 / received.max(1);
-    println!("{received} packets received, {ns} ns each (receiving engine only)");
+    let per = |d: Duration| d.as_nanos() as u64 / received.max(1);
+    println!(
+        "{received} packets, {} ns each to build (sending engine), {} ns to take (receiving)",
+        per(sending),
+        per(receiving)
+    );
 }

@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 /// done (on a quiet network they are lost, not late).
 const LOSS_WAIT: Duration = Duration::from_millis(200);
 
+/// With `-e`: how long one sleep on the completion channel lasts at most (the loop then
+/// looks at the clock and the control connection).
+const SLEEP: Duration = Duration::from_millis(10);
+
 /// Empty polls between two looks at the clock in the client's loop.
 const CLOCK_EVERY: u32 = 64;
 
@@ -109,14 +113,14 @@ pub fn client(side: &mut Side, args: &PerfArgs, size: usize) -> anyhow::Result<B
                 posted[i] += 1;
             }
         }
-        side.poll(&mut wcs)?;
+        side.poll_or_sleep(&mut wcs, SLEEP)?;
         for w in &wcs {
             let i = side.qp_index(w)?;
             done[i] = w.wr_id + 1;
         }
         if wcs.is_empty() {
             empty = empty.wrapping_add(1);
-            if empty % CLOCK_EVERY != 0 {
+            if empty % CLOCK_EVERY != 0 && !side.sleeps() {
                 continue;
             }
         }
@@ -257,7 +261,7 @@ fn serve_receives(side: &mut Side, args: &PerfArgs) -> anyhow::Result<()> {
             // UC and UD lose messages for good: the rest are not coming.
             break;
         }
-        side.poll(&mut wcs)?;
+        side.poll_or_sleep(&mut wcs, SLEEP)?;
         for w in &wcs {
             if w.opcode == WcOpcode::Recv {
                 got += 1;
@@ -270,7 +274,7 @@ fn serve_receives(side: &mut Side, args: &PerfArgs) -> anyhow::Result<()> {
         if !wcs.is_empty() {
             found = true;
         }
-        if spins % CLOCK_EVERY == 0 {
+        if spins % CLOCK_EVERY == 0 || side.sleeps() {
             let now = Instant::now();
             if std::mem::take(&mut found) {
                 last = now;
@@ -278,7 +282,7 @@ fn serve_receives(side: &mut Side, args: &PerfArgs) -> anyhow::Result<()> {
                 bail!("no message for {} s ({got} received)", STALL.as_secs());
             }
         }
-        if want.is_none() && spins % 256 == 0 {
+        if want.is_none() && (spins % 256 == 0 || side.sleeps()) {
             if let Some(l) = side.ctl.try_recv()? {
                 want = Some(super::ctl::parse_word(&l, "done")?);
             }

@@ -101,6 +101,11 @@ pub struct PerfCli {
     /// engine thread; bandwidth tests).
     #[arg(long, alias = "cpu_util")]
     cpu_util: bool,
+    /// Sleep on CQ events instead of polling (as perftest's -e; bandwidth tests): a side
+    /// whose poll finds nothing arms its CQ and waits on a completion channel, and its
+    /// device's engine thread moves the packets meanwhile.
+    #[arg(short = 'e', long)]
+    events: bool,
     /// With --perftest: send the bandwidth REPORT in Gb/s (as the peer's --report_gbits
     /// expects) instead of MB/s.
     #[arg(long, alias = "report_gbits")]
@@ -165,6 +170,7 @@ impl PerfCli {
             rdma_cm: self.rdma_cm,
             report_gbits: self.report_gbits,
             cpu_util: self.cpu_util,
+            events: self.events,
         };
         if a.perftest {
             super::perftest::check(&a)?;

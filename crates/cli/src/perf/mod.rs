@@ -110,6 +110,8 @@ pub struct PerfArgs {
     pub report_gbits: bool,
     /// Report the CPU time each side spends per GB moved (bandwidth tests).
     pub cpu_util: bool,
+    /// Sleep on CQ events instead of polling (`-e`, bandwidth tests).
+    pub events: bool,
     /// Connect the QPs through the RDMA CM (`-R`).
     pub rdma_cm: bool,
 }
@@ -177,6 +179,9 @@ impl PerfArgs {
         }
         if self.cpu_util && (self.kind != Kind::Bw || self.perftest) {
             bail!("--cpu-util measures the bandwidth tests between two oxrdma sides");
+        }
+        if self.events && (self.kind != Kind::Bw || self.perftest) {
+            bail!("-e sleeps on CQ events in the bandwidth tests between two oxrdma sides");
         }
         if self.kind == Kind::Lat && self.qps != 1 {
             bail!("latency tests use one QP (-q 1)");

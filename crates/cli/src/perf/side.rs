@@ -6,8 +6,9 @@ use super::{Conn, PerfArgs};
 use crate::cmlink::CmLink;
 use anyhow::{bail, Context as _};
 use oxrdma::{
-    exchange, Access, AddressHandle, CompletionQueue, ConnectOptions, Context, MemoryRegion, Mtu,
-    PeerInfo, ProtectionDomain, QpCap, QueuePair, UdDest, WcStatus, WorkCompletion,
+    exchange, Access, AddressHandle, CompletionChannel, CompletionQueue, ConnectOptions, Context,
+    MemoryRegion, Mtu, PeerInfo, ProtectionDomain, QpCap, QueuePair, UdDest, WcStatus,
+    WorkCompletion,
 };
 use std::collections::HashMap;
 use std::time::Duration;
@@ -33,6 +34,8 @@ pub struct Side {
     pub ctl: Ctl,
     /// Whether the standing receives (send tests) have been posted.
     pub recvs_posted: bool,
+    /// `-e`: where the CQ reports its completions while this side sleeps.
+    channel: Option<CompletionChannel>,
 }
 
 impl Side {
@@ -51,6 +54,7 @@ impl Side {
             .with_context(|| format!("cannot register {len} bytes"))?;
         let depth = args.qps * (args.tx_depth + args.rx_depth) + 16;
         let cq = ctx.create_cq(depth)?;
+        let channel = args.events.then(|| ctx.create_comp_channel()).transpose()?;
         let cap = QpCap {
             max_send_wr: args.tx_depth.max(64),
             max_recv_wr: args.rx_depth,
@@ -107,6 +111,7 @@ impl Side {
             index,
             ctl,
             recvs_posted: false,
+            channel,
         })
     }
 
@@ -125,6 +130,32 @@ impl Side {
             .get(&w.qp_num)
             .copied()
             .with_context(|| format!("completion for unknown QP {:#x}", w.qp_num))
+    }
+
+    /// [`Self::poll`], and with `-e`, if it finds nothing, sleeps until a completion comes
+    /// (or `timeout` passes): the CQ is armed, then polled once more, so a completion that
+    /// came in between is taken, not waited for.
+    pub fn poll_or_sleep(
+        &self,
+        wcs: &mut Vec<WorkCompletion>,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        self.poll(wcs)?;
+        let Some(channel) = self.channel.as_ref().filter(|_| wcs.is_empty()) else {
+            return Ok(());
+        };
+        self.cq.req_notify(channel);
+        self.poll(wcs)?;
+        if wcs.is_empty() {
+            channel.wait(timeout)?;
+            self.poll(wcs)?;
+        }
+        Ok(())
+    }
+
+    /// Whether this side sleeps on CQ events (`-e`).
+    pub fn sleeps(&self) -> bool {
+        self.channel.is_some()
     }
 
     /// Polls up to 64 completions into `wcs` (cleared first); any error status is fatal.
