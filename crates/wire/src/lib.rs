@@ -42,7 +42,7 @@ pub use opcode::{Headers, Opcode, OpcodeInfo, Operation, Payload, Position, Tran
 pub use packet::{ExtHeaders, PacketRepr};
 pub use psn::Psn;
 pub use reth::RethRepr;
-pub use run::WriteRun;
+pub use run::Run;
 
 /// The UDP destination port of RoCEv2.
 pub const ROCE_V2_PORT: u16 = 4791;

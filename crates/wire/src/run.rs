@@ -1,11 +1,12 @@
-//! The packets that continue an RDMA WRITE stream, parsed by comparing bytes.
+//! The packets that continue a stream, parsed by comparing bytes.
 //!
 //! A receiver gets a stream's packets in runs (the segments of one GRO message). Those of
-//! one WRITE stream share their first 8 bytes: opcode, flags (no pad, transport version
-//! 0), P_Key, FECN/BECN and destination QP. Once the run's first packet has been parsed in
-//! full, each next one that starts with the same 8 bytes is parsed by reading the fields
-//! that differ (AckReq, PSN, the RETH), with the checks [`PacketRepr::parse`] would make
-//! of such a packet, and gives what it would give.
+//! one RDMA WRITE stream, or of one READ's responses, share their first 8 bytes: opcode,
+//! flags (no pad, transport version 0), P_Key, FECN/BECN and destination QP. Once the
+//! run's first packet has been parsed in full, each next one that starts with the same 8
+//! bytes is parsed by reading the fields that differ (AckReq, PSN, a WRITE's RETH), with
+//! the checks [`PacketRepr::parse`] would make of such a packet, and gives what it would
+//! give.
 
 use crate::bth::{Bth, BthRepr};
 use crate::icrc::ICRC_LEN;
@@ -16,34 +17,44 @@ use crate::reth::{Reth, RethRepr};
 const BTH_LEN: usize = Bth::<&[u8]>::LEN;
 const RETH_LEN: usize = Reth::<&[u8]>::LEN;
 
-/// What the packets after the first of a WRITE run start with.
+/// What the packets after the first of a run start with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WriteRun {
+pub struct Run {
     head: [u8; 8],
 }
 
-impl WriteRun {
+impl Run {
     /// The run `first` may open: after an RC RDMA WRITE ONLY come more of them (a WRITE
-    /// train: each packet is a message); after a WRITE FIRST or MIDDLE, MIDDLEs. Only
-    /// packets with no pad and transport version 0 open one.
-    pub fn after(first: &[u8]) -> Option<WriteRun> {
+    /// train: each packet is a message); after a WRITE FIRST or MIDDLE, MIDDLEs; after a
+    /// READ RESPONSE FIRST or MIDDLE, MIDDLEs. Only packets with no pad and transport
+    /// version 0 open one.
+    pub fn after(first: &[u8]) -> Option<Run> {
         let mut head: [u8; 8] = first.get(..8)?.try_into().ok()?;
         if head[1] & 0x3f != 0 {
             return None;
         }
         head[0] = match Opcode(head[0]) {
-            Opcode::RC_RDMA_WRITE_ONLY => Opcode::RC_RDMA_WRITE_ONLY.0,
+            Opcode::RC_RDMA_WRITE_ONLY => Opcode::RC_RDMA_WRITE_ONLY,
             Opcode::RC_RDMA_WRITE_FIRST | Opcode::RC_RDMA_WRITE_MIDDLE => {
-                Opcode::RC_RDMA_WRITE_MIDDLE.0
+                Opcode::RC_RDMA_WRITE_MIDDLE
+            }
+            Opcode::RC_RDMA_READ_RESPONSE_FIRST | Opcode::RC_RDMA_READ_RESPONSE_MIDDLE => {
+                Opcode::RC_RDMA_READ_RESPONSE_MIDDLE
             }
             _ => return None,
-        };
-        Some(WriteRun { head })
+        }
+        .0;
+        Some(Run { head })
     }
 
     /// The destination QP of the run's packets.
     pub fn dest_qpn(&self) -> u32 {
         u32::from_be_bytes([0, self.head[5], self.head[6], self.head[7]])
+    }
+
+    /// Whether the run's packets are requests (WRITEs), not READ responses.
+    pub fn requests(&self) -> bool {
+        self.head[0] != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE.0
     }
 
     /// `packet` parsed, if it continues the run; what [`PacketRepr::parse`] gives it.
@@ -75,6 +86,7 @@ impl WriteRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aeth::{AethRepr, Syndrome};
     use crate::opcode::Headers;
     use crate::psn::Psn;
     use proptest::prelude::*;
@@ -102,6 +114,10 @@ mod tests {
                     dma_length: payload as u32,
                 }),
                 immdt: headers.contains(Headers::IMMDT).then_some(7),
+                aeth: headers.contains(Headers::AETH).then_some(AethRepr {
+                    syndrome: Syndrome::Ack { credits: 31 },
+                    msn: 3,
+                }),
                 ..ExtHeaders::default()
             },
             payload: &vec![0x5a; payload],
@@ -114,7 +130,7 @@ mod tests {
 
     #[test]
     fn a_write_train_continues_and_other_packets_do_not() {
-        let run = WriteRun::after(&packet(Opcode::RC_RDMA_WRITE_ONLY, 1, 1024)).unwrap();
+        let run = Run::after(&packet(Opcode::RC_RDMA_WRITE_ONLY, 1, 1024)).unwrap();
         for (psn, len) in [(2, 1024), (3, 0), (4, 4096), (5, 12)] {
             let p = packet(Opcode::RC_RDMA_WRITE_ONLY, psn, len);
             assert_eq!(run.next(&p), Some(PacketRepr::parse(&p).unwrap()));
@@ -128,12 +144,26 @@ mod tests {
         ] {
             assert_eq!(run.next(&p), None);
         }
-        let run = WriteRun::after(&packet(Opcode::RC_RDMA_WRITE_FIRST, 1, 1024)).unwrap();
-        let p = packet(Opcode::RC_RDMA_WRITE_MIDDLE, 2, 1024);
-        assert_eq!(run.next(&p), Some(PacketRepr::parse(&p).unwrap()));
-        assert_eq!(run.next(&packet(Opcode::RC_RDMA_WRITE_LAST, 3, 1024)), None);
-        assert!(WriteRun::after(&packet(Opcode::RC_SEND_ONLY, 1, 8)).is_none());
-        assert!(WriteRun::after(&packet(Opcode::RC_RDMA_WRITE_ONLY, 1, 7)).is_none());
+        for (first, middle, last) in [
+            (
+                Opcode::RC_RDMA_WRITE_FIRST,
+                Opcode::RC_RDMA_WRITE_MIDDLE,
+                Opcode::RC_RDMA_WRITE_LAST,
+            ),
+            (
+                Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                Opcode::RC_RDMA_READ_RESPONSE_LAST,
+            ),
+        ] {
+            let run = Run::after(&packet(first, 1, 1024)).unwrap();
+            assert_eq!(run.requests(), first == Opcode::RC_RDMA_WRITE_FIRST);
+            let p = packet(middle, 2, 1024);
+            assert_eq!(run.next(&p), Some(PacketRepr::parse(&p).unwrap()));
+            assert_eq!(run.next(&packet(last, 3, 1024)), None);
+        }
+        assert!(Run::after(&packet(Opcode::RC_SEND_ONLY, 1, 8)).is_none());
+        assert!(Run::after(&packet(Opcode::RC_RDMA_WRITE_ONLY, 1, 7)).is_none());
     }
 
     proptest! {
@@ -141,17 +171,18 @@ mod tests {
         /// the run with any bytes changed and any length.
         #[test]
         fn a_run_reads_what_the_parser_reads(
-            middle in any::<bool>(),
+            kind in 0usize..3,
             len in 0usize..1100,
             flips in proptest::collection::vec((0usize..1100, any::<u8>()), 0..6),
             cut in 0usize..1200,
         ) {
-            let (first, op) = if middle {
-                (Opcode::RC_RDMA_WRITE_FIRST, Opcode::RC_RDMA_WRITE_MIDDLE)
-            } else {
-                (Opcode::RC_RDMA_WRITE_ONLY, Opcode::RC_RDMA_WRITE_ONLY)
-            };
-            let run = WriteRun::after(&packet(first, 1, 1024)).unwrap();
+            let (first, op) = [
+                (Opcode::RC_RDMA_WRITE_ONLY, Opcode::RC_RDMA_WRITE_ONLY),
+                (Opcode::RC_RDMA_WRITE_FIRST, Opcode::RC_RDMA_WRITE_MIDDLE),
+                (Opcode::RC_RDMA_READ_RESPONSE_FIRST, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE),
+            ][kind];
+            let middle = op != Opcode::RC_RDMA_WRITE_ONLY;
+            let run = Run::after(&packet(first, 1, 1024)).unwrap();
             let mut p = packet(op, 2, if middle { len & !3 } else { len });
             for (at, x) in flips {
                 if let Some(b) = p.get_mut(at % 40) {

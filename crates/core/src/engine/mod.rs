@@ -14,7 +14,7 @@ use crate::srq::Srq;
 use crate::timers::TimerQueue;
 use crate::verbs::{AsyncEvent, Mtu, QpType};
 use crate::Nanos;
-use oxrdma_wire::{Operation, PacketRepr, Transport, WriteRun};
+use oxrdma_wire::{Operation, PacketRepr, Run, Transport};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -268,8 +268,9 @@ impl Engine {
 
     /// Packets that arrived together from `src` (the segments of one GRO message), each as
     /// [`Self::handle_packet_ecn`] would take it. Those that continue an RDMA WRITE stream
-    /// after a packet of it take the run path (`qp/responder/run.rs`): the QP, its peer and
-    /// its state checked, and its rkey resolved, once for the run.
+    /// or a READ's responses after a packet of it take the run path: read by comparing
+    /// bytes (`Run`), the QP found and its peer checked once for the run; a WRITE's QP
+    /// state read and rkey resolved once too (`qp/responder/run.rs`).
     pub fn handle_packets<'a>(
         &mut self,
         now: Nanos,
@@ -284,7 +285,7 @@ impl Engine {
             if ce {
                 continue;
             }
-            let Some(run) = WriteRun::after(data) else {
+            let Some(run) = Run::after(data) else {
                 continue;
             };
             let Some(qp) = self.qps.get_mut(&run.dest_qpn()) else {
@@ -293,7 +294,11 @@ impl Engine {
             if qp.qp_type != QpType::Rc || qp.av.map(|a| a.dgid) != Some(src) {
                 continue;
             }
-            let taken = qp.write_run(now, &self.mrs, &run, &mut packets);
+            let taken = if run.requests() {
+                qp.write_run(now, &self.mrs, &run, &mut packets)
+            } else {
+                qp.response_run(&mut ctx!(self, now), &run, &mut packets)
+            };
             if taken > 0 {
                 self.stats.rx_packets += taken;
                 self.stats.rx_run += taken;

@@ -9,7 +9,7 @@ use crate::qp::requester::{ReqView, Sender};
 use crate::qp::{Ctx, Qp};
 use crate::verbs::{QpType, WcStatus};
 use crate::Nanos;
-use oxrdma_wire::PacketRepr;
+use oxrdma_wire::{PacketRepr, Run};
 
 impl Qp {
     /// Rebuilds the views the requester and completer decide from (`rview`, `cview`):
@@ -164,6 +164,27 @@ impl Qp {
         self.apply_cmds(ctx.now);
         self.settle_queue(ctx);
         r
+    }
+
+    /// The READ responses after the first of a run (`Run`) at the front of `packets`, each
+    /// handled as [`Self::handle_response`] handles it, without being parsed in full or its
+    /// QP found again; a dropped one is counted as the per-packet path counts it. Returns
+    /// how many it took.
+    pub(crate) fn response_run<'a, I: Iterator<Item = &'a [u8]>>(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        run: &Run,
+        packets: &mut std::iter::Peekable<I>,
+    ) -> u64 {
+        let mut taken = 0;
+        while let Some(pkt) = packets.peek().and_then(|p| run.next(p)) {
+            packets.next();
+            taken += 1;
+            if let Err(why) = self.handle_response(ctx, &pkt) {
+                ctx.drop_packet(why);
+            }
+        }
+        taken
     }
 
     /// Timer expiries: the completer's (ACK timeout, RNR wait, probe) and the end of an

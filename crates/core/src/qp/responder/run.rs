@@ -11,7 +11,7 @@ use crate::keys::{MrTable, RemoteRange};
 use crate::qp::Qp;
 use crate::verbs::{Access, QpState};
 use crate::Nanos;
-use oxrdma_wire::{PacketRepr, WriteRun};
+use oxrdma_wire::{PacketRepr, Run};
 
 impl Qp {
     /// Executes the packets at the front of `packets` that continue `run` on this QP, as
@@ -21,7 +21,7 @@ impl Qp {
         &mut self,
         now: Nanos,
         mrs: &MrTable,
-        run: &WriteRun,
+        run: &Run,
         packets: &mut std::iter::Peekable<I>,
     ) -> u64 {
         let view = self.view();
