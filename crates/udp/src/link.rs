@@ -130,8 +130,17 @@ impl Link {
             let sent = &mut self.sent;
             sent.clear();
             engine.poll_transmit_many(now, self.tx.free_slots(), |t| sent.push(t));
+            // A burst's packets go to one peer: its address is made once.
+            let mut to: Option<(Gid, SocketAddr)> = None;
             for t in &self.sent {
-                let dest = SocketAddr::new(t.dest.ip(), ROCE_V2_PORT);
+                let dest = match to {
+                    Some((gid, addr)) if gid == t.dest => addr,
+                    _ => {
+                        let addr = SocketAddr::new(t.dest.ip(), ROCE_V2_PORT);
+                        to = Some((t.dest, addr));
+                        addr
+                    }
+                };
                 self.tx.push_from(dest, t.src_port, t.len);
             }
             let n = self.tx.count;

@@ -271,7 +271,7 @@ impl UdpPort {
 
     /// Fills in the ICRC of a packet about to go to `dst` alone (and captures it).
     pub fn seal(&mut self, dst: SocketAddr, packet: &mut [u8]) -> io::Result<()> {
-        let (h, n) = self.seal_as(self.local.port(), dst, packet, 0)?;
+        let (h, n) = self.seal_as(&mut None, self.local.port(), dst, packet, 0)?;
         if let Some(c) = &mut self.capture {
             c.write(&h[..n], packet, true);
         }
@@ -279,19 +279,26 @@ impl UdpPort {
     }
 
     /// Fills in the ICRC of a packet that leaves from UDP port `sport` with IPv4
-    /// Identification `id` (the ICRC covers the UDP header's source port).
+    /// Identification `id` (the ICRC covers the UDP header's source port); returns the
+    /// headers it was sealed with. `last`: see [`headers_cached`].
     fn seal_as(
-        &mut self,
+        &self,
+        last: &mut LastHeaders<(u16, SocketAddr, usize)>,
         sport: u16,
         dst: SocketAddr,
         packet: &mut [u8],
         id: u16,
     ) -> io::Result<([u8; 48], usize)> {
-        let src = SocketAddr::new(self.local.ip(), sport);
-        let (h, n) = headers(src, dst, packet.len(), id)
+        let len = packet.len();
+        let src = || SocketAddr::new(self.local.ip(), sport);
+        let (h, n) = headers_cached(last, (sport, dst, len), || headers(src(), dst, len, 0))
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "IPv4/IPv6 mismatch"))?;
-        icrc::fill(&h[..n], packet).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        Ok((h, n))
+        if *n == 28 {
+            // IPv4: each packet its own Identification.
+            h[4..6].copy_from_slice(&id.to_be_bytes());
+        }
+        icrc::fill(&h[..*n], packet).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        Ok((*h, *n))
     }
 
     /// Seals and sends every packet of `batch`, runs to one peer as single GSO messages,
@@ -433,9 +440,11 @@ impl UdpPort {
         runs: &[Range<usize>],
         ids: Ids,
     ) -> io::Result<()> {
+        // The packets of a run share their headers but for the IPv4 ID.
+        let mut last = None;
         for (i, id) in numbered(order, runs, ids) {
             let dst = batch.dest[i].expect("pushed slots have a destination");
-            self.seal_as(from[i], dst, batch.packet_mut(i), id)?;
+            self.seal_as(&mut last, from[i], dst, batch.packet_mut(i), id)?;
         }
         Ok(())
     }
@@ -490,33 +499,34 @@ impl UdpPort {
     }
 
     /// Verifies a received packet's ICRC (and captures it if it passes). `last`: the
-    /// headers of the packet checked before, by source and length, built again only when
-    /// those change.
-    fn check(&mut self, from: SocketAddr, data: &[u8], last: &mut Option<LastHeaders>) -> bool {
+    /// headers of the packet checked before (`headers_cached`).
+    fn check(
+        &mut self,
+        from: SocketAddr,
+        data: &[u8],
+        last: &mut LastHeaders<(SocketAddr, usize)>,
+    ) -> bool {
         if !self.loopback_icrc && self.capture.is_none() && from.ip().is_loopback() {
             self.stats.icrc_unchecked_loopback += 1;
             return true;
         }
-        let built = match *last {
-            Some((f, len, h)) if f == from && len == data.len() => h,
-            _ => {
-                let h = headers(from, self.local, data.len(), 0);
-                *last = Some((from, data.len(), h));
-                h
-            }
+        let build = || headers(from, self.local, data.len(), 0);
+        let Some((h, n)) = headers_cached(last, (from, data.len()), build) else {
+            return false;
         };
-        let verified = match built {
-            Some((mut h, 28)) => self.ids.verify(&h[..28], data).ok().map(|id| {
-                h[4..6].copy_from_slice(&id.to_be_bytes());
-                (h, 28)
-            }),
-            Some((h, n)) => icrc::verify(&h[..n], data).is_ok().then_some((h, n)),
-            None => None,
+        let n = *n;
+        let verified = if n == 28 {
+            // The ID the sender's kernel gave it (the one it held here is ignored).
+            let id = self.ids.verify(&h[..28], data);
+            id.map(|id| h[4..6].copy_from_slice(&id.to_be_bytes()))
+                .is_ok()
+        } else {
+            icrc::verify(&h[..n], data).is_ok()
         };
-        if let (Some((h, n)), Some(c)) = (verified, &mut self.capture) {
+        if let (true, Some(c)) = (verified, &mut self.capture) {
             c.write(&h[..n], data, false);
         }
-        verified.is_some()
+        verified
     }
 
     /// [`Self::send`] to an explicit socket address.
@@ -582,8 +592,23 @@ fn numbered<'a>(
     })
 }
 
-/// A received packet's source and length, and the headers [`headers`] built for them.
-type LastHeaders = (SocketAddr, usize, Option<([u8; 48], usize)>);
+/// The headers [`headers`] built last (with IPv4 Identification 0), and what they were
+/// built for (`K`: what tells one packet's apart from another's).
+type LastHeaders<K> = Option<(K, Option<([u8; 48], usize)>)>;
+
+/// The headers of a packet whose `key` is `key`, built by `build` only when it differs
+/// from `last`'s: the packets of a GSO or GRO run share them. Borrowed, not copied: the
+/// caller may set the ID in place.
+fn headers_cached<K: PartialEq>(
+    last: &mut LastHeaders<K>,
+    key: K,
+    build: impl FnOnce() -> Option<([u8; 48], usize)>,
+) -> Option<&mut ([u8; 48], usize)> {
+    if !matches!(last, Some((k, _)) if *k == key) {
+        *last = Some((key, build()));
+    }
+    last.as_mut()?.1.as_mut()
+}
 
 /// The IP and UDP headers the kernel puts in front of `len` bytes from `src` to `dst`,
 /// with IPv4 Identification `id`.
