@@ -49,7 +49,7 @@ pub struct Transmit {
 pub struct Stats {
     pub rx_packets: u64,
     /// Of those, packets the run path took (the packets after the first of a run of one
-    /// WRITE stream: see `handle_packets`).
+    /// WRITE stream or of one READ's responses: see `handle_packets`).
     pub rx_run: u64,
     /// Received packets not acted on, by reason.
     pub rx_drops: RxDrops,
