@@ -515,16 +515,20 @@ impl UdpPort {
             return false;
         };
         let n = *n;
-        let verified = if n == 28 {
-            // The ID the sender's kernel gave it (the one it held here is ignored).
+        let (verified, id) = if n == 28 {
+            // The ID the sender's kernel gave it, solved (the headers hold ID 0).
             let id = self.ids.verify(&h[..28], data);
-            id.map(|id| h[4..6].copy_from_slice(&id.to_be_bytes()))
-                .is_ok()
+            (id.is_ok(), id.unwrap_or(0))
         } else {
-            icrc::verify(&h[..n], data).is_ok()
+            (icrc::verify(&h[..n], data).is_ok(), 0)
         };
         if let (true, Some(c)) = (verified, &mut self.capture) {
-            c.write(&h[..n], data, false);
+            // As it was on the wire; the headers kept for the next packet keep ID 0.
+            let mut wire = *h;
+            if n == 28 {
+                wire[4..6].copy_from_slice(&id.to_be_bytes());
+            }
+            c.write(&wire[..n], data, false);
         }
         verified
     }

@@ -20,12 +20,15 @@ fn main() {
                 (h, p)
             })
             .collect();
+        // The receiver's headers: the ID is what it solves for, so it holds 0 (as the UDP
+        // driver's do).
+        let h0 = ipv4_udp_header([10, 0, 0, 1], [10, 0, 0, 2], 0, 49152, 4791, len);
         let mut v = IdVerifier::default();
         let n = 2_000_000 / (1 + payload / 256);
         let t = Instant::now();
         for i in 0..n {
-            let (h, p) = &packets[i % packets.len()];
-            assert!(v.verify(h, p).is_ok());
+            let (_, p) = &packets[i % packets.len()];
+            assert!(v.verify(&h0, p).is_ok());
         }
         let ns = t.elapsed().as_nanos() as f64 / n as f64;
         println!("{payload:5} B payload: {ns:6.1} ns per packet checked");

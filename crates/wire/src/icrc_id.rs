@@ -200,15 +200,15 @@ fn check_id_zero(
     let carried = carried(udp_payload)?;
     let mut hdr = [0u8; 68];
     let n = ip_udp.len().min(hdr.len());
-    match ip_udp.first_chunk::<28>() {
-        // IPv4 without options, as every packet here: a copy of known length, not a call.
-        Some(h) if n == 28 => hdr[..28].copy_from_slice(h),
-        _ => hdr[..n].copy_from_slice(&ip_udp[..n]),
-    }
-    if ip_udp.len() >= 6 {
+    let ip_udp = if ip_udp.get(4..6).is_none_or(|id| id == [0, 0]) {
+        // Its ID is 0 already (a receiver's headers, built once per run): used as it is.
+        &ip_udp[..n]
+    } else {
+        hdr[..n].copy_from_slice(&ip_udp[..n]);
         hdr[4..6].fill(0);
-    }
-    let computed = compute(&hdr[..n], &udp_payload[..udp_payload.len() - ICRC_LEN])?;
+        &hdr[..n]
+    };
+    let computed = compute(ip_udp, &udp_payload[..udp_payload.len() - ICRC_LEN])?;
     if computed == carried {
         // ID 0, as an unconnected Linux socket with IP_PMTUDISC_DO sends a lone packet.
         return Ok(Ok(()));
