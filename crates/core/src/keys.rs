@@ -72,23 +72,10 @@ impl MrTable {
         self.regions.place(pd, sges, need, data)
     }
 
-    /// Resolves a remote access of `len` bytes at `va` with `rkey` (a region's or a
-    /// window's) arriving on QP `qpn`: the memory and the offset in it, borrowed; None on
-    /// any bad key, PD, QP, bounds or permission (→ NAK remote access error).
-    pub fn remote(
-        &self,
-        pd: u32,
-        qpn: u32,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Option<(&Arc<SharedBuffer>, usize)> {
-        self.remote_range(pd, qpn, rkey, need)?.at(va, len)
-    }
-
-    /// What `rkey` lets QP `qpn` reach with accesses needing `need`, for [`RemoteRange::at`]
-    /// to place each access: a run of packets naming one key resolves it once.
+    /// What `rkey` (a region's or a window's) lets QP `qpn` of PD `pd` reach with accesses
+    /// needing `need`, for [`RemoteRange::at`] to place each access (a run of packets naming
+    /// one key resolves it once); None on any bad key, PD, QP or permission, as `at` on bad
+    /// bounds (→ NAK remote access error).
     pub fn remote_range(
         &self,
         pd: u32,
@@ -183,8 +170,10 @@ mod tests {
             access: Access::REMOTE_READ,
         };
         assert_eq!(t.bind_mw(1, 5, &b), Ok(()));
-        let get =
-            |t: &MrTable, qpn, rkey, va, len, need| t.remote(1, qpn, rkey, va, len, need).is_some();
+        let get = |t: &MrTable, qpn, rkey, va, len, need| {
+            let range = t.remote_range(1, qpn, rkey, need);
+            range.and_then(|r| r.at(va, len)).is_some()
+        };
         assert!(get(&t, 5, 0xabcd_0002, 0x1100, 0x100, Access::REMOTE_READ));
         assert!(
             !get(&t, 6, 0xabcd_0002, 0x1100, 0x100, Access::REMOTE_READ),

@@ -13,7 +13,7 @@ pub mod world;
 pub use net::{NetConfig, NetStats};
 pub use pair::{Pair, PairOptions};
 pub use scenario::{run, Expect, Report, ScenarioConfig};
-pub use world::{Tap, TapAction, World, WorldStats};
+pub use world::{address_bytes, Tap, TapAction, World, WorldStats};
 
 /// How many times its seeds a sweep runs: `OXRDMA_SIM_SCALE` (default 1).
 pub fn scale() -> u64 {

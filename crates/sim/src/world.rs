@@ -70,15 +70,21 @@ pub struct World {
     buf: Vec<u8>,
 }
 
-/// `so_far` and one more packet sent from node `from` to `to`, with the virtual addresses
-/// in its RETH or AtomicETH left out: they are where the buffers lie in this process, which
-/// differs from run to run.
-fn digest(so_far: u64, from: usize, to: usize, data: &[u8]) -> u64 {
+/// Where a packet's virtual address lies (its RETH's or AtomicETH's; empty if it has
+/// none): where a buffer lies in this process, which differs from run to run, so runs are
+/// compared without it.
+pub fn address_bytes(data: &[u8]) -> std::ops::Range<usize> {
     let addressed = |h: Headers| h.contains(Headers::RETH) || h.contains(Headers::ATOMIC_ETH);
-    let va = match Opcode(data[0]).info() {
-        Ok(info) if addressed(info.headers) => 12..20,
+    match data.first().map(|&op| Opcode(op).info()) {
+        Some(Ok(info)) if addressed(info.headers) && data.len() >= 20 => 12..20,
         _ => 0..0,
-    };
+    }
+}
+
+/// `so_far` and one more packet sent from node `from` to `to`, its address left out
+/// ([`address_bytes`]).
+fn digest(so_far: u64, from: usize, to: usize, data: &[u8]) -> u64 {
+    let va = address_bytes(data);
     let mut h = std::hash::DefaultHasher::new();
     (so_far, from, to, &data[..va.start], &data[va.end..]).hash(&mut h);
     h.finish()

@@ -8,7 +8,7 @@
 use oxrdma_core::{
     Gid, RecvWr, SendData, SendFlags, SendWr, Stats, WcStatus, WrOpcode, MAX_PACKET,
 };
-use oxrdma_sim::{run, seeds, Expect, NetConfig, Pair, PairOptions, ScenarioConfig};
+use oxrdma_sim::{address_bytes, run, seeds, Expect, NetConfig, Pair, PairOptions, ScenarioConfig};
 use oxrdma_wire::{Headers, Opcode};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -140,11 +140,7 @@ fn post(p: &mut Pair, w: &Plan) {
 /// buffers lie elsewhere).
 fn without_address(data: &[u8]) -> Vec<u8> {
     let mut d = data.to_vec();
-    if let Ok(info) = Opcode(d[0]).info() {
-        if info.headers.contains(Headers::RETH) || info.headers.contains(Headers::ATOMIC_ETH) {
-            d[12..20].fill(0);
-        }
-    }
+    d[address_bytes(data)].fill(0);
     d
 }
 

@@ -198,14 +198,16 @@ fn check_id_zero(
         return Err(WireError::BadIpHeader("not IPv4"));
     }
     let carried = carried(udp_payload)?;
-    let mut hdr = [0u8; 68];
-    let n = ip_udp.len().min(hdr.len());
+    let n = ip_udp.len().min(68);
+    let hdr;
     let ip_udp = if ip_udp.get(4..6).is_none_or(|id| id == [0, 0]) {
         // Its ID is 0 already (a receiver's headers, built once per run): used as it is.
         &ip_udp[..n]
     } else {
-        hdr[..n].copy_from_slice(&ip_udp[..n]);
-        hdr[4..6].fill(0);
+        let mut h = [0u8; 68];
+        h[..n].copy_from_slice(&ip_udp[..n]);
+        h[4..6].fill(0);
+        hdr = h;
         &hdr[..n]
     };
     let computed = compute(ip_udp, &udp_payload[..udp_payload.len() - ICRC_LEN])?;

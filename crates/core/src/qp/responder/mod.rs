@@ -4,6 +4,7 @@
 use crate::build::{bth, finish_packet, packets_for};
 use crate::ctx::Ctx;
 use crate::drops::RxDrop;
+use crate::keys::{MrTable, RemoteRange};
 use crate::memory::SharedBuffer;
 use crate::mr::{scatter, Segment};
 use crate::qp::post::QpPost;
@@ -644,13 +645,24 @@ impl Responder {
         if len == 0 {
             return Ok(None);
         }
-        if !q.access.contains(need) {
-            return Err(NakCode::RemoteAccessError);
-        }
-        ctx.mrs
-            .remote(q.pd, q.qpn, rkey, va, len, need)
+        Self::remote_range(ctx.mrs, q, rkey, need)
+            .and_then(|r| r.at(va, len))
             .map(Some)
             .ok_or(NakCode::RemoteAccessError)
+    }
+
+    /// What `rkey` lets this QP reach with accesses needing `need`: the QP's own remote
+    /// rights, then the key's (`MrTable::remote_range`). None: NAK remote access error.
+    fn remote_range<'m>(
+        mrs: &'m MrTable,
+        q: &QpView,
+        rkey: u32,
+        need: Access,
+    ) -> Option<RemoteRange<'m>> {
+        if !q.access.contains(need) {
+            return None;
+        }
+        mrs.remote_range(q.pd, q.qpn, rkey, need)
     }
 
     pub(crate) fn recv_write(

@@ -74,11 +74,9 @@ impl Responder {
                     return false;
                 }
                 if total > 0 {
-                    if !q.access.contains(Access::REMOTE_WRITE) {
-                        return false;
-                    }
                     if range.is_none_or(|r| r.rkey != reth.rkey) {
-                        *range = mrs.remote_range(q.pd, q.qpn, reth.rkey, Access::REMOTE_WRITE);
+                        let need = Access::REMOTE_WRITE;
+                        *range = Self::remote_range(mrs, q, reth.rkey, need);
                     }
                     let Some((buffer, offset)) = range
                         .as_ref()
