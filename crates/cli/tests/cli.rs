@@ -633,17 +633,22 @@ fn perf_runs_uc_and_ud_like_perftest_c() {
             "a UD message is one packet: at most the path MTU, 4096 B",
         ),
     ] {
-        let out = oxrdma()
-            .arg("perf")
-            .args(args)
-            .arg("--loopback")
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
-        let err = String::from_utf8(out.stderr).unwrap();
-        assert!(err.contains(why), "{args:?}: {err}");
+        perf_refuses(args, why);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `oxrdma perf ARGS --loopback` refuses to run: exit status 1 and `why` on stderr.
+fn perf_refuses(args: &[&str], why: &str) {
+    let out = oxrdma()
+        .arg("perf")
+        .args(args)
+        .arg("--loopback")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{args:?}");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains(why), "{args:?}: {err}");
 }
 
 #[test]
@@ -679,14 +684,10 @@ fn perf_cpu_util_reports_each_side() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains(" CPU per GB moved: client "), "{text}");
     // Latency tests do not report it: one clear error.
-    let out = oxrdma()
-        .args(["perf", "write-lat", "--loopback", "--cpu-util"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8(out.stderr)
-        .unwrap()
-        .contains("--cpu-util measures the bandwidth tests"));
+    perf_refuses(
+        &["write-lat", "--cpu-util"],
+        "--cpu-util measures the bandwidth tests",
+    );
 }
 
 #[test]
@@ -704,14 +705,10 @@ fn perf_events_sleeps_on_the_cq_and_moves_every_message() {
             "{test}: {r}"
         );
     }
-    let out = oxrdma()
-        .args(["perf", "write-lat", "--loopback", "-e"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8(out.stderr)
-        .unwrap()
-        .contains("-e sleeps on CQ events in the bandwidth tests"));
+    perf_refuses(
+        &["write-lat", "-e"],
+        "-e sleeps on CQ events in the bandwidth tests",
+    );
 }
 
 #[test]
