@@ -39,16 +39,23 @@ const TIMER_SLACK_NS: u64 = 4_000_000;
 /// (`cores.rs`), before it sleeps.
 const SPIN: Duration = Duration::from_micros(200);
 
+/// A run of turns that moved more packets than this between two idle ones is a stream,
+/// after which this thread does not poll on: a stream's packets come in bursts that the
+/// socket holds until the thread wakes, so polling between them bought no bandwidth and
+/// cost a 64 KiB WRITE target 4-6 % of its CPU (veth, loopback). A passive target's READ
+/// or atomic moves two.
+const STREAM: usize = 16;
+
 /// The engine thread's loop: drive the device while packets move, otherwise sleep.
 ///
-/// It polls on between packets only while a core is free for it (`spin`): on a host with
-/// fewer cores than busy threads (two cores running a ping-pong's two application
-/// threads) a polling NIC thread takes the core from the thread that would answer, and a
-/// wait costs the time slice (200 idle polls before sleeping gave the passive-target
-/// `perf write-lat` 170 us per half round trip on this 2-core host, none 33 us). Where a
-/// core is free, as for the target of READs or atomics whose application does nothing,
-/// polling on saves each request a wake-up: `perf read-lat` 23.8 -> 6.8 us, `atomic-lat`
-/// 24.5 -> 8.3 us, perftest's `ib_read_lat` on the C library 17-24 -> 6.7 us.
+/// It polls on between packets only while a core is free for it (`spin`), and not after a
+/// stream (`Streak`): on a host with fewer cores than busy threads (two cores running a
+/// ping-pong's two application threads) a polling NIC thread takes the core from the thread
+/// that would answer, and a wait costs the time slice (200 idle polls before sleeping gave
+/// the passive-target `perf write-lat` 170 us per half round trip on this 2-core host, none
+/// 33 us). Where a core is free, as for the target of READs or atomics whose application
+/// does nothing, polling on saves each request a wake-up: `perf read-lat` 23.8 -> 6.8 us,
+/// `atomic-lat` 24.5 -> 8.3 us, perftest's `ib_read_lat` on the C library 17-24 -> 6.7 us.
 pub(crate) fn engine_thread(shared: &Shared) {
     let tid = rustix::thread::gettid().as_raw_nonzero().get();
     shared.engine_tid.store(tid, Ordering::Release);
@@ -62,6 +69,7 @@ pub(crate) fn engine_thread(shared: &Shared) {
     let mut moving = false;
     // When it last moved packets, and whether a core is free to poll on.
     let (mut moved_at, mut cores) = (None::<Instant>, Cores::new());
+    let mut streak = Streak::default();
     while !shared.stop.load(Ordering::Acquire) {
         if !shared.any_armed() {
             if shared.app_polls() {
@@ -116,7 +124,29 @@ pub(crate) fn engine_thread(shared: &Shared) {
         if moving {
             moved_at = Some(Instant::now());
         }
-        work = moving || spin(moved_at, &mut cores) || sleep_until_work(shared);
+        let after_stream = streak.turn(moved);
+        work = moving || (!after_stream && spin(moved_at, &mut cores)) || sleep_until_work(shared);
+    }
+}
+
+/// Packets moved since the engine thread was last idle, to tell a stream from requests.
+#[derive(Debug, Default)]
+struct Streak {
+    run: usize,
+    streamed: bool,
+}
+
+impl Streak {
+    /// A turn moved `moved` packets: whether the last run of turns that moved packets was
+    /// a stream (more than `STREAM`).
+    fn turn(&mut self, moved: usize) -> bool {
+        if moved > 0 {
+            self.run += moved;
+        } else if self.run > 0 {
+            self.streamed = self.run > STREAM;
+            self.run = 0;
+        }
+        self.streamed
     }
 }
 
@@ -155,4 +185,29 @@ fn sleep(shared: &Shared, timeout: Duration) -> bool {
         shared.handoff.woken();
     }
     woke != Woke::Time
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_is_told_from_requests() {
+        let mut s = Streak::default();
+        // A passive target's READs: a request in, its response out, then idle.
+        for _ in 0..10 {
+            s.turn(1);
+            s.turn(1);
+            assert!(!s.turn(0));
+        }
+        // A WRITE stream's GRO bursts and their ACK, then idle (and idle again).
+        s.turn(40);
+        s.turn(1);
+        s.turn(23);
+        assert!(s.turn(0));
+        assert!(s.turn(0));
+        // Requests again.
+        s.turn(2);
+        assert!(!s.turn(0));
+    }
 }
