@@ -12,7 +12,7 @@
 #     oxrdma's 64 KiB WRITE bandwidth and 8 B WRITE message rate; and a ping-pong that makes
 #     oxrdma's system calls (recvmsg, sendmmsg), the kernel's floor under its 8 B latency
 #     (and one answering with a WRITE and its held ACK in one GSO message, as oxrdma does)
-#   - 64 KiB READ and SEND bandwidth (-n 20000), next to WRITE's, and WRITE's CPU time per
+#   - 64 KiB READ and SEND bandwidth (-n 20000), next to WRITE's (2 s), and its CPU time per
 #     GB on each side (--cpu-util)
 #   - 64 KiB WRITE bandwidth with 1, 4 and 64 QPs (-q), 2 s each
 #   - 64 KiB WRITE bandwidth between two network namespaces on a veth pair with MTU 1500
@@ -98,7 +98,9 @@ for r in $(seq "$REPS"); do
   kill "$spid" 2>/dev/null || true
   floor+=("$("$tmp/udp_ceiling" pingpong 100000)")
   floor2+=("$("$tmp/udp_ceiling" pingpong 100000 pair)")
-  j=$($ox perf write-bw --loopback -s 65536 -n 20000 --json --cpu-util)
+  # 2 s, as iperf3's run: a 0.3 s run (-n 10000 across veth) gave a higher and noisier CPU
+  # per GB (veth client 419 and 513 ms, against 355-371 for 2 s and 379-384 for 1 s).
+  j=$($ox perf write-bw --loopback -s 65536 -D 2 --json --cpu-util)
   bw+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["bw_avg_gbps"])' "$j")")
   cpuc+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["cpu_client_ms_per_gb"])' "$j")")
   cpus+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["cpu_server_ms_per_gb"])' "$j")")
@@ -130,9 +132,9 @@ for r in $(seq "$REPS"); do
     read -r g c sv <<<"$(inns "${ns[0]}" iperf3 -c 10.99.0.2 -p "$p" -t 2 -J | tcpjson)"
     vtcp+=("$g"); vtcpc+=("$c"); vtcps+=("$sv")
     p=$(( 20000 + RANDOM % 9000 ))
-    inns "${ns[1]}" "$ox" perf write-bw -d 10.99.0.2 -p "$p" -s 65536 -n 10000 --json >/dev/null 2>&1 & spid=$!; pids+=($spid)
+    inns "${ns[1]}" "$ox" perf write-bw -d 10.99.0.2 -p "$p" -s 65536 -D 2 --json >/dev/null 2>&1 & spid=$!; pids+=($spid)
     sleep 0.3
-    read -r g c sv <<<"$(inns "${ns[0]}" "$ox" perf write-bw -d 10.99.0.1 -p "$p" -s 65536 -n 10000 --json --cpu-util 10.99.0.2 | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["bw_avg_gbps"], j["cpu_client_ms_per_gb"], j["cpu_server_ms_per_gb"])')"
+    read -r g c sv <<<"$(inns "${ns[0]}" "$ox" perf write-bw -d 10.99.0.1 -p "$p" -s 65536 -D 2 --json --cpu-util 10.99.0.2 | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["bw_avg_gbps"], j["cpu_client_ms_per_gb"], j["cpu_server_ms_per_gb"])')"
     vbw+=("$g"); vcpuc+=("$c"); vcpus+=("$sv")
     wait "$spid" 2>/dev/null || true
     # 1040-byte datagrams (a 1 KiB RoCE packet), 62 per send (64 KiB at most per message).
