@@ -13,45 +13,13 @@ cd "$(dirname "$0")/.."
 MODE=${1:-loopback}
 ITERS=${ITERS:-30000}
 HZ=5000
-command -v perf >/dev/null || {
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
-}
-cargo build --release -q -p oxrdma-cli
-ox=$PWD/target/release/oxrdma
-tmp=$(mktemp -d)
-ns=(oxprof-a-$$ oxprof-b-$$)
-spid=
-cleanup() {
-  [ -n "$spid" ] && kill "$spid" 2>/dev/null || true
-  for n in "${ns[@]}"; do ip netns del "$n" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-write_bw=(perf write-bw -s 65536 -n "$ITERS" --json --cpu-util)
+# shellcheck source=bench/record_write_bw.sh
+. bench/record_write_bw.sh
 # Every CPU as root (the kernel's share included); otherwise the run's own threads, as far
-# as perf_event_paranoid lets a user see them.
+# as perf_event_paranoid lets a user see them (the veth path needs root anyway).
 scope=(-a)
 [ "$(id -u)" = 0 ] || scope=()
-case $MODE in
-loopback)
-  perf record -q "${scope[@]}" -e cpu-clock -F "$HZ" -o "$tmp/perf.data" -- \
-    "$ox" "${write_bw[@]}" --loopback >"$tmp/run.json"
-  ;;
-veth)
-  # shellcheck source=bench/veth_pair.sh
-  . bench/veth_pair.sh
-  veth_pair "${ns[0]}" "${ns[1]}" oxpv
-  p=$((20000 + RANDOM % 9000))
-  ip netns exec "${ns[1]}" "$ox" "${write_bw[@]}" -d 10.99.0.2 -p "$p" >/dev/null 2>&1 &
-  spid=$!
-  sleep 0.3
-  perf record -q -a -e cpu-clock -F "$HZ" -o "$tmp/perf.data" -- \
-    ip netns exec "${ns[0]}" "$ox" "${write_bw[@]}" -d 10.99.0.1 -p "$p" 10.99.0.2 >"$tmp/run.json"
-  wait "$spid" || true
-  spid=
-  ;;
-*) echo "usage: $0 [loopback|veth]" >&2; exit 2 ;;
-esac
+record_write_bw "$MODE" "$ITERS" "${scope[@]}" -e cpu-clock -F "$HZ"
 perf report -q -i "$tmp/perf.data" --stdio --no-children -g none --percent-limit 0 \
   --sort pid,sym -F period,pid,sym 2>/dev/null >"$tmp/report.txt"
 python3 - "$tmp/run.json" "$tmp/report.txt" "$MODE" "$ITERS" <<'EOF'

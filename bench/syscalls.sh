@@ -13,44 +13,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-loopback}
 ITERS=${ITERS:-40000}
-command -v perf >/dev/null || {
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
-}
-cargo build --release -q -p oxrdma-cli
-ox=$PWD/target/release/oxrdma
-tmp=$(mktemp -d)
-ns=(oxsys-a-$$ oxsys-b-$$)
-spid=
-cleanup() {
-  [ -n "$spid" ] && kill "$spid" 2>/dev/null || true
-  for n in "${ns[@]}"; do ip netns del "$n" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=bench/record_write_bw.sh
+. bench/record_write_bw.sh
 events=sched:sched_switch
 for c in sendmmsg recvmmsg recvmsg epoll_pwait futex sched_yield; do
   events+=",syscalls:sys_enter_$c"
 done
-write_bw=(perf write-bw -s 65536 -n "$ITERS" --json --cpu-util)
-case $MODE in
-loopback)
-  perf record -q -a -e "$events" -o "$tmp/perf.data" -- "$ox" "${write_bw[@]}" --loopback >"$tmp/run.json"
-  ;;
-veth)
-  # shellcheck source=bench/veth_pair.sh
-  . bench/veth_pair.sh
-  veth_pair "${ns[0]}" "${ns[1]}" oxsv
-  p=$((20000 + RANDOM % 9000))
-  ip netns exec "${ns[1]}" "$ox" "${write_bw[@]}" -d 10.99.0.2 -p "$p" >/dev/null 2>&1 &
-  spid=$!
-  sleep 0.3
-  perf record -q -a -e "$events" -o "$tmp/perf.data" -- \
-    ip netns exec "${ns[0]}" "$ox" "${write_bw[@]}" -d 10.99.0.1 -p "$p" 10.99.0.2 >"$tmp/run.json"
-  wait "$spid" || true
-  spid=
-  ;;
-*) echo "usage: $0 [loopback|veth]" >&2; exit 2 ;;
-esac
+record_write_bw "$MODE" "$ITERS" -a -e "$events"
 perf script -i "$tmp/perf.data" -F comm,tid,event 2>/dev/null >"$tmp/events.txt"
 python3 - "$tmp/run.json" "$tmp/events.txt" "$ITERS" <<'EOF'
 import collections, json, re, sys
