@@ -4,7 +4,7 @@
 //! trip; run it under callgrind to see where an engine's instructions go.
 //!   cargo run --release -p oxrdma-sim --example pingpong -- 100000 [idle]
 
-use oxrdma_core::{Gid, SendData, SendFlags, SendWr, WrOpcode, MAX_PACKET};
+use oxrdma_core::{Gid, InlineData, SendData, SendFlags, SendWr, WrOpcode, MAX_PACKET};
 use oxrdma_sim::{Pair, PairOptions};
 use std::time::Instant;
 
@@ -30,10 +30,11 @@ fn main() {
             } else {
                 (&p.b, &p.a)
             };
+            // Inline, as perf write-lat posts 8 bytes (its -I defaults to 64).
             let mut wr = SendWr::new(
                 i,
                 WrOpcode::RdmaWrite,
-                SendData::Sges(vec![me.sge(0, 8)].into()),
+                SendData::Inline(InlineData::from_elem(i as u8, 8)),
             );
             wr.remote_addr = peer.addr(0);
             wr.rkey = peer.mr.rkey;
@@ -58,7 +59,10 @@ fn main() {
             }
             // The ACK of this write waits on the peer for its next request, as in a
             // ping-pong: the completion comes a round later.
-            p.world.nodes[from].engine.poll_cq(cq, 16).expect("cq");
+            p.world.nodes[from]
+                .engine
+                .poll_cq_each(cq, 16, |_| {})
+                .expect("cq");
         }
     }
     let ns = started.elapsed().as_nanos() as u64 / iters;
