@@ -1,6 +1,7 @@
 //! Timers as data: each QP keeps its deadlines in a small table, and the engine keeps every
-//! QP's earliest deadline in one ordered set, so finding the next timeout and the QPs that
-//! are due costs O(log n) in the number of QPs, and an idle QP costs nothing per pass.
+//! QP's earliest deadline in one queue (a short list, or an ordered set once more than a few
+//! QPs have one), so finding the next timeout and the QPs that are due costs O(log n) in
+//! the number of QPs at worst, and an idle QP costs nothing per pass.
 
 use crate::Nanos;
 use std::collections::BTreeSet;
