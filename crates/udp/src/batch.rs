@@ -167,6 +167,8 @@ impl TxBatch {
                 msg_len: 0,
             });
         }
+        let began = crate::turnaround::start();
+        crate::turnaround::sending(began);
         // SAFETY: every pointer in `msgs` (names, iovecs, controls, and the packets the
         // iovecs name inside `self.buf`) points into memory alive and not otherwise
         // borrowed for the call; each iovec covers pushed packets only; the kernel only
@@ -180,6 +182,7 @@ impl TxBatch {
                 libc::MSG_DONTWAIT,
             )
         };
+        crate::turnaround::sent(began);
         if sent < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -425,6 +428,7 @@ impl RxBatch {
         self.filled = 0;
         let msgs = &mut self.hdrs.msgs;
         let fd = socket.as_raw_fd();
+        let began = crate::turnaround::start();
         let n = if self.idle {
             // SAFETY: the first message's header (its name, control and iovec, and the
             // buffer that names) points into memory owned by `self` (see `Headers`), alive
@@ -452,6 +456,7 @@ impl RxBatch {
                 )
             }
         };
+        crate::turnaround::received(began, n as isize);
         self.idle = n <= 0;
         if n < 0 {
             let e = io::Error::last_os_error();

@@ -12,6 +12,7 @@ pub mod mtu;
 pub mod port;
 mod sockopt;
 mod sport;
+mod turnaround;
 
 pub use drops::RxDropReport;
 pub use kernel::KernelUdpDrops;
