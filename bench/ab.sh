@@ -46,7 +46,8 @@ fig() {
 }
 names=(write_bw read_bw send_bw write_bw_q64 write_lat send_lat)
 [ "$VETH" = 1 ] && names+=(veth_write_bw)
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+# shellcheck source=bench/median.sh
+. bench/median.sh
 declare -A old new ratio
 for r in $(seq "$REPS"); do
   for n in "${names[@]}"; do

@@ -76,7 +76,8 @@ ox2() {
 # iperf3 -J on stdin: Gb/s, then the CPU time per GB moved (ms) of the client and the server
 # (each process's user + system time, as --cpu-util counts oxrdma's).
 tcpjson() { python3 -c 'import json,sys; e=json.load(sys.stdin)["end"]; g=e["sum_received"]["bits_per_second"]/1e9; c=e["cpu_utilization_percent"]; print(g, c["host_total"]*80/g, c["remote_total"]*80/g)'; }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+# shellcheck source=bench/median.sh
+. bench/median.sh
 rlat=(); tcpc=(); tcps=(); vtcpc=(); vtcps=(); vcpuc=(); vcpus=(); tcp=(); udp=(); udpb=(); floor=(); floor2=(); vgso=(); bw=(); rbw=(); sbw=(); lat=(); slat=(); lat0=(); bw2=(); cpuc=(); cpus=(); cbw=(); clat=(); vtcp=(); vbw=(); gso=(); pps=(); rate=(); q1=(); q4=(); q64=()
 for r in $(seq "$REPS"); do
   p=$(( 20000 + RANDOM % 9000 ))

@@ -46,7 +46,8 @@ ip3() {
     grep -A8 '"sum_received"' | awk -F'[:,]' '/bits_per_second/ { printf "%.2f\n", $2 / 1e9; exit }'
   wait $srv || true
 }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# shellcheck source=bench/median.sh
+. bench/median.sh
 
 # name | command for rsockets | command for TCP
 cases=(

@@ -23,13 +23,14 @@ ox=./target/release/oxrdma
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 gcc -O2 -o "$tmp/udp_ceiling" bench/udp_ceiling.c -lpthread
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+# shellcheck source=bench/median.sh
+. bench/median.sh
 lat() { "$@" perf write-lat --loopback -s 8 -n 20000 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_us"])'; }
 floor=(); half=(); turn=(); recv=(); send=(); engine=()
 for r in $(seq "$REPS"); do
   floor+=("$("$tmp/udp_ceiling" pingpong 100000 pair)")
   half+=("$(lat "$ox")")
-  OXRDMA_TURNAROUND=1 "$ox" perf write-lat --loopback -s 8 -n 20000 --json 2>"$tmp/turn.txt" >/dev/null
+  OXRDMA_TURNAROUND=1 lat "$ox" 2>"$tmp/turn.txt" >/dev/null
   # Lines: "turnaround THREAD: N turnarounds: receive to send p50 X ns (...); receive call
   # p50 Y ns; send call p50 Z ns", per thread; the median over the lines of the run.
   turn+=("$(sed -n 's/.*receive to send p50 \([0-9]*\) ns.*/\1/p' "$tmp/turn.txt" | median)")

@@ -46,7 +46,8 @@ tcp_round() {
   wait $s
   grep -A8 '"sum_received"' "$work/tcp" | awk -F'[:,]' '/bits_per_second/ { printf "%.1f\n", $2 / 1e6; exit }'
 }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# shellcheck source=bench/median.sh
+. bench/median.sh
 : > "$work/o"; : > "$work/t"; : > "$work/r"; : > "$work/x"
 for i in $(seq "$REPS"); do
   o=$(ox_round); t=$(tcp_round)
