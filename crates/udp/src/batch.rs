@@ -487,6 +487,11 @@ impl RxBatch {
         self.count = self.segs.len();
         Ok(self.count)
     }
+
+    /// How many UDP messages the last receive brought (a message GRO glued is one).
+    pub fn messages(&self) -> usize {
+        self.filled
+    }
 }
 
 /// From a received message's control messages: the segment size of a message GRO glued

@@ -48,6 +48,37 @@ pub struct PortStats {
     /// Accepted without checking their ICRC: they came from a loopback address
     /// (`UdpPort::check_loopback_icrc`).
     pub icrc_unchecked_loopback: u64,
+    /// UDP messages sent (a GSO run is one), and the system calls that sent them.
+    pub tx_messages: u64,
+    pub tx_calls: u64,
+    /// UDP messages received (one GRO glued is one), and the system calls that brought
+    /// any.
+    pub rx_messages: u64,
+    pub rx_calls: u64,
+}
+
+impl PortStats {
+    /// How well packets were batched: per UDP message (what GSO and GRO glue) and per
+    /// system call, each way. Every UDP message costs the kernel and the peer about what a
+    /// packet alone would; `OXRDMA_BATCHES=1` prints this when a device closes.
+    pub fn batching(&self) -> String {
+        let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        format!(
+            "sent {} packets in {} messages ({:.1} a message) by {} calls ({:.1} messages a \
+             call); received {} packets in {} messages ({:.1} a message) by {} calls ({:.1} \
+             messages a call)",
+            self.tx,
+            self.tx_messages,
+            per(self.tx, self.tx_messages),
+            self.tx_calls,
+            per(self.tx_messages, self.tx_calls),
+            self.rx,
+            self.rx_messages,
+            per(self.rx, self.rx_messages),
+            self.rx_calls,
+            per(self.rx_messages, self.rx_calls),
+        )
+    }
 }
 
 /// Linux's `UDP_NO_CHECK6_RX` (linux/udp.h), which the libc crate lacks.
@@ -357,6 +388,8 @@ impl UdpPort {
                     let n = n.max(1);
                     let segs: usize = runs[at..at + n].iter().map(|r| r.len()).sum();
                     self.stats.tx += segs as u64;
+                    self.stats.tx_messages += n as u64;
+                    self.stats.tx_calls += 1;
                     let segs = Before { msgs: n, segs };
                     self.capture_sent(batch, order, from, &runs[at..at + n], ids);
                     if let Some(s) = self.sports.get_mut(sport) {
@@ -481,6 +514,10 @@ impl UdpPort {
                 Err(e) => return Err(e),
             }
         };
+        if n > 0 {
+            self.stats.rx_calls += 1;
+            self.stats.rx_messages += batch.messages() as u64;
+        }
         // The IP and UDP headers of the last packet checked: a GRO message's segments
         // share them (all but the last have one length).
         let mut last = None;

@@ -251,3 +251,37 @@ fn each_packet_is_checked_against_its_own_source_and_length() {
     assert_eq!(receive(&mut rx_port, want.len()), want);
     assert_eq!(rx_port.stats.rx_bad_icrc, 1);
 }
+
+#[test]
+fn the_port_counts_messages_and_calls_besides_packets() {
+    let mut tx_port = UdpPort::bind_addr("127.0.0.13:0".parse().unwrap()).unwrap();
+    let mut rx_port = UdpPort::bind_addr("127.0.0.14:0".parse().unwrap()).unwrap();
+    let dst = rx_port.local_addr();
+    let mut tx = TxBatch::default();
+    // One length: with GSO, one message of all of them (60 KiB fit in one).
+    for i in 0..BATCH {
+        let slot = tx.next_slot();
+        slot[..1000].fill(i as u8);
+        slot[12..16].copy_from_slice(&(i as u32).to_be_bytes());
+        tx.push(dst, 1000);
+    }
+    tx_port.send_batch(&mut tx).unwrap();
+    let s = tx_port.stats;
+    assert_eq!((s.tx, s.tx_calls), (BATCH as u64, 1));
+    let want = if tx_port.gso() { 1 } else { BATCH as u64 };
+    assert_eq!(s.tx_messages, want, "gso {}", tx_port.gso());
+    assert_eq!(receive(&mut rx_port, BATCH).len(), BATCH);
+    let r = rx_port.stats;
+    assert_eq!(r.rx, BATCH as u64);
+    // GRO may glue them as they came or not; each call brought at least one message.
+    assert!((1..=BATCH as u64).contains(&r.rx_messages), "{r:?}");
+    assert!(r.rx_calls >= 1 && r.rx_calls <= r.rx_messages, "{r:?}");
+    assert!(
+        s.batching().starts_with(&format!(
+            "sent {BATCH} packets in {want} messages ({:.1} a message) by 1 calls",
+            BATCH as f64 / want as f64
+        )),
+        "{}",
+        s.batching()
+    );
+}
