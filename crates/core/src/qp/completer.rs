@@ -9,7 +9,7 @@ use crate::qp::handoff::{Cursor, InFlight, ReqCmd, Sent, SR_SPAN, WINDOW};
 use crate::qp::scoreboard::Scoreboard;
 use crate::qp::send_queue::SendQueue;
 use crate::qp::window::Window;
-use crate::qp::Ctx;
+use crate::qp::{Ctx, SendWqe};
 use crate::timers::{Timer, TimerTable};
 use crate::verbs::{Mtu, QpState, WcStatus, WrOpcode};
 use crate::Nanos;
@@ -47,6 +47,9 @@ pub(crate) struct Completer {
     /// has moved, without spending retry_cnt: a lost last packet or ACK would otherwise wait
     /// a whole ACK timeout).
     probes: u8,
+    /// An ACK came for a PSN past the READ or atomic at the front while it still lacked
+    /// responses (`ack_through`): unless they come within a probe timeout, they are lost.
+    passed: bool,
     /// While there is no RTT estimate: the timed packet a probe made ambiguous, and when
     /// the probe left (see `Completing::rtt_sample_for`).
     probed_sample: Option<(Psn, Nanos)>,
@@ -359,9 +362,10 @@ impl Completing<'_> {
     }
 
     /// Everything up to and including `psn` is acknowledged (an ACK). An ACK past a READ
-    /// or atomic still missing responses is no sign that they were lost: the ACK of a
+    /// or atomic still missing responses is no proof that they were lost: the ACK of a
     /// duplicate request carries the newest PSN, ahead of responses the responder is still
-    /// replaying (rxe does the same). Later responses, or the ACK timeout, tell.
+    /// replaying (rxe does the same). Later responses tell, or a probe timeout without
+    /// them (`passed`): the responder answers in order, so by then they were lost.
     fn ack_through(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         self.c.saw(psn.next());
         self.settle(ctx);
@@ -370,6 +374,9 @@ impl Completing<'_> {
         });
         if !waits {
             self.advance_una(ctx, psn.next());
+        } else if !self.c.passed {
+            self.c.passed = true;
+            self.arm_probe(ctx.now);
         }
     }
 
@@ -448,6 +455,7 @@ impl Completing<'_> {
             self.c.rtt_sample(sample, exact);
         }
         self.c.una = una;
+        self.c.passed = false;
         if let Some(sb) = self.c.sb.as_mut() {
             sb.acked(una);
             self.c
@@ -610,6 +618,10 @@ impl Completing<'_> {
             self.advance_una(ctx, psn.next());
         } else {
             w.arrived.insert(i);
+            if self.c.passed {
+                // Responses still come (a replay, beyond a gap): not lost yet.
+                self.arm_probe(ctx.now);
+            }
         }
         // Every request before this READ reached the responder.
         self.c.saw(first);
@@ -671,10 +683,26 @@ impl Completing<'_> {
         }
         self.cmd(ReqCmd::Repair { through, end });
         if retry {
+            // Unlike a go-back, the pass sends nothing the responder has not executed (a
+            // READ or atomic asked again is a duplicate to it), so it draws no NAK: one that
+            // comes is a loss of its own, and goes back at once.
             self.restart_ack_timer(ctx.now);
-            // A NAK drawn by what the pass resends is no new loss (see `retry`).
-            self.c.retry_psn = Some((una, ctx.now));
         }
+    }
+
+    /// The responses still missing of the READ or atomic at the front, which an ACK for a
+    /// later PSN passed a probe timeout ago: asked for again, as a loss a later response
+    /// shows is.
+    fn ask_again_passed(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(w) = self
+            .sq
+            .front()
+            .filter(|w| w.started && w.wr.opcode.is_read_or_atomic())
+        else {
+            return;
+        };
+        let (through, end) = (w.asked, w.first_psn.add(w.npkts));
+        self.ask_again_if_lost(ctx, through, end);
     }
 
     /// An atomic's ACK, placed in whichever outstanding atomic it answers (see
@@ -727,7 +755,11 @@ impl Completing<'_> {
         if self.c.timers.is_expired(Timer::Probe, ctx.now) {
             fired = true;
             self.c.timers.stop(Timer::Probe);
-            if self.c.una != self.cur.high_psn && self.c.rnr_wait().is_none() {
+            if self.c.passed {
+                self.c.probes += 1;
+                self.ask_again_passed(ctx);
+                self.arm_probe(ctx.now);
+            } else if self.c.una != self.cur.high_psn && self.c.rnr_wait().is_none() {
                 self.c.probes += 1;
                 if self.c.srtt.is_none() {
                     if let Some((p, _)) = self.c.rtt_sample {
@@ -736,12 +768,20 @@ impl Completing<'_> {
                 }
                 // The last packet sent, again (`ReqCmd::Probe`). Under selective repeat,
                 // with packets held beyond a gap at `una`: what was sent before the newest
-                // packet delivered is lost.
+                // packet delivered is lost. From `una` if the last packet is a READ's
+                // request, asked for again whole (see `arm_probe`), or, under go-back-N,
+                // if the first probe drew nothing: a responder that NAKed a gap once drops
+                // what follows it, the last packet too, until the gap fills (one that keeps
+                // packets answers the first probe with what it holds).
                 let una = self.c.una;
+                let read = self
+                    .probe_target()
+                    .is_some_and(|w| w.wr.opcode == WrOpcode::RdmaRead);
+                let second = self.c.probes >= 2 && self.c.sb.is_none();
                 match self.c.sb.as_mut() {
                     Some(sb) if sb.is_packet(una) && sb.any_held() => sb.probe_lost(),
                     sb => {
-                        let beyond_gap = sb.is_some_and(|sb| sb.any_held());
+                        let beyond_gap = read || second || sb.is_some_and(|sb| sb.any_held());
                         self.cmd(ReqCmd::Probe { beyond_gap });
                     }
                 }
@@ -785,19 +825,44 @@ impl Completing<'_> {
         self.retransmit_timeout().map_or(pto, |t| pto.min(t / 2))
     }
 
-    /// (Re)arms the tail-loss probe while packets are outstanding.
-    /// Not while a READ or atomic is outstanding: a probe re-requests it, and the responder
-    /// then replays the whole remaining response (rxe does) — against a slow peer that
-    /// multiplied READ traffic twentyfold. Their losses are found by the gap in the
-    /// responses or, at the tail, by the ACK timeout.
-    fn arm_probe(&mut self, now: Nanos) {
-        let reading = self
-            .sq
+    /// The WQE whose packet a probe sends again: the last one sent, or the one at `una`
+    /// while a resend is under way or the responder holds packets beyond a gap.
+    fn probe_target(&self) -> Option<&SendWqe> {
+        let beyond_gap = self.c.sb.as_ref().is_some_and(Scoreboard::any_held);
+        let psn = if self.cur.next_psn != self.cur.high_psn || beyond_gap {
+            self.c.una
+        } else {
+            self.cur.high_psn.sub(1)
+        };
+        self.sq
             .iter()
             .take_while(|w| w.started)
-            .any(|w| w.wr.opcode.is_read_or_atomic());
-        let outstanding = self.c.una != self.cur.high_psn;
-        let probe = (outstanding && self.c.probes < MAX_PROBES && !reading)
+            .find(|w| w.holds(psn))
+    }
+
+    /// (Re)arms the tail-loss probe while packets are outstanding.
+    /// Not where it would ask again for a READ whose responses have begun: the responder
+    /// then replays the rest (rxe does, dropping the stream it was sending) — against a
+    /// slow peer that multiplied READ traffic twentyfold. Those losses are found by the gap
+    /// in the responses, an ACK past the READ (`passed`) or, at the tail, the ACK timeout.
+    /// A READ with no response a probe timeout after an RTT sample is asked for again
+    /// whole, from `una` (its request was likely lost; before a sample the timeout is a
+    /// guess, and behind an older READ or atomic still answered it waits its turn), an
+    /// atomic is answered from the responder's replay, and a READ further back is no
+    /// matter: the probe sends a later packet.
+    fn arm_probe(&mut self, now: Nanos) {
+        let (una, guess) = (self.c.una, self.c.srtt.is_none());
+        let behind = |w: &SendWqe| {
+            self.sq
+                .iter()
+                .take_while(|v| v.first_psn != w.first_psn)
+                .any(|v| v.wr.opcode.is_read_or_atomic() && v.awaits_response(una))
+        };
+        let replays = self.probe_target().is_some_and(|w| {
+            w.wr.opcode == WrOpcode::RdmaRead && (guess || w.any_response(una) || behind(w))
+        });
+        let outstanding = una != self.cur.high_psn;
+        let probe = (outstanding && self.c.probes < MAX_PROBES && (!replays || self.c.passed))
             .then(|| now + self.probe_timeout());
         self.c.timers.set_or_stop(Timer::Probe, probe);
     }

@@ -117,6 +117,10 @@ impl SendWqe {
         };
         self.arrived.next_missing(i.max(done))
     }
+    /// READ: whether a response has arrived (before `una`, or beyond a gap).
+    pub fn any_response(&self, una: Psn) -> bool {
+        self.next_missing(0, una) > 0 || self.arrived.next_arrived(0).is_some()
+    }
     /// READ and atomic: some response is still to come.
     pub fn awaits_response(&self, una: Psn) -> bool {
         self.next_missing(0, una) < self.npkts
