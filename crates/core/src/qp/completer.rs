@@ -507,6 +507,8 @@ impl Completing<'_> {
             return;
         }
         self.c.retries_left -= 1;
+        // What a probe made ambiguous is sent again now: no sample from it (Karn).
+        self.c.probed_sample = None;
         let una = self.c.una;
         match self.c.sb.as_mut() {
             // Selective repeat: everything the responder does not hold counts as lost, and
@@ -769,19 +771,15 @@ impl Completing<'_> {
                 // The last packet sent, again (`ReqCmd::Probe`). Under selective repeat,
                 // with packets held beyond a gap at `una`: what was sent before the newest
                 // packet delivered is lost. From `una` if the last packet is a READ's
-                // request, asked for again whole (see `arm_probe`), or, under go-back-N,
-                // if the first probe drew nothing: a responder that NAKed a gap once drops
-                // what follows it, the last packet too, until the gap fills (one that keeps
-                // packets answers the first probe with what it holds).
+                // request, asked for again whole (see `arm_probe`).
                 let una = self.c.una;
                 let read = self
                     .probe_target()
                     .is_some_and(|w| w.wr.opcode == WrOpcode::RdmaRead);
-                let second = self.c.probes >= 2 && self.c.sb.is_none();
                 match self.c.sb.as_mut() {
                     Some(sb) if sb.is_packet(una) && sb.any_held() => sb.probe_lost(),
                     sb => {
-                        let beyond_gap = read || second || sb.is_some_and(|sb| sb.any_held());
+                        let beyond_gap = read || sb.is_some_and(|sb| sb.any_held());
                         self.cmd(ReqCmd::Probe { beyond_gap });
                     }
                 }
@@ -841,25 +839,23 @@ impl Completing<'_> {
     }
 
     /// (Re)arms the tail-loss probe while packets are outstanding.
-    /// Not where it would ask again for a READ whose responses have begun: the responder
-    /// then replays the rest (rxe does, dropping the stream it was sending) — against a
-    /// slow peer that multiplied READ traffic twentyfold. Those losses are found by the gap
-    /// in the responses, an ACK past the READ (`passed`) or, at the tail, the ACK timeout.
-    /// A READ with no response a probe timeout after an RTT sample is asked for again
-    /// whole, from `una` (its request was likely lost; before a sample the timeout is a
-    /// guess, and behind an older READ or atomic still answered it waits its turn), an
-    /// atomic is answered from the responder's replay, and a READ further back is no
-    /// matter: the probe sends a later packet.
+    /// A probe that would send a READ or atomic request again goes only for the oldest
+    /// request outstanding, with no response yet: the responder replays what it answered
+    /// (rxe drops the READ stream it was sending for the piece asked), and against a slow
+    /// peer probing READs multiplied READ traffic twentyfold. So a READ is asked for again
+    /// whole, and only once an RTT sample exists (before, the timeout is a guess); an
+    /// atomic is answered from the responder's replay. Other losses of READs and atomics are
+    /// found by the gap in the responses, an ACK past them (`passed`) or the ACK timeout. A
+    /// READ or atomic further back is no matter: the probe sends a later packet.
     fn arm_probe(&mut self, now: Nanos) {
         let (una, guess) = (self.c.una, self.c.srtt.is_none());
-        let behind = |w: &SendWqe| {
-            self.sq
-                .iter()
-                .take_while(|v| v.first_psn != w.first_psn)
-                .any(|v| v.wr.opcode.is_read_or_atomic() && v.awaits_response(una))
-        };
         let replays = self.probe_target().is_some_and(|w| {
-            w.wr.opcode == WrOpcode::RdmaRead && (guess || w.any_response(una) || behind(w))
+            let oldest_unanswered = w.first_psn == una && !w.any_response(una);
+            match w.wr.opcode {
+                WrOpcode::RdmaRead => guess || !oldest_unanswered,
+                op if op.is_atomic() => !oldest_unanswered,
+                _ => false,
+            }
         });
         let outstanding = una != self.cur.high_psn;
         let probe = (outstanding && self.c.probes < MAX_PROBES && (!replays || self.c.passed))
