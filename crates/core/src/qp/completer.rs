@@ -849,14 +849,22 @@ impl Completing<'_> {
     /// READ or atomic further back is no matter: the probe sends a later packet.
     fn arm_probe(&mut self, now: Nanos) {
         let (una, guess) = (self.c.una, self.c.srtt.is_none());
-        let replays = self.probe_target().is_some_and(|w| {
-            let oldest_unanswered = w.first_psn == una && !w.any_response(una);
-            match w.wr.opcode {
-                WrOpcode::RdmaRead => guess || !oldest_unanswered,
-                op if op.is_atomic() => !oldest_unanswered,
-                _ => false,
-            }
-        });
+        // Per packet sent: the target (whose gap check walks the scoreboard) only matters
+        // when a READ or atomic is outstanding.
+        let asks = self
+            .sq
+            .iter()
+            .take_while(|w| w.started)
+            .any(|w| w.wr.opcode.is_read_or_atomic());
+        let replays = asks
+            && self.probe_target().is_some_and(|w| {
+                let oldest_unanswered = w.first_psn == una && !w.any_response(una);
+                match w.wr.opcode {
+                    WrOpcode::RdmaRead => guess || !oldest_unanswered,
+                    op if op.is_atomic() => !oldest_unanswered,
+                    _ => false,
+                }
+            });
         let outstanding = una != self.cur.high_psn;
         let probe = (outstanding && self.c.probes < MAX_PROBES && (!replays || self.c.passed))
             .then(|| now + self.probe_timeout());
