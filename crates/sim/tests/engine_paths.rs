@@ -308,12 +308,12 @@ fn retry_exhausted_when_the_peer_is_gone() {
         wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
         vec![(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
     );
-    // The first transmission, two tail-loss probes (they resend the last packet, the
-    // SEND, and do not spend retry_cnt), and retry_cnt retransmissions of both on timeout,
-    // then nothing.
+    // The first transmission, two tail-loss probes (the first resends the last packet,
+    // the SEND; the second, the first having drawn nothing, the oldest, the WRITE; neither
+    // spends retry_cnt), and retry_cnt retransmissions of both on timeout, then nothing.
     let sent = |op| log.borrow().iter().filter(|e| e.0 == op).count();
     let (writes, sends) = (sent(Opcode::RC_RDMA_WRITE_ONLY), sent(Opcode::RC_SEND_ONLY));
-    assert_eq!((writes, sends), (1 + 3, 1 + 2 + 3), "WRITEs and SENDs");
+    assert_eq!((writes, sends), (1 + 1 + 3, 1 + 1 + 3), "WRITEs and SENDs");
     // Timed out after 4.096 us × 2^10 × (retry_cnt + 1).
     assert!(
         p.world.now >= 4 * 4_194_304,

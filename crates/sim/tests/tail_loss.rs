@@ -5,7 +5,7 @@
 
 use oxrdma_core::{SendData, SendWr, WcStatus, WrOpcode};
 use oxrdma_sim::{Pair, PairOptions, Tap, TapAction};
-use oxrdma_wire::{Opcode, PacketRepr};
+use oxrdma_wire::{Opcode, PacketRepr, Syndrome};
 
 /// Well under the ACK timeout (268 ms), and over a few probe timeouts (1 ms each before an
 /// RTT sample).
@@ -157,4 +157,28 @@ fn a_probe_does_not_time_a_packet_the_ack_timeout_sent_again() {
     let t = p.world.nodes[0].engine.qp_transport(p.a.qpn).unwrap();
     // The path's round trip is 10 us; the ACK timeout 4.2 ms, the probes 1 ms apart.
     assert!(t.srtt.is_none_or(|s| s < 100_000), "srtt {:?}", t.srtt);
+}
+
+#[test]
+fn a_gap_whose_nak_was_lost_is_probed_from_its_start() {
+    // Go-back-N, as with rxe: the responder NAKs a gap once and drops what follows it
+    // (the last packet, probed again, too) until the missing packet comes.
+    let mut p = pair(false);
+    let mut first = (true, true);
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        let pkt = PacketRepr::parse(&d.data).unwrap();
+        let nak = matches!(pkt.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_)));
+        let (write, naked) = &mut first;
+        if pkt.bth.opcode == Opcode::RC_RDMA_WRITE_ONLY && std::mem::take(write)
+            || nak && std::mem::take(naked)
+        {
+            TapAction::Drop
+        } else {
+            TapAction::Pass
+        }
+    })));
+    for i in 0..3u64 {
+        p.post_send(0, wr(&p, i, WrOpcode::RdmaWrite, i * 64, i * 64, 64));
+    }
+    completes_quickly(&mut p, 3);
 }

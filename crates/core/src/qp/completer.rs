@@ -251,7 +251,7 @@ impl Completing<'_> {
     /// more (Karn: which copy an ACK answers is unknown).
     fn cmd(&mut self, cmd: ReqCmd) {
         match cmd {
-            ReqCmd::Rewind(_) | ReqCmd::Probe { .. } => {
+            ReqCmd::Rewind(_) | ReqCmd::Probe { .. } | ReqCmd::ProbeOldest => {
                 (self.cur.repairing, self.cur.moved) = (false, true);
                 self.c.rtt_sample = None;
             }
@@ -778,6 +778,12 @@ impl Completing<'_> {
                     .is_some_and(|w| w.wr.opcode == WrOpcode::RdmaRead);
                 match self.c.sb.as_mut() {
                     Some(sb) if sb.is_packet(una) && sb.any_held() => sb.probe_lost(),
+                    // Go-back-N, and the first probe drew nothing: a responder that NAKed a
+                    // gap once drops what follows it, the probed last packet too, until the
+                    // gap fills. The packet at `una` alone fills it or, if the responder has
+                    // it, draws an ACK saying how far it got (a go-back here resent the
+                    // window at every stall where a slow rxe's ACKs lagged: 16x the packets).
+                    None if !read && self.c.probes >= 2 => self.cmd(ReqCmd::ProbeOldest),
                     sb => {
                         let beyond_gap = read || sb.is_some_and(|sb| sb.any_held());
                         self.cmd(ReqCmd::Probe { beyond_gap });

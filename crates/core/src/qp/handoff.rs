@@ -53,6 +53,8 @@ pub(crate) enum ReqCmd {
     /// A tail-loss probe: the last packet sent, again, or from `una` if a resend is under
     /// way or the responder holds packets beyond a gap.
     Probe { beyond_gap: bool },
+    /// A probe of the packet at `una` alone (then sending goes on where it was).
+    ProbeOldest,
 }
 
 /// What is in flight, as the completer sees it: the requester sends within it.

@@ -58,6 +58,8 @@ pub(crate) struct Requester {
     repair: Option<Repair>,
     /// Request packets built more than once.
     resent: u64,
+    /// The packet at the cursor is a one-packet probe: then back to `high_psn`.
+    one_shot: bool,
 }
 
 /// A repair pass: the READ and atomic responses that the answer to request `through`,
@@ -659,6 +661,10 @@ impl Sender<'_> {
             self.r.last_msg_at = Some(now);
         }
         self.advance_cursor(after, next, first, npkts);
+        if std::mem::take(&mut self.r.one_shot) {
+            let high = self.r.high_psn;
+            self.seek(high);
+        }
         (total, sent)
     }
 
@@ -802,6 +808,7 @@ impl Sender<'_> {
     /// pass under way ends.
     fn rewind(&mut self, from: Psn) {
         self.r.repair = None;
+        self.r.one_shot = false;
         self.seek(from);
     }
 
@@ -855,6 +862,11 @@ impl Sender<'_> {
                 }
             }
             ReqCmd::Repair { through, end } => self.repair(through, end),
+            ReqCmd::ProbeOldest => {
+                let una = self.f.una;
+                self.rewind(una);
+                self.r.one_shot = true;
+            }
             ReqCmd::Probe { beyond_gap } => {
                 // The last packet sent, again (it asks for an ACK): the ACK says how far
                 // the peer got, or the NAK where a gap begins. From `una` if a resend is
