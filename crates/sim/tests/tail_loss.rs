@@ -4,7 +4,7 @@
 //! made the median run 19 times as long as a lossless one.
 
 use oxrdma_core::{SendData, SendWr, WcStatus, WrOpcode};
-use oxrdma_sim::{Pair, PairOptions, Tap, TapAction};
+use oxrdma_sim::{NetConfig, Pair, PairOptions, Tap, TapAction};
 use oxrdma_wire::{Opcode, PacketRepr, Syndrome};
 
 /// Well under the ACK timeout (268 ms), and over a few probe timeouts (1 ms each before an
@@ -27,6 +27,21 @@ fn drop_nth(p: &mut Pair, n: usize, pick: impl Fn(&PacketRepr<'_>) -> bool + 'st
         if pick(&pkt) {
             seen += 1;
             if seen == n {
+                return TapAction::Drop;
+            }
+        }
+        TapAction::Pass
+    })));
+}
+
+/// Drops the first `n` packets of each `(opcode, n)`.
+fn drop_first<const K: usize>(p: &mut Pair, drops: [(Opcode, usize); K]) {
+    let mut seen = [0; K];
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        let pkt = PacketRepr::parse(&d.data).expect("engine sends valid packets");
+        for (k, &(opcode, n)) in drops.iter().enumerate() {
+            if pkt.bth.opcode == opcode && seen[k] < n {
+                seen[k] += 1;
                 return TapAction::Drop;
             }
         }
@@ -98,21 +113,13 @@ fn a_lost_write_behind_a_read_missing_its_last_response_is_probed() {
         let mut p = pair(sr);
         // The READ's last response and the WRITE after it are lost: nothing more comes
         // back, and a READ is outstanding.
-        let mut lost = (false, false);
-        p.world.tap = Some(Tap(Box::new(move |d| {
-            let pkt = PacketRepr::parse(&d.data).unwrap();
-            let (read_last, write) = &mut lost;
-            let first = match pkt.bth.opcode {
-                Opcode::RC_RDMA_READ_RESPONSE_LAST => !std::mem::replace(read_last, true),
-                Opcode::RC_RDMA_WRITE_ONLY => !std::mem::replace(write, true),
-                _ => false,
-            };
-            if first {
-                TapAction::Drop
-            } else {
-                TapAction::Pass
-            }
-        })));
+        drop_first(
+            &mut p,
+            [
+                (Opcode::RC_RDMA_READ_RESPONSE_LAST, 1),
+                (Opcode::RC_RDMA_WRITE_ONLY, 1),
+            ],
+        );
         let data: Vec<u8> = (0..4096u32).map(|i| (i % 253) as u8).collect();
         p.b.buf.write(8192, &data);
         p.post_send(0, wr(&p, 1, WrOpcode::RdmaRead, 0, 8192, 4096));
@@ -132,17 +139,7 @@ fn a_probe_does_not_time_a_packet_the_ack_timeout_sent_again() {
         timeout: 10,
         ..Default::default()
     });
-    let mut copies = 0;
-    p.world.tap = Some(Tap(Box::new(move |d| {
-        let pkt = PacketRepr::parse(&d.data).unwrap();
-        if pkt.bth.opcode == Opcode::RC_SEND_ONLY {
-            copies += 1;
-            if copies <= 3 {
-                return TapAction::Drop;
-            }
-        }
-        TapAction::Pass
-    })));
+    drop_first(&mut p, [(Opcode::RC_SEND_ONLY, 3)]);
     p.post_recv(1, 9, vec![p.b.sge(0, 64)]);
     p.post_send(
         0,
@@ -181,4 +178,61 @@ fn a_gap_whose_nak_was_lost_is_probed_from_its_start() {
         p.post_send(0, wr(&p, i, WrOpcode::RdmaWrite, i * 64, i * 64, 64));
     }
     completes_quickly(&mut p, 3);
+}
+
+#[test]
+fn a_probe_does_not_ask_again_for_a_read_that_is_answering() {
+    // Go-back-N. A READ's responses stream over a slow link with one missing early on, and
+    // a WRITE after it is lost. The probes fire while the stream runs: asking for the
+    // missing piece then would make the responder start its stream again from there (rxe
+    // drops what it was sending). The stream's end shows the gap; only that piece is asked
+    // for again.
+    let mut p = Pair::new(&PairOptions {
+        timeout: 16,
+        selective_repeat: [false, true],
+        net: NetConfig {
+            bandwidth_bps: 100_000_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    // An RTT sample first: without one a READ is never probed.
+    p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
+    p.run();
+    // READ requests sent before the stream's last response came.
+    let early = std::rc::Rc::new(std::cell::Cell::new(0));
+    let counted = early.clone();
+    let (mut lost, mut ended) = ((false, false), false);
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        let pkt = PacketRepr::parse(&d.data).unwrap();
+        let (middle, write) = &mut lost;
+        let first = match pkt.bth.opcode {
+            Opcode::RC_RDMA_READ_RESPONSE_MIDDLE => !std::mem::replace(middle, true),
+            Opcode::RC_RDMA_WRITE_ONLY => !std::mem::replace(write, true),
+            Opcode::RC_RDMA_READ_RESPONSE_LAST => {
+                ended = true;
+                false
+            }
+            Opcode::RC_RDMA_READ_REQUEST if !ended => {
+                counted.set(counted.get() + 1);
+                false
+            }
+            _ => false,
+        };
+        if first {
+            TapAction::Drop
+        } else {
+            TapAction::Pass
+        }
+    })));
+    let data: Vec<u8> = (0..65536u32).map(|i| (i % 251) as u8).collect();
+    p.b.buf.write(65536, &data);
+    p.post_send(0, wr(&p, 2, WrOpcode::RdmaRead, 65536, 65536, 65536));
+    p.post_send(0, wr(&p, 3, WrOpcode::RdmaWrite, 0, 0, 64));
+    p.run();
+    let wcs = p.wcs(0);
+    assert_eq!(wcs.len(), 3, "{wcs:?}");
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    assert_eq!(p.a.read(65536, 65536), data);
+    assert_eq!(early.get(), 1, "READ requests sent while the stream ran");
 }

@@ -768,26 +768,16 @@ impl Completing<'_> {
                         self.c.probed_sample = Some((p, ctx.now));
                     }
                 }
-                // The last packet sent, again (`ReqCmd::Probe`). Under selective repeat,
-                // with packets held beyond a gap at `una`: what was sent before the newest
-                // packet delivered is lost. From `una` if the last packet is a READ's
-                // request, asked for again whole (see `arm_probe`).
-                let una = self.c.una;
-                let read = self
-                    .probe_target()
-                    .is_some_and(|w| w.wr.opcode == WrOpcode::RdmaRead);
-                match self.c.sb.as_mut() {
-                    Some(sb) if sb.is_packet(una) && sb.any_held() => sb.probe_lost(),
-                    // Go-back-N, and the first probe drew nothing: a responder that NAKed a
-                    // gap once drops what follows it, the probed last packet too, until the
-                    // gap fills. The packet at `una` alone fills it or, if the responder has
-                    // it, draws an ACK saying how far it got (a go-back here resent the
-                    // window at every stall where a slow rxe's ACKs lagged: 16x the packets).
-                    None if !read && self.c.probes >= 2 => self.cmd(ReqCmd::ProbeOldest),
-                    sb => {
-                        let beyond_gap = read || sb.is_some_and(|sb| sb.any_held());
-                        self.cmd(ReqCmd::Probe { beyond_gap });
+                match self.next_probe(self.c.probes).0 {
+                    ProbeSends::Lost => {
+                        if let Some(sb) = self.c.sb.as_mut() {
+                            sb.probe_lost();
+                        }
                     }
+                    ProbeSends::Oldest => self.cmd(ReqCmd::ProbeOldest),
+                    ProbeSends::Last { from_una } => self.cmd(ReqCmd::Probe {
+                        beyond_gap: from_una,
+                    }),
                 }
                 self.arm_probe(ctx.now);
             }
@@ -829,19 +819,59 @@ impl Completing<'_> {
         self.retransmit_timeout().map_or(pto, |t| pto.min(t / 2))
     }
 
-    /// The WQE whose packet a probe sends again: the last one sent, or the one at `una`
-    /// while a resend is under way or the responder holds packets beyond a gap.
-    fn probe_target(&self) -> Option<&SendWqe> {
-        let beyond_gap = self.c.sb.as_ref().is_some_and(Scoreboard::any_held);
-        let psn = if self.cur.next_psn != self.cur.high_psn || beyond_gap {
-            self.c.una
-        } else {
-            self.cur.high_psn.sub(1)
+    /// What the tail-loss probe numbered `probe` (from 1) in this stall sends, and the WQE
+    /// its first packet belongs to.
+    fn next_probe(&self, probe: u8) -> (ProbeSends, Option<&SendWqe>) {
+        let una = self.c.una;
+        let held = self.c.sb.as_ref().map(Scoreboard::any_held);
+        let resending = self.cur.next_psn != self.cur.high_psn;
+        let wqe = |psn: Psn| {
+            self.sq
+                .iter()
+                .take_while(|w| w.started)
+                .find(|w| w.holds(psn))
         };
-        self.sq
-            .iter()
-            .take_while(|w| w.started)
-            .find(|w| w.holds(psn))
+        let at_una = wqe(una);
+        if held == Some(true) && self.c.sb.as_ref().is_some_and(|sb| sb.is_packet(una)) {
+            return (ProbeSends::Lost, at_una);
+        }
+        let from_una = resending || held == Some(true);
+        let last = if from_una {
+            at_una
+        } else {
+            wqe(self.cur.high_psn.sub(1))
+        };
+        let read = last.is_some_and(|w| w.wr.opcode == WrOpcode::RdmaRead);
+        // Go-back-N, and the first probe drew nothing: a responder that NAKed a gap once
+        // drops what follows it, the probed last packet too, until the gap fills. The
+        // packet at `una` alone fills it or, if the responder has it, draws an ACK saying
+        // how far it got (a go-back here resent the window at every stall where a slow
+        // rxe's ACKs lagged: 16x the packets). Not where it would ask the responder to
+        // replay a READ or atomic it answered: then the last packet again.
+        if held.is_none() && probe >= 2 && !read && !at_una.is_some_and(|w| self.replays(w)) {
+            return (ProbeSends::Oldest, at_una);
+        }
+        // The last packet sent; from `una` if a resend is under way, the responder holds
+        // packets beyond a gap, or the last packet is a READ's request (asked for again
+        // whole: `replays` lets only the oldest through).
+        (
+            ProbeSends::Last {
+                from_una: from_una || read,
+            },
+            last,
+        )
+    }
+
+    /// Whether sending `w`'s request again would make the responder replay what it
+    /// answered (see `arm_probe`).
+    fn replays(&self, w: &SendWqe) -> bool {
+        let una = self.c.una;
+        let oldest_unanswered = w.first_psn == una && !w.any_response(una);
+        match w.wr.opcode {
+            WrOpcode::RdmaRead => self.c.srtt.is_none() || !oldest_unanswered,
+            op if op.is_atomic() => !oldest_unanswered,
+            _ => false,
+        }
     }
 
     /// (Re)arms the tail-loss probe while packets are outstanding.
@@ -854,26 +884,32 @@ impl Completing<'_> {
     /// found by the gap in the responses, an ACK past them (`passed`) or the ACK timeout. A
     /// READ or atomic further back is no matter: the probe sends a later packet.
     fn arm_probe(&mut self, now: Nanos) {
-        let (una, guess) = (self.c.una, self.c.srtt.is_none());
-        // Per packet sent: the target (whose gap check walks the scoreboard) only matters
-        // when a READ or atomic is outstanding.
+        // Per packet sent: what the probe sends (whose gap check walks the scoreboard) only
+        // matters when a READ or atomic is outstanding.
         let asks = self
             .sq
             .iter()
             .take_while(|w| w.started)
             .any(|w| w.wr.opcode.is_read_or_atomic());
         let replays = asks
-            && self.probe_target().is_some_and(|w| {
-                let oldest_unanswered = w.first_psn == una && !w.any_response(una);
-                match w.wr.opcode {
-                    WrOpcode::RdmaRead => guess || !oldest_unanswered,
-                    op if op.is_atomic() => !oldest_unanswered,
-                    _ => false,
-                }
-            });
-        let outstanding = una != self.cur.high_psn;
+            && self
+                .next_probe(self.c.probes + 1)
+                .1
+                .is_some_and(|w| self.replays(w));
+        let outstanding = self.c.una != self.cur.high_psn;
         let probe = (outstanding && self.c.probes < MAX_PROBES && (!replays || self.c.passed))
             .then(|| now + self.probe_timeout());
         self.c.timers.set_or_stop(Timer::Probe, probe);
     }
+}
+
+/// What a tail-loss probe sends.
+enum ProbeSends {
+    /// Selective repeat, packets held beyond a gap at `una`: what was sent before the
+    /// newest packet delivered is lost (`Scoreboard::probe_lost`).
+    Lost,
+    /// The packet at `una` alone (`ReqCmd::ProbeOldest`).
+    Oldest,
+    /// The last packet sent again, or from `una` (`ReqCmd::Probe`).
+    Last { from_una: bool },
 }
