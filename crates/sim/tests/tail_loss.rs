@@ -236,3 +236,127 @@ fn a_probe_does_not_ask_again_for_a_read_that_is_answering() {
     assert_eq!(p.a.read(65536, 65536), data);
     assert_eq!(early.get(), 1, "READ requests sent while the stream ran");
 }
+
+#[test]
+fn a_resend_lost_again_at_the_tail_is_probed() {
+    // Selective repeat: packet 1 of 4 and then its resend are lost. Nothing sent after the
+    // resend can show it lost, so the probe must send it once more.
+    let mut p = Pair::new(&PairOptions {
+        timeout: 16,
+        sq_psn: Some([100, 100]),
+        ..Default::default()
+    });
+    let mut copies = 0;
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        let pkt = PacketRepr::parse(&d.data).unwrap();
+        if pkt.bth.opcode == Opcode::RC_RDMA_WRITE_ONLY && pkt.bth.psn.value() == 102 {
+            copies += 1;
+            if copies <= 2 {
+                return TapAction::Drop;
+            }
+        }
+        TapAction::Pass
+    })));
+    // An RTT sample first, so that the probe's timeout is the path's.
+    p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
+    p.run();
+    let data: Vec<u8> = (0..4096u32).map(|i| (i % 249) as u8).collect();
+    p.a.buf.write(8192, &data);
+    p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 8192, 8192, 4096));
+    completes_quickly(&mut p, 2);
+    assert_eq!(p.b.read(8192, 4096), data);
+}
+
+#[test]
+fn a_replayed_read_response_is_no_sack() {
+    // A READ response's AETH says ACK, and its payload is data. A replayed one (before
+    // `una`) once had that data read as a SACK: a READ of 0xff bytes marked every packet
+    // after it held, so a WRITE packet lost among them was never found lost.
+    let mut p = Pair::new(&PairOptions {
+        timeout: 16,
+        sq_psn: Some([100, 100]),
+        ..Default::default()
+    });
+    p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
+    p.run();
+    let (mut replayed, mut lost) = (false, false);
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        let pkt = PacketRepr::parse(&d.data).unwrap();
+        match pkt.bth.opcode {
+            Opcode::RC_RDMA_READ_RESPONSE_ONLY if !std::mem::replace(&mut replayed, true) => {
+                TapAction::Duplicate
+            }
+            Opcode::RC_RDMA_WRITE_ONLY
+                if pkt.bth.psn.value() == 104 && !std::mem::replace(&mut lost, true) =>
+            {
+                TapAction::Drop
+            }
+            _ => TapAction::Pass,
+        }
+    })));
+    p.b.buf.write(4096, &[0xff; 1024]);
+    p.post_send(0, wr(&p, 2, WrOpcode::RdmaRead, 4096, 4096, 1024));
+    let data: Vec<u8> = (0..8192u32).map(|i| (i % 247) as u8).collect();
+    p.a.buf.write(16384, &data);
+    p.post_send(0, wr(&p, 3, WrOpcode::RdmaWrite, 16384, 16384, 8192));
+    completes_quickly(&mut p, 3);
+    assert_eq!(p.b.read(16384, 8192), data);
+    let t = p.world.nodes[0].engine.qp_transport(p.a.qpn).unwrap();
+    assert_eq!(
+        t.lost_resent, 1,
+        "found lost by the SACKs that followed: {t:?}"
+    );
+}
+
+#[test]
+fn a_read_held_whose_response_was_lost_is_probed() {
+    // Selective repeat: a WRITE is lost and the READ after it is held beyond the gap.
+    // The WRITE sent again fills it; the READ's response is lost. The responder now holds
+    // everything the requester sent: there is nothing lost to send again, and the probe
+    // once sent nothing, leaving the READ to the ACK timeout.
+    let mut p = Pair::new(&PairOptions {
+        timeout: 16,
+        sq_psn: Some([100, 100]),
+        ..Default::default()
+    });
+    p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
+    p.run();
+    drop_first(
+        &mut p,
+        [
+            (Opcode::RC_RDMA_WRITE_ONLY, 1),
+            (Opcode::RC_RDMA_READ_RESPONSE_ONLY, 1),
+        ],
+    );
+    p.b.buf.write(4096, b"held, then lost");
+    p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 64, 64, 64));
+    p.post_send(0, wr(&p, 3, WrOpcode::RdmaRead, 4096, 4096, 15));
+    completes_quickly(&mut p, 3);
+    assert_eq!(p.a.read(4096, 15), b"held, then lost");
+}
+
+#[test]
+fn a_lost_write_before_an_atomic_is_probed() {
+    // Selective repeat: a WRITE and the atomic after it are both lost. The last packet is
+    // an atomic that is not the oldest request, which a probe must not send again (the
+    // responder would replay it). The WRITE at `una` goes alone instead; before, no probe
+    // went and both waited for the ACK timeout.
+    let mut p = Pair::new(&PairOptions {
+        timeout: 16,
+        ..Default::default()
+    });
+    p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
+    p.run();
+    drop_first(
+        &mut p,
+        [(Opcode::RC_RDMA_WRITE_ONLY, 1), (Opcode::RC_FETCH_ADD, 1)],
+    );
+    p.b.buf.write(64, &7u64.to_ne_bytes());
+    p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 128, 128, 64));
+    let mut add = wr(&p, 3, WrOpcode::AtomicFetchAndAdd, 256, 64, 8);
+    add.compare_add = 3;
+    p.post_send(0, add);
+    completes_quickly(&mut p, 3);
+    assert_eq!(u64::from_ne_bytes(p.b.read(64, 8).try_into().unwrap()), 10);
+    assert_eq!(u64::from_ne_bytes(p.a.read(256, 8).try_into().unwrap()), 7);
+}

@@ -14,7 +14,7 @@ use crate::timers::{Timer, TimerTable};
 use crate::verbs::{Mtu, QpState, WcStatus, WrOpcode};
 use crate::Nanos;
 use oxrdma_wire::aeth::rnr_timer_micros;
-use oxrdma_wire::{NakCode, Operation, PacketRepr, Psn, Syndrome};
+use oxrdma_wire::{NakCode, Opcode, Operation, PacketRepr, Psn, Syndrome};
 use std::collections::VecDeque;
 
 /// Tail-loss probes per stall before only the ACK timeout is left.
@@ -407,7 +407,11 @@ impl Completing<'_> {
 
     /// The SACK of a selective-repeat ACK: what it shows held; true if it carried one.
     fn sacked(&mut self, ctx: &Ctx<'_>, pkt: &PacketRepr<'_>) -> bool {
-        let positive = matches!(pkt.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Ack { .. }));
+        // Only an ACK's payload is a SACK. A READ response's AETH says ACK too, and its
+        // payload is data: taken as a bitmap (a replayed response, before `una`), it
+        // marked random packets held, so they were never sent again until the ACK timeout.
+        let positive = pkt.bth.opcode == Opcode::RC_ACKNOWLEDGE
+            && matches!(pkt.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Ack { .. }));
         let Some(sb) = self.c.sb.as_mut() else {
             return false;
         };
@@ -770,8 +774,12 @@ impl Completing<'_> {
                 }
                 match self.next_probe(self.c.probes).0 {
                     ProbeSends::Lost => {
+                        let overdue = self
+                            .c
+                            .srtt
+                            .is_some_and(|s| self.probe_timeout() > s + 4 * self.c.rttvar);
                         if let Some(sb) = self.c.sb.as_mut() {
-                            sb.probe_lost();
+                            sb.probe_lost(overdue);
                         }
                     }
                     ProbeSends::Oldest => self.cmd(ReqCmd::ProbeOldest),
@@ -832,7 +840,10 @@ impl Completing<'_> {
                 .find(|w| w.holds(psn))
         };
         let at_una = wqe(una);
-        if held == Some(true) && self.c.sb.as_ref().is_some_and(|sb| sb.is_packet(una)) {
+        // Where the responder holds everything, nothing is lost: the ACK that would say so
+        // was, or a READ's or atomic's response. The packet at `una` draws it again.
+        let lost = |sb: &Scoreboard| sb.is_packet(una) && !sb.all_held();
+        if held == Some(true) && self.c.sb.as_ref().is_some_and(lost) {
             return (ProbeSends::Lost, at_una);
         }
         let from_una = resending || held == Some(true);
@@ -842,13 +853,21 @@ impl Completing<'_> {
             wqe(self.cur.high_psn.sub(1))
         };
         let read = last.is_some_and(|w| w.wr.opcode == WrOpcode::RdmaRead);
-        // Go-back-N, and the first probe drew nothing: a responder that NAKed a gap once
-        // drops what follows it, the probed last packet too, until the gap fills. The
-        // packet at `una` alone fills it or, if the responder has it, draws an ACK saying
-        // how far it got (a go-back here resent the window at every stall where a slow
-        // rxe's ACKs lagged: 16x the packets). Not where it would ask the responder to
-        // replay a READ or atomic it answered: then the last packet again.
-        if held.is_none() && probe >= 2 && !read && !at_una.is_some_and(|w| self.replays(w)) {
+        // The packet at `una` alone (if that replays nothing):
+        // - go-back-N, and the first probe drew nothing: a responder that NAKed a gap once
+        //   drops what follows it, the probed last packet too, until the gap fills. That
+        //   packet fills it or, if the responder has it, draws an ACK saying how far it got
+        //   (a go-back here resent the window at every stall where a slow rxe's ACKs
+        //   lagged: 16x the packets);
+        // - selective repeat, and the last packet is a READ or atomic the responder would
+        //   replay: the packet at `una` draws an ACK whose SACK shows what is lost (before,
+        //   no probe went, and such a stall took the ACK timeout). Not under go-back-N:
+        //   there each probe moved `una` one packet, a probe timeout apiece, where the
+        //   ACK timeout's go-back sends the window (seed 5052 at 5 % loss ran 1.5 s).
+        let una_replays = at_una.is_some_and(|w| self.replays(w));
+        let gbn_again = held.is_none() && probe >= 2 && !read;
+        let sr_instead = held.is_some() && last.is_some_and(|w| self.replays(w));
+        if (gbn_again || sr_instead) && !una_replays {
             return (ProbeSends::Oldest, at_una);
         }
         // The last packet sent; from `una` if a resend is under way, the responder holds

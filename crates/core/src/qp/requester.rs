@@ -857,8 +857,16 @@ impl Sender<'_> {
             ReqCmd::Rewind(from) => self.rewind(from),
             ReqCmd::SeekPast(una) => {
                 if self.r.next_psn.before(una) {
-                    // An ACK for packets we are about to resend: skip them.
-                    self.seek(una);
+                    if std::mem::take(&mut self.r.one_shot) {
+                        // The packet a one-packet probe waited to send (the window was
+                        // full) is acknowledged: the probe is answered. Sending the packet
+                        // now at the cursor instead asked a READ that was answering again.
+                        let high = self.r.high_psn;
+                        self.seek(high);
+                    } else {
+                        // An ACK for packets we are about to resend: skip them.
+                        self.seek(una);
+                    }
                 }
             }
             ReqCmd::Repair { through, end } => self.repair(through, end),

@@ -218,6 +218,12 @@ impl Scoreboard {
         self.sacked_count > 0
     }
 
+    /// Whether the responder holds every PSN in the window (a READ's or atomic's response
+    /// may still be missing).
+    pub(crate) fn all_held(&self) -> bool {
+        self.held as usize == self.sent.len()
+    }
+
     /// Whether `psn` carries a request packet of ours (not a READ's response PSN).
     pub(crate) fn is_packet(&self, psn: Psn) -> bool {
         let i = self.base.distance_to(psn) as usize;
@@ -226,15 +232,36 @@ impl Scoreboard {
 
     /// The probe timer expired with packets held beyond a gap and nothing new delivered:
     /// every packet sent before the newest one delivered is lost, however few were sent
-    /// after it (the tail of a stream has no three). None may be (what is missing was sent
-    /// again after that, and is on its way).
-    pub(crate) fn probe_lost(&mut self) {
+    /// after it (the tail of a stream has no three). If none is, what is missing was sent
+    /// again after that. `overdue`: the probe waited longer than a round trip with
+    /// nothing sent and nothing delivered, so that copy is lost too, and the oldest
+    /// packet in flight alone goes again (its delivery dates the rest); before, such a
+    /// stall waited for the ACK timeout. Not otherwise: where the ACK timeout caps the
+    /// probe's wait below the RTT (a 40 ms path, timeout 14), the copy may be on its way,
+    /// and sending it again early made a long lossy path's transfer 3x as long.
+    pub(crate) fn probe_lost(&mut self, overdue: bool) {
+        let mut any = self.lost_count > 0 || !overdue;
+        let mut mark = |i: usize, t: &mut u64| {
+            *t |= LOST;
+            self.lost_count += 1;
+            self.found_lost += 1;
+            self.lost.push_back(self.base.add(i as u32));
+        };
         for (i, t) in self.sent.iter_mut().enumerate() {
             if *t & (HELD | LOST) == 0 && (*t & TX) + 1 < self.delivered_tx {
-                *t |= LOST;
-                self.lost_count += 1;
-                self.found_lost += 1;
-                self.lost.push_back(self.base.add(i as u32));
+                mark(i, t);
+                any = true;
+            }
+        }
+        if !any {
+            // Nothing waits to go again either.
+            if let Some((i, t)) = self
+                .sent
+                .iter_mut()
+                .enumerate()
+                .find(|(_, t)| **t & (HELD | LOST) == 0)
+            {
+                mark(i, t);
             }
         }
     }
@@ -302,7 +329,7 @@ mod tests {
                     2 => s.sacked(una.add(a), una.add(a + b)),
                     3 => s.acked(una.add(a.min(una.distance_to(high)) / 2)),
                     4 => s.mark_all_lost(),
-                    5 => s.probe_lost(),
+                    5 => s.probe_lost(b % 2 == 0),
                     _ => {
                         s.find_lost();
                         s.next_lost();
