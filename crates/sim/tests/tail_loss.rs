@@ -337,26 +337,132 @@ fn a_read_held_whose_response_was_lost_is_probed() {
 
 #[test]
 fn a_lost_write_before_an_atomic_is_probed() {
-    // Selective repeat: a WRITE and the atomic after it are both lost. The last packet is
-    // an atomic that is not the oldest request, which a probe must not send again (the
-    // responder would replay it). The WRITE at `una` goes alone instead; before, no probe
-    // went and both waited for the ACK timeout.
+    // A WRITE and the atomic after it are both lost. The last packet is an atomic that is
+    // not the oldest request, which a probe must not send again (the responder would
+    // replay it). The WRITE at `una` goes alone instead; before, no probe went and both
+    // waited for the ACK timeout. Under go-back-N its ACK alone sends the rest again.
+    for sr in [true, false] {
+        let mut p = pair(sr);
+        p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
+        p.run();
+        drop_first(
+            &mut p,
+            [(Opcode::RC_RDMA_WRITE_ONLY, 1), (Opcode::RC_FETCH_ADD, 1)],
+        );
+        p.b.buf.write(64, &7u64.to_ne_bytes());
+        p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 128, 128, 64));
+        let mut add = wr(&p, 3, WrOpcode::AtomicFetchAndAdd, 256, 64, 8);
+        add.compare_add = 3;
+        p.post_send(0, add);
+        completes_quickly(&mut p, 3);
+        assert_eq!(u64::from_ne_bytes(p.b.read(64, 8).try_into().unwrap()), 10);
+        assert_eq!(u64::from_ne_bytes(p.a.read(256, 8).try_into().unwrap()), 7);
+    }
+}
+
+#[test]
+fn an_ack_past_a_waiting_read_counts_once_the_read_completes() {
+    // Go-back-N. An ACK comes for part of a WRITE while the READ before it still lacks its
+    // response. Once the READ completes, the WRITE is acknowledged that far: the last
+    // packet's loss sends again only what follows (before, the whole WRITE went again).
     let mut p = Pair::new(&PairOptions {
         timeout: 16,
+        selective_repeat: [false, true],
+        sq_psn: Some([100, 100]),
         ..Default::default()
     });
-    p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
+    let packets = 70u32;
+    drop_first(&mut p, [(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 1)]);
+    // The WRITE's last packet and the ACKs after the cadence's (of packet 64) are lost
+    // until the ACK timeout: that go-back shows where `una` stood.
+    let (mut lost, mut acks) = (0, 0);
+    let inner = p.world.tap.take().unwrap();
+    let mut inner = inner.0;
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        let pkt = PacketRepr::parse(&d.data).unwrap();
+        let psn = pkt.bth.psn.value();
+        let last = psn == 100 + packets && pkt.bth.opcode != Opcode::RC_ACKNOWLEDGE;
+        let late_ack = pkt.bth.opcode == Opcode::RC_ACKNOWLEDGE && psn >= 100 + packets - 1;
+        if last && lost < 3 {
+            lost += 1;
+            return TapAction::Drop;
+        }
+        if late_ack && acks < 4 {
+            acks += 1;
+            return TapAction::Drop;
+        }
+        inner(d)
+    })));
+    p.b.buf.write(0, b"read first");
+    p.post_send(0, wr(&p, 1, WrOpcode::RdmaRead, 0, 0, 10));
+    let len = packets as usize * 1024;
+    let data: Vec<u8> = (0..len as u32).map(|i| (i % 241) as u8).collect();
+    p.a.buf.write(65536, &data);
+    p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 65536, 65536, len));
     p.run();
-    drop_first(
-        &mut p,
-        [(Opcode::RC_RDMA_WRITE_ONLY, 1), (Opcode::RC_FETCH_ADD, 1)],
+    let wcs = p.wcs(0);
+    assert!(
+        wcs.len() == 2 && wcs.iter().all(|w| w.status == WcStatus::Success),
+        "{wcs:?}"
     );
-    p.b.buf.write(64, &7u64.to_ne_bytes());
-    p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 128, 128, 64));
-    let mut add = wr(&p, 3, WrOpcode::AtomicFetchAndAdd, 256, 64, 8);
-    add.compare_add = 3;
-    p.post_send(0, add);
-    completes_quickly(&mut p, 3);
-    assert_eq!(u64::from_ne_bytes(p.b.read(64, 8).try_into().unwrap()), 10);
-    assert_eq!(u64::from_ne_bytes(p.a.read(256, 8).try_into().unwrap()), 7);
+    assert_eq!(p.b.read(65536, len), data);
+    let t = p.world.nodes[0].engine.qp_transport(p.a.qpn).unwrap();
+    assert!(t.packets_resent < 16, "{t:?}");
+}
+
+#[test]
+fn a_read_whose_last_response_was_lost_is_probed() {
+    // The responses of a READ came in order until its last, which was lost: nothing more
+    // will come. The rest is asked for again (before, a READ whose responses had begun
+    // was never probed, and waited for the ACK timeout).
+    for sr in [true, false] {
+        let mut p = pair(sr);
+        p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
+        p.run();
+        drop_first(&mut p, [(Opcode::RC_RDMA_READ_RESPONSE_LAST, 1)]);
+        let data: Vec<u8> = (0..4096u32).map(|i| (i % 239) as u8).collect();
+        p.b.buf.write(8192, &data);
+        p.post_send(0, wr(&p, 2, WrOpcode::RdmaRead, 8192, 8192, 4096));
+        completes_quickly(&mut p, 2);
+        assert_eq!(p.a.read(8192, 4096), data);
+    }
+}
+
+#[test]
+fn a_probe_answered_alone_sends_the_rest_again() {
+    // Go-back-N, as with rxe: the first of twenty WRITEs is lost, and the NAK of the gap
+    // too; the responder drops the other nineteen. The second probe sends the first WRITE
+    // alone, and its ACK (of that WRITE, nothing after) shows the rest dropped: they go
+    // again at once, not one probe timeout apiece.
+    let mut p = pair(false);
+    p.post_send(0, wr(&p, 100, WrOpcode::RdmaWrite, 0, 0, 64));
+    p.run();
+    let mut first = (true, true);
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        let pkt = PacketRepr::parse(&d.data).unwrap();
+        let nak = matches!(pkt.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_)));
+        let (write, naked) = &mut first;
+        if pkt.bth.opcode == Opcode::RC_RDMA_WRITE_ONLY && std::mem::take(write)
+            || nak && std::mem::take(naked)
+        {
+            TapAction::Drop
+        } else {
+            TapAction::Pass
+        }
+    })));
+    let t0 = p.world.now;
+    for i in 0..20u64 {
+        p.post_send(0, wr(&p, i, WrOpcode::RdmaWrite, i * 64, i * 64, 64));
+    }
+    p.run();
+    assert_eq!(p.wcs(0).len(), 21);
+    let srtt = p.world.nodes[0]
+        .engine
+        .qp_transport(p.a.qpn)
+        .unwrap()
+        .srtt
+        .unwrap();
+    // Two probe timeouts (three RTTs each) and a round trip or two.
+    let took = p.world.now - t0;
+    assert!(took < 10 * srtt, "done after {took} ns, srtt {srtt}");
 }

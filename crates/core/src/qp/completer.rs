@@ -50,6 +50,9 @@ pub(crate) struct Completer {
     /// An ACK came for a PSN past the READ or atomic at the front while it still lacked
     /// responses (`ack_through`): unless they come within a probe timeout, they are lost.
     passed: bool,
+    /// Go-back-N: the PSN whose packet a one-packet probe sent (`ReqCmd::ProbeOldest`),
+    /// until the next ACK (`probe_answered`).
+    probed_oldest: Option<Psn>,
     /// While there is no RTT estimate: the timed packet a probe made ambiguous, and when
     /// the probe left (see `Completing::rtt_sample_for`).
     probed_sample: Option<(Psn, Nanos)>,
@@ -323,6 +326,7 @@ impl Completing<'_> {
             (Operation::Acknowledge, Some(Syndrome::Ack { .. })) => {
                 self.sacked(ctx, pkt);
                 self.ack_through(ctx, psn);
+                self.probe_answered(ctx, psn);
                 Ok(())
             }
             (Operation::Acknowledge, Some(Syndrome::RnrNak { timer })) => {
@@ -442,6 +446,23 @@ impl Completing<'_> {
         true
     }
 
+    /// Go-back-N: the ACK after a one-packet probe acknowledges its packet and nothing
+    /// after it. The responder took that packet (it filled a gap whose NAK was lost) and
+    /// lacks the next: it dropped what followed the gap, so everything from there goes
+    /// again. A responder that had more acknowledges its newest (rxe answers a duplicate
+    /// with its last PSN). Before, each such probe moved `una` by one packet, a probe
+    /// timeout apiece.
+    fn probe_answered(&mut self, ctx: &Ctx<'_>, psn: Psn) {
+        let Some(p) = self.c.probed_oldest.take() else {
+            return;
+        };
+        let una = self.c.una;
+        if p == psn && una == psn.next() && una != self.cur.high_psn && !self.dead() {
+            self.cmd(ReqCmd::Rewind(una));
+            self.c.retry_psn = Some((una, ctx.now));
+        }
+    }
+
     /// Everything before `psn` is acknowledged (a NAK's implicit ACK).
     fn ack_before(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         if psn != self.c.una {
@@ -513,6 +534,7 @@ impl Completing<'_> {
         self.c.retries_left -= 1;
         // What a probe made ambiguous is sent again now: no sample from it (Karn).
         self.c.probed_sample = None;
+        self.c.probed_oldest = None;
         let una = self.c.una;
         match self.c.sb.as_mut() {
             // Selective repeat: everything the responder does not hold counts as lost, and
@@ -655,6 +677,10 @@ impl Completing<'_> {
                     return;
                 }
             } else if !w.last_psn().before(self.c.seen) {
+                // Acknowledged up to `seen` inside it (by an ACK that came while a READ or
+                // atomic before it waited): a go-back starts there, not at its start.
+                let seen = self.c.seen;
+                self.advance_una(ctx, seen);
                 return;
             }
             let next = w.last_psn().next();
@@ -782,7 +808,12 @@ impl Completing<'_> {
                             sb.probe_lost(overdue);
                         }
                     }
-                    ProbeSends::Oldest => self.cmd(ReqCmd::ProbeOldest),
+                    ProbeSends::Oldest => {
+                        if self.c.sb.is_none() {
+                            self.c.probed_oldest = Some(self.c.una);
+                        }
+                        self.cmd(ReqCmd::ProbeOldest);
+                    }
                     ProbeSends::Last { from_una } => self.cmd(ReqCmd::Probe {
                         beyond_gap: from_una,
                     }),
@@ -846,6 +877,11 @@ impl Completing<'_> {
         if held == Some(true) && self.c.sb.as_ref().is_some_and(lost) {
             return (ProbeSends::Lost, at_una);
         }
+        // A READ whose responses stopped: the rest of it, alone (a go-back pass from `una`
+        // would ask every READ after it again too).
+        if at_una.is_some_and(|w| self.read_stopped(w)) && self.c.srtt.is_some() {
+            return (ProbeSends::Oldest, at_una);
+        }
         let from_una = resending || held == Some(true);
         let last = if from_una {
             at_una
@@ -859,15 +895,15 @@ impl Completing<'_> {
         //   packet fills it or, if the responder has it, draws an ACK saying how far it got
         //   (a go-back here resent the window at every stall where a slow rxe's ACKs
         //   lagged: 16x the packets);
-        // - selective repeat, and the last packet is a READ or atomic the responder would
-        //   replay: the packet at `una` draws an ACK whose SACK shows what is lost (before,
-        //   no probe went, and such a stall took the ACK timeout). Not under go-back-N:
-        //   there each probe moved `una` one packet, a probe timeout apiece, where the
-        //   ACK timeout's go-back sends the window (seed 5052 at 5 % loss ran 1.5 s).
+        // - the last packet is a READ or atomic the responder would replay: the packet at
+        //   `una` draws an ACK saying how far the responder got, or the SACK of what is
+        //   lost (before, no probe went, and such a stall took the ACK timeout).
+        // Under go-back-N an ACK of that packet alone sends the rest again
+        // (`probe_answered`).
         let una_replays = at_una.is_some_and(|w| self.replays(w));
         let gbn_again = held.is_none() && probe >= 2 && !read;
-        let sr_instead = held.is_some() && last.is_some_and(|w| self.replays(w));
-        if (gbn_again || sr_instead) && !una_replays {
+        let instead = last.is_some_and(|w| self.replays(w));
+        if (gbn_again || instead) && !una_replays {
             return (ProbeSends::Oldest, at_una);
         }
         // The last packet sent; from `una` if a resend is under way, the responder holds
@@ -881,13 +917,27 @@ impl Completing<'_> {
         )
     }
 
+    /// `w` is the oldest READ, its responses came in order up to `una`, none beyond, and
+    /// then stopped: its tail was lost, or the responder paused (it serves other QPs; a
+    /// lossless simulator run saw 138 us). The rest is what the responder would send next
+    /// anyway: asked for again, nothing that arrived comes twice.
+    fn read_stopped(&self, w: &SendWqe) -> bool {
+        let una = self.c.una;
+        w.wr.opcode == WrOpcode::RdmaRead
+            && w.holds(una)
+            && w.first_psn != una
+            && w.arrived.next_arrived(0).is_none()
+    }
+
     /// Whether sending `w`'s request again would make the responder replay what it
     /// answered (see `arm_probe`).
     fn replays(&self, w: &SendWqe) -> bool {
         let una = self.c.una;
         let oldest_unanswered = w.first_psn == una && !w.any_response(una);
         match w.wr.opcode {
-            WrOpcode::RdmaRead => self.c.srtt.is_none() || !oldest_unanswered,
+            WrOpcode::RdmaRead => {
+                self.c.srtt.is_none() || !(oldest_unanswered || self.read_stopped(w))
+            }
             op if op.is_atomic() => !oldest_unanswered,
             _ => false,
         }
@@ -895,11 +945,12 @@ impl Completing<'_> {
 
     /// (Re)arms the tail-loss probe while packets are outstanding.
     /// A probe that would send a READ or atomic request again goes only for the oldest
-    /// request outstanding, with no response yet: the responder replays what it answered
-    /// (rxe drops the READ stream it was sending for the piece asked), and against a slow
-    /// peer probing READs multiplied READ traffic twentyfold. So a READ is asked for again
-    /// whole, and only once an RTT sample exists (before, the timeout is a guess); an
-    /// atomic is answered from the responder's replay. Other losses of READs and atomics are
+    /// request outstanding, with no response yet, or a READ whose responses stopped: the
+    /// responder replays what it answered (rxe drops the READ stream it was sending for the
+    /// piece asked), and against a slow peer probing READs multiplied READ traffic
+    /// twentyfold. So a READ is asked for again whole or from where its responses stopped,
+    /// and only once an RTT sample exists (before, the timeout is a guess); an atomic is
+    /// answered from the responder's replay. Other losses of READs and atomics are
     /// found by the gap in the responses, an ACK past them (`passed`) or the ACK timeout. A
     /// READ or atomic further back is no matter: the probe sends a later packet.
     fn arm_probe(&mut self, now: Nanos) {
@@ -910,14 +961,18 @@ impl Completing<'_> {
             .iter()
             .take_while(|w| w.started)
             .any(|w| w.wr.opcode.is_read_or_atomic());
-        let replays = asks
-            && self
-                .next_probe(self.c.probes + 1)
-                .1
-                .is_some_and(|w| self.replays(w));
+        let target = asks.then(|| self.next_probe(self.c.probes + 1).1).flatten();
+        let replays = target.is_some_and(|w| self.replays(w));
+        // A READ's responses stopped for twice the probe's wait before it is asked again:
+        // the responder may only have paused.
+        let wait = if target.is_some_and(|w| self.read_stopped(w)) {
+            2 * self.probe_timeout()
+        } else {
+            self.probe_timeout()
+        };
         let outstanding = self.c.una != self.cur.high_psn;
         let probe = (outstanding && self.c.probes < MAX_PROBES && (!replays || self.c.passed))
-            .then(|| now + self.probe_timeout());
+            .then(|| now + wait);
         self.c.timers.set_or_stop(Timer::Probe, probe);
     }
 }
