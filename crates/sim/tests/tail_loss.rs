@@ -19,6 +19,20 @@ fn pair(selective_repeat: bool) -> Pair {
     })
 }
 
+/// `pair(selective_repeat)` with known PSNs (node 0's start at 100), after a WRITE that
+/// gives the requester an RTT sample: the probe's timeout is then the path's.
+fn sampled(selective_repeat: bool) -> Pair {
+    let mut p = Pair::new(&PairOptions {
+        timeout: 16,
+        selective_repeat: [selective_repeat, true],
+        sq_psn: Some([100, 100]),
+        ..Default::default()
+    });
+    p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
+    p.run();
+    p
+}
+
 /// Drops the `n`th packet (from 1) for which `pick` is true, once.
 fn drop_nth(p: &mut Pair, n: usize, pick: impl Fn(&PacketRepr<'_>) -> bool + 'static) {
     let mut seen = 0;
@@ -241,11 +255,7 @@ fn a_probe_does_not_ask_again_for_a_read_that_is_answering() {
 fn a_resend_lost_again_at_the_tail_is_probed() {
     // Selective repeat: packet 1 of 4 and then its resend are lost. Nothing sent after the
     // resend can show it lost, so the probe must send it once more.
-    let mut p = Pair::new(&PairOptions {
-        timeout: 16,
-        sq_psn: Some([100, 100]),
-        ..Default::default()
-    });
+    let mut p = sampled(true);
     let mut copies = 0;
     p.world.tap = Some(Tap(Box::new(move |d| {
         let pkt = PacketRepr::parse(&d.data).unwrap();
@@ -257,9 +267,6 @@ fn a_resend_lost_again_at_the_tail_is_probed() {
         }
         TapAction::Pass
     })));
-    // An RTT sample first, so that the probe's timeout is the path's.
-    p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
-    p.run();
     let data: Vec<u8> = (0..4096u32).map(|i| (i % 249) as u8).collect();
     p.a.buf.write(8192, &data);
     p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 8192, 8192, 4096));
@@ -272,13 +279,7 @@ fn a_replayed_read_response_is_no_sack() {
     // A READ response's AETH says ACK, and its payload is data. A replayed one (before
     // `una`) once had that data read as a SACK: a READ of 0xff bytes marked every packet
     // after it held, so a WRITE packet lost among them was never found lost.
-    let mut p = Pair::new(&PairOptions {
-        timeout: 16,
-        sq_psn: Some([100, 100]),
-        ..Default::default()
-    });
-    p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
-    p.run();
+    let mut p = sampled(true);
     let (mut replayed, mut lost) = (false, false);
     p.world.tap = Some(Tap(Box::new(move |d| {
         let pkt = PacketRepr::parse(&d.data).unwrap();
@@ -314,13 +315,7 @@ fn a_read_held_whose_response_was_lost_is_probed() {
     // The WRITE sent again fills it; the READ's response is lost. The responder now holds
     // everything the requester sent: there is nothing lost to send again, and the probe
     // once sent nothing, leaving the READ to the ACK timeout.
-    let mut p = Pair::new(&PairOptions {
-        timeout: 16,
-        sq_psn: Some([100, 100]),
-        ..Default::default()
-    });
-    p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
-    p.run();
+    let mut p = sampled(true);
     drop_first(
         &mut p,
         [
@@ -342,9 +337,7 @@ fn a_lost_write_before_an_atomic_is_probed() {
     // responder would replay it). The WRITE at `una` goes alone instead; before, no probe
     // went and both waited for the ACK timeout.
     {
-        let mut p = pair(true);
-        p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
-        p.run();
+        let mut p = sampled(true);
         drop_first(
             &mut p,
             [(Opcode::RC_RDMA_WRITE_ONLY, 1), (Opcode::RC_FETCH_ADD, 1)],
@@ -416,9 +409,7 @@ fn a_read_whose_last_response_was_lost_is_probed() {
     // will come. The rest is asked for again (before, a READ whose responses had begun
     // was never probed, and waited for the ACK timeout).
     for sr in [true, false] {
-        let mut p = pair(sr);
-        p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
-        p.run();
+        let mut p = sampled(sr);
         drop_first(&mut p, [(Opcode::RC_RDMA_READ_RESPONSE_LAST, 1)]);
         let data: Vec<u8> = (0..4096u32).map(|i| (i % 239) as u8).collect();
         p.b.buf.write(8192, &data);
