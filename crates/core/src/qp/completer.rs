@@ -930,7 +930,7 @@ impl Completing<'_> {
     /// found by the gap in the responses, an ACK past them (`passed`) or the ACK timeout. A
     /// READ or atomic further back is no matter: the probe sends a later packet.
     fn arm_probe(&mut self, now: Nanos) {
-        // Per packet sent: what the probe sends (whose gap check walks the scoreboard) only
+        // Per packet sent: what the probe sends (found by walking the send queue) only
         // matters when a READ or atomic is outstanding.
         let asks = self
             .sq

@@ -174,12 +174,17 @@ impl Scoreboard {
             let i = self.base.distance_to(psn) as usize;
             let latest = |e: u64| e & (HELD | LOST) == 0 && e & TX == tx;
             if !psn.before(self.base) && self.sent.get(i).is_some_and(|&e| latest(e)) {
-                self.sent[i] |= LOST;
-                self.lost_count += 1;
-                self.found_lost += 1;
-                self.lost.push_back(psn);
+                self.mark_lost(i);
             }
         }
+    }
+
+    /// Entry `i` (in flight) is found lost: it waits to be sent again.
+    fn mark_lost(&mut self, i: usize) {
+        self.sent[i] |= LOST;
+        self.lost_count += 1;
+        self.found_lost += 1;
+        self.lost.push_back(self.base.add(i as u32));
     }
 
     /// The next PSN to send again, if any is lost.
@@ -240,28 +245,16 @@ impl Scoreboard {
     /// probe's wait below the RTT (a 40 ms path, timeout 14), the copy may be on its way,
     /// and sending it again early made a long lossy path's transfer 3x as long.
     pub(crate) fn probe_lost(&mut self, overdue: bool) {
-        let mut any = self.lost_count > 0 || !overdue;
-        let mut mark = |i: usize, t: &mut u64| {
-            *t |= LOST;
-            self.lost_count += 1;
-            self.found_lost += 1;
-            self.lost.push_back(self.base.add(i as u32));
-        };
-        for (i, t) in self.sent.iter_mut().enumerate() {
-            if *t & (HELD | LOST) == 0 && (*t & TX) + 1 < self.delivered_tx {
-                mark(i, t);
-                any = true;
+        for i in 0..self.sent.len() {
+            let t = self.sent[i];
+            if t & (HELD | LOST) == 0 && (t & TX) + 1 < self.delivered_tx {
+                self.mark_lost(i);
             }
         }
-        if !any {
-            // Nothing waits to go again either.
-            if let Some((i, t)) = self
-                .sent
-                .iter_mut()
-                .enumerate()
-                .find(|(_, t)| **t & (HELD | LOST) == 0)
-            {
-                mark(i, t);
+        // Nothing was, nor waits to go again from before.
+        if overdue && self.lost_count == 0 {
+            if let Some(i) = self.sent.iter().position(|&t| t & (HELD | LOST) == 0) {
+                self.mark_lost(i);
             }
         }
     }
