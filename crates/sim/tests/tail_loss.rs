@@ -22,10 +22,17 @@ fn pair(selective_repeat: bool) -> Pair {
 /// `pair(selective_repeat)` with known PSNs (node 0's start at 100), after a WRITE that
 /// gives the requester an RTT sample: the probe's timeout is then the path's.
 fn sampled(selective_repeat: bool) -> Pair {
+    sampled_over(selective_repeat, NetConfig::default(), 1)
+}
+
+/// `sampled`, over the path `net` with its random draws from `seed`.
+fn sampled_over(selective_repeat: bool, net: NetConfig, seed: u64) -> Pair {
     let mut p = Pair::new(&PairOptions {
+        seed,
         timeout: 16,
         selective_repeat: [selective_repeat, true],
         sq_psn: Some([100, 100]),
+        net,
         ..Default::default()
     });
     p.post_send(0, wr(&p, 1, WrOpcode::RdmaWrite, 0, 0, 64));
@@ -416,5 +423,121 @@ fn a_read_whose_last_response_was_lost_is_probed() {
         p.post_send(0, wr(&p, 2, WrOpcode::RdmaRead, 8192, 8192, 4096));
         completes_quickly(&mut p, 2);
         assert_eq!(p.a.read(8192, 4096), data);
+    }
+}
+
+#[test]
+fn a_resend_lost_again_is_probed_once_the_probes_waited_out_the_rtt_variance() {
+    // As `a_resend_lost_again_at_the_tail_is_probed`, over a path whose delay varies
+    // (20 us plus up to 50 us): the RTT varies so much that one probe timeout (3 SRTT) is
+    // no more than SRTT + 4 RTTVAR, and the first probe cannot tell the resend lost. Both
+    // probes did nothing, and it waited for the ACK timeout (with the path's draws of seed
+    // 9); the second has waited two probe timeouts, past it.
+    let net = NetConfig {
+        delay: 20_000,
+        jitter: 50_000,
+        ..Default::default()
+    };
+    let mut p = sampled_over(true, net, 9);
+    let mut copies = 0;
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        let pkt = PacketRepr::parse(&d.data).unwrap();
+        if pkt.bth.opcode == Opcode::RC_RDMA_WRITE_ONLY && pkt.bth.psn.value() == 102 {
+            copies += 1;
+            if copies <= 2 {
+                return TapAction::Drop;
+            }
+        }
+        TapAction::Pass
+    })));
+    let data: Vec<u8> = (0..8192u32).map(|i| (i % 233) as u8).collect();
+    p.a.buf.write(8192, &data);
+    p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 8192, 8192, 8192));
+    completes_quickly(&mut p, 2);
+    assert_eq!(p.b.read(8192, 8192), data);
+}
+
+/// Drops the first packet of `opcode` and the first NAK: a go-back-N responder then drops
+/// everything after the gap without a word, as rxe does once it has NAKed it.
+fn drop_with_its_nak(p: &mut Pair, opcode: Opcode) {
+    let mut first = (true, true);
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        let pkt = PacketRepr::parse(&d.data).unwrap();
+        let nak = matches!(pkt.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_)));
+        let (packet, naked) = &mut first;
+        if pkt.bth.opcode == opcode && std::mem::take(packet) || nak && std::mem::take(naked) {
+            TapAction::Drop
+        } else {
+            TapAction::Pass
+        }
+    })));
+}
+
+#[test]
+fn a_gap_before_an_atomic_whose_nak_was_lost_is_probed() {
+    // Go-back-N: a WRITE is lost, and the NAK the atomic after it drew. The last packet
+    // is an atomic that is not the oldest request, which a probe must not send again;
+    // before, no probe went at all and both waited for the ACK timeout. The WRITE at `una`
+    // goes alone instead.
+    let mut p = sampled(false);
+    drop_with_its_nak(&mut p, Opcode::RC_RDMA_WRITE_ONLY);
+    p.b.buf.write(64, &7u64.to_ne_bytes());
+    p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 128, 128, 64));
+    let mut add = wr(&p, 3, WrOpcode::AtomicFetchAndAdd, 256, 64, 8);
+    add.compare_add = 3;
+    p.post_send(0, add);
+    completes_quickly(&mut p, 3);
+    assert_eq!(u64::from_ne_bytes(p.b.read(64, 8).try_into().unwrap()), 10);
+    assert_eq!(u64::from_ne_bytes(p.a.read(256, 8).try_into().unwrap()), 7);
+}
+
+#[test]
+fn a_gap_answered_alone_goes_back_instead_of_crawling() {
+    // Go-back-N: the first of 100 one-packet WRITEs is lost with its NAK, and an atomic
+    // ends the stream. The probe sends the packet at `una` alone (the atomic may not go
+    // again); its ACK moves `una` one packet, since the responder dropped what followed.
+    // The next probe goes back from `una`: probing one packet at a time again took a
+    // probe timeout per WRITE.
+    let mut p = sampled(false);
+    drop_with_its_nak(&mut p, Opcode::RC_RDMA_WRITE_ONLY);
+    let writes = 100u64;
+    for i in 0..writes {
+        p.post_send(0, wr(&p, 2 + i, WrOpcode::RdmaWrite, i * 64, i * 64, 64));
+    }
+    let mut add = wr(&p, 2 + writes, WrOpcode::AtomicFetchAndAdd, 65536, 65536, 8);
+    add.compare_add = 1;
+    p.post_send(0, add);
+    let start = p.world.now;
+    completes_quickly(&mut p, writes as usize + 2);
+    let t = p.world.nodes[0].engine.qp_transport(p.a.qpn).unwrap();
+    let srtt = t.srtt.expect("an RTT sample");
+    // Four probe timeouts (3 SRTT each, at least 20 us) cover the recovery.
+    let bound = 4 * (3 * srtt).max(20_000);
+    assert!(
+        p.world.now - start < bound,
+        "{} ns, over {bound} (srtt {srtt} ns)",
+        p.world.now - start
+    );
+}
+
+#[test]
+fn a_read_whose_responses_beyond_a_gap_stopped_is_probed() {
+    // A READ's second response is lost, later ones arrive, and its last is lost too: no
+    // stream end shows the gap lost. The READ at `una` is asked again from its first
+    // missing response (before, a READ with responses beyond a gap was never probed).
+    for sr in [true, false] {
+        let mut p = sampled(sr);
+        drop_first(
+            &mut p,
+            [
+                (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 1),
+                (Opcode::RC_RDMA_READ_RESPONSE_LAST, 1),
+            ],
+        );
+        let data: Vec<u8> = (0..8192u32).map(|i| (i % 229) as u8).collect();
+        p.b.buf.write(16384, &data);
+        p.post_send(0, wr(&p, 2, WrOpcode::RdmaRead, 16384, 16384, 8192));
+        completes_quickly(&mut p, 2);
+        assert_eq!(p.a.read(16384, 8192), data);
     }
 }

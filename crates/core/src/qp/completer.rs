@@ -50,6 +50,11 @@ pub(crate) struct Completer {
     /// An ACK came for a PSN past the READ or atomic at the front while it still lacked
     /// responses (`ack_through`): unless they come within a probe timeout, they are lost.
     passed: bool,
+    /// A probe sent the packet at `una` alone, and no ACK has moved `una` since.
+    oldest_probed: bool,
+    /// The last move of `una` answered a probe of the packet at `una` alone, and moved it
+    /// one packet: under go-back-N, a responder that dropped what followed a gap.
+    answered_alone: bool,
     /// While there is no RTT estimate: the timed packet a probe made ambiguous, and when
     /// the probe left (see `Completing::rtt_sample_for`).
     probed_sample: Option<(Psn, Nanos)>,
@@ -458,6 +463,8 @@ impl Completing<'_> {
         if let Some((sample, exact)) = self.rtt_sample_for(ctx.now, una) {
             self.c.rtt_sample(sample, exact);
         }
+        self.c.answered_alone =
+            std::mem::take(&mut self.c.oldest_probed) && una == self.c.una.next();
         self.c.una = una;
         self.c.passed = false;
         if let Some(sb) = self.c.sb.as_mut() {
@@ -513,6 +520,7 @@ impl Completing<'_> {
         self.c.retries_left -= 1;
         // What a probe made ambiguous is sent again now: no sample from it (Karn).
         self.c.probed_sample = None;
+        self.c.oldest_probed = false;
         let una = self.c.una;
         match self.c.sb.as_mut() {
             // Selective repeat: everything the responder does not hold counts as lost, and
@@ -624,10 +632,9 @@ impl Completing<'_> {
             self.advance_una(ctx, psn.next());
         } else {
             w.arrived.insert(i);
-            if self.c.passed {
-                // Responses still come (a replay, beyond a gap): not lost yet.
-                self.arm_probe(ctx.now);
-            }
+            // Responses still come (a replay, beyond a gap): the READ has not stopped, and
+            // what an ACK passed is not lost yet.
+            self.arm_probe(ctx.now);
         }
         // Every request before this READ reached the responder.
         self.c.saw(first);
@@ -778,15 +785,18 @@ impl Completing<'_> {
                 }
                 match self.next_probe(self.c.probes).0 {
                     ProbeSends::Lost => {
-                        let overdue = self
-                            .c
-                            .srtt
-                            .is_some_and(|s| self.probe_timeout() > s + 4 * self.c.rttvar);
+                        // Nothing moved for this stall's probe timeouts: past SRTT +
+                        // 4 RTTVAR, what was sent last is lost too (a resend lost again).
+                        let waited = u64::from(self.c.probes) * self.probe_timeout();
+                        let overdue = self.c.srtt.is_some_and(|s| waited > s + 4 * self.c.rttvar);
                         if let Some(sb) = self.c.sb.as_mut() {
                             sb.probe_lost(overdue);
                         }
                     }
-                    ProbeSends::Oldest => self.cmd(ReqCmd::ProbeOldest),
+                    ProbeSends::Oldest => {
+                        self.c.oldest_probed = true;
+                        self.cmd(ReqCmd::ProbeOldest);
+                    }
                     ProbeSends::Last { from_una } => self.cmd(ReqCmd::Probe {
                         beyond_gap: from_una,
                     }),
@@ -868,18 +878,21 @@ impl Completing<'_> {
         //   packet fills it or, if the responder has it, draws an ACK saying how far it got
         //   (a go-back here resent the window at every stall where a slow rxe's ACKs
         //   lagged: 16x the packets);
-        // - selective repeat, and the last packet is a READ or atomic the responder would
-        //   replay: the packet at `una` draws an ACK whose SACK shows what is lost (before,
-        //   no probe went, and such a stall took the ACK timeout). Not under go-back-N:
-        //   there, with no SACK, the ACK of that packet alone cannot tell a dropped rest from
-        //   one a slow rxe has not reached yet (going back on it sent a 380-packet window
-        //   again; each probe moving `una` one packet, a probe timeout apiece, made seed
-        //   5052 at 5 % loss run 1.5 s), and an atomic probed there drew a replayed response
-        //   that sent the window again too (against rxe: 2.2x the packets of ib_atomic_bw).
+        // - the last packet is a READ or atomic the responder would replay (before, no
+        //   probe went, and such a stall took the ACK timeout). Under selective repeat the
+        //   ACK's SACK then shows what is lost. Under go-back-N, with no SACK, an ACK of
+        //   that packet alone cannot tell a rest the responder dropped from one a slow rxe
+        //   has not reached yet: going back on that ACK at once sent a 380-packet window
+        //   again, and 127 atomics. So the go-back waits for the next probe, a probe
+        //   timeout in which nothing more came (`answered_alone`); probing one packet at a
+        //   time instead moved `una` a packet a probe timeout (seed 1050 at 1 % loss).
         let una_replays = at_una.is_some_and(|w| self.replays(w));
         let gbn_again = held.is_none() && probe >= 2 && !read;
-        let instead = held.is_some() && last.is_some_and(|w| self.replays(w));
+        let instead = last.is_some_and(|w| self.replays(w));
         if (gbn_again || instead) && !una_replays {
+            if instead && held.is_none() && self.c.answered_alone {
+                return (ProbeSends::Last { from_una: true }, at_una);
+            }
             return (ProbeSends::Oldest, at_una);
         }
         // The last packet sent; from `una` if a resend is under way, the responder holds
@@ -893,16 +906,14 @@ impl Completing<'_> {
         )
     }
 
-    /// `w` is the oldest READ, its responses came in order up to `una`, none beyond, and
-    /// then stopped: its tail was lost, or the responder paused (it serves other QPs; a
-    /// lossless simulator run saw 138 us). The rest is what the responder would send next
-    /// anyway: asked for again, nothing that arrived comes twice.
+    /// `w` is the oldest READ and some of its responses came, up to `una` or beyond a gap
+    /// there; if none has come since the probe was armed (each one re-arms it), they
+    /// stopped: its tail was lost, or the responder paused (it serves other QPs; a
+    /// lossless simulator run saw 138 us). What is asked for again runs from `una` to the
+    /// next response that came (`read_request`): nothing that arrived comes twice.
     fn read_stopped(&self, w: &SendWqe) -> bool {
         let una = self.c.una;
-        w.wr.opcode == WrOpcode::RdmaRead
-            && w.holds(una)
-            && w.first_psn != una
-            && w.arrived.next_arrived(0).is_none()
+        w.wr.opcode == WrOpcode::RdmaRead && w.holds(una) && w.any_response(una)
     }
 
     /// Whether sending `w`'s request again would make the responder replay what it
