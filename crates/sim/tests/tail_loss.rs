@@ -541,3 +541,39 @@ fn a_read_whose_responses_beyond_a_gap_stopped_is_probed() {
         assert_eq!(p.a.read(16384, 8192), data);
     }
 }
+
+#[test]
+fn a_slow_first_answer_to_a_probed_atomic_does_not_send_the_later_ones_again() {
+    // Before any RTT sample (the probe waits 1 ms), 20 atomics are answered after 3 ms, as
+    // by a slow rxe, so a probe asks for the first again. The answer that comes is the
+    // first copy's. Taken for the probe's, it showed the 19 atomics asked for before the
+    // probe lost, and they all went again (against rxe: 127 atomics).
+    for sr in [false, true] {
+        let mut p = Pair::new(&PairOptions {
+            timeout: 16,
+            selective_repeat: [sr, true],
+            max_rd_atomic: 16,
+            ..Default::default()
+        });
+        p.world.tap = Some(Tap(Box::new(move |d| {
+            let pkt = PacketRepr::parse(&d.data).unwrap();
+            if pkt.bth.opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE {
+                return TapAction::Delay(3_000_000);
+            }
+            TapAction::Pass
+        })));
+        let atomics = 20u64;
+        for i in 0..atomics {
+            let mut add = wr(&p, i, WrOpcode::AtomicFetchAndAdd, 8 * i, 64, 8);
+            add.compare_add = 1;
+            p.post_send(0, add);
+        }
+        completes_quickly(&mut p, atomics as usize);
+        assert_eq!(
+            u64::from_ne_bytes(p.b.read(64, 8).try_into().unwrap()),
+            atomics
+        );
+        let t = p.world.nodes[0].engine.qp_transport(p.a.qpn).unwrap();
+        assert!(t.packets_resent <= 2, "sr {sr}: {t:?}");
+    }
+}

@@ -651,11 +651,18 @@ impl Sender<'_> {
         };
         self.r.asks += 1;
         self.r.resent += u64::from(again);
+        // A probe asking again for a READ or atomic nothing has answered yet, out of order
+        // (later requests were asked after the first copy): its answer may be the first
+        // copy's, from a slow responder, which shows nothing about the later ones. Counted
+        // as asked now, it made them look lost, and all went again (rxe: 127 atomics).
+        let unanswered = self.r.one_shot && !w.any_response(self.f.una);
         let w = &mut self.sq[idx];
-        w.asked = self.r.asks;
-        if w.wr.opcode == WrOpcode::RdmaRead {
-            let from = (off / self.q.mtu.bytes() as u64) as u32;
-            w.asks.record(from, from + next.psns, self.r.asks);
+        if !unanswered {
+            w.asked = self.r.asks;
+            if w.wr.opcode == WrOpcode::RdmaRead {
+                let from = (off / self.q.mtu.bytes() as u64) as u32;
+                w.asks.record(from, from + next.psns, self.r.asks);
+            }
         }
         if next.ends_wqe && !again {
             self.r.last_msg_at = Some(now);
