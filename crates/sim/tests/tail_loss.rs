@@ -262,7 +262,12 @@ fn a_probe_does_not_ask_again_for_a_read_that_is_answering() {
 fn a_resend_lost_again_at_the_tail_is_probed() {
     // Selective repeat: packet 1 of 4 and then its resend are lost. Nothing sent after the
     // resend can show it lost, so the probe must send it once more.
-    let mut p = sampled(true);
+    resend_lost_again_completes(sampled(true), 4096);
+}
+
+/// A WRITE of `len` bytes on `p` (after `sampled`) whose second packet and its resend
+/// are lost completes quickly with the right data.
+fn resend_lost_again_completes(mut p: Pair, len: usize) {
     let mut copies = 0;
     p.world.tap = Some(Tap(Box::new(move |d| {
         let pkt = PacketRepr::parse(&d.data).unwrap();
@@ -274,11 +279,11 @@ fn a_resend_lost_again_at_the_tail_is_probed() {
         }
         TapAction::Pass
     })));
-    let data: Vec<u8> = (0..4096u32).map(|i| (i % 249) as u8).collect();
+    let data: Vec<u8> = (0..len as u32).map(|i| (i % 249) as u8).collect();
     p.a.buf.write(8192, &data);
-    p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 8192, 8192, 4096));
+    p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 8192, 8192, len));
     completes_quickly(&mut p, 2);
-    assert_eq!(p.b.read(8192, 4096), data);
+    assert_eq!(p.b.read(8192, len), data);
 }
 
 #[test]
@@ -339,16 +344,19 @@ fn a_read_held_whose_response_was_lost_is_probed() {
 
 #[test]
 fn a_lost_write_before_an_atomic_is_probed() {
-    // Selective repeat: a WRITE and the atomic after it are both lost. The last packet is
-    // an atomic that is not the oldest request, which a probe must not send again (the
+    // A WRITE is lost, and with it the atomic after it (selective repeat) or the NAK that
+    // atomic drew (go-back-N: the responder then drops it without a word). The last packet
+    // is an atomic that is not the oldest request, which a probe must not send again (the
     // responder would replay it). The WRITE at `una` goes alone instead; before, no probe
     // went and both waited for the ACK timeout.
-    {
-        let mut p = sampled(true);
-        drop_first(
-            &mut p,
-            [(Opcode::RC_RDMA_WRITE_ONLY, 1), (Opcode::RC_FETCH_ADD, 1)],
-        );
+    for sr in [true, false] {
+        let mut p = sampled(sr);
+        if sr {
+            let drops = [(Opcode::RC_RDMA_WRITE_ONLY, 1), (Opcode::RC_FETCH_ADD, 1)];
+            drop_first(&mut p, drops);
+        } else {
+            drop_with_its_nak(&mut p, Opcode::RC_RDMA_WRITE_ONLY);
+        }
         p.b.buf.write(64, &7u64.to_ne_bytes());
         p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 128, 128, 64));
         let mut add = wr(&p, 3, WrOpcode::AtomicFetchAndAdd, 256, 64, 8);
@@ -416,14 +424,20 @@ fn a_read_whose_last_response_was_lost_is_probed() {
     // will come. The rest is asked for again (before, a READ whose responses had begun
     // was never probed, and waited for the ACK timeout).
     for sr in [true, false] {
-        let mut p = sampled(sr);
-        drop_first(&mut p, [(Opcode::RC_RDMA_READ_RESPONSE_LAST, 1)]);
-        let data: Vec<u8> = (0..4096u32).map(|i| (i % 239) as u8).collect();
-        p.b.buf.write(8192, &data);
-        p.post_send(0, wr(&p, 2, WrOpcode::RdmaRead, 8192, 8192, 4096));
-        completes_quickly(&mut p, 2);
-        assert_eq!(p.a.read(8192, 4096), data);
+        read_completes(sr, [(Opcode::RC_RDMA_READ_RESPONSE_LAST, 1)], 4096);
     }
+}
+
+/// A READ of `len` bytes on `sampled(sr)` whose responses the tap drops as `drops` says
+/// (`drop_first`) completes quickly with the right data.
+fn read_completes<const K: usize>(sr: bool, drops: [(Opcode, usize); K], len: usize) {
+    let mut p = sampled(sr);
+    drop_first(&mut p, drops);
+    let data: Vec<u8> = (0..len as u32).map(|i| (i % 239) as u8).collect();
+    p.b.buf.write(16384, &data);
+    p.post_send(0, wr(&p, 2, WrOpcode::RdmaRead, 16384, 16384, len));
+    completes_quickly(&mut p, 2);
+    assert_eq!(p.a.read(16384, len), data);
 }
 
 #[test]
@@ -438,23 +452,7 @@ fn a_resend_lost_again_is_probed_once_the_probes_waited_out_the_rtt_variance() {
         jitter: 50_000,
         ..Default::default()
     };
-    let mut p = sampled_over(true, net, 9);
-    let mut copies = 0;
-    p.world.tap = Some(Tap(Box::new(move |d| {
-        let pkt = PacketRepr::parse(&d.data).unwrap();
-        if pkt.bth.opcode == Opcode::RC_RDMA_WRITE_ONLY && pkt.bth.psn.value() == 102 {
-            copies += 1;
-            if copies <= 2 {
-                return TapAction::Drop;
-            }
-        }
-        TapAction::Pass
-    })));
-    let data: Vec<u8> = (0..8192u32).map(|i| (i % 233) as u8).collect();
-    p.a.buf.write(8192, &data);
-    p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 8192, 8192, 8192));
-    completes_quickly(&mut p, 2);
-    assert_eq!(p.b.read(8192, 8192), data);
+    resend_lost_again_completes(sampled_over(true, net, 9), 8192);
 }
 
 /// Drops the first packet of `opcode` and the first NAK: a go-back-N responder then drops
@@ -471,24 +469,6 @@ fn drop_with_its_nak(p: &mut Pair, opcode: Opcode) {
             TapAction::Pass
         }
     })));
-}
-
-#[test]
-fn a_gap_before_an_atomic_whose_nak_was_lost_is_probed() {
-    // Go-back-N: a WRITE is lost, and the NAK the atomic after it drew. The last packet
-    // is an atomic that is not the oldest request, which a probe must not send again;
-    // before, no probe went at all and both waited for the ACK timeout. The WRITE at `una`
-    // goes alone instead.
-    let mut p = sampled(false);
-    drop_with_its_nak(&mut p, Opcode::RC_RDMA_WRITE_ONLY);
-    p.b.buf.write(64, &7u64.to_ne_bytes());
-    p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 128, 128, 64));
-    let mut add = wr(&p, 3, WrOpcode::AtomicFetchAndAdd, 256, 64, 8);
-    add.compare_add = 3;
-    p.post_send(0, add);
-    completes_quickly(&mut p, 3);
-    assert_eq!(u64::from_ne_bytes(p.b.read(64, 8).try_into().unwrap()), 10);
-    assert_eq!(u64::from_ne_bytes(p.a.read(256, 8).try_into().unwrap()), 7);
 }
 
 #[test]
@@ -526,19 +506,11 @@ fn a_read_whose_responses_beyond_a_gap_stopped_is_probed() {
     // stream end shows the gap lost. The READ at `una` is asked again from its first
     // missing response (before, a READ with responses beyond a gap was never probed).
     for sr in [true, false] {
-        let mut p = sampled(sr);
-        drop_first(
-            &mut p,
-            [
-                (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 1),
-                (Opcode::RC_RDMA_READ_RESPONSE_LAST, 1),
-            ],
-        );
-        let data: Vec<u8> = (0..8192u32).map(|i| (i % 229) as u8).collect();
-        p.b.buf.write(16384, &data);
-        p.post_send(0, wr(&p, 2, WrOpcode::RdmaRead, 16384, 16384, 8192));
-        completes_quickly(&mut p, 2);
-        assert_eq!(p.a.read(16384, 8192), data);
+        let drops = [
+            (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 1),
+            (Opcode::RC_RDMA_READ_RESPONSE_LAST, 1),
+        ];
+        read_completes(sr, drops, 8192);
     }
 }
 
