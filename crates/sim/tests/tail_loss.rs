@@ -549,3 +549,30 @@ fn a_slow_first_answer_to_a_probed_atomic_does_not_send_the_later_ones_again() {
         assert!(t.packets_resent <= 2, "sr {sr}: {t:?}");
     }
 }
+
+#[test]
+fn a_stall_whose_second_probe_is_lost_is_probed_again() {
+    // Go-back-N, with an RTT sample: a WRITE is lost, with the NAK the next one drew, and
+    // the second probe's copy of it is lost too. Two probes were all a stall had before
+    // the ACK timeout; with a sample there are four.
+    let mut p = sampled(false);
+    let (mut copies, mut naked) = (0, false);
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        let pkt = PacketRepr::parse(&d.data).unwrap();
+        let nak = matches!(pkt.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_)));
+        if nak && !std::mem::replace(&mut naked, true) {
+            return TapAction::Drop;
+        }
+        if pkt.bth.opcode == Opcode::RC_RDMA_WRITE_ONLY && pkt.bth.psn.value() == 101 {
+            copies += 1;
+            if copies <= 2 {
+                return TapAction::Drop;
+            }
+        }
+        TapAction::Pass
+    })));
+    for i in 0..3u64 {
+        p.post_send(0, wr(&p, 2 + i, WrOpcode::RdmaWrite, i * 64, i * 64, 64));
+    }
+    completes_quickly(&mut p, 4);
+}

@@ -17,8 +17,13 @@ use oxrdma_wire::aeth::rnr_timer_micros;
 use oxrdma_wire::{NakCode, Opcode, Operation, PacketRepr, Psn, Syndrome};
 use std::collections::VecDeque;
 
-/// Tail-loss probes per stall before only the ACK timeout is left.
+/// Tail-loss probes per stall before only the ACK timeout is left: two before an RTT
+/// sample (the timeout is then a guess, and a slow peer's answer to the first is learnt
+/// from), four after, each from the third on waiting twice as long as the one before. At
+/// 5 % loss a go-back's first packet and the second probe's copy of it were both lost
+/// often enough that a stall with two probes still waited out the ACK timeout.
 const MAX_PROBES: u8 = 2;
+const MAX_PROBES_SAMPLED: u8 = 4;
 
 /// What the completer owns: how far the peer has acknowledged, the retry budgets, the RTT
 /// estimate and every retransmission deadline.
@@ -956,10 +961,15 @@ impl Completing<'_> {
             2 * self.probe_timeout()
         } else {
             self.probe_timeout()
+        } << self.c.probes.saturating_sub(1);
+        let max = if self.c.srtt.is_some() {
+            MAX_PROBES_SAMPLED
+        } else {
+            MAX_PROBES
         };
         let outstanding = self.c.una != self.cur.high_psn;
-        let probe = (outstanding && self.c.probes < MAX_PROBES && (!replays || self.c.passed))
-            .then(|| now + wait);
+        let probe =
+            (outstanding && self.c.probes < max && (!replays || self.c.passed)).then(|| now + wait);
         self.c.timers.set_or_stop(Timer::Probe, probe);
     }
 }
