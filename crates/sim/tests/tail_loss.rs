@@ -70,6 +70,29 @@ fn drop_first<const K: usize>(p: &mut Pair, drops: [(Opcode, usize); K]) {
     })));
 }
 
+/// Drops the first `n` packets `pick` selects, and the first NAK: a go-back-N responder
+/// then drops everything after the gap without a word, as rxe does once it has NAKed it.
+fn drop_with_its_nak(p: &mut Pair, n: usize, pick: impl Fn(&PacketRepr<'_>) -> bool + 'static) {
+    let (mut picked, mut naked) = (0, false);
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        let pkt = PacketRepr::parse(&d.data).expect("engine sends valid packets");
+        let nak = matches!(pkt.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_)));
+        if nak && !std::mem::replace(&mut naked, true) {
+            return TapAction::Drop;
+        }
+        if pick(&pkt) && picked < n {
+            picked += 1;
+            return TapAction::Drop;
+        }
+        TapAction::Pass
+    })));
+}
+
+/// Picks RDMA WRITE ONLY packets.
+fn write_only(pkt: &PacketRepr<'_>) -> bool {
+    pkt.bth.opcode == Opcode::RC_RDMA_WRITE_ONLY
+}
+
 fn wr(p: &Pair, wr_id: u64, opcode: WrOpcode, local: u64, remote: u64, len: usize) -> SendWr {
     let mut wr = SendWr::new(
         wr_id,
@@ -182,19 +205,7 @@ fn a_gap_whose_nak_was_lost_is_probed_from_its_start() {
     // Go-back-N, as with rxe: the responder NAKs a gap once and drops what follows it
     // (the last packet, probed again, too) until the missing packet comes.
     let mut p = pair(false);
-    let mut first = (true, true);
-    p.world.tap = Some(Tap(Box::new(move |d| {
-        let pkt = PacketRepr::parse(&d.data).unwrap();
-        let nak = matches!(pkt.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_)));
-        let (write, naked) = &mut first;
-        if pkt.bth.opcode == Opcode::RC_RDMA_WRITE_ONLY && std::mem::take(write)
-            || nak && std::mem::take(naked)
-        {
-            TapAction::Drop
-        } else {
-            TapAction::Pass
-        }
-    })));
+    drop_with_its_nak(&mut p, 1, write_only);
     for i in 0..3u64 {
         p.post_send(0, wr(&p, i, WrOpcode::RdmaWrite, i * 64, i * 64, 64));
     }
@@ -355,7 +366,7 @@ fn a_lost_write_before_an_atomic_is_probed() {
             let drops = [(Opcode::RC_RDMA_WRITE_ONLY, 1), (Opcode::RC_FETCH_ADD, 1)];
             drop_first(&mut p, drops);
         } else {
-            drop_with_its_nak(&mut p, Opcode::RC_RDMA_WRITE_ONLY);
+            drop_with_its_nak(&mut p, 1, write_only);
         }
         p.b.buf.write(64, &7u64.to_ne_bytes());
         p.post_send(0, wr(&p, 2, WrOpcode::RdmaWrite, 128, 128, 64));
@@ -455,22 +466,6 @@ fn a_resend_lost_again_is_probed_once_the_probes_waited_out_the_rtt_variance() {
     resend_lost_again_completes(sampled_over(true, net, 9), 8192);
 }
 
-/// Drops the first packet of `opcode` and the first NAK: a go-back-N responder then drops
-/// everything after the gap without a word, as rxe does once it has NAKed it.
-fn drop_with_its_nak(p: &mut Pair, opcode: Opcode) {
-    let mut first = (true, true);
-    p.world.tap = Some(Tap(Box::new(move |d| {
-        let pkt = PacketRepr::parse(&d.data).unwrap();
-        let nak = matches!(pkt.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_)));
-        let (packet, naked) = &mut first;
-        if pkt.bth.opcode == opcode && std::mem::take(packet) || nak && std::mem::take(naked) {
-            TapAction::Drop
-        } else {
-            TapAction::Pass
-        }
-    })));
-}
-
 #[test]
 fn a_gap_answered_alone_goes_back_instead_of_crawling() {
     // Go-back-N: the first of 100 one-packet WRITEs is lost with its NAK, and an atomic
@@ -479,7 +474,7 @@ fn a_gap_answered_alone_goes_back_instead_of_crawling() {
     // The next probe goes back from `una`: probing one packet at a time again took a
     // probe timeout per WRITE.
     let mut p = sampled(false);
-    drop_with_its_nak(&mut p, Opcode::RC_RDMA_WRITE_ONLY);
+    drop_with_its_nak(&mut p, 1, write_only);
     let writes = 100u64;
     for i in 0..writes {
         p.post_send(0, wr(&p, 2 + i, WrOpcode::RdmaWrite, i * 64, i * 64, 64));
@@ -556,21 +551,9 @@ fn a_stall_whose_second_probe_is_lost_is_probed_again() {
     // the second probe's copy of it is lost too. Two probes were all a stall had before
     // the ACK timeout; with a sample there are four.
     let mut p = sampled(false);
-    let (mut copies, mut naked) = (0, false);
-    p.world.tap = Some(Tap(Box::new(move |d| {
-        let pkt = PacketRepr::parse(&d.data).unwrap();
-        let nak = matches!(pkt.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_)));
-        if nak && !std::mem::replace(&mut naked, true) {
-            return TapAction::Drop;
-        }
-        if pkt.bth.opcode == Opcode::RC_RDMA_WRITE_ONLY && pkt.bth.psn.value() == 101 {
-            copies += 1;
-            if copies <= 2 {
-                return TapAction::Drop;
-            }
-        }
-        TapAction::Pass
-    })));
+    drop_with_its_nak(&mut p, 2, |pkt| {
+        write_only(pkt) && pkt.bth.psn.value() == 101
+    });
     for i in 0..3u64 {
         p.post_send(0, wr(&p, 2 + i, WrOpcode::RdmaWrite, i * 64, i * 64, 64));
     }
