@@ -1,7 +1,7 @@
 //! Engines joined by the simulated network, on one virtual clock.
 
 use crate::net::{Datagram, NetConfig, Network};
-use oxrdma_core::{DeviceAttr, Engine, EngineConfig, Gid, Mtu, Nanos, MAX_PACKET};
+use oxrdma_core::{DeviceAttr, Engine, EngineConfig, Gid, Mtu, Nanos, Transmit, MAX_PACKET};
 use oxrdma_wire::{icrc, Headers, Opcode, ROCE_V2_PORT};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -32,6 +32,8 @@ pub struct WorldStats {
     pub sent_digest: u64,
     /// Packets the engines' run path took (`Stats::rx_run`), summed.
     pub rx_run: u64,
+    /// Packets the engines' send run path built (`Stats::tx_run`), summed.
+    pub tx_run: u64,
 }
 
 /// What a tap does with a packet about to enter the network.
@@ -67,6 +69,10 @@ pub struct World {
     /// Hands each packet to its engine on its own (the reference for the run path, which
     /// packets that arrive together take otherwise: see `NetConfig::rx_every`).
     pub per_packet: bool,
+    /// Packets an engine may write per `poll_transmit_many` call, as a driver's batch
+    /// (1: one `poll_transmit` at a time). With more, a message's middle packets are built
+    /// in runs unless the engine's send runs are off (`Engine::set_send_runs`).
+    pub tx_slots: usize,
     buf: Vec<u8>,
 }
 
@@ -152,6 +158,7 @@ impl World {
             trace: std::env::var_os("OXRDMA_SIM_TRACE").is_some(),
             tap: None,
             per_packet: false,
+            tx_slots: 1,
             buf: vec![0; MAX_PACKET],
         }
     }
@@ -162,6 +169,7 @@ impl World {
 
     /// Moves everything the engines want to send onto the network.
     fn transmit(&mut self) {
+        let mut sent = Vec::new();
         for i in 0..self.nodes.len() {
             self.nodes[i].tx_wakeup = None;
             loop {
@@ -170,34 +178,51 @@ impl World {
                     self.nodes[i].tx_wakeup = Some(self.now + backlog - TX_QUEUE);
                     break;
                 }
-                let Some(t) = self.nodes[i].engine.poll_transmit(self.now, &mut self.buf) else {
-                    break;
-                };
-                let Some(to) = self.node_of(t.dest) else {
-                    self.stats.no_such_host += 1;
-                    continue;
-                };
-                let mut data = self.buf[..t.len].to_vec();
-                self.stats.sent_digest = digest(self.stats.sent_digest, i, to, &data);
-                let hdr = ip_udp(self.nodes[i].ip, self.nodes[to].ip, t.src_port, data.len());
-                icrc::fill(&hdr, &mut data).expect("engine packets are long enough");
-                let d = Datagram {
-                    from: i,
-                    to,
-                    src_port: t.src_port,
-                    data,
-                    ce: false,
-                };
-                let action = self.tap.as_mut().map_or(TapAction::Pass, |t| (t.0)(&d));
-                match action {
-                    TapAction::Pass => self.net.send(self.now, d),
-                    TapAction::Drop => {}
-                    TapAction::Delay(hold) => self.net.send_held(self.now, d, hold),
-                    TapAction::Duplicate => {
-                        self.net.send(self.now, d.clone());
-                        self.net.send(self.now, d);
-                    }
+                sent.clear();
+                self.buf.resize(self.tx_slots.max(1) * MAX_PACKET, 0);
+                let engine = &mut self.nodes[i].engine;
+                if self.tx_slots > 1 {
+                    engine.poll_transmit_many(self.now, &mut self.buf, |t| sent.push(t));
+                } else {
+                    sent.extend(engine.poll_transmit(self.now, &mut self.buf));
                 }
+                if sent.is_empty() {
+                    break;
+                }
+                let mut at = 0;
+                for t in &sent {
+                    self.put_on_network(i, *t, at);
+                    at += t.len;
+                }
+            }
+        }
+    }
+
+    /// Puts the packet `t` that node `i` wrote at `at` in `buf` on the network.
+    fn put_on_network(&mut self, i: usize, t: Transmit, at: usize) {
+        let Some(to) = self.node_of(t.dest) else {
+            self.stats.no_such_host += 1;
+            return;
+        };
+        let mut data = self.buf[at..at + t.len].to_vec();
+        self.stats.sent_digest = digest(self.stats.sent_digest, i, to, &data);
+        let hdr = ip_udp(self.nodes[i].ip, self.nodes[to].ip, t.src_port, data.len());
+        icrc::fill(&hdr, &mut data).expect("engine packets are long enough");
+        let d = Datagram {
+            from: i,
+            to,
+            src_port: t.src_port,
+            data,
+            ce: false,
+        };
+        let action = self.tap.as_mut().map_or(TapAction::Pass, |t| (t.0)(&d));
+        match action {
+            TapAction::Pass => self.net.send(self.now, d),
+            TapAction::Drop => {}
+            TapAction::Delay(hold) => self.net.send_held(self.now, d, hold),
+            TapAction::Duplicate => {
+                self.net.send(self.now, d.clone());
+                self.net.send(self.now, d);
             }
         }
     }

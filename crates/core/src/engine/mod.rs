@@ -54,6 +54,9 @@ pub struct Stats {
     /// Received packets not acted on, by reason.
     pub rx_drops: RxDrops,
     pub tx_packets: u64,
+    /// Of those, packets the send run path built (the middle packets after a request:
+    /// `Qp::next_request_run`).
+    pub tx_run: u64,
     /// Received packets whose IP header said CE (congestion experienced), and CNPs.
     pub rx_ce: u64,
     pub cnps_received: u64,
@@ -82,6 +85,9 @@ pub struct Engine {
     /// The QP that sent the last packet, and how many it has sent in a row.
     burst_qpn: u32,
     burst: u32,
+    /// Build a message's middle packets in runs (`Qp::next_request_run`); off, packet by
+    /// packet, the reference the simulator checks the runs against.
+    send_runs: bool,
     /// Every QP's next deadline.
     timers: TimerQueue,
     events: VecDeque<AsyncEvent>,
@@ -162,6 +168,7 @@ impl Engine {
             active: VecDeque::new(),
             burst_qpn: 0,
             burst: 0,
+            send_runs: true,
             timers: TimerQueue::default(),
             events: VecDeque::new(),
             cm,
@@ -184,6 +191,13 @@ impl Engine {
     }
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// Builds a message's middle packets in runs when a caller takes many packets at once
+    /// (on by default); off, `poll_transmit_many` builds every packet on its own, as the
+    /// simulator's reference.
+    pub fn set_send_runs(&mut self, on: bool) {
+        self.send_runs = on;
     }
 
     /// A random 24-bit PSN, for a QP's initial send PSN.
@@ -385,27 +399,47 @@ impl Engine {
             let more = loop {
                 let buf = &mut slots[at..at + MAX_PACKET];
                 let mut ctx = ctx!(self, now);
-                let (len, dest) = match qp.next_response(buf) {
-                    Some(len) => (Some(len), None),
-                    None => qp.next_request(&mut ctx, buf),
+                let (len, dest, request) = match qp.next_response(buf) {
+                    Some(len) => (Some(len), None, false),
+                    None => {
+                        let (len, dest) = qp.next_request(&mut ctx, buf);
+                        (len, dest, true)
+                    }
                 };
                 let Some(len) = len else {
                     break false;
                 };
-                self.burst = if self.burst_qpn == qpn {
-                    self.burst + 1
+                // The middle packets that follow a request at once, built in one call, up
+                // to where the room or the QP's burst ends (`request_run.rs`).
+                let burst = if self.burst_qpn == qpn { self.burst } else { 0 } + 1;
+                let turn_left = if self.active.is_empty() {
+                    usize::MAX
                 } else {
-                    1
+                    BURST.saturating_sub(burst) as usize
                 };
-                self.burst_qpn = qpn;
-                self.stats.tx_packets += 1;
+                let limit = (max - n - 1).min(turn_left);
+                let (run, run_len) = if request && self.send_runs && limit > 0 {
+                    qp.next_request_run(&mut ctx, &mut slots[at + len..], limit)
+                } else {
+                    (0, 0)
+                };
+                self.stats.tx_run += run as u64;
                 let dest = dest.or(qp.av.map(|a| a.dgid)).unwrap_or_default();
-                sent(Transmit {
-                    dest,
-                    src_port: qp.udp_sport,
-                    len,
-                });
-                (at, n) = (at + len, n + 1);
+                for len in std::iter::once(len).chain(std::iter::repeat_n(run_len, run)) {
+                    self.burst = if self.burst_qpn == qpn {
+                        self.burst + 1
+                    } else {
+                        1
+                    };
+                    self.burst_qpn = qpn;
+                    self.stats.tx_packets += 1;
+                    sent(Transmit {
+                        dest,
+                        src_port: qp.udp_sport,
+                        len,
+                    });
+                    (at, n) = (at + len, n + 1);
+                }
                 if n == max {
                     room = false;
                     break true;

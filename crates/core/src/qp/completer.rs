@@ -277,6 +277,13 @@ impl Completing<'_> {
     /// Request packet `s` left: the scoreboard, the RTT sample (Karn: a packet sent again
     /// is timed no more), the ACK timer and the probe.
     pub(crate) fn sent(&mut self, s: &Sent, now: Nanos) {
+        self.sent_in_run(s, now);
+        self.arm_probe(now);
+    }
+
+    /// [`Self::sent`] but for the probe, for a packet of a run (`Qp::next_request_run`):
+    /// the probe is armed once, after the run's last packet, as the last `sent` would.
+    pub(crate) fn sent_in_run(&mut self, s: &Sent, now: Nanos) {
         if let Some(sb) = self.c.sb.as_mut() {
             sb.sent_packet(s.psn, s.psns, s.asks);
         }
@@ -294,7 +301,6 @@ impl Completing<'_> {
         if !self.c.timers.is_running(Timer::Retransmit) {
             self.restart_ack_timer(now);
         }
-        self.arm_probe(now);
         if let Some(gap) = self.c.pace_gap() {
             // A token bucket in time: `pace_at` moves a gap per packet, and never lags
             // `now` by more than a burst.
@@ -945,7 +951,7 @@ impl Completing<'_> {
     /// answered from the responder's replay. Other losses of READs and atomics are
     /// found by the gap in the responses, an ACK past them (`passed`) or the ACK timeout. A
     /// READ or atomic further back is no matter: the probe sends a later packet.
-    fn arm_probe(&mut self, now: Nanos) {
+    pub(crate) fn arm_probe(&mut self, now: Nanos) {
         // Per packet sent: what the probe sends (found by walking the send queue) only
         // matters when a READ or atomic is outstanding.
         let asks = self

@@ -126,7 +126,7 @@ impl Qp {
     }
 
     /// The completer at work on this QP, with the requester's cursor `cur`.
-    fn completing(&mut self, cur: Cursor) -> Completing<'_> {
+    pub(super) fn completing(&mut self, cur: Cursor) -> Completing<'_> {
         Completing {
             c: &mut self.comp,
             q: &self.cview,

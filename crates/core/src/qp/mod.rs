@@ -30,6 +30,7 @@ mod drive;
 mod ecn;
 mod handoff;
 mod post;
+mod request_run;
 mod requester;
 mod responder;
 mod scoreboard;

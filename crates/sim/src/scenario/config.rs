@@ -36,8 +36,11 @@ pub struct ScenarioConfig {
     pub time_limit: Nanos,
     /// Only RDMA WRITEs of `max_len` bytes (for throughput measurements).
     pub write_only: bool,
-    /// Every packet through the per-packet path (`World::per_packet`).
+    /// Every packet through the per-packet path, received (`World::per_packet`) and sent
+    /// (`Engine::set_send_runs`).
     pub per_packet: bool,
+    /// Packets an engine writes per call at most (`World::tx_slots`).
+    pub tx_slots: usize,
 }
 
 impl ScenarioConfig {
@@ -58,6 +61,7 @@ impl ScenarioConfig {
             time_limit: 600_000_000_000,
             write_only: false,
             per_packet: false,
+            tx_slots: 1,
         }
     }
 }

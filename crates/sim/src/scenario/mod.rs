@@ -28,6 +28,10 @@ pub fn run(cfg: &ScenarioConfig) -> Report {
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x005e_ed0f_0ad5);
     let mut world = World::new(cfg.nodes, cfg.net.clone(), cfg.seed);
     world.per_packet = cfg.per_packet;
+    world.tx_slots = cfg.tx_slots;
+    for n in &mut world.nodes {
+        n.engine.set_send_runs(!cfg.per_packet);
+    }
     let mut report = Report::default();
     let (pds, counters) = setup_nodes(&mut world, &mut rng);
     let mut sides = create_sides(cfg, &mut world, &pds, &mut rng);
@@ -47,6 +51,7 @@ pub fn run(cfg: &ScenarioConfig) -> Report {
     report.net = world.net.stats;
     report.world = world.stats;
     report.world.rx_run = world.nodes.iter().map(|n| n.engine.stats().rx_run).sum();
+    report.world.tx_run = world.nodes.iter().map(|n| n.engine.stats().tx_run).sum();
     report
 }
 

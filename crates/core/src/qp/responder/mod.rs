@@ -165,6 +165,11 @@ impl Responder {
         (self.msn + 1) & 0xff_ffff
     }
 
+    /// Whether any reply (ACK, NAK, READ response, atomic ACK) waits to be sent.
+    pub(crate) fn has_replies(&self) -> bool {
+        !self.replies.is_empty()
+    }
+
     /// Whether the one reply waiting is a positive ACK (which may be held back).
     pub(crate) fn only_an_ack_waits(&self) -> bool {
         self.replies.len() == 1
