@@ -5,8 +5,9 @@
 //! requests) go back. Prints nanoseconds per data packet on each side; run it under
 //! callgrind to see where the instructions go.
 //!   cargo run --release -p oxrdma-sim --example train -- 2000 [per-packet] [read]
-//! `per-packet` hands each packet over on its own (`Engine::handle_packet_ecn`), the
-//! reference the run path is measured against.
+//! `per-packet` builds each packet on its own (`Engine::set_send_runs(false)`) and hands
+//! each over on its own (`Engine::handle_packet_ecn`): the references the run paths are
+//! measured against.
 
 use oxrdma_core::{Gid, SendData, SendFlags, SendWr, WcStatus, WrOpcode, MAX_PACKET};
 use oxrdma_sim::{Pair, PairOptions};
@@ -23,6 +24,9 @@ fn main() {
     // Which node sends the data packets.
     let data_from = usize::from(read);
     let mut p = Pair::new(&PairOptions::default());
+    for n in &mut p.world.nodes {
+        n.engine.set_send_runs(!per_packet);
+    }
     let gids = [0, 1].map(|n| Gid::from(p.world.nodes[n].ip));
     let mut slots = vec![0u8; 64 * MAX_PACKET];
     let mut lens = Vec::new();
