@@ -390,9 +390,24 @@ impl Completing<'_> {
         });
         if !waits {
             self.advance_una(ctx, psn.next());
-        } else if !self.c.passed {
+            return;
+        }
+        // `una` stays at the READ or atomic, but the ACK still times the packet it covers.
+        self.time_sample_through(ctx.now, psn);
+        if !self.c.passed {
             self.c.passed = true;
             self.arm_probe(ctx.now);
+        }
+    }
+
+    /// An answer to every request up to `psn` came at `now`: the RTT sample, if its packet
+    /// is among them. Without this, while a READ short of responses holds `una` (at a few
+    /// per cent loss, most of the time), no sample was ever taken, and READs, which are
+    /// probed only once one exists, waited for the ACK timeout.
+    fn time_sample_through(&mut self, now: Nanos, psn: Psn) {
+        if let Some((_, sent)) = self.c.rtt_sample.filter(|&(p, _)| !psn.before(p)) {
+            self.c.rtt_sample = None;
+            self.c.rtt_sample(now.saturating_sub(sent), true);
         }
     }
 
@@ -643,6 +658,11 @@ impl Completing<'_> {
             self.advance_una(ctx, psn.next());
         } else {
             w.arrived.insert(i);
+            if i == 0 {
+                // The first response to the READ's request times it (not a later one: the
+                // responder may have sent those long after).
+                self.time_sample_through(ctx.now, psn);
+            }
             // Responses still come (a replay, beyond a gap): the READ has not stopped, and
             // what an ACK passed is not lost yet.
             self.arm_probe(ctx.now);
