@@ -13,46 +13,68 @@ use oxrdma_wire::{Headers, Opcode};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// A seeded mixed workload under random loss, reordering, duplication, corruption and
+/// jitter (`more` sets the rest, drawing from the same generator), run with the run paths
+/// on and packet by packet: no violation, and the same report but for the run counters.
+/// Returns the report with the run paths on.
+fn same_both_ways(
+    seed: u64,
+    test: &str,
+    more: impl FnOnce(&mut ChaCha8Rng, ScenarioConfig) -> ScenarioConfig,
+) -> oxrdma_sim::Report {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let max = [0.0, 0.02, 0.1][rng.random_range(0..3)];
+    let base = ScenarioConfig {
+        net: NetConfig {
+            loss: rng.random_range(0.0..=max),
+            reorder: rng.random_range(0.0..=max),
+            duplicate: rng.random_range(0.0..=max),
+            corrupt: rng.random_range(0.0..=max),
+            jitter: rng.random_range(0..5_000),
+            ..NetConfig::default()
+        },
+        expect: Expect::RetryErrorsAllowed,
+        ..ScenarioConfig::new(seed)
+    };
+    let runs = more(&mut rng, base);
+    let per_packet = ScenarioConfig {
+        per_packet: true,
+        ..runs.clone()
+    };
+    let (a, b) = (run(&runs), run(&per_packet));
+    assert!(a.violations.is_empty(), "seed {seed}: {:?}", a.violations);
+    assert_eq!((b.world.rx_run, b.world.tx_run), (0, 0), "seed {seed}");
+    let a_ = oxrdma_sim::Report {
+        world: oxrdma_sim::WorldStats {
+            rx_run: 0,
+            tx_run: 0,
+            ..a.world
+        },
+        ..a.clone()
+    };
+    assert_eq!(
+        a_, b,
+        "seed {seed}: the run paths and the per-packet paths differ\n  re-run: \
+         OXRDMA_SIM_SEED={seed} cargo test --release -p oxrdma-sim --test run_path {test}"
+    );
+    a
+}
+
 #[test]
 fn a_scenario_has_the_same_effects_packet_by_packet() {
     let mut taken = 0;
     for seed in seeds(90_000, 60) {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let max = [0.0, 0.02, 0.1][rng.random_range(0..3)];
-        let runs = ScenarioConfig {
-            net: NetConfig {
-                loss: rng.random_range(0.0..=max),
-                reorder: rng.random_range(0.0..=max),
-                duplicate: rng.random_range(0.0..=max),
-                corrupt: rng.random_range(0.0..=max),
-                jitter: rng.random_range(0..5_000),
-                rx_every: rng.random_range(2_000..50_000),
-                ..NetConfig::default()
-            },
-            write_only: rng.random_bool(0.3),
-            expect: Expect::RetryErrorsAllowed,
-            ..ScenarioConfig::new(seed)
-        };
-        let per_packet = ScenarioConfig {
-            per_packet: true,
-            ..runs.clone()
-        };
-        let (a, b) = (run(&runs), run(&per_packet));
-        assert!(a.violations.is_empty(), "seed {seed}: {:?}", a.violations);
-        assert_eq!(b.world.rx_run, 0, "seed {seed}");
+        let a = same_both_ways(seed, "a_scenario_has_the_same_effects", |rng, c| {
+            ScenarioConfig {
+                net: NetConfig {
+                    rx_every: rng.random_range(2_000..50_000),
+                    ..c.net
+                },
+                write_only: rng.random_bool(0.3),
+                ..c
+            }
+        });
         taken += a.world.rx_run;
-        let a_ = oxrdma_sim::Report {
-            world: oxrdma_sim::WorldStats {
-                rx_run: 0,
-                ..a.world
-            },
-            ..a.clone()
-        };
-        assert_eq!(
-            a_, b,
-            "seed {seed}: the run path and the per-packet path differ\n  re-run: \
-             OXRDMA_SIM_SEED={seed} cargo test --release -p oxrdma-sim --test run_path"
-        );
     }
     assert!(taken > 0, "no packet took the run path");
     println!("{taken} packets took the run path");
@@ -60,52 +82,20 @@ fn a_scenario_has_the_same_effects_packet_by_packet() {
 
 /// The send side's run path (`Qp::next_request_run`: a message's middle packets built in
 /// one call when the driver takes many at once) against the per-packet path, over the
-/// same seeded scenarios: the engines write as many packets per call as a driver's batch
-/// holds, of random size, in both twins.
+/// same kind of seeded scenarios: the engines write as many packets per call as a
+/// driver's batch holds, of random size, in both twins.
 #[test]
 fn a_scenario_sends_the_same_packets_in_runs() {
     let (mut sent_in_runs, mut sent) = (0, 0);
     for seed in seeds(92_000, 60) {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let max = [0.0, 0.02, 0.1][rng.random_range(0..3)];
-        let runs = ScenarioConfig {
-            net: NetConfig {
-                loss: rng.random_range(0.0..=max),
-                reorder: rng.random_range(0.0..=max),
-                duplicate: rng.random_range(0.0..=max),
-                corrupt: rng.random_range(0.0..=max),
-                jitter: rng.random_range(0..5_000),
-                ..NetConfig::default()
-            },
+        let a = same_both_ways(seed, "a_scenario_sends_the_same", |rng, c| ScenarioConfig {
             write_only: rng.random_bool(0.3),
             late_recv: rng.random_bool(0.2),
             tx_slots: rng.random_range(2..=64),
-            expect: Expect::RetryErrorsAllowed,
-            ..ScenarioConfig::new(seed)
-        };
-        let per_packet = ScenarioConfig {
-            per_packet: true,
-            ..runs.clone()
-        };
-        let (a, b) = (run(&runs), run(&per_packet));
-        assert!(a.violations.is_empty(), "seed {seed}: {:?}", a.violations);
-        assert_eq!(b.world.tx_run, 0, "seed {seed}");
+            ..c
+        });
         sent_in_runs += a.world.tx_run;
         sent += a.net.sent;
-        let a_ = oxrdma_sim::Report {
-            world: oxrdma_sim::WorldStats {
-                rx_run: 0,
-                tx_run: 0,
-                ..a.world
-            },
-            ..a.clone()
-        };
-        assert_eq!(
-            a_, b,
-            "seed {seed}: the send run path and the per-packet path differ\n  re-run: \
-             OXRDMA_SIM_SEED={seed} cargo test --release -p oxrdma-sim --test run_path \
-             a_scenario_sends_the_same_packets_in_runs"
-        );
     }
     // Many packets of these workloads are middle packets of long messages (14 % at seeds
     // 92,000-92,059, ACKs and packets sent again counted).
