@@ -658,9 +658,10 @@ impl Completing<'_> {
             self.advance_una(ctx, psn.next());
         } else {
             w.arrived.insert(i);
-            if i == 0 {
-                // The first response to the READ's request times it (not a later one: the
-                // responder may have sent those long after).
+            if i == 0 && self.c.rtt_sample.is_some_and(|(p, _)| p == psn) {
+                // The first response to the READ's request, timed, times it. Not a later
+                // response (the responder may have sent it long after), nor an earlier
+                // packet timed (the READ's request may have left long after it).
                 self.time_sample_through(ctx.now, psn);
             }
             // Responses still come (a replay, beyond a gap): the READ has not stopped, and
