@@ -170,6 +170,8 @@ impl World {
     /// Moves everything the engines want to send onto the network.
     fn transmit(&mut self) {
         let mut sent = Vec::new();
+        // `poll_transmit` is this with one slot.
+        self.buf.resize(self.tx_slots.max(1) * MAX_PACKET, 0);
         for i in 0..self.nodes.len() {
             self.nodes[i].tx_wakeup = None;
             loop {
@@ -179,13 +181,9 @@ impl World {
                     break;
                 }
                 sent.clear();
-                self.buf.resize(self.tx_slots.max(1) * MAX_PACKET, 0);
-                let engine = &mut self.nodes[i].engine;
-                if self.tx_slots > 1 {
-                    engine.poll_transmit_many(self.now, &mut self.buf, |t| sent.push(t));
-                } else {
-                    sent.extend(engine.poll_transmit(self.now, &mut self.buf));
-                }
+                self.nodes[i]
+                    .engine
+                    .poll_transmit_many(self.now, &mut self.buf, |t| sent.push(t));
                 if sent.is_empty() {
                     break;
                 }

@@ -423,16 +423,11 @@ impl Engine {
                 } else {
                     (0, 0)
                 };
+                (self.burst, self.burst_qpn) = (burst + run as u32, qpn);
+                self.stats.tx_packets += 1 + run as u64;
                 self.stats.tx_run += run as u64;
                 let dest = dest.or(qp.av.map(|a| a.dgid)).unwrap_or_default();
                 for len in std::iter::once(len).chain(std::iter::repeat_n(run_len, run)) {
-                    self.burst = if self.burst_qpn == qpn {
-                        self.burst + 1
-                    } else {
-                        1
-                    };
-                    self.burst_qpn = qpn;
-                    self.stats.tx_packets += 1;
                     sent(Transmit {
                         dest,
                         src_port: qp.udp_sport,
