@@ -55,7 +55,12 @@ fn check_all(raw: &OwnedFd, dport: u16, want: u64) -> Vec<u16> {
             continue;
         };
         let p = &buf[..len];
-        if p[0] != 0x45 || u16::from_be_bytes([p[22], p[23]]) != dport {
+        // To the receiving port only: a probe (`connected.rs`) may go to the same port
+        // number on the sender's address.
+        if p[0] != 0x45
+            || p[16..20] != [10, 82, 0, 2]
+            || u16::from_be_bytes([p[22], p[23]]) != dport
+        {
             continue;
         }
         let (sport, first_id) = (
@@ -81,6 +86,12 @@ fn check_all(raw: &OwnedFd, dport: u16, want: u64) -> Vec<u16> {
     ids
 }
 
+/// Held by each test for its whole run: the tests of this file run one at a time. One
+/// test's `ip` commands fork this process, and the child holds copies of the other's
+/// sockets until it execs: a port the other test dropped would still receive (no ICMP
+/// error) and could not be bound again (it failed so in 1 run of 40).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A raw socket that sees every UDP packet in the namespace, the sending port and the
 /// receiving one.
 fn ports() -> (OwnedFd, UdpPort, UdpPort) {
@@ -97,6 +108,7 @@ fn ports() -> (OwnedFd, UdpPort, UdpPort) {
 
 #[test]
 fn every_packet_carries_the_icrc_of_the_id_the_kernel_gave_it() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(ns) = common::netns("id", &["10.82.0.1/32", "10.82.0.2/32"]) else {
         return;
     };
@@ -118,6 +130,7 @@ fn every_packet_carries_the_icrc_of_the_id_the_kernel_gave_it() {
 
 #[test]
 fn after_a_send_fails_the_counter_is_learned_again() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // The peer goes away: each packet to it draws an ICMP port unreachable, which makes the
     // connected socket's next send fail. The device must probe its counter again; whatever
     // leaves must still carry the right ICRC, before, during and after.
