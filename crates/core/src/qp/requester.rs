@@ -32,6 +32,13 @@ const STREAM_ASK_SHARE: u32 = 4;
 const WRITE_TRAINS: bool = true;
 /// AckReq at least this often inside long messages (Linux rxe: every 64+ packets).
 pub(crate) const ACK_REQ_EVERY: u32 = 64;
+/// A QP that sent this many packets since it last sent one again is quiet: nothing was
+/// lost lately, and it asks for fewer ACKs (`Sender::quiet`).
+const QUIET_AFTER: u64 = 2048;
+/// How many times fewer packets ask by the cadence on a quiet QP, at most: an ask at
+/// least once in `QUIET_ASK_BYTES` (on loopback's 4 KiB MTU, at the usual cadence).
+const QUIET_CADENCE: u32 = 4;
+const QUIET_ASK_BYTES: u32 = 256 << 10;
 const BTH_LEN: usize = Bth::<&[u8]>::LEN;
 
 /// What the requester owns: its place in the send queue and the PSNs it has sent.
@@ -58,6 +65,11 @@ pub(crate) struct Requester {
     repair: Option<Repair>,
     /// Request packets built more than once.
     resent: u64,
+    /// `asks` when a packet was last built again (see `Sender::quiet`).
+    resent_at: u64,
+    /// A message whose completion waits for its ACK did not ask (a WQE queued behind it
+    /// would): the next message to end asks.
+    ask_owed: bool,
     /// The packet at the cursor is a one-packet probe: then back to `high_psn`.
     one_shot: bool,
 }
@@ -596,9 +608,16 @@ impl Sender<'_> {
         // Only RC asks for ACKs: at the end of a message whose completion someone waits
         // for (`acked_at_end`), on a packet sent again (its first ACK was lost, or never
         // asked for), every ACK_REQ_EVERY packets, and when the window fills.
-        let again = self.r.resending();
-        next.ack_req = self.q.qp_type == QpType::Rc
-            && (next.ack_req && self.acked_at_end(idx, now) || again || self.cadence_asks(after));
+        let (again, ends, rc) = (
+            self.r.resending(),
+            next.ack_req,
+            self.q.qp_type == QpType::Rc,
+        );
+        next.ack_req =
+            rc && (ends && self.acked_at_end(idx, now) || again || self.cadence_asks(after));
+        if rc && ends && !next.ack_req && self.waits_for_ack(idx) {
+            self.r.ask_owed = true;
+        }
         let solicited = next.ends_wqe && w.wr.flags.contains(crate::SendFlags::SOLICITED);
         let mut bth = self.request_bth(next.opcode, psn, next.ack_req, solicited);
         if let Some(ud) = w.wr.ud.filter(|_| self.q.qp_type == QpType::Ud) {
@@ -651,6 +670,9 @@ impl Sender<'_> {
         };
         self.r.asks += 1;
         self.r.resent += u64::from(again);
+        if again {
+            self.r.resent_at = self.r.asks;
+        }
         // A probe asking again for a READ or atomic nothing has answered yet, out of order
         // (later requests were asked after the first copy): its answer may be the first
         // copy's, from a slow responder, which shows nothing about the later ones. Counted
@@ -689,9 +711,25 @@ impl Sender<'_> {
     }
 
     /// Whether the packet before `after` asks for an ACK by the cadence: every
-    /// `ACK_REQ_EVERY` packets, and when it fills the window.
+    /// `ACK_REQ_EVERY` packets (up to four times fewer on a quiet QP), and when it fills
+    /// the window.
     fn cadence_asks(&self, after: Psn) -> bool {
-        self.r.since_ack_req + 1 >= ACK_REQ_EVERY || self.f.fills_window(after)
+        let every = if self.quiet() {
+            let most = QUIET_ASK_BYTES / self.q.mtu.bytes() as u32;
+            most.clamp(ACK_REQ_EVERY, ACK_REQ_EVERY * QUIET_CADENCE)
+        } else {
+            ACK_REQ_EVERY
+        };
+        self.r.since_ack_req + 1 >= every || self.f.fills_window(after)
+    }
+
+    /// Whether nothing was lost lately: no packet went again in the last `QUIET_AFTER`
+    /// built, and none is known lost. A quiet QP asks for fewer ACKs, by the cadence and at
+    /// the end of messages (`acked_at_end`): each ACK is a datagram that both ends pay a
+    /// system call for, and the responder does not wait for an ask to report a gap. Once
+    /// something is lost, the ACKs come at the usual pace again, for the repair.
+    fn quiet(&self) -> bool {
+        self.r.asks - self.r.resent_at >= QUIET_AFTER && !self.f.has_lost()
     }
 
     /// Moves the requester's cursor past the packet `next` just built, of the WQE whose
@@ -703,6 +741,7 @@ impl Sender<'_> {
             r.high_psn = after;
         }
         r.since_ack_req = if next.ack_req { 0 } else { r.since_ack_req + 1 };
+        r.ask_owed &= !next.ack_req;
         if next.ends_wqe {
             r.unasked_msgs = if next.ack_req { 0 } else { r.unasked_msgs + 1 };
             r.idx += 1;
@@ -749,6 +788,12 @@ impl Sender<'_> {
     /// trip after the last, and its ACK was a second datagram each way per message (1.5x
     /// the half round trip here); a later ACK covers it. A tail left unacknowledged is
     /// asked again by the tail-loss probe, whose resent packet asks.
+    ///
+    /// On a quiet QP a signaled SEND or WRITE with another WQE queued behind it that will
+    /// send does not ask either: the ACK that a later message asks for covers it. The next
+    /// message to end then asks unless it is covered in turn, so the last of a run of
+    /// signaled WRs always does. A 64 KiB WRITE stream (every WR signaled, as perftest
+    /// posts them) then asks once in four messages, by the cadence.
     fn acked_at_end(&self, idx: usize, now: Nanos) -> bool {
         let w = &self.sq[idx];
         let streaming = match (self.r.last_msg_at, self.f.srtt) {
@@ -756,10 +801,27 @@ impl Sender<'_> {
             _ => true,
         };
         w.wr.opcode.is_read_or_atomic()
-            || self.sq.sig_all()
-            || w.wr.flags.contains(crate::SendFlags::SIGNALED)
+            || (self.waits_for_ack(idx) || self.r.ask_owed) && !self.covered(idx)
             || streaming && self.r.unasked_msgs + 1 >= self.stream_asks_every()
             || self.r.unasked_msgs + 1 >= UNASKED_MSGS
+    }
+
+    /// Whether the completion of the WQE at `idx` waits for an ACK.
+    fn waits_for_ack(&self, idx: usize) -> bool {
+        let w = &self.sq[idx];
+        w.wr.opcode.is_read_or_atomic()
+            || self.sq.sig_all()
+            || w.wr.flags.contains(crate::SendFlags::SIGNALED)
+    }
+
+    /// Whether the ACK of the WQE at `idx` can be left to a later message: the QP is quiet
+    /// and the WQE queued behind it will send (a bind or a local invalidate sends nothing).
+    fn covered(&self, idx: usize) -> bool {
+        let sends = |i: usize| {
+            i < self.sq.len()
+                && !matches!(self.sq[i].wr.opcode, WrOpcode::BindMw | WrOpcode::LocalInv)
+        };
+        self.quiet() && sends(idx + 1)
     }
 
     /// How many messages of a stream end per one that asks for an ACK: a quarter of the
