@@ -5,7 +5,7 @@
 
 use crate::drops::RxDrop;
 use crate::mr::scatter;
-use crate::qp::handoff::{Cursor, InFlight, ReqCmd, Sent, SR_SPAN, WINDOW};
+use crate::qp::handoff::{Cursor, InFlight, ReqCmd, RunSent, Sent, SR_SPAN, WINDOW};
 use crate::qp::scoreboard::Scoreboard;
 use crate::qp::send_queue::SendQueue;
 use crate::qp::window::Window;
@@ -164,6 +164,7 @@ impl Completer {
             rnr_wait: self.rnr_wait(),
             srtt: self.srtt,
             paced: self.pace_at > now,
+            paces: self.pace_gap().is_some(),
         }
     }
 
@@ -309,6 +310,22 @@ impl Completing<'_> {
             if c.pace_at > now {
                 c.timers.set(Timer::Pace, c.pace_at);
             }
+        }
+    }
+
+    /// [`Self::sent_in_run`] for a whole run built at once (`Sender::next_middles`):
+    /// packets sent for the first time, by a QP that does not pace.
+    pub(crate) fn sent_run(&mut self, run: &RunSent, now: Nanos) {
+        if let Some(sb) = self.c.sb.as_mut() {
+            for k in 0..run.count {
+                sb.sent_packet(run.first.add(k), 1, false);
+            }
+        }
+        if let (Some(psn), None) = (run.first_ask, self.c.rtt_sample) {
+            self.c.rtt_sample = Some((psn, now));
+        }
+        if !self.c.timers.is_running(Timer::Retransmit) {
+            self.restart_ack_timer(now);
         }
     }
 

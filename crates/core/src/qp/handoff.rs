@@ -27,6 +27,15 @@ pub(crate) struct Sent {
     pub asks: bool,
 }
 
+/// The packets a run of middle packets sent for the first time (`Sender::next_middles`),
+/// for the completer: `count` PSNs from `first`, and the first that asks for an ACK.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunSent {
+    pub first: Psn,
+    pub count: u32,
+    pub first_ask: Option<Psn>,
+}
+
 /// Where the requester stands, as the completer needs to know it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Cursor {
@@ -71,6 +80,8 @@ pub(crate) struct InFlight<'a> {
     pub srtt: Option<Nanos>,
     /// Pacing holds the next packet back for now.
     pub paced: bool,
+    /// This QP paces its packets (each one sent moves the next one's time).
+    pub paces: bool,
 }
 
 impl InFlight<'_> {
@@ -88,6 +99,21 @@ impl InFlight<'_> {
         }
     }
 
+    /// How many new packets may go from `next` on before the window is full (`window_full`
+    /// for each, the packets before it counted in flight).
+    pub fn room(&self, next: Psn) -> u32 {
+        let span = self.una.distance_to(next);
+        if self.paced {
+            return 0;
+        }
+        match self.sb {
+            Some(sb) => SR_SPAN
+                .saturating_sub(span)
+                .min(self.window.saturating_sub(sb.in_flight())),
+            None => WINDOW.saturating_sub(span),
+        }
+    }
+
     /// Whether no lost packet may be sent again yet: as many packets are in flight as the
     /// window allows (a resend takes the place of the packet lost, in flight again).
     pub fn window_full_again(&self) -> bool {
@@ -96,9 +122,11 @@ impl InFlight<'_> {
 
     /// Whether sending up to `after` fills the window (the packet asks for an ACK, so the
     /// window opens again as soon as the peer has it).
-    pub fn fills_window(&self, after: Psn) -> bool {
+    /// `unrecorded`: packets built before it that the scoreboard does not count yet (a
+    /// run's, `Sender::next_middles`).
+    pub fn fills_window(&self, after: Psn, unrecorded: u32) -> bool {
         match self.sb {
-            Some(sb) => sb.in_flight() + 1 >= self.window,
+            Some(sb) => sb.in_flight() + unrecorded + 1 >= self.window,
             None => self.una.distance_to(after) >= WINDOW,
         }
     }

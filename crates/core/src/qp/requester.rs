@@ -4,8 +4,9 @@
 //! (`ReqCmd`); the QP carries each between them.
 
 use crate::build::{bth, finish_packet, packets_for};
+use crate::limits::MAX_PACKET;
 use crate::mr::gather;
-use crate::qp::handoff::{Cursor, InFlight, ReqCmd, Sent};
+use crate::qp::handoff::{Cursor, InFlight, ReqCmd, RunSent, Sent};
 use crate::qp::send_queue::SendQueue;
 use crate::qp::{Ctx, SendWqe};
 use crate::verbs::{Access, Mtu, QpState, QpType, WcStatus, WrOpcode};
@@ -429,6 +430,90 @@ impl Sender<'_> {
         Some(self.finish_request(self.r.idx, buf, hlen, &next, now))
     }
 
+    /// [`Self::next_middle`] for up to `limit` packets at once, written back to back into
+    /// `slots` (room for `limit` packets of `MAX_PACKET` bytes): the same packets and the
+    /// same bookkeeping, what does not change between them worked out once. Only where
+    /// nothing can change between them but what is counted here: the middle packets of a
+    /// message gathered from memory, sent for the first time, on a QP that does not pace.
+    /// Returns how many (at least one), their length, and what the completer is to record
+    /// (`Completing::sent_run`); None: for `next_middle`, packet by packet.
+    pub(crate) fn next_middles(
+        &mut self,
+        slots: &mut [u8],
+        limit: usize,
+    ) -> Option<(usize, usize, RunSent)> {
+        let r = &*self.r;
+        let idx = r.idx;
+        let w = self.sq.get(idx)?;
+        let n = self.q.mtu.bytes();
+        let middle = r.off > 0 && r.off + (n as u64) < w.len && w.started;
+        let sending = matches!(self.q.state, QpState::Rts | QpState::Sqd) && r.repair.is_none();
+        if !middle
+            || !sending
+            || r.resending()
+            || r.one_shot
+            || self.f.has_lost()
+            || self.f.paces
+            || self.f.rnr_wait.is_some()
+            || w.wr.opcode.is_read_or_atomic()
+            || !matches!(w.wr.data, SendData::Sges(_))
+        {
+            return None;
+        }
+        let rc = self.q.qp_type == QpType::Rc;
+        // Middle packets left (the message's last is not one), and the window's room (UC's
+        // `una` follows its packets: no window).
+        let left = (w.len - r.off - 1) / n as u64;
+        let room = if rc {
+            self.f.room(r.next_psn)
+        } else {
+            u32::MAX
+        };
+        let count = (limit as u64).min(left).min(u64::from(room)) as usize;
+        if count == 0 {
+            return None;
+        }
+        let train = self.trains(w.wr.opcode);
+        let opcode = send_write_opcode(self.q.qp_type, w.wr.opcode, train, train);
+        let hlen = BTH_LEN + if train { Reth::<&[u8]>::LEN } else { 0 };
+        let (first, mut since) = (r.next_psn, r.since_ack_req);
+        let mut first_ask = None;
+        let mut len = 0;
+        for k in 0..count {
+            let (psn, off) = (first.add(k as u32), r.off + (k * n) as u64);
+            let asks = r.asks + k as u64;
+            let ack = rc && self.cadence_asks_in_run(psn.add(1), since, asks, k as u32);
+            let buf = &mut slots[k * len..k * len + MAX_PACKET];
+            self.request_bth(opcode, psn, ack, false)
+                .emit(&mut Bth::new_unchecked(&mut buf[..BTH_LEN]));
+            if train {
+                reth_for(&w.wr, off, n).emit(&mut Reth::new_unchecked(&mut buf[BTH_LEN..hlen]));
+            }
+            // Bounds were checked when the WQE started; the buffer cannot shrink.
+            let ok = gather(&w.segs, off as usize, &mut buf[hlen..hlen + n]);
+            debug_assert!(ok);
+            len = finish_packet(buf, hlen, n);
+            since = if ack { 0 } else { since + 1 };
+            if ack && first_ask.is_none() {
+                first_ask = Some(psn);
+            }
+        }
+        // What `finish_request` and `advance_cursor` leave after the last of them.
+        let r = &mut *self.r;
+        r.asks += count as u64;
+        self.sq[idx].asked = r.asks;
+        (r.next_psn, r.high_psn) = (first.add(count as u32), first.add(count as u32));
+        r.off += (count * n) as u64;
+        r.since_ack_req = since;
+        r.ask_owed &= first_ask.is_none();
+        let run = RunSent {
+            first,
+            count: count as u32,
+            first_ask,
+        };
+        Some((count, len, run))
+    }
+
     /// The BTH of a request to the connected peer. Every RC request offers selective
     /// repeat; a peer that does not speak it ignores the bit (a reserved one to it) and
     /// never sets it in its responses.
@@ -714,13 +799,20 @@ impl Sender<'_> {
     /// `ACK_REQ_EVERY` packets (up to four times fewer on a quiet QP), and when it fills
     /// the window.
     fn cadence_asks(&self, after: Psn) -> bool {
-        let every = if self.quiet() {
+        self.cadence_asks_in_run(after, self.r.since_ack_req, self.r.asks, 0)
+    }
+
+    /// [`Self::cadence_asks`] for the packet `k` of a run (`next_middles`): `since` and
+    /// `asks` as they will stand then, `k` packets not yet in the scoreboard.
+    fn cadence_asks_in_run(&self, after: Psn, since: u32, asks: u64, k: u32) -> bool {
+        let quiet = asks - self.r.resent_at >= QUIET_AFTER && !self.f.has_lost();
+        let every = if quiet {
             let most = QUIET_ASK_BYTES / self.q.mtu.bytes() as u32;
             most.clamp(ACK_REQ_EVERY, ACK_REQ_EVERY * QUIET_CADENCE)
         } else {
             ACK_REQ_EVERY
         };
-        self.r.since_ack_req + 1 >= every || self.f.fills_window(after)
+        since + 1 >= every || self.f.fills_window(after, k)
     }
 
     /// Whether nothing was lost lately: no packet went again in the last `QUIET_AFTER`
