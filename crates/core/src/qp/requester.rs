@@ -387,21 +387,11 @@ impl Sender<'_> {
     /// (no extension header to check) and payload. callgrind, 1 KiB packets: 973
     /// instructions a packet against 1,188 the general way.
     pub(crate) fn next_middle(&mut self, now: Nanos, buf: &mut [u8]) -> Option<(usize, Sent)> {
-        let r = &*self.r;
-        let w = self.sq.get(r.idx)?;
-        let n = self.q.mtu.bytes();
-        let middle = r.off > 0 && r.off + (n as u64) < w.len && w.started;
-        let sending = matches!(self.q.state, QpState::Rts | QpState::Sqd) && r.repair.is_none();
-        if !middle
-            || !sending
-            || r.resending()
-            || self.f.has_lost()
-            || w.wr.opcode.is_read_or_atomic()
-            || self.window_full()
-            || self.f.rnr_wait.is_some()
-        {
+        let w = self.middle_wqe()?;
+        if self.window_full() {
             return None;
         }
+        let (r, n) = (&*self.r, self.q.mtu.bytes());
         let psn = r.next_psn;
         let after = psn.add(1);
         let ack_req = self.q.qp_type == QpType::Rc && self.cadence_asks(after);
@@ -430,6 +420,18 @@ impl Sender<'_> {
         Some(self.finish_request(self.r.idx, buf, hlen, &next, now))
     }
 
+    /// The WQE at the cursor, if the packet there is a middle one of its message, sent for
+    /// the first time, that nothing holds back but maybe the window (what `next_middle`
+    /// and `next_middles` both ask).
+    fn middle_wqe(&self) -> Option<&SendWqe> {
+        let r = &*self.r;
+        let w = self.sq.get(r.idx)?;
+        let middle = r.off > 0 && r.off + (self.q.mtu.bytes() as u64) < w.len && w.started;
+        let sending = matches!(self.q.state, QpState::Rts | QpState::Sqd) && r.repair.is_none();
+        let free = !r.resending() && !self.f.has_lost() && self.f.rnr_wait.is_none();
+        (middle && sending && free && !w.wr.opcode.is_read_or_atomic()).then_some(w)
+    }
+
     /// [`Self::next_middle`] for up to `limit` packets at once, written back to back into
     /// `slots` (room for `limit` packets of `MAX_PACKET` bytes): the same packets and the
     /// same bookkeeping, what does not change between them worked out once. Only where
@@ -442,24 +444,12 @@ impl Sender<'_> {
         slots: &mut [u8],
         limit: usize,
     ) -> Option<(usize, usize, RunSent)> {
-        let r = &*self.r;
-        let idx = r.idx;
-        let w = self.sq.get(idx)?;
-        let n = self.q.mtu.bytes();
-        let middle = r.off > 0 && r.off + (n as u64) < w.len && w.started;
-        let sending = matches!(self.q.state, QpState::Rts | QpState::Sqd) && r.repair.is_none();
-        if !middle
-            || !sending
-            || r.resending()
-            || r.one_shot
-            || self.f.has_lost()
-            || self.f.paces
-            || self.f.rnr_wait.is_some()
-            || w.wr.opcode.is_read_or_atomic()
-            || !matches!(w.wr.data, SendData::Sges(_))
-        {
+        let w = self.middle_wqe()?;
+        if self.r.one_shot || self.f.paces || !matches!(w.wr.data, SendData::Sges(_)) {
             return None;
         }
+        let (r, n) = (&*self.r, self.q.mtu.bytes());
+        let idx = r.idx;
         let rc = self.q.qp_type == QpType::Rc;
         // Middle packets left (the message's last is not one), and the window's room (UC's
         // `una` follows its packets: no window).
