@@ -89,23 +89,16 @@ impl InFlight<'_> {
     /// (selective repeat: packets neither held nor lost, against the window, and never
     /// more PSNs than the responder keeps; go-back-N: PSNs since `una`, against `WINDOW`).
     pub fn window_full(&self, next: Psn) -> bool {
-        let span = self.una.distance_to(next);
-        if self.paced {
-            return true;
-        }
-        match self.sb {
-            Some(sb) => span >= SR_SPAN || sb.in_flight() >= self.window,
-            None => span >= WINDOW,
-        }
+        self.room(next) == 0
     }
 
-    /// How many new packets may go from `next` on before the window is full (`window_full`
-    /// for each, the packets before it counted in flight).
+    /// How many new packets may go from `next` on, each in flight once sent, before the
+    /// window is full.
     pub fn room(&self, next: Psn) -> u32 {
-        let span = self.una.distance_to(next);
         if self.paced {
             return 0;
         }
+        let span = self.una.distance_to(next);
         match self.sb {
             Some(sb) => SR_SPAN
                 .saturating_sub(span)

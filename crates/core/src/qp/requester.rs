@@ -492,7 +492,8 @@ impl Sender<'_> {
         let r = &mut *self.r;
         r.asks += count as u64;
         self.sq[idx].asked = r.asks;
-        (r.next_psn, r.high_psn) = (first.add(count as u32), first.add(count as u32));
+        let end = first.add(count as u32);
+        (r.next_psn, r.high_psn) = (end, end);
         r.off += (count * n) as u64;
         r.since_ack_req = since;
         r.ask_owed &= first_ask.is_none();
@@ -795,8 +796,7 @@ impl Sender<'_> {
     /// [`Self::cadence_asks`] for the packet `k` of a run (`next_middles`): `since` and
     /// `asks` as they will stand then, `k` packets not yet in the scoreboard.
     fn cadence_asks_in_run(&self, after: Psn, since: u32, asks: u64, k: u32) -> bool {
-        let quiet = asks - self.r.resent_at >= QUIET_AFTER && !self.f.has_lost();
-        let every = if quiet {
+        let every = if self.quiet_at(asks) {
             let most = QUIET_ASK_BYTES / self.q.mtu.bytes() as u32;
             most.clamp(ACK_REQ_EVERY, ACK_REQ_EVERY * QUIET_CADENCE)
         } else {
@@ -811,7 +811,12 @@ impl Sender<'_> {
     /// system call for, and the responder does not wait for an ask to report a gap. Once
     /// something is lost, the ACKs come at the usual pace again, for the repair.
     fn quiet(&self) -> bool {
-        self.r.asks - self.r.resent_at >= QUIET_AFTER && !self.f.has_lost()
+        self.quiet_at(self.r.asks)
+    }
+
+    /// [`Self::quiet`] once `asks` packets have been built.
+    fn quiet_at(&self, asks: u64) -> bool {
+        asks - self.r.resent_at >= QUIET_AFTER && !self.f.has_lost()
     }
 
     /// Moves the requester's cursor past the packet `next` just built, of the WQE whose
