@@ -35,6 +35,10 @@ pub struct SimArgs {
     /// Post receives slowly, so senders meet RNR NAKs.
     #[arg(long)]
     pub late_recv: bool,
+    /// The share of QP ends that speak selective repeat (0: every pair goes back N, as
+    /// with rxe).
+    #[arg(long, default_value_t = 0.8)]
+    pub selective_repeat: f64,
     /// JSON lines instead of text.
     #[arg(long)]
     pub json: bool,
@@ -62,6 +66,7 @@ fn config(a: &SimArgs, seed: u64) -> ScenarioConfig {
         wrs_per_qp: a.wrs,
         max_len: a.max_len,
         late_recv: a.late_recv,
+        selective_repeat: a.selective_repeat,
         net: NetConfig {
             loss: a.loss,
             reorder: a.reorder,
@@ -85,6 +90,7 @@ pub fn validate(a: &SimArgs) -> Result<(), String> {
         ("reorder", a.reorder),
         ("duplicate", a.duplicate),
         ("corrupt", a.corrupt),
+        ("selective-repeat", a.selective_repeat),
     ] {
         if !(0.0..=1.0).contains(&v) {
             return Err(format!(

@@ -101,6 +101,8 @@ pub struct Network {
     /// Latest arrival scheduled on each directed link: jitter alone never reorders.
     last_arrival: HashMap<(usize, usize), Nanos>,
     pub stats: NetStats,
+    /// Print each packet lost (`OXRDMA_SIM_TRACE`, as `World` prints those delivered).
+    trace: bool,
 }
 
 impl Network {
@@ -115,7 +117,13 @@ impl Network {
             router_busy: HashMap::new(),
             last_arrival: HashMap::new(),
             stats: NetStats::default(),
+            trace: false,
         }
+    }
+
+    /// The same, printing each packet it loses.
+    pub fn traced(self, trace: bool) -> Network {
+        Network { trace, ..self }
     }
 
     fn enqueue(&mut self, at: Nanos, d: Datagram) {
@@ -165,6 +173,9 @@ impl Network {
         }
         if self.rng.random_bool(c.loss) {
             self.stats.lost += 1;
+            if self.trace {
+                crate::world::trace(now, &d, " lost");
+            }
             return;
         }
         let copies = if self.rng.random_bool(c.duplicate) {

@@ -96,10 +96,11 @@ fn digest(so_far: u64, from: usize, to: usize, data: &[u8]) -> u64 {
     h.finish()
 }
 
-fn trace(now: Nanos, d: &Datagram) {
+/// A packet's line in the trace: delivered at `now`, or (`what` "lost") lost as it left.
+pub(crate) fn trace(now: Nanos, d: &Datagram, what: &str) {
     match oxrdma_wire::PacketRepr::parse(&d.data) {
         Ok(p) => eprintln!(
-            "{now:>12} {}->{} {:<34} qp={:#08x} psn={:>8} {}{} len={} aeth={:?}{}",
+            "{now:>12} {}->{}{what} {:<34} qp={:#08x} psn={:>8} {}{} len={} aeth={:?}{}",
             d.from,
             d.to,
             p.bth.opcode.name(),
@@ -150,12 +151,13 @@ impl World {
             })
             .collect();
         let net_rng = ChaCha8Rng::seed_from_u64(rng.next_u64());
+        let trace = std::env::var_os("OXRDMA_SIM_TRACE").is_some();
         World {
             nodes,
             now: 0,
-            net: Network::new(net, net_rng),
+            net: Network::new(net, net_rng).traced(trace),
             stats: WorldStats::default(),
-            trace: std::env::var_os("OXRDMA_SIM_TRACE").is_some(),
+            trace,
             tap: None,
             per_packet: false,
             tx_slots: 1,
@@ -271,7 +273,7 @@ impl World {
                 continue;
             }
             if self.trace {
-                trace(self.now, &d);
+                trace(self.now, &d, "");
             }
             due.push(d);
         }

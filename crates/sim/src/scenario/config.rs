@@ -41,6 +41,9 @@ pub struct ScenarioConfig {
     pub per_packet: bool,
     /// Packets an engine writes per call at most (`World::tx_slots`).
     pub tx_slots: usize,
+    /// The share of QP ends that speak selective repeat (a pair uses it only where both
+    /// do; the others go back N, as rxe).
+    pub selective_repeat: f64,
 }
 
 impl ScenarioConfig {
@@ -62,6 +65,7 @@ impl ScenarioConfig {
             write_only: false,
             per_packet: false,
             tx_slots: 1,
+            selective_repeat: 0.8,
         }
     }
 }

@@ -93,7 +93,7 @@ fn create_sides(
         let rd_atomic = rng.random_range(1..=8u8);
         for (node, peer) in [(a, sides.len() + 1), (b, sides.len())] {
             let e = &mut world.nodes[node].engine;
-            e.set_selective_repeat(sr.random_bool(0.8));
+            e.set_selective_repeat(sr.random_bool(cfg.selective_repeat));
             let send_cq = e.create_cq(4096).expect("cq");
             let recv_cq = e.create_cq(4096).expect("cq");
             let cap = QpCap {
