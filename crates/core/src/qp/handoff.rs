@@ -7,8 +7,8 @@ use crate::qp::scoreboard::Scoreboard;
 use crate::Nanos;
 use oxrdma_wire::Psn;
 
-/// Most PSNs in flight (sent, not acknowledged) per QP under go-back-N, and the least
-/// selective repeat's window falls to.
+/// Most PSNs in flight (sent, not acknowledged) per QP under go-back-N (fewer where loss
+/// is frequent: `go_back.rs`), and the least selective repeat's window falls to.
 pub(crate) const WINDOW: u32 = 512;
 /// PSNs in flight at most under selective repeat: what a responder keeps ahead of a gap,
 /// well inside half the 24-bit PSN space.
@@ -87,7 +87,7 @@ pub(crate) struct InFlight<'a> {
 impl InFlight<'_> {
     /// Whether no new packet may be sent: as many are in flight as the window allows
     /// (selective repeat: packets neither held nor lost, against the window, and never
-    /// more PSNs than the responder keeps; go-back-N: PSNs since `una`, against `WINDOW`).
+    /// more PSNs than the responder keeps; go-back-N: PSNs since `una`, against its window).
     pub fn window_full(&self, next: Psn) -> bool {
         self.room(next) == 0
     }
@@ -103,7 +103,7 @@ impl InFlight<'_> {
             Some(sb) => SR_SPAN
                 .saturating_sub(span)
                 .min(self.window.saturating_sub(sb.in_flight())),
-            None => WINDOW.saturating_sub(span),
+            None => self.window.saturating_sub(span),
         }
     }
 
@@ -120,7 +120,7 @@ impl InFlight<'_> {
     pub fn fills_window(&self, after: Psn, unrecorded: u32) -> bool {
         match self.sb {
             Some(sb) => sb.in_flight() + unrecorded + 1 >= self.window,
-            None => self.una.distance_to(after) >= WINDOW,
+            None => self.una.distance_to(after) >= self.window,
         }
     }
 

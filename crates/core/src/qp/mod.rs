@@ -28,6 +28,7 @@ mod asks;
 mod completer;
 mod drive;
 mod ecn;
+mod go_back;
 mod handoff;
 mod post;
 mod request_run;
