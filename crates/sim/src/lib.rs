@@ -7,6 +7,7 @@ pub mod cm;
 pub mod net;
 pub mod pair;
 pub mod scenario;
+mod trace;
 pub mod unreliable;
 pub mod world;
 

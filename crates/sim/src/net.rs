@@ -174,7 +174,7 @@ impl Network {
         if self.rng.random_bool(c.loss) {
             self.stats.lost += 1;
             if self.trace {
-                crate::world::trace(now, &d, " lost");
+                crate::trace::packet(now, d.from, d.to, &d.data, " lost");
             }
             return;
         }

@@ -96,33 +96,6 @@ fn digest(so_far: u64, from: usize, to: usize, data: &[u8]) -> u64 {
     h.finish()
 }
 
-/// A packet's line in the trace: delivered at `now`, or (`what` "lost") lost as it left.
-pub(crate) fn trace(now: Nanos, d: &Datagram, what: &str) {
-    match oxrdma_wire::PacketRepr::parse(&d.data) {
-        Ok(p) => eprintln!(
-            "{now:>12} {}->{}{what} {:<34} qp={:#08x} psn={:>8} {}{} len={} aeth={:?}{}",
-            d.from,
-            d.to,
-            p.bth.opcode.name(),
-            p.bth.dest_qpn,
-            p.bth.psn.value(),
-            if p.bth.ack_req { "A" } else { "-" },
-            if p.ext.reth.is_some() { "R" } else { "-" },
-            p.payload.len(),
-            p.ext.aeth.map(|a| (a.syndrome, a.msn)),
-            if p.bth.selective_repeat && p.bth.opcode == oxrdma_wire::Opcode::RC_ACKNOWLEDGE {
-                let b: Vec<_> = oxrdma_wire::sack::runs(p.bth.psn, p.payload)
-                    .map(|(s, e)| format!("{s}..{e}"))
-                    .collect();
-                format!(" sack=[{}]", b.join(" "))
-            } else {
-                String::new()
-            }
-        ),
-        Err(e) => eprintln!("{now:>12} {}->{} malformed: {e}", d.from, d.to),
-    }
-}
-
 /// The IP and UDP headers the ICRC covers, as a kernel would send them (IPv4 ID 0).
 fn ip_udp(from: Ipv4Addr, to: Ipv4Addr, sport: u16, len: usize) -> [u8; 28] {
     icrc::ipv4_udp_header(from.octets(), to.octets(), 0, sport, ROCE_V2_PORT, len)
@@ -273,7 +246,7 @@ impl World {
                 continue;
             }
             if self.trace {
-                trace(self.now, &d, "");
+                crate::trace::packet(self.now, d.from, d.to, &d.data, "");
             }
             due.push(d);
         }
