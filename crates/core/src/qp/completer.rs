@@ -948,16 +948,18 @@ impl Completing<'_> {
         if at_una.is_some_and(|w| self.read_stopped(w)) && self.c.srtt.is_some() {
             return (ProbeSends::Oldest, at_una);
         }
-        let newest = wqe(self.cur.high_psn.sub(1));
+        let mut from_una = resending || held == Some(true);
+        // The send queue is walked for the newest WQE only where it may be probed (this
+        // runs at every packet sent while a READ or atomic is outstanding: `arm_probe`).
+        let newest = (!from_una).then(|| wqe(self.cur.high_psn.sub(1))).flatten();
         // Go-back-N whose window shrank below what is outstanding: the last packet sent
         // may not go again (and sent nothing, so that probes sent only the packet at
         // `una`, a packet per two probe timeouts: seed 1036 of `sim --selective-repeat 0
         // --loss 0.05` crawled so for 300 ms); the go-back from `una` may. A READ's PSNs
         // past the window are no packet: its request lies at its first.
-        let beyond = held.is_none()
+        from_una |= held.is_none()
             && !newest.is_some_and(|w| w.wr.opcode == WrOpcode::RdmaRead)
             && una.distance_to(self.cur.high_psn) > self.c.window();
-        let from_una = resending || held == Some(true) || beyond;
         let last = if from_una { at_una } else { newest };
         let read = last.is_some_and(|w| w.wr.opcode == WrOpcode::RdmaRead);
         // The packet at `una` alone (if that replays nothing):

@@ -20,7 +20,7 @@ const INTERVALS: usize = 8;
 /// against 38 s, with half the packets (one interval: 52 s).
 const LOSS_GAIN: u64 = 2;
 /// The least window, in PSNs.
-pub(crate) const GO_BACK_MIN: u32 = 16;
+const GO_BACK_MIN: u32 = 16;
 
 /// What go-back-N's window is sized from: the PSNs acknowledged between go-backs.
 #[derive(Debug, Default)]
@@ -70,14 +70,14 @@ impl GoBackWindow {
     fn sized_by_intervals(&self) -> Option<u64> {
         let at = self.lost_at.filter(|_| self.closed > 0)?;
         let sum: u64 = self.intervals.iter().take(self.closed).sum();
-        let closed = sum / self.closed as u64;
+        let mean_closed = sum / self.closed as u64;
         let (kept, n) = if self.closed == INTERVALS {
             (sum - self.intervals[self.next], INTERVALS)
         } else {
             (sum, self.closed + 1)
         };
-        let open = (kept + (self.acked - at)) / n as u64;
-        Some(closed.max(open).saturating_mul(LOSS_GAIN))
+        let mean_open = (kept + (self.acked - at)) / n as u64;
+        Some(mean_closed.max(mean_open).saturating_mul(LOSS_GAIN))
     }
 }
 
