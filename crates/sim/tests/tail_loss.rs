@@ -653,3 +653,50 @@ fn after_an_ack_timeout_a_lost_read_request_is_probed() {
         assert!(took < QUICK, "sr {sr}: the second READ took {took} ns");
     }
 }
+
+/// Go-back-N, after an RTT estimate from a 2 ms path whose delay then falls to 10 us: a
+/// 64 KiB READ loses every other response up to the 40th, and the requester asks for them
+/// again one by one, each a round trip (rxe replays a READ's pieces only upwards). The
+/// 14th of those requests is lost, and only a probe finds it. The repair requests ask
+/// for responses known lost, so they are timed: by then the estimate has come down, and
+/// the probe waits a fraction of what the stale one set: the READ takes 1.2 ms (before:
+/// 5.5 ms, the probe waiting for half the ACK timeout of a 2 ms path).
+#[test]
+fn a_read_repaired_piece_by_piece_times_its_requests() {
+    let mut p = sampled_over(
+        false,
+        NetConfig {
+            delay: 1_000_000,
+            ..NetConfig::default()
+        },
+        1,
+    );
+    p.world.net.config.delay = 5_000;
+    let (mut responses, mut requests) = (0, 0);
+    p.world.tap = Some(Tap(Box::new(move |d| {
+        let pkt = PacketRepr::parse(&d.data).expect("engine sends valid packets");
+        let op = pkt.bth.opcode;
+        if op == Opcode::RC_RDMA_READ_REQUEST {
+            requests += 1;
+            if requests == 15 {
+                return TapAction::Drop; // the 14th asking again
+            }
+        } else if op.to_string().starts_with("RC_RDMA_READ_RESPONSE") {
+            responses += 1;
+            // The first response stream: every other one of its first 40.
+            if responses <= 40 && responses % 2 == 0 {
+                return TapAction::Drop;
+            }
+        }
+        TapAction::Pass
+    })));
+    p.b.buf
+        .write(0, &(0..=255u8).cycle().take(65536).collect::<Vec<_>>());
+    let t0 = p.world.now;
+    p.post_send(0, wr(&p, 2, WrOpcode::RdmaRead, 0, 0, 65536));
+    completes_quickly(&mut p, 2);
+    assert_eq!(p.a.read(0, 65536), p.b.read(0, 65536));
+    let took = p.world.now - t0;
+    eprintln!("the READ took {took} ns");
+    assert!(took < 3_000_000, "the READ took {took} ns");
+}
