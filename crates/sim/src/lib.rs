@@ -12,7 +12,7 @@ pub mod unreliable;
 pub mod world;
 
 pub use net::{NetConfig, NetStats};
-pub use pair::{Pair, PairOptions};
+pub use pair::{End, Pair, PairOptions};
 pub use scenario::{run, Expect, Report, ScenarioConfig};
 pub use world::{address_bytes, Tap, TapAction, World, WorldStats};
 

@@ -205,6 +205,29 @@ pub fn connect_attrs(
     ]
 }
 
+/// Takes `a` (on node 0) and `b` (on node 1) to RTS, each towards the other.
+fn connect(world: &mut World, o: &PairOptions, a: &mut End, b: &mut End) {
+    let gid = |w: &World, n: usize| Gid::from(w.nodes[n].ip);
+    let (ga, gb) = (gid(world, 0), gid(world, 1));
+    for attr in connect_attrs(o, gb, b.qpn, b.sq_psn, a.sq_psn) {
+        world.nodes[0]
+            .engine
+            .modify_qp(a.qpn, &attr)
+            .expect("modify a");
+    }
+    for attr in connect_attrs(o, ga, a.qpn, a.sq_psn, b.sq_psn) {
+        world.nodes[1]
+            .engine
+            .modify_qp(b.qpn, &attr)
+            .expect("modify b");
+    }
+    if o.qp_type == QpType::Ud {
+        let av = |g| AddressVector { dgid: g };
+        a.ah = Some(world.nodes[0].engine.create_ah(a.pd, av(gb)).expect("ah"));
+        b.ah = Some(world.nodes[1].engine.create_ah(b.pd, av(ga)).expect("ah"));
+    }
+}
+
 impl Pair {
     /// Two nodes, one QP each, connected and in RTS.
     pub fn new(o: &PairOptions) -> Pair {
@@ -216,26 +239,16 @@ impl Pair {
         if let Some([pa, pb]) = o.sq_psn {
             (a.sq_psn, b.sq_psn) = (pa, pb);
         }
-        let gid = |w: &World, n: usize| Gid::from(w.nodes[n].ip);
-        let (ga, gb) = (gid(&world, 0), gid(&world, 1));
-        for attr in connect_attrs(o, gb, b.qpn, b.sq_psn, a.sq_psn) {
-            world.nodes[0]
-                .engine
-                .modify_qp(a.qpn, &attr)
-                .expect("modify a");
-        }
-        for attr in connect_attrs(o, ga, a.qpn, a.sq_psn, b.sq_psn) {
-            world.nodes[1]
-                .engine
-                .modify_qp(b.qpn, &attr)
-                .expect("modify b");
-        }
-        if o.qp_type == QpType::Ud {
-            let av = |g| AddressVector { dgid: g };
-            a.ah = Some(world.nodes[0].engine.create_ah(a.pd, av(gb)).expect("ah"));
-            b.ah = Some(world.nodes[1].engine.create_ah(b.pd, av(ga)).expect("ah"));
-        }
+        connect(&mut world, o, &mut a, &mut b);
         Pair { world, a, b }
+    }
+
+    /// Another pair of QPs between the same two nodes, each with its own PD, CQ and buffer,
+    /// connected and in RTS.
+    pub fn another(&mut self, o: &PairOptions) -> (End, End) {
+        let (mut a, mut b) = (end(&mut self.world, 0, o), end(&mut self.world, 1, o));
+        connect(&mut self.world, o, &mut a, &mut b);
+        (a, b)
     }
 
     /// Runs until the network and the timers are quiet (at most 100 s of virtual time).

@@ -397,6 +397,11 @@ impl Engine {
             // This QP's packets until it has none, the room is used up, or its burst ends
             // with another QP waiting (alone, it is its own next).
             let more = loop {
+                // The packets this QP may send after the next one before its turn ends,
+                // if another QP waits: the turn's last asks for an ACK.
+                let burst = if self.burst_qpn == qpn { self.burst } else { 0 } + 1;
+                let after = (!self.active.is_empty()).then(|| BURST.saturating_sub(burst));
+                qp.set_turn(after.map(|a| a + 1));
                 let buf = &mut slots[at..at + MAX_PACKET];
                 let mut ctx = ctx!(self, now);
                 let (len, dest, request) = match qp.next_response(buf) {
@@ -411,13 +416,8 @@ impl Engine {
                 };
                 // The middle packets that follow a request at once, built in one call, up
                 // to where the room or the QP's burst ends (`request_run.rs`).
-                let burst = if self.burst_qpn == qpn { self.burst } else { 0 } + 1;
-                let turn_left = if self.active.is_empty() {
-                    usize::MAX
-                } else {
-                    BURST.saturating_sub(burst) as usize
-                };
-                let limit = (max - n - 1).min(turn_left);
+                let limit = (max - n - 1).min(after.map_or(usize::MAX, |a| a as usize));
+                qp.set_turn(after);
                 let (run, run_len) = if request && self.send_runs && limit > 0 {
                     qp.next_request_run(&mut ctx, &mut slots[at + len..], limit)
                 } else {

@@ -606,6 +606,12 @@ impl Qp {
         }
     }
 
+    /// Packets this QP may send in its turn in the engine's round robin, the next one
+    /// included (None: no other QP waits); the turn's last asks for an ACK.
+    pub fn set_turn(&mut self, packets: Option<u32>) {
+        self.req.set_turn(packets);
+    }
+
     /// The earliest deadline this QP is waiting for.
     pub fn next_deadline(&self) -> Option<Nanos> {
         match (self.comp.next_deadline(), self.ack.deadline()) {
