@@ -17,6 +17,7 @@ use crate::Nanos;
 use oxrdma_wire::{Operation, PacketRepr, Run, Transport};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
+use share::Sharing;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -90,6 +91,8 @@ pub struct Engine {
     send_runs: bool,
     /// Every QP's next deadline.
     timers: TimerQueue,
+    /// The QPs with work outstanding, which share the host's window.
+    sharing: Sharing,
     events: VecDeque<AsyncEvent>,
     /// The connection manager behind QP1.
     cm: Cm,
@@ -116,15 +119,24 @@ macro_rules! ctx {
 mod gsi;
 mod objects;
 mod qps;
+mod share;
 
 /// After an event on `qp`: queue it to transmit, and move it in the timer queue if its next
 /// deadline changed.
-fn touched(active: &mut VecDeque<u32>, timers: &mut TimerQueue, qp: &mut Qp) {
+fn touched(
+    active: &mut VecDeque<u32>,
+    timers: &mut TimerQueue,
+    sharing: &mut Sharing,
+    qp: &mut Qp,
+) {
     schedule(active, qp);
-    rearm(timers, qp);
+    rearm(timers, sharing, qp);
 }
 
-fn rearm(timers: &mut TimerQueue, qp: &mut Qp) {
+/// After an event on `qp`: moves it in the timer queue if its next deadline changed, and
+/// counts it among the senders sharing the host's window if it has work outstanding.
+fn rearm(timers: &mut TimerQueue, sharing: &mut Sharing, qp: &mut Qp) {
+    sharing.update(qp);
     let next = qp.next_deadline();
     timers.requeue(qp.qpn, qp.queued_deadline, next);
     qp.queued_deadline = next;
@@ -170,6 +182,7 @@ impl Engine {
             burst: 0,
             send_runs: true,
             timers: TimerQueue::default(),
+            sharing: Sharing::default(),
             events: VecDeque::new(),
             cm,
             gsi_psn: 0,
@@ -216,7 +229,7 @@ impl Engine {
             let resolve = |ah| ahs.get(&ah).filter(|a| a.0 == pd).map(|a| a.1.dgid);
             let mut ctx = ctx!(self, 0);
             qp.take_posted(&mut ctx, resolve);
-            touched(&mut self.active, &mut self.timers, qp);
+            touched(&mut self.active, &mut self.timers, &mut self.sharing, qp);
         }
     }
 
@@ -277,7 +290,7 @@ impl Engine {
         if let Err(why) = result {
             ctx.drop_packet(why);
         }
-        touched(&mut self.active, &mut self.timers, qp);
+        touched(&mut self.active, &mut self.timers, &mut self.sharing, qp);
     }
 
     /// Packets that arrived together from `src` (the segments of one GRO message), each as
@@ -316,7 +329,7 @@ impl Engine {
             if taken > 0 {
                 self.stats.rx_packets += taken;
                 self.stats.rx_run += taken;
-                touched(&mut self.active, &mut self.timers, qp);
+                touched(&mut self.active, &mut self.timers, &mut self.sharing, qp);
             }
         }
     }
@@ -332,7 +345,7 @@ impl Engine {
             if qp.handle_timers(&mut ctx) {
                 schedule(&mut self.active, qp);
             }
-            rearm(&mut self.timers, qp);
+            rearm(&mut self.timers, &mut self.sharing, qp);
         }
     }
 
@@ -452,7 +465,7 @@ impl Engine {
                     schedule(&mut self.active, qp);
                 }
             }
-            rearm(&mut self.timers, qp);
+            rearm(&mut self.timers, &mut self.sharing, qp);
         }
     }
 

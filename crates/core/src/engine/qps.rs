@@ -93,7 +93,7 @@ impl Engine {
     pub fn release_ack(&mut self, qpn: u32) {
         if let Some(qp) = self.qps.get_mut(&qpn) {
             qp.release_ack();
-            touched(&mut self.active, &mut self.timers, qp);
+            touched(&mut self.active, &mut self.timers, &mut self.sharing, qp);
         }
     }
 
@@ -102,7 +102,7 @@ impl Engine {
     pub fn release_acks(&mut self) {
         for qp in self.qps.values_mut().filter(|q| q.ack_held()) {
             qp.release_ack();
-            touched(&mut self.active, &mut self.timers, qp);
+            touched(&mut self.active, &mut self.timers, &mut self.sharing, qp);
         }
     }
 
@@ -112,6 +112,7 @@ impl Engine {
             .remove(&qpn)
             .ok_or(VerbsError::NotFound("queue pair"))?;
         self.timers.requeue(qpn, qp.queued_deadline, None);
+        self.sharing.forget(&qp);
         Ok(())
     }
 
@@ -156,7 +157,7 @@ impl Engine {
         let qp = self.qps.get_mut(&qpn).expect("looked up above");
         let mut ctx = ctx!(self, 0);
         qp.modify(&mut ctx, attr, to);
-        touched(&mut self.active, &mut self.timers, qp);
+        touched(&mut self.active, &mut self.timers, &mut self.sharing, qp);
         Ok(())
     }
 

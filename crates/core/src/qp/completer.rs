@@ -109,6 +109,9 @@ pub(crate) struct Completer {
     cnps: u64,
     /// Pacing: when the next packet may leave (packets up to `PACE_BURST` gaps early go).
     pace_at: Nanos,
+    /// This QP's part of the host's window, where it is less than `WINDOW`
+    /// (`engine/share.rs`).
+    share: Option<u32>,
 }
 
 /// Packets a paced QP may send back to back (one GSO run's worth): pacing is for the
@@ -183,9 +186,19 @@ impl Completer {
     /// The send window in PSNs.
     pub(crate) fn window(&self) -> u32 {
         match self.sb {
-            Some(_) => self.win.size(WINDOW, SR_SPAN),
-            None => self.go_back.size(WINDOW),
+            Some(_) => self.win.size(self.floor(), SR_SPAN),
+            None => self.go_back.size(self.floor()),
         }
+    }
+
+    /// The window of a short path: `WINDOW`, or this QP's part of the host's.
+    fn floor(&self) -> u32 {
+        self.share.map_or(WINDOW, |s| s.min(WINDOW))
+    }
+
+    /// This QP's part of the host's window, as the engine counts the QPs sending.
+    pub(crate) fn set_share(&mut self, share: u32) {
+        self.share = Some(share);
     }
 
     /// What is in flight at `now`, for the requester.
@@ -205,7 +218,7 @@ impl Completer {
     /// path: `Window::pace_gap`).
     fn pace_gap(&self) -> Option<Nanos> {
         self.sb.as_ref()?;
-        self.win.pace_gap(WINDOW, SR_SPAN)
+        self.win.pace_gap(self.floor(), SR_SPAN)
     }
 
     /// The PSN an RNR NAK made us wait to resend, while we wait.

@@ -191,6 +191,8 @@ pub(crate) struct Qp {
     pub scheduled: bool,
     /// The deadline under which the engine's timer queue holds this QP.
     pub queued_deadline: Option<Nanos>,
+    /// Counted among the QPs that share the host's window (`engine/share.rs`).
+    pub counted_sending: bool,
     /// In SQD, IBV_EVENT_SQ_DRAINED is still to be raised (once the started WQEs are done).
     drain_pending: bool,
     /// The device speaks selective repeat (`EngineConfig::selective_repeat`).
@@ -242,6 +244,7 @@ impl Qp {
             post,
             scheduled: false,
             queued_deadline: None,
+            counted_sending: false,
             drain_pending: false,
             selective_repeat,
             // Placeholders: `refresh_views` below builds both from the fields above.
@@ -606,10 +609,21 @@ impl Qp {
         }
     }
 
+    /// Whether this QP has work outstanding that a window bounds: an RC send queue that
+    /// is not empty.
+    pub fn sending(&self) -> bool {
+        self.qp_type == QpType::Rc && !self.sq.is_empty()
+    }
+
     /// Packets this QP may send in its turn in the engine's round robin, the next one
     /// included (None: no other QP waits); the turn's last asks for an ACK.
     pub fn set_turn(&mut self, packets: Option<u32>) {
         self.req.set_turn(packets);
+    }
+
+    /// This QP's part of the host's window (`engine/share.rs`).
+    pub fn set_window_share(&mut self, share: u32) {
+        self.comp.set_share(share);
     }
 
     /// The earliest deadline this QP is waiting for.
