@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Two SENDs land in the two receives posted to B's SRQ, in order. */
 static int srq_case(struct pair *p, const void *arg)
@@ -219,6 +220,72 @@ static int cq_event_case(struct pair *p, const void *arg)
 	return sync_ends(p);
 }
 
+/* B's channel has an event for B's CQ within `ms`; it is taken and acknowledged. */
+static int take_event(struct pair *p, int ms, const char *what)
+{
+	struct side *b = &p->s[B];
+	struct pollfd pf = { .fd = b->ch->fd, .events = POLLIN };
+	struct ibv_cq *ev_cq = NULL;
+	void *ev_ctx = NULL;
+	if (poll(&pf, 1, ms) != 1)
+		return fail(p, "%s: the completion channel stayed quiet for %d ms", what, ms);
+	if (ibv_get_cq_event(b->ch, &ev_cq, &ev_ctx) || ev_cq != b->cq)
+		return fail(p, "%s: ibv_get_cq_event: no event, or another CQ", what);
+	ibv_ack_cq_events(b->cq, 1);
+	return 0;
+}
+
+/* perftest -e's loop: take the event, re-arm the CQ, then poll the completion the event
+ * was for. A CQ armed while it holds a completion reports the next one added, not that
+ * one ("the next completion", as rxe and NICs): the channel must stay quiet until A sends
+ * again. An event for the completion already there (oxrdma's, until this case) made
+ * perftest's next wait return at once, its poll find nothing, and it post into a full
+ * send queue: ib_send_lat -e, ib_read_lat -e and ib_atomic_lat -e failed every time. */
+static int cq_rearm_case(struct pair *p, const void *arg)
+{
+	(void)arg;
+	uint32_t grh = p->cfg->type == IBV_QPT_UD ? GRH : 0;
+	struct side *b = &p->s[B];
+	if (here(p, B)) {
+		for (uint64_t id = 80; id < 83; id++) {
+			struct ibv_sge rs = sge_of(b, RECV_OFF + 128 * (id - 80), 64 + grh);
+			if (post_recv(p, B, id, &rs, 1))
+				fail(p, "post_recv");
+		}
+		if (ibv_req_notify_cq(b->cq, 0))
+			fail(p, "ibv_req_notify_cq");
+	}
+	if (sync_ends(p))
+		return -1;
+	for (uint64_t round = 0; round < 3; round++) {
+		if (here(p, A)) {
+			struct op op = { .wr_id = 90 + round, .opcode = IBV_WR_SEND,
+					 .flags = IBV_SEND_SIGNALED, .nsge = 1 };
+			op.sge[0] = sge_of(&p->s[A], 0, 64);
+			post_wait(p, A, &op, IBV_WC_SUCCESS, "A's SEND", NULL);
+		}
+		if (sync_ends(p))
+			return -1;
+		if (here(p, B) && !take_event(p, 5000, "A's SEND")) {
+			if (ibv_req_notify_cq(b->cq, 0))
+				fail(p, "ibv_req_notify_cq");
+			/* A program may do other work between the arm and the poll; the provider
+			 * looks at the CQ meanwhile. */
+			usleep(20000);
+			struct wc w;
+			if (!expect_wc(p, B, IBV_WC_SUCCESS, "B's receive", &w) && w.wr_id != 80 + round)
+				fail(p, "B's receive: wr_id %llu", (unsigned long long)w.wr_id);
+			struct pollfd pf = { .fd = b->ch->fd, .events = POLLIN };
+			if (!p->failed && poll(&pf, 1, 100) != 0)
+				fail(p, "round %llu: an event for the completion the CQ held when it "
+					"was armed", (unsigned long long)round);
+		}
+		if (sync_ends(p))
+			return -1;
+	}
+	return 0;
+}
+
 /* B's context reports the asynchronous event `type` for its object `element` within 5 s. */
 static void expect_event(struct pair *p, enum ibv_event_type type, const void *element)
 {
@@ -344,6 +411,7 @@ const struct kase more_cases[] = {
 	{ "mw2-send-with-inv", window_case, MW(IBV_MW_TYPE_2, REMOTE_INV), T_RC, 0 },
 	{ "mw2-dealloc-while-bound", window_case, MW(IBV_MW_TYPE_2, DEALLOC), T_RC, 0 },
 	{ "cq-event", cq_event_case, NULL, T_RC | T_UC | T_UD, NEED_CHANNEL },
+	{ "cq-event-rearmed-before-poll", cq_rearm_case, NULL, T_RC | T_UC | T_UD, NEED_CHANNEL },
 	{ "cq-resize", cq_resize_case, NULL, T_RC, 0 },
 	{ "async-qp-access-error", access_event_case, NULL, T_RC, 0 },
 	{ "async-cq-overrun", cq_overrun_case, NULL, T_RC | T_UC | T_UD, NEED_TINY_CQ },

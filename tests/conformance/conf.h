@@ -31,6 +31,7 @@ struct config {
 	enum ibv_qp_type type;
 	enum api api;
 	const char *only; /* run only cases whose name contains this */
+	int events;       /* every end sleeps on a completion channel while its CQ is empty */
 };
 
 /* One end: its context and objects. */
@@ -46,6 +47,7 @@ struct side {
 	uint8_t *buf;
 	struct ibv_ah *ah; /* UD: to the other end */
 	struct ibv_srq *srq;
+	int woke; /* events mode: an event was taken and the CQ not yet found holding anything */
 };
 
 /* What one end tells the other. */
@@ -109,6 +111,8 @@ void exchange(struct pair *p, void *mine, void *theirs, size_t len);
 uint64_t share_u64(struct pair *p, enum role from, uint64_t v);
 
 /* verbs.c: posting and polling through the configured API */
+extern unsigned wakeups, empty_wakeups; /* events mode, this process: events taken, and
+					  * those after which the CQ held nothing */
 int post(struct pair *p, enum role r, const struct op *op);
 int post_recv(struct pair *p, enum role r, uint64_t wr_id, struct ibv_sge *sge, int n);
 int wait_wc(struct pair *p, enum role r, struct wc *out);

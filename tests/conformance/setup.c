@@ -57,7 +57,7 @@ static int make_side(struct pair *p, struct side *s, const struct side *proto, i
 	const struct config *cfg = p->cfg;
 	s->ctx = proto->ctx;
 	s->pd = proto->pd;
-	if (is_b && (p->needs & NEED_CHANNEL)) {
+	if (cfg->events || (is_b && (p->needs & NEED_CHANNEL))) {
 		s->ch = ibv_create_comp_channel(s->ctx);
 		if (!s->ch)
 			return fail(p, "ibv_create_comp_channel: errno %d", errno);
@@ -85,6 +85,9 @@ static int make_side(struct pair *p, struct side *s, const struct side *proto, i
 		if (!s->cq)
 			return fail(p, "ibv_create_cq: errno %d", errno);
 	}
+	/* Events mode: armed from the start, as perftest -e arms its CQs before the test. */
+	if (cfg->events && ibv_req_notify_cq(s->cq, 0))
+		return fail(p, "ibv_req_notify_cq");
 	if (posix_memalign((void **)&s->buf, 4096, BUF_LEN))
 		return fail(p, "no memory");
 	memset(s->buf, 0, BUF_LEN);

@@ -2,6 +2,7 @@
  * extended ibv_wr_* builders and ibv_start_poll/ibv_next_poll. */
 #include "conf.h"
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
 #include <time.h>
 
@@ -122,6 +123,8 @@ int post_recv(struct pair *p, enum role r, uint64_t wr_id, struct ibv_sge *sge, 
 	return s->srq ? ibv_post_srq_recv(s->srq, &wr, &bad) : ibv_post_recv(s->qp, &wr, &bad);
 }
 
+unsigned wakeups, empty_wakeups;
+
 static double now(void)
 {
 	struct timespec t;
@@ -129,7 +132,33 @@ static double now(void)
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-/* One completion of end `r`, or 0 after `ms` with none: 1 if one was read. */
+/* Events mode, the CQ found empty: sleeps on the channel for up to `left` seconds; an
+ * event is taken, acknowledged and the CQ re-armed before it is polled again (perftest
+ * -e's order, so the completion the event was for is in the CQ when it is re-armed). */
+static int sleep_for_event(struct pair *p, struct side *s, double left)
+{
+	struct pollfd pf = { .fd = s->ch->fd, .events = POLLIN };
+	int rc = poll(&pf, 1, (int)(left * 1000) + 1);
+	if (rc < 0)
+		return errno == EINTR ? 0 : fail(p, "poll on the completion channel: errno %d", errno);
+	if (rc == 0)
+		return 0;
+	struct ibv_cq *cq = NULL;
+	void *ctx = NULL;
+	if (ibv_get_cq_event(s->ch, &cq, &ctx))
+		return fail(p, "ibv_get_cq_event: errno %d", errno);
+	if (cq != s->cq)
+		return fail(p, "ibv_get_cq_event: an event for another CQ");
+	ibv_ack_cq_events(cq, 1);
+	if (ibv_req_notify_cq(cq, 0))
+		return fail(p, "ibv_req_notify_cq");
+	wakeups++;
+	s->woke = 1;
+	return 0;
+}
+
+/* One completion of end `r`, or 0 after `ms` with none: 1 if one was read. In events mode
+ * the end sleeps on its channel while its CQ is empty. */
 static int poll_one(struct pair *p, enum role r, struct wc *out, int ms)
 {
 	struct side *s = &p->s[r];
@@ -153,6 +182,7 @@ static int poll_one(struct pair *p, enum role r, struct wc *out, int ms)
 				out->qp_num = ibv_wc_read_qp_num(c);
 				out->src_qp = ibv_wc_read_src_qp(c);
 				ibv_end_poll(c);
+				s->woke = 0;
 				return 1;
 			}
 			if (rc != ENOENT)
@@ -174,11 +204,21 @@ static int poll_one(struct pair *p, enum role r, struct wc *out, int ms)
 					out->imm = w.invalidated_rkey;
 				out->qp_num = w.qp_num;
 				out->src_qp = w.src_qp;
+				s->woke = 0;
 				return 1;
 			}
 		}
-		if (now() > end)
+		/* The CQ was empty. After an event that is allowed (a completion added after the
+		 * arm may have been polled before its event was read), but not expected. */
+		if (s->woke) {
+			empty_wakeups++;
+			s->woke = 0;
+		}
+		double left = end - now();
+		if (left <= 0)
 			return 0;
+		if (p->cfg->events && sleep_for_event(p, s, left) < 0)
+			return -1;
 	}
 }
 

@@ -151,12 +151,13 @@ c_pp ibv_uc_pingpong 4096 100 ""
 c_pp ibv_ud_pingpong 1024 100 ""
 c_pp ibv_srq_pingpong 4096 50 ""
 c_pp ibv_rc_pingpong 4096 100 _v6 v6
-c_perf() {  # c_perf TOOL SIZE ITERS TAG [v6]: one perftest test, both roles
+c_perf() {  # c_perf TOOL SIZE ITERS TAG [v6]: one perftest test, both roles ($C_EXTRA: more
+    #         arguments, the same on both sides)
     local tool=$1 s=$2 n=$3 tag=$4 idx=IDX4 env=$C_ENV4 sz="-s $2" g h
     [ "${5:-}" = v6 ] && { idx=IDX6; env=$C_ENV6; }
     case $tool in ib_atomic_*) sz="" ;; esac
-    g="$tool -d rxe0 -x \$$idx -F -m $MTU_ARG $sz -n $n"
-    h="$env $tool -d oxr0 -x 0 -F -m $MTU_ARG $sz -n $n"
+    g="$tool -d rxe0 -x \$$idx -F -m $MTU_ARG $sz -n $n ${C_EXTRA:-}"
+    h="$env $tool -d oxr0 -x 0 -F -m $MTU_ARG $sz -n $n ${C_EXTRA:-}"
     case $tool in *_bw) g="$g --report_gbits"; h="$h --report_gbits" ;; esac
     local chk=perf; case $tool in ib_read_lat|ib_atomic_lat) chk=perf1 ;; esac
     EXPECT="$s $n"
@@ -169,6 +170,10 @@ c_perf ib_atomic_bw 8 200 ""
 for tool in ib_write_lat ib_read_lat ib_send_lat; do c_perf $tool 8 200 ""; done
 c_perf ib_atomic_lat 8 200 ""
 c_perf ib_write_bw 65536 200 _v6 v6
+# Event mode (-e), both sides sleeping on their completion channels: each event taken,
+# the CQ re-armed, then polled once (perftest's loop). perftest has no -e for WRITE.
+for tool in ib_send_lat ib_read_lat ib_atomic_lat; do C_EXTRA=-e c_perf $tool 8 200 _e; done
+C_EXTRA=-e c_perf ib_send_bw 65536 200 _e
 
 # --- rdma_cm programs: Debian's rdmacm-utils and perftest -R on oxrdma's librdmacm.so.1
 # and libibverbs.so.1 <-> the same on rxe (the kernel's CM). Both roles; the connection

@@ -7,15 +7,24 @@
 use crate::wr::WorkCompletion;
 use crossbeam_queue::ArrayQueue;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The entries of one CQ, shared by the engine (which pushes) and pollers (which pop).
 #[derive(Debug)]
 pub struct CqRing {
     queue: ArrayQueue<WorkCompletion>,
+    /// Completions ever added (the ring's and the spill's): an armed CQ reports the
+    /// completions added after the arm, which this count tells from those before it.
+    added: AtomicU64,
 }
 
 impl CqRing {
+    /// How many completions the CQ has ever been given. Read after this, the ring holds
+    /// (or has handed out) every one of them.
+    pub fn added(&self) -> u64 {
+        self.added.load(Ordering::Acquire)
+    }
     /// The oldest completion, if any.
     pub fn pop(&self) -> Option<WorkCompletion> {
         self.queue.pop()
@@ -46,6 +55,7 @@ impl Cq {
         Cq {
             ring: Arc::new(CqRing {
                 queue: ArrayQueue::new(depth),
+                added: AtomicU64::new(0),
             }),
             depth,
             spill: VecDeque::new(),
@@ -87,6 +97,8 @@ impl Cq {
         } else {
             self.spill.push_back(wc);
         }
+        // After the entry is in place: whoever sees the count finds the entry.
+        self.ring.added.fetch_add(1, Ordering::Release);
         over && !std::mem::replace(&mut self.overflowed, true)
     }
 

@@ -81,11 +81,19 @@ impl CompletionQueue {
 
     /// Asks for `channel` to report this CQ at its next completion (`ibv_req_notify_cq`).
     pub fn req_notify(&self, channel: &CompletionChannel) {
-        self.ctx.shared().arm(self.cq, channel.inner.clone());
+        self.ctx
+            .shared()
+            .arm(self.cq, self.ring.clone(), channel.inner.clone());
+    }
+
+    /// Once destroyed: an arm left waiting reports nothing (and no longer tells the
+    /// engine thread that a program sleeps on a channel).
+    fn disarm(&self) {
+        self.ctx.shared().disarm(self.cq);
     }
 }
 
 crate::destroy::destroy_with! {
     /// `ibv_destroy_cq`: busy while a QP uses it.
-    CompletionQueue.cq => destroy_cq, events Cq;
+    CompletionQueue.cq => destroy_cq, events Cq, then disarm;
 }

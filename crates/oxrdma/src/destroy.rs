@@ -4,9 +4,10 @@
 
 /// For each `Type.handle => engine_method;`: `Type::try_destroy` and `Drop`, both calling
 /// `engine.engine_method(self.handle)` once; the type has `ctx` and `live` fields. With
-/// `, events Source`, the object's asynchronous events stop going to its context.
+/// `, events Source`, the object's asynchronous events stop going to its context; with
+/// `, then method`, `self.method()` runs once it is destroyed.
 macro_rules! destroy_with {
-    ($($(#[$doc:meta])* $ty:ident . $handle:ident => $destroy:ident $(, events $src:ident)?;)*) => {$(
+    ($($(#[$doc:meta])* $ty:ident . $handle:ident => $destroy:ident $(, events $src:ident)? $(, then $then:ident)?;)*) => {$(
         impl $ty {
             $(#[$doc])*
             /// On failure the object comes back with the error, still usable.
@@ -16,6 +17,7 @@ macro_rules! destroy_with {
                     Ok(()) => {
                         self.live = false;
                         $(self.ctx.shared().owners.release(crate::events::Source::$src(self.$handle));)?
+                        $(self.$then();)?
                         Ok(())
                     }
                     Err(e) => Err((self, e.into())),
@@ -26,8 +28,11 @@ macro_rules! destroy_with {
         impl Drop for $ty {
             fn drop(&mut self) {
                 if self.live {
-                    let _ = self.ctx.shared().lock().engine.$destroy(self.$handle);
+                    let r = self.ctx.shared().lock().engine.$destroy(self.$handle);
                     $(self.ctx.shared().owners.release(crate::events::Source::$src(self.$handle));)?
+                    if r.is_ok() {
+                        $(self.$then();)?
+                    }
                 }
             }
         }

@@ -117,7 +117,7 @@ pub(crate) fn engine_thread(shared: &Shared) {
             shared.pending.store(false, Ordering::SeqCst);
             let moved = dev.poll().unwrap_or(0);
             shared.collect_events(&mut dev);
-            shared.notify_armed(&dev);
+            shared.notify_armed();
             if moved == 0 {
                 // Under the lock: a post after this brings the deadline forward, not back.
                 // While the application calls in, its polls serve the timers (and this

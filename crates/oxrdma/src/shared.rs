@@ -14,7 +14,7 @@ use crate::events::Owners;
 use crate::handoff::Handoff;
 use crate::lock::lock;
 use crate::sleeper::Sleeper;
-use oxrdma_core::EngineConfig;
+use oxrdma_core::{CqRing, EngineConfig};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -42,8 +42,8 @@ pub(crate) struct Shared {
     /// What the engine thread sleeps on (its doorbell and the socket).
     pub(crate) sleeper: Sleeper,
     pub(crate) stop: AtomicBool,
-    /// CQs armed with `req_notify`, and the channel to signal when they get an entry.
-    armed: Mutex<Vec<(u32, Arc<ChannelInner>)>>,
+    /// CQs armed with `req_notify`.
+    armed: Mutex<Vec<Armed>>,
     /// Whether `armed` holds any CQ: the application then waits on a channel, and the
     /// engine thread moves its packets even if it polled a moment ago.
     any_armed: AtomicBool,
@@ -67,6 +67,15 @@ pub(crate) struct Shared {
     pub(crate) owners: Owners,
     /// Which event channel gets each connection manager event.
     pub(crate) cm: CmRoutes,
+}
+
+/// A CQ armed for its channel: the next completion added to it after the arm is reported.
+struct Armed {
+    cq: u32,
+    ring: Arc<CqRing>,
+    /// The CQ's count of completions added, when it was armed.
+    added_at_arm: u64,
+    channel: Arc<ChannelInner>,
 }
 
 /// The device, locked; on unlock, work posted meanwhile by threads that found it locked
@@ -96,6 +105,8 @@ impl Drop for DeviceGuard<'_> {
             self.shared.timer_to_pull(dev)
         });
         drop(self.guard.take());
+        // What this thread moved may complete an armed CQ: its channel hears it now.
+        self.shared.notify_armed();
         self.shared.timer_armed(next);
         std::sync::atomic::fence(Ordering::SeqCst);
         self.shared.drive_pending();
@@ -134,22 +145,45 @@ impl Shared {
         }
     }
 
-    /// Arms `cq` to signal `channel` at its next completion, and wakes the engine thread,
-    /// which moves the packets from now on (lock order: `dev` before `armed`).
-    pub fn arm(&self, cq: u32, channel: Arc<ChannelInner>) {
+    /// Arms `cq` (whose entries `ring` holds) to signal `channel` at the next completion
+    /// added to it, not one it holds already (`ibv_req_notify_cq`, as rxe and NICs: a
+    /// program that re-arms before polling the completion it was woken for, as perftest
+    /// does, must not be woken again for it). Wakes the engine thread, which moves the
+    /// packets from now on (lock order: `dev` before `armed`).
+    pub fn arm(&self, cq: u32, ring: Arc<CqRing>, channel: Arc<ChannelInner>) {
         let mut armed = lock(&self.armed);
-        armed.push((cq, channel));
+        let added_at_arm = ring.added();
+        // Armed again before its event: one arm, the earlier (its event is the one owed).
+        if !armed.iter().any(|a| a.cq == cq) {
+            armed.push(Armed {
+                cq,
+                ring,
+                added_at_arm,
+                channel,
+            });
+        }
         self.any_armed.store(true, Ordering::SeqCst);
         drop(armed);
         self.ring();
     }
 
-    /// Signals the channel of each armed CQ that has entries, and disarms it.
-    pub(crate) fn notify_armed(&self, dev: &Device) {
+    /// Disarms `cq` (it is destroyed): it reports nothing more.
+    pub(crate) fn disarm(&self, cq: u32) {
         let mut armed = lock(&self.armed);
-        armed.retain(|(cq, channel)| {
-            if dev.engine.cq_len(*cq) > 0 {
-                channel.notify(*cq);
+        armed.retain(|a| a.cq != cq);
+        self.any_armed.store(!armed.is_empty(), Ordering::SeqCst);
+    }
+
+    /// Signals the channel of each armed CQ that was given a completion since it was
+    /// armed, and disarms it.
+    pub(crate) fn notify_armed(&self) {
+        if !self.any_armed() {
+            return;
+        }
+        let mut armed = lock(&self.armed);
+        armed.retain(|a| {
+            if a.ring.added() > a.added_at_arm {
+                a.channel.notify(a.cq);
                 false
             } else {
                 true
@@ -256,6 +290,7 @@ impl Shared {
             self.collect_events(&mut dev);
             let next = self.timer_to_pull(&dev);
             drop(dev);
+            self.notify_armed();
             self.timer_armed(next);
             std::sync::atomic::fence(Ordering::SeqCst);
         }
