@@ -71,7 +71,7 @@ struct End {
 }
 
 fn open(ip: IpAddr, seed: u8) -> anyhow::Result<(End, u32, u32)> {
-    let mut dev = Device::open(ip, [seed; 32])?;
+    let mut dev = Device::open(ip, false, [seed; 32])?;
     let e = &mut dev.engine;
     let pd = e.alloc_pd()?;
     let cq = e.create_cq(1024)?;

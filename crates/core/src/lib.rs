@@ -19,6 +19,7 @@ pub mod memory;
 mod mr;
 mod mw;
 mod qp;
+pub mod slot;
 mod srq;
 mod timers;
 pub mod verbs;
@@ -34,6 +35,7 @@ pub use limits::{AtomicCap, DeviceAttr, MAX_PACKET};
 pub use memory::SharedBuffer;
 pub use mr::MemoryRegion;
 pub use qp::{Doorbells, QpPost, QpTransport};
+pub use slot::Slot;
 pub use srq::SrqAttr;
 pub use verbs::{
     Access, AsyncEvent, EventType, Mtu, MwType, QpState, QpType, SendFlags, WcOpcode, WcStatus,

@@ -57,8 +57,9 @@ fn open_first(d: &Device, name: &str) -> Result<oxrdma::Context, c_int> {
     let fail = |ip: IpAddr, e: Error| match &e {
         Error::Bind(BindError::InUse { .. }) => {
             eprintln!(
-                "oxrdma: device {name}: {ip} is in use by another process; give this one \
-                     its own address, e.g. OXRDMA_DEVICES={name}=127.0.0.9"
+                "oxrdma: device {name}: {ip} is in use by a program that does not share it \
+                     (Linux rxe, another user's processes, or OXRDMA_SHARE=0); give this one \
+                     another address, e.g. OXRDMA_DEVICES={name}=127.0.0.9"
             );
             libc::EADDRINUSE
         }
@@ -76,7 +77,9 @@ fn open_first(d: &Device, name: &str) -> Result<oxrdma::Context, c_int> {
         Addr::FreeLoopback => {
             for n in 2..=254u8 {
                 let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
-                match oxrdma::Context::open(ip) {
+                // An address of its own, as before addresses were shared: each end of a
+                // pingpong on one host has its own GID, and the CM rendezvous finds them.
+                match oxrdma::Context::open_alone(ip) {
                     Ok(c) => return Ok(c),
                     Err(Error::Bind(BindError::InUse { .. })) => continue,
                     Err(e) => return Err(fail(ip, e)),

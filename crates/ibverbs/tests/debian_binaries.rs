@@ -223,9 +223,9 @@ fn with_nothing_set_a_second_process_takes_the_next_free_loopback_address() {
 
 #[test]
 fn a_configured_address_in_use_is_one_clear_error_naming_it_and_the_variable() {
-    // A free port of our own, then the tool is pointed at it.
+    // A free port held alone (as Linux rxe holds its own), then the tool is pointed at it.
     let ip = (40..90).map(|n| format!("127.0.0.{n}")).find_map(|a| {
-        oxrdma::Context::open(a.parse().unwrap())
+        oxrdma::Context::open_alone(a.parse().unwrap())
             .ok()
             .map(|c| (a, c))
     });
@@ -244,14 +244,46 @@ fn a_configured_address_in_use_is_one_clear_error_naming_it_and_the_variable() {
     );
 }
 
+#[test]
+fn a_configured_address_another_process_uses_is_shared() {
+    // This process uses the address (as a device of its own), and the tool, configured
+    // with the same address, opens its device there too: one GID, as on a NIC.
+    let ip = (40..90).map(|n| format!("127.0.0.{n}")).find_map(|a| {
+        oxrdma::Context::open(a.parse().unwrap())
+            .ok()
+            .map(|c| (a, c))
+    });
+    let (addr, _held) = ip.expect("a free loopback address in 127.0.0.40-89");
+    let spec = format!("oxr0={addr}");
+    let Some(text) = run_ok("ibv_devinfo", &["-v"], &[("OXRDMA_DEVICES", &spec)]) else {
+        return;
+    };
+    let g = gids(&text);
+    assert!(
+        g.len() == 1 && g[0].starts_with(&format!("::ffff:{addr},")),
+        "{text}"
+    );
+}
+
 /// Runs `tool` as a server and as a client on this host (two processes, nothing set but
 /// `LD_LIBRARY_PATH`, TCP port `port` for their exchange), both must succeed, and both
 /// must report the same byte count. The client is retried while the server is not yet
 /// listening.
 fn pingpong(tool: &str, port: u16, args: &[&str]) {
+    pingpong_with(tool, port, args, &[]);
+}
+
+/// [`pingpong`] with `env` set for both sides; returns what the server and the client
+/// printed.
+fn pingpong_with(
+    tool: &str,
+    port: u16,
+    args: &[&str],
+    env: &'static [(&'static str, &'static str)],
+) -> (String, String) {
     if !Path::new("/usr/bin").join(tool).exists() {
         run(tool, &[], &[]); // says SKIPPED, or fails under OXRDMA_CI
-        return;
+        return (String::new(), String::new());
     }
     let port = port.to_string();
     let mut server_args = vec!["-p", &port];
@@ -261,14 +293,14 @@ fn pingpong(tool: &str, port: u16, args: &[&str]) {
         let a: Vec<String> = server_args.iter().map(|s| s.to_string()).collect();
         std::thread::spawn(move || {
             let a: Vec<&str> = a.iter().map(String::as_str).collect();
-            run(&tool, &a, &[]).unwrap()
+            run(&tool, &a, env).unwrap()
         })
     };
     let mut client_args = server_args.clone();
     client_args.push("localhost");
     let deadline = Instant::now() + Duration::from_secs(10);
     let client = loop {
-        let out = run(tool, &client_args, &[]).unwrap();
+        let out = run(tool, &client_args, env).unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         if err.contains("Couldn't connect") && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
@@ -297,6 +329,28 @@ fn pingpong(tool: &str, port: u16, args: &[&str]) {
     };
     assert!(bytes(&s).is_some(), "{s}");
     assert_eq!(bytes(&s), bytes(&c), "--- server\n{s}--- client\n{c}");
+    (s, c)
+}
+
+/// Both ends of a pingpong on one configured address, as two processes on a host with a
+/// NIC: one GID, the QPNs tell them apart.
+#[test]
+fn pingpongs_whose_two_processes_share_one_address() {
+    const ENV: &[(&str, &str)] = &[("OXRDMA_DEVICES", "oxr0=127.0.0.121")];
+    let gid = |t: &str| {
+        t.lines()
+            .find(|l| l.contains("local address"))
+            .and_then(|l| l.split("GID").nth(1))
+            .map(|g| g.trim().to_string())
+    };
+    for (tool, port) in [("ibv_rc_pingpong", 18611), ("ibv_ud_pingpong", 18612)] {
+        let (s, c) = pingpong_with(tool, port, &["-g", "0", "-n", "200"], ENV);
+        if s.is_empty() {
+            continue;
+        }
+        assert_eq!(gid(&s), Some("::ffff:127.0.0.121".to_string()), "{s}");
+        assert_eq!(gid(&s), gid(&c), "--- server\n{s}--- client\n{c}");
+    }
 }
 
 #[test]

@@ -78,12 +78,23 @@ fn engine_thread_name(ip: IpAddr) -> String {
 }
 
 impl Context {
-    /// Opens the device whose GID is `ip` (it must be an address of this host; each process
-    /// needs its own, e.g. 127.0.0.2, 127.0.0.3, … on loopback).
+    /// Opens the device whose GID is `ip` (an address of this host), which this user's
+    /// processes share as a NIC's: each owns some of the QPNs (up to 64 processes on one
+    /// address). `OXRDMA_SHARE=0` makes it [`Context::open_alone`].
     pub fn open(ip: IpAddr) -> Result<Context> {
+        Self::open_with(ip, false)
+    }
+
+    /// Opens the device whose GID is `ip` for this process alone: refused if another
+    /// process uses the address.
+    pub fn open_alone(ip: IpAddr) -> Result<Context> {
+        Self::open_with(ip, true)
+    }
+
+    fn open_with(ip: IpAddr, alone: bool) -> Result<Context> {
         let mut seed = [0u8; 32];
         getrandom_seed(&mut seed);
-        let dev = Device::open(ip, seed)?;
+        let dev = Device::open(ip, alone, seed)?;
         let shared = Arc::new(Shared::new(dev)?);
         let s = shared.clone();
         let thread = std::thread::Builder::new()

@@ -15,9 +15,10 @@ pub struct Device {
 }
 
 impl Device {
-    /// Opens the device for `ip` (port 4791). `seed` feeds the engine's CSPRNG.
-    pub fn open(ip: IpAddr, seed: [u8; 32]) -> Result<Device, BindError> {
-        let link = Link::open(ip)?;
+    /// Opens the device for `ip` (port 4791; this process's alone if `alone`). `seed`
+    /// feeds the engine's CSPRNG.
+    pub fn open(ip: IpAddr, alone: bool, seed: [u8; 32]) -> Result<Device, BindError> {
+        let link = Link::open(ip, alone)?;
         let engine = Engine::new(link.engine_config(), seed);
         Ok(Device { engine, link })
     }

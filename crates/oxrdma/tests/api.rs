@@ -270,8 +270,8 @@ fn bad_arguments_are_clear_errors_that_change_nothing() {
     let mut wcs = Vec::new();
     cq.poll(&mut wcs, 16).unwrap();
     assert!(wcs.is_empty(), "{wcs:?}");
-    // A second device on a taken address names the problem.
-    let e = Context::open("127.0.0.27".parse().unwrap())
+    // A device to be alone on an address in use names the problem.
+    let e = Context::open_alone("127.0.0.27".parse().unwrap())
         .unwrap_err()
         .to_string();
     assert!(e.contains("already in use"), "{e}");

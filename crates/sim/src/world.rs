@@ -115,6 +115,7 @@ impl World {
                     max_mtu: Mtu::Mtu4096,
                     attr: DeviceAttr::default(),
                     selective_repeat: true,
+                    slot: None,
                 };
                 Node {
                     engine: Engine::new(config, key),

@@ -31,6 +31,7 @@ fn tiny() -> Engine {
         max_mtu: oxrdma_core::Mtu::Mtu1024,
         attr,
         selective_repeat: true,
+        slot: None,
     };
     Engine::new(config, [3; 32])
 }

@@ -31,9 +31,14 @@ pub struct Link {
 }
 
 impl Link {
-    /// Opens the link for `ip` (port 4791).
-    pub fn open(ip: IpAddr) -> Result<Link, BindError> {
-        let port = UdpPort::bind(ip)?;
+    /// Opens the link for `ip` (port 4791), shared with this user's other processes on
+    /// the address unless `alone` (`UdpPort::bind`, `bind_alone`).
+    pub fn open(ip: IpAddr, alone: bool) -> Result<Link, BindError> {
+        let port = if alone {
+            UdpPort::bind_alone(ip)?
+        } else {
+            UdpPort::bind(ip)?
+        };
         let port_gro = port.gro();
         let kernel = KernelCounters::open();
         Ok(Link {
@@ -59,6 +64,7 @@ impl Link {
             max_mtu: crate::mtu::interface_mtu(ip).map_or(Mtu::Mtu4096, crate::mtu::active_mtu),
             attr: DeviceAttr::default(),
             selective_repeat: selective_repeat_enabled(),
+            slot: self.port.slot(),
         }
     }
 

@@ -23,7 +23,7 @@ use std::ops::Range;
 /// Why a port could not be opened, in words a user can act on.
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
-    #[error("{addr} is already in use by another process (one RoCEv2 device per address: give each process its own address, e.g. 127.0.0.2, 127.0.0.3, ...)")]
+    #[error("{addr} is already in use and cannot be shared (held by Linux rxe, by another user's oxrdma processes or by a device opened alone, or this one was to be alone): give this one another address")]
     InUse { addr: SocketAddr },
     #[error("{addr} is not an address of this host")]
     NotLocal { addr: SocketAddr },
@@ -79,6 +79,12 @@ impl PortStats {
             per(self.rx_messages, self.rx_calls),
         )
     }
+}
+
+/// Whether ports share their address with this user's other processes: unless
+/// `OXRDMA_SHARE=0`.
+fn share_wanted() -> bool {
+    std::env::var("OXRDMA_SHARE").map_or(true, |v| v != "0")
 }
 
 /// Linux's `UDP_NO_CHECK6_RX` (linux/udp.h), which the libc crate lacks.
@@ -169,6 +175,9 @@ fn is_icmp_error(e: &io::Error) -> bool {
 
 pub struct UdpPort {
     socket: UdpSocket,
+    /// The address's group, where this process shares it with others (`group.rs`):
+    /// `socket` is its slot's.
+    group: Option<crate::group::Group>,
     local: SocketAddr,
     pub stats: PortStats,
     /// Writes every packet sent and received (as raw IP) to a pcap file.
@@ -197,18 +206,57 @@ impl std::fmt::Debug for UdpPort {
 const RCVBUF_WANTED: usize = 32 << 20;
 
 impl UdpPort {
-    /// Binds `ip`:4791.
+    /// Binds `ip`:4791, shared with the other processes of this user that use the address
+    /// (`group.rs`), unless `OXRDMA_SHARE=0` (then it is this process's alone).
     pub fn bind(ip: IpAddr) -> Result<UdpPort, BindError> {
+        let addr = SocketAddr::new(ip, ROCE_V2_PORT);
+        if !share_wanted() {
+            return Self::bind_addr(addr);
+        }
+        let group = crate::group::Group::join(addr)?;
+        let socket = group
+            .socket()
+            .try_clone()
+            .map_err(|source| BindError::Io { addr, source })?;
+        Self::with_socket(addr, socket, Some(group))
+    }
+
+    /// Binds `ip`:4791 for this process alone: refused if any other holds it.
+    pub fn bind_alone(ip: IpAddr) -> Result<UdpPort, BindError> {
         Self::bind_addr(SocketAddr::new(ip, ROCE_V2_PORT))
     }
 
-    /// Binds any address and port (tests use other ports; peers always send to 4791).
+    /// Binds any address and port, alone (tests use other ports; peers always send to
+    /// 4791).
     pub fn bind_addr(addr: SocketAddr) -> Result<UdpPort, BindError> {
         let socket = UdpSocket::bind(addr).map_err(|e| match e.kind() {
             io::ErrorKind::AddrInUse => BindError::InUse { addr },
             io::ErrorKind::AddrNotAvailable => BindError::NotLocal { addr },
             _ => BindError::Io { addr, source: e },
         })?;
+        Self::with_socket(addr, socket, None)
+    }
+
+    /// Steers the connection requests for `service_id` to this port while the guard
+    /// lives, where the address is shared (None where it is this process's alone).
+    pub fn listen(&self, service_id: u64) -> io::Result<Option<crate::group::Listening>> {
+        self.group
+            .as_ref()
+            .map(|g| g.listen(service_id))
+            .transpose()
+    }
+
+    /// The slot this port owns where it shares its address, and the group's key.
+    pub fn slot(&self) -> Option<oxrdma_core::Slot> {
+        self.group.as_ref().map(crate::group::Group::slot)
+    }
+
+    /// Readies `socket`, bound to `addr`, as a port.
+    fn with_socket(
+        addr: SocketAddr,
+        socket: UdpSocket,
+        group: Option<crate::group::Group>,
+    ) -> Result<UdpPort, BindError> {
         let io_err = |source| BindError::Io { addr, source };
         let local = socket.local_addr().map_err(io_err)?;
         ready_to_send(&socket).map_err(io_err)?;
@@ -235,6 +283,7 @@ impl UdpPort {
         }
         Ok(UdpPort {
             socket,
+            group,
             local,
             stats: PortStats::default(),
             capture: None,

@@ -183,13 +183,27 @@ fn corrupted_datagrams_are_dropped_by_the_icrc_check() {
 
 #[test]
 fn a_taken_address_is_one_clear_error() {
-    let _first = UdpPort::bind(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 6))).unwrap();
-    let err = UdpPort::bind(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 6))).unwrap_err();
+    let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 6));
+    // Held alone (as Linux rxe holds its port): not shared.
+    let alone = UdpPort::bind_alone(ip).unwrap();
+    let err = UdpPort::bind(ip).unwrap_err();
     assert!(matches!(err, BindError::InUse { .. }));
     assert!(
         err.to_string().contains("127.0.0.6:4791 is already in use"),
         "{err}"
     );
+    drop(alone);
+    // Shared: a second port on the address gets another slot of the same group, and no
+    // port on it can then be alone.
+    let a = UdpPort::bind(ip).unwrap();
+    let b = UdpPort::bind(ip).unwrap();
+    let (sa, sb) = (a.slot().unwrap(), b.slot().unwrap());
+    assert_eq!(sa.key, sb.key);
+    assert_ne!(sa.index, sb.index);
+    assert!(matches!(
+        UdpPort::bind_alone(ip),
+        Err(BindError::InUse { .. })
+    ));
     let err = UdpPort::bind(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))).unwrap_err();
     assert!(matches!(err, BindError::NotLocal { .. }), "{err}");
 }

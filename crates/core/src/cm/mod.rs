@@ -37,6 +37,9 @@ pub struct CmConfig {
     /// the next, counting on the connecting side to be slower than that. Linux has no
     /// such wait; 0 turns it off.
     pub listen_grace: Nanos,
+    /// Where the device shares its address: the slot its comm IDs (and SIDR request IDs)
+    /// come from, so that the kernel hands their answers to this process.
+    pub slot: Option<crate::Slot>,
 }
 
 impl CmConfig {
@@ -52,6 +55,7 @@ impl CmConfig {
             max_retries: 15,
             ack_delay: 15,
             listen_grace: 100_000_000,
+            slot: None,
         }
     }
 }
@@ -452,7 +456,8 @@ impl Cm {
     fn new_id(&mut self) -> u32 {
         loop {
             self.next_id = self.next_id.wrapping_add(1);
-            let id = self.next_id ^ self.id_xor;
+            let seq = self.next_id ^ self.id_xor;
+            let id = self.config.slot.map_or(seq, |s| s.comm_id(seq));
             if id != 0 && !self.conns.contains_key(&id) {
                 return id;
             }

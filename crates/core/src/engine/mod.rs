@@ -33,6 +33,9 @@ pub struct EngineConfig {
     /// requests offer it, and a responder asked keeps packets that arrive ahead of a gap.
     /// Off, the device behaves as Linux rxe: go-back-N, and the bit is ignored.
     pub selective_repeat: bool,
+    /// Where the device shares its address with other processes: the slot it owns, which
+    /// its QPNs and comm IDs are drawn from (`slot.rs`). None: every number is its own.
+    pub slot: Option<crate::Slot>,
 }
 
 /// A packet `poll_transmit` wrote: `len` bytes at the start of the caller's buffer, to go to
@@ -162,7 +165,13 @@ impl Engine {
     /// OS in production, from the test's seed in simulation.
     pub fn new(config: EngineConfig, seed: [u8; 32]) -> Engine {
         let mut rng = ChaCha20Rng::from_seed(seed);
-        let cm = Cm::new(CmConfig::new(config.gid), rng.next_u32());
+        let cm = Cm::new(
+            CmConfig {
+                slot: config.slot,
+                ..CmConfig::new(config.gid)
+            },
+            rng.next_u32(),
+        );
         Engine {
             config,
             rng,

@@ -54,8 +54,10 @@ impl Engine {
             return Err(VerbsError::Exhausted("queue pairs"));
         }
         let qpn = loop {
-            // 24-bit, never 0 or 1 (QP0/QP1 are the management QPs).
-            let q = self.rng.next_u32() & 0xff_ffff;
+            // 24-bit, never 0 or 1 (QP0/QP1 are the management QPs); of the device's slot
+            // where it shares its address.
+            let r = self.rng.next_u32();
+            let q = self.config.slot.map_or(r & 0xff_ffff, |s| s.qpn(r));
             if q > 1 && !self.qps.contains_key(&q) {
                 break q;
             }

@@ -132,7 +132,7 @@ impl CmId {
             device: self.inner.ctx.gid().ip(),
             bound,
         };
-        let (port, reg) = if src.port() == 0 {
+        let (port, mut reg) = if src.port() == 0 {
             self.free_port(|p| rendezvous::register(ps, p, entry).ok())?
         } else {
             let r = rendezvous::register(ps, src.port(), entry).map_err(Error::Io)?;
@@ -140,7 +140,18 @@ impl CmId {
         };
         let sid = cma::service_id(ps, port);
         let shared = self.inner.ctx.shared();
-        shared.lock().engine.cm_mut().listen(sid, backlog)?;
+        {
+            let mut dev = shared.lock();
+            dev.engine.cm_mut().listen(sid, backlog)?;
+            // Other processes may share the address: the REQs must come here.
+            match dev.link.port.listen(sid) {
+                Ok(steer) => reg.steer = steer,
+                Err(e) => {
+                    dev.engine.cm_mut().unlisten(sid);
+                    return Err(Error::Io(e));
+                }
+            }
+        }
         let ch = self.inner.channel();
         shared.cm.route_listener(sid, &ch);
         lock(&ch.listeners).insert((self.inner.dev, sid), Arc::downgrade(&self.inner));

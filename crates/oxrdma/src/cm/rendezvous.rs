@@ -15,7 +15,7 @@ use rustix::fs::{flock, FlockOperation};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::net::IpAddr;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -33,27 +33,13 @@ pub(crate) struct Entry {
 pub(crate) struct Registration {
     file: File,
     path: PathBuf,
+    /// Where the device shares its address: the REQs for the port come to this process.
+    pub steer: Option<oxrdma_udp::group::Listening>,
 }
 
 fn dir() -> io::Result<PathBuf> {
-    // The network namespace's inode: each namespace has its own ports, as in the kernel.
-    let ns = fs::read_link("/proc/self/ns/net")
-        .ok()
-        .and_then(|l| {
-            let s = l.to_string_lossy().into_owned();
-            let n = s.trim_start_matches("net:[").trim_end_matches(']');
-            n.parse::<u64>().ok()
-        })
-        .map_or_else(|| "default".to_string(), |n| n.to_string());
-    let base = std::env::temp_dir().join("oxrdma-cm");
-    let d = base.join(ns);
-    for p in [&base, &d] {
-        if fs::create_dir(p).is_ok() {
-            // Every user's listeners meet here; the sticky bit keeps their files theirs.
-            let _ = fs::set_permissions(p, fs::Permissions::from_mode(0o1777));
-        }
-    }
-    Ok(d)
+    // Every user's listeners meet here; the sticky bit keeps their files theirs.
+    oxrdma_udp::host_dir("oxrdma-cm")
 }
 
 fn name(port_space: u16, port: u16) -> String {
@@ -141,7 +127,11 @@ pub(crate) fn register(port_space: u16, port: u16, entry: Entry) -> io::Result<R
         .and_then(|()| fs::hard_link(&tmp, &path));
     let _ = fs::remove_file(&tmp);
     written?;
-    Ok(Registration { file, path })
+    Ok(Registration {
+        file,
+        path,
+        steer: None,
+    })
 }
 
 /// The live listener on `port` of `port_space`, if any.

@@ -15,7 +15,7 @@ pub struct Device {
 #[allow(dead_code)] // each test uses some
 impl Device {
     pub fn open(ip: IpAddr, seed: [u8; 32]) -> Result<Device, BindError> {
-        let link = Link::open(ip)?;
+        let link = Link::open(ip, false)?;
         let engine = Engine::new(link.engine_config(), seed);
         Ok(Device { engine, link })
     }

@@ -1,0 +1,234 @@
+//! The kernel's half of sharing an address: the classic BPF program that picks, for each
+//! datagram arriving on port 4791, which socket of the address's group (`group.rs`) takes
+//! it, so each reaches the process that owns its number (`oxrdma_core::slot`). Classic BPF
+//! steering needs no privilege (`SO_ATTACH_REUSEPORT_CBPF`); the program sees the UDP
+//! payload from the BTH on and returns the index of a socket, which is the slot.
+//!
+//! - A packet to any QP but QP1: the slot of its destination QPN.
+//! - A connection manager MAD (on QP1): REP, RTU, REJ, MRA, DREQ, DREP, LAP and APR by
+//!   the remote comm ID (the comm ID the receiving side chose), SIDR_REP by its request
+//!   ID (the requester's); REQ and SIDR_REQ by service ID, to the slot listening on it.
+//! - Anything else (another MAD class, a REQ nobody listens for, a packet too short to
+//!   read): the `default` slot, a live member's.
+
+use oxrdma_core::slot::{COMM_ID_SHIFT, QPN_SHIFT};
+
+/// Classic BPF opcodes (linux/bpf_common.h: class | size or operation | source).
+const LD: u16 = 0x00;
+const ABS: u16 = 0x20;
+const LD_W_ABS: u16 = LD | ABS; // BPF_W is 0
+const LD_H_ABS: u16 = LD | 0x08 | ABS;
+const LD_B_ABS: u16 = LD | 0x10 | ABS;
+const ALU_MUL_K: u16 = 0x04 | 0x20;
+const ALU_AND_K: u16 = 0x04 | 0x50;
+const ALU_RSH_K: u16 = 0x04 | 0x70;
+const JEQ_K: u16 = 0x05 | 0x10;
+const RET_K: u16 = 0x06;
+const RET_A: u16 = 0x06 | 0x10;
+
+/// Where the fields the program reads sit in the UDP payload: the BTH's destination QPN
+/// (with resv8 before it), then for QP1's UD SENDs the MAD after BTH and DETH.
+const BTH_RESV8_QPN: u32 = 4;
+const MAD: u32 = 12 + 8;
+const MAD_CLASS: u32 = MAD + 1;
+const MAD_ATTR: u32 = MAD + 16;
+const MAD_DATA: u32 = MAD + 24;
+
+/// The CM's management class and the attributes steered otherwise than by remote comm
+/// ID (`oxrdma_wire::cm::attr`).
+const CLASS_CM: u32 = 0x07;
+const REQ: u32 = 0x0010;
+const SIDR_REQ: u32 = 0x0017;
+const SIDR_REP: u32 = 0x0018;
+
+/// The kernel's longest classic BPF program (BPF_MAXINSNS).
+const MAX_INSNS: usize = 4096;
+
+fn stmt(code: u16, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jeq(k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter {
+        code: JEQ_K,
+        jt,
+        jf,
+        k,
+    }
+}
+
+/// The program for a group keyed `key` whose listeners are `(service ID, slot)`; what no
+/// rule claims goes to slot `default`.
+pub fn program(key: u32, listeners: &[(u64, u32)], default: u32) -> Vec<libc::sock_filter> {
+    let key = key | 1;
+    // The slot of the 32-bit value in A, taken as a comm ID.
+    let comm_id_slot = [
+        stmt(ALU_MUL_K, key),
+        stmt(ALU_RSH_K, COMM_ID_SHIFT),
+        stmt(RET_A, 0),
+    ];
+    let mut p = vec![
+        // A = destination QPN; not QP1: its slot.
+        stmt(LD_W_ABS, BTH_RESV8_QPN),
+        stmt(ALU_AND_K, 0xff_ffff),
+        jeq(1, 4, 0),
+        stmt(ALU_MUL_K, key),
+        stmt(ALU_AND_K, 0xff_ffff),
+        stmt(ALU_RSH_K, QPN_SHIFT),
+        stmt(RET_A, 0),
+        // QP1: a CM MAD?
+        stmt(LD_B_ABS, MAD_CLASS),
+        jeq(CLASS_CM, 1, 0),
+        stmt(RET_K, default),
+        stmt(LD_H_ABS, MAD_ATTR),
+        // REQ and SIDR_REQ: to the listeners' table (after the next 10 instructions).
+        jeq(REQ, 10, 0),
+        jeq(SIDR_REQ, 9, 0),
+        jeq(SIDR_REP, 4, 0),
+        // The rest: by the remote comm ID, the second word of their data.
+        stmt(LD_W_ABS, MAD_DATA + 4),
+    ];
+    p.extend(comm_id_slot);
+    // SIDR_REP: by the request ID, its first word.
+    p.push(stmt(LD_W_ABS, MAD_DATA));
+    p.extend(comm_id_slot);
+    // The listeners: a service ID is the data's third and fourth words.
+    for &(service, slot) in listeners {
+        if p.len() + 6 > MAX_INSNS {
+            break;
+        }
+        p.extend([
+            stmt(LD_W_ABS, MAD_DATA + 8),
+            jeq((service >> 32) as u32, 0, 3),
+            stmt(LD_W_ABS, MAD_DATA + 12),
+            jeq(service as u32, 0, 1),
+            stmt(RET_K, slot),
+        ]);
+    }
+    p.push(stmt(RET_K, default));
+    p
+}
+
+/// Attaches `program` to the group `socket` belongs to (any member may replace it).
+pub fn attach(
+    socket: &impl std::os::fd::AsRawFd,
+    program: &[libc::sock_filter],
+) -> std::io::Result<()> {
+    let prog = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_ptr().cast_mut(),
+    };
+    // SAFETY: `prog` points at `program`, alive for the call; the kernel copies it.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            std::ptr::from_ref(&prog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxrdma_core::Slot;
+
+    /// Runs `p` on `packet` as the kernel does (the subset the program uses): an index, or
+    /// 0 where a load falls past the end.
+    fn run(p: &[libc::sock_filter], packet: &[u8]) -> u32 {
+        let (mut a, mut pc) = (0u32, 0usize);
+        let at = |off: u32, n: usize| -> Option<u32> {
+            let b = packet.get(off as usize..off as usize + n)?;
+            Some(b.iter().fold(0u32, |v, &x| v << 8 | u32::from(x)))
+        };
+        loop {
+            let i = p[pc];
+            pc += 1;
+            match i.code {
+                LD_W_ABS | LD_H_ABS | LD_B_ABS => {
+                    let n = match i.code {
+                        LD_W_ABS => 4,
+                        LD_H_ABS => 2,
+                        _ => 1,
+                    };
+                    match at(i.k, n) {
+                        Some(v) => a = v,
+                        None => return 0,
+                    }
+                }
+                ALU_MUL_K => a = a.wrapping_mul(i.k),
+                ALU_AND_K => a &= i.k,
+                ALU_RSH_K => a >>= i.k,
+                JEQ_K => pc += usize::from(if a == i.k { i.jt } else { i.jf }),
+                RET_K => return i.k,
+                RET_A => return a,
+                c => panic!("opcode {c:#x}"),
+            }
+        }
+    }
+
+    fn bth(qpn: u32) -> Vec<u8> {
+        let mut p = vec![0u8; 12];
+        p[0] = 0x0a;
+        p[4..8].copy_from_slice(&qpn.to_be_bytes());
+        p
+    }
+
+    fn mad(attr: u16, words: [u32; 4]) -> Vec<u8> {
+        let mut p = bth(1);
+        p[0] = 0x64;
+        p.resize(12 + 8 + 256, 0);
+        p[MAD_CLASS as usize] = CLASS_CM as u8;
+        p[MAD_ATTR as usize..][..2].copy_from_slice(&attr.to_be_bytes());
+        for (i, w) in words.iter().enumerate() {
+            p[MAD_DATA as usize + 4 * i..][..4].copy_from_slice(&w.to_be_bytes());
+        }
+        p
+    }
+
+    #[test]
+    fn each_packet_goes_to_the_slot_that_owns_its_number() {
+        let key = 0x2545_f491;
+        let listeners = [(0x0000_0000_0106_4e20, 9), (0x1234_5678_0106_0001, 17)];
+        let p = program(key, &listeners, 3);
+        for slot in [0, 1, 31, 63] {
+            let s = Slot::new(slot, key);
+            for r in [2, 77, 0xffff_ffff] {
+                assert_eq!(run(&p, &bth(s.qpn(r))), slot);
+                let id = s.comm_id(r);
+                // REP, RTU, REJ, DREQ: by the remote comm ID (the second word).
+                for attr in [0x13, 0x14, 0x12, 0x15] {
+                    assert_eq!(run(&p, &mad(attr, [7, id, 0, 0])), slot, "attr {attr:#x}");
+                }
+                assert_eq!(run(&p, &mad(0x18, [id, 7, 0, 0])), slot, "SIDR_REP");
+            }
+        }
+        // REQ and SIDR_REQ by service ID; unknown services, other classes and runts to 3.
+        assert_eq!(run(&p, &mad(0x10, [5, 0, 0, 0x0106_4e20])), 9);
+        assert_eq!(run(&p, &mad(0x17, [5, 0, 0x1234_5678, 0x0106_0001])), 17);
+        assert_eq!(run(&p, &mad(0x10, [5, 0, 0, 0x0106_0001])), 3);
+        let mut other = mad(0x10, [5, 0, 0, 0x0106_4e20]);
+        other[MAD_CLASS as usize] = 0x01;
+        assert_eq!(run(&p, &other), 3);
+        assert_eq!(run(&p, &bth(1)), 0, "a QP1 packet too short for a MAD");
+        assert_eq!(run(&p, &[0u8; 3]), 0);
+    }
+
+    #[test]
+    fn the_program_stays_within_the_kernels_limit() {
+        let many: Vec<(u64, u32)> = (0..5000).map(|i| (i, 1)).collect();
+        assert!(program(1, &many, 0).len() <= MAX_INSNS);
+    }
+}
