@@ -202,3 +202,21 @@ EXPECT="65536 200"
 cm_case ib_write_bw_R 180 perf "ib_write_bw -R -F -m $MTU_ARG -s 65536 -n 200 --report_gbits" \
     "ib_write_bw -R -F -m $MTU_ARG -s 65536 -n 200 --report_gbits"
 EXPECT=""
+
+# --- two oxrdma processes on the host's one address at once (shared, as two processes
+# share a NIC: one GID, the kernel hands each its packets), each with its own rxe peer in
+# the guest, both roles. Both pairs must exit 0 (rping -v checks every ping's data).
+both() {  # both 'CMD WITH %P' PORT1 PORT2: the command twice at once, each with its port
+    echo "${1//%P/$2} & a=\$!; ${1//%P/$3}; b=\$?; wait \$a; a=\$?; exit \$((a | b))"
+}
+x2_case() {  # x2_case NAME TIMEOUT 'SERVER ARGS -p %P' 'CLIENT ARGS -p %P -a' ENV SERVER_ADDR CLIENT_ADDR
+    local name=$1 t=$2 srv=$3 cli=$4 env=$5 saddr=$6 caddr=$7
+    tcase "cm/$name/lib-client" on guest~5 "$t" rc "" "$(both "$srv" 7471 7472)" \
+        "$(both "$env $cli $saddr" 7471 7472)"
+    tcase "cm/$name/lib-server" on host~3 "$t" rc "" "$(both "$cli $caddr" 7473 7474)" \
+        "$(both "$env $srv" 7473 7474)"
+}
+x2_case rping_x2 120 "rping -s -C 20 -p %P" "rping -c -v -C 20 -p %P -a" "$C_ENV4" '$GUEST_IP' '$HOST_IP'
+x2_case rping_x2_v6 120 "rping -s -a :: -C 20 -p %P" "rping -c -v -C 20 -p %P -a" "$C_ENV6" fd78::1 fd78::fe
+x2_case ib_write_bw_R_x2 180 "ib_write_bw -R -F -m $MTU_ARG -s 65536 -n 200 -p %P" \
+    "ib_write_bw -R -F -m $MTU_ARG -s 65536 -n 200 -p %P" "$C_ENV4" '$GUEST_IP' '$HOST_IP'

@@ -86,3 +86,114 @@ fn eight_pairs_of_processes_on_two_shared_addresses() {
     // READ: the responses come back to the one process that asked.
     run_pairs("read-bw");
 }
+
+/// A process killed mid-stream frees its slot; the next process on the address takes it
+/// and works at once, while the packets still coming for the dead process's QP (its
+/// peer sends them again until it gives up) are dropped there and counted, never taken
+/// by the new process's QPs; the dead QP's peer fails cleanly, within its retry budget.
+#[test]
+fn a_killed_process_slot_is_taken_again_and_its_packets_are_dropped_and_counted() {
+    // This test's own device keeps the address's group alive (slot 0), as the other
+    // processes of a busy host would: the dead process's slot is 1, and so is the next's.
+    let _keeper = oxrdma::Context::open("127.0.0.115".parse().unwrap()).unwrap();
+    let (p1, p2) = (free_port(), free_port());
+    let stream = |role: &[&str], port: &str, n: &str| {
+        let mut c = oxrdma();
+        c.args([
+            "perf",
+            "write-bw",
+            "-s",
+            "65536",
+            "-n",
+            n,
+            "--no-progress",
+            "-p",
+            port,
+        ])
+        .args(role)
+        .env("OXRDMA_DROPS", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        c
+    };
+    let mut dead = stream(&["-d", "127.0.0.115"], &p1, "10000000")
+        .spawn()
+        .unwrap();
+    let mut peer = {
+        let mut tries = 0;
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let c = stream(&["127.0.0.1", "-d", "127.0.0.116"], &p1, "10000000")
+                .spawn()
+                .unwrap();
+            // Streaming once it has run a moment without failing to connect.
+            std::thread::sleep(Duration::from_millis(400));
+            let mut c = c;
+            if c.try_wait().unwrap().is_none() {
+                break c;
+            }
+            tries += 1;
+            assert!(tries < 20, "the stream never started");
+        }
+    };
+    dead.kill().unwrap();
+    dead.wait().unwrap();
+    // The next process on the address, with its own peer, at once.
+    let next = stream(&["-d", "127.0.0.115"], &p2, "3000").spawn().unwrap();
+    let mut tries = 0;
+    let peer2 = loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let out = stream(&["127.0.0.1", "-d", "127.0.0.117"], &p2, "3000")
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break out;
+        }
+        tries += 1;
+        assert!(
+            tries < 40,
+            "the next process's peer failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let next = next.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&next.stderr);
+    assert!(next.status.success() && peer2.status.success(), "{err}");
+    // Its receive path counted the dead QP's packets: left waiting in the slot, or
+    // arriving for a QP it does not have.
+    let report = err
+        .lines()
+        .find(|l| l.starts_with("oxrdma 127.0.0.115: receive path"))
+        .unwrap_or_else(|| panic!("no drop report: {err}"));
+    // "N <what>" in the report (absent: none).
+    let count = |what: &str| -> u64 {
+        report.find(what).map_or(0, |at| {
+            report[..at]
+                .split(|c: char| !c.is_ascii_digit())
+                .rfind(|s| !s.is_empty())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0)
+        })
+    };
+    let dropped = count(" left for a process that had gone") + count(" unknown destination QP");
+    eprintln!("{report}");
+    assert!(dropped > 0, "{report}");
+    // The dead QP's peer gives up within its retry budget, with an error.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = peer.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the dead QP's peer never gave up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = peer.wait_with_output().unwrap();
+    assert!(
+        !status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -48,3 +48,16 @@ impl Device {
         self.link.rx_drops(&self.engine)
     }
 }
+
+impl Drop for Device {
+    /// With `OXRDMA_DROPS=1`, says where the packets it received went, as it closes.
+    fn drop(&mut self) {
+        if std::env::var("OXRDMA_DROPS").is_ok_and(|v| v == "1") {
+            eprintln!(
+                "oxrdma {}: receive path: {}",
+                self.link.port.local_addr().ip(),
+                self.rx_drops()
+            );
+        }
+    }
+}

@@ -22,7 +22,11 @@ pub struct RxDropReport {
 impl RxDropReport {
     /// Whether anything at all was dropped.
     pub fn any(&self) -> bool {
-        self.port.rx_bad_icrc + self.port.rx_bad_source + self.engine.total() + self.kernel.errors
+        self.port.rx_bad_icrc
+            + self.port.rx_bad_source
+            + self.port.rx_left_by_gone
+            + self.engine.total()
+            + self.kernel.errors
             > 0
     }
 }
@@ -32,12 +36,13 @@ impl fmt::Display for RxDropReport {
         write!(
             f,
             "{} datagrams received ({} from loopback, ICRC unchecked); dropped by the port: \
-             {} bad ICRC, {} without source; by the engine: {}; by the kernel (whole network \
-             namespace): {}",
+             {} bad ICRC, {} without source, {} left for a process that had gone; by the \
+             engine: {}; by the kernel (whole network namespace): {}",
             self.received,
             self.port.icrc_unchecked_loopback,
             self.port.rx_bad_icrc,
             self.port.rx_bad_source,
+            self.port.rx_left_by_gone,
             self.engine,
             self.kernel
         )

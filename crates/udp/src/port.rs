@@ -40,6 +40,9 @@ pub struct PortStats {
     pub rx_bad_icrc: u64,
     /// Dropped: the kernel gave no IPv4 or IPv6 source address.
     pub rx_bad_source: u64,
+    /// Dropped: what waited in the slot's socket when this port took the slot, for a
+    /// process that had gone (`group.rs`).
+    pub rx_left_by_gone: u64,
     /// ICMP errors reported for earlier sends (port or host unreachable).
     pub icmp_errors: u64,
     /// Source-port sockets (`crate::SOURCE_PORTS`) that could not be bound: their QPs'
@@ -218,7 +221,10 @@ impl UdpPort {
             .socket()
             .try_clone()
             .map_err(|source| BindError::Io { addr, source })?;
-        Self::with_socket(addr, socket, Some(group))
+        let stale = group.stale as u64;
+        let mut port = Self::with_socket(addr, socket, Some(group))?;
+        port.stats.rx_left_by_gone = stale;
+        Ok(port)
     }
 
     /// Binds `ip`:4791 for this process alone: refused if any other holds it.
