@@ -138,6 +138,21 @@ else
   cat "$work/cc" "$work/chd" | sed 's/^/    /'
   fails=$((fails + 1))
 fi
+# With nothing configured the device is on a loopback address, which reaches this host
+# only: a host elsewhere is an address error at once (RDMA_CM_EVENT_ADDR_ERROR, as rxe
+# gives where no RDMA device is on the route), not a REQ that never leaves and a client
+# waiting for ever. Nothing is sent (the route is looked up, not tried); 203.0.113.7 is
+# TEST-NET-3 (RFC 5737).
+next
+t0=$SECONDS
+timeout 60 rping -c -a 203.0.113.7 -p $port -C 1 >"$work/far" 2>&1; rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $((SECONDS - t0)) -lt 10 ] && grep -q ADDR_ERROR "$work/far"; then
+  row "rping to a host no device reaches: ADDR_ERROR at once" PASS
+else
+  row "rping to a host no device reaches: ADDR_ERROR at once" "FAIL (exit $rc after $((SECONDS - t0)) s)"
+  sed 's/^/    /' "$work/far" | tail -5
+  fails=$((fails + 1))
+fi
 # iperf3, unmodified, on rsockets through librspreload.so: its control connection and
 # its data streams. TCP_CONGESTION reads "rsockets" only on an rsocket: a socket the
 # preload left to the kernel would say "cubic".

@@ -192,6 +192,12 @@ impl CmId {
         // such as libfabric look it up among the host's interface addresses), else this
         // device's.
         let own = self.inner.ctx.gid().ip();
+        if let Some(errno) = route::unreachable(own, dst.ip()) {
+            // As the kernel's CM: an address error event, at once; the id may try again.
+            drop(st);
+            self.local_event_status(CmEventType::AddrError, -errno);
+            return Ok(());
+        }
         let ip = match st.src.map(|s| s.ip()) {
             Some(ip) if !ip.is_unspecified() => ip,
             _ => route::source_for(dst.ip()).unwrap_or(match (own, dst) {
@@ -230,13 +236,18 @@ impl CmId {
     }
 
     fn local_event(&self, event: CmEventType) {
+        self.local_event_status(event, 0);
+    }
+
+    /// [`Self::local_event`] with a status (a negative errno, as the kernel's CM gives).
+    fn local_event_status(&self, event: CmEventType, status: i32) {
         // The application is busy with the CM now, not polling: serve the data path.
         let shared = self.inner.ctx.shared();
         shared.drive_through(&mut shared.lock());
         self.inner.channel().queue.push(Raw::Local {
             id: Arc::downgrade(&self.inner),
             event,
-            status: 0,
+            status,
         });
     }
 

@@ -22,6 +22,21 @@ pub(crate) fn source_for(dst: IpAddr) -> Option<IpAddr> {
     s.local_addr().ok().map(|a| a.ip())
 }
 
+/// Why a device on `own` cannot reach `dst`, as the errno the kernel's CM gives with its
+/// address error: ENETUNREACH where the host has no route to it, ENODEV where the route
+/// leaves by an interface the device is not on (a device on a loopback address reaches
+/// only this host: the kernel keeps loopback sources off the wire, and its packets would
+/// vanish without a word). None: reachable, as far as the host can tell.
+pub(crate) fn unreachable(own: IpAddr, dst: IpAddr) -> Option<i32> {
+    if is_local(dst) {
+        return None;
+    }
+    let Some(src) = source_for(dst) else {
+        return Some(rustix::io::Errno::NETUNREACH.raw_os_error());
+    };
+    (own.is_loopback() && !src.is_loopback()).then_some(rustix::io::Errno::NODEV.raw_os_error())
+}
+
 /// Whether a listener bound to `bound` (None: any address) takes connections to `dst`.
 /// Every loopback address is one host: with nothing configured the devices sit on
 /// 127.0.0.2, 127.0.0.3, …, and a program listening on its device's address or on
@@ -71,6 +86,20 @@ mod tests {
         assert!(is_local("::1".parse().unwrap()));
         // TEST-NET-3 (RFC 5737) is on no host.
         assert!(!is_local("203.0.113.7".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_loopback_device_reaches_this_host_only() {
+        let lo: IpAddr = "127.0.0.2".parse().unwrap();
+        assert_eq!(unreachable(lo, "127.0.0.9".parse().unwrap()), None);
+        // Off this host: an error at once (which one depends on the host's routes; no
+        // packet is sent to find out).
+        let far = unreachable(lo, "203.0.113.7".parse().unwrap());
+        let (nodev, unreach) = (
+            rustix::io::Errno::NODEV.raw_os_error(),
+            rustix::io::Errno::NETUNREACH.raw_os_error(),
+        );
+        assert!(far == Some(nodev) || far == Some(unreach), "{far:?}");
     }
 
     #[test]
