@@ -207,7 +207,8 @@ EXPECT=""
 # share a NIC: one GID, the kernel hands each its packets), each with its own rxe peer in
 # the guest, both roles. Both pairs must exit 0 (rping -v checks every ping's data).
 both() {  # both 'CMD WITH %P' PORT1 PORT2: the command twice at once, each with its port
-    echo "${1//%P/$2} & a=\$!; ${1//%P/$3}; b=\$?; wait \$a; a=\$?; exit \$((a | b))"
+    # (a subshell: the harness runs the guest's command in the background, whole)
+    echo "(${1//%P/$2} & a=\$!; ${1//%P/$3}; b=\$?; wait \$a; a=\$?; exit \$((a | b)))"
 }
 x2_case() {  # x2_case NAME TIMEOUT 'SERVER ARGS -p %P' 'CLIENT ARGS -p %P -a' ENV SERVER_ADDR CLIENT_ADDR
     local name=$1 t=$2 srv=$3 cli=$4 env=$5 saddr=$6 caddr=$7
