@@ -81,7 +81,8 @@ impl Group {
             fetch(addr, &live).ok_or_else(|| BindError::Io {
                 addr,
                 source: io::Error::other(format!(
-                    "the processes sharing this address (slots {live:?}) did not hand over                      its sockets"
+                    "the processes sharing this address (slots {live:?}) did not hand over \
+                     its sockets"
                 )),
             })?
         };
