@@ -17,7 +17,7 @@
 //! `<dir>/.lock`. `<dir>` is `$TMPDIR/oxrdma-host/<network namespace>/<address>-<port>`.
 //! The kernel admits one user's sockets to a group: another user's process is refused.
 
-use crate::port::BindError;
+use crate::bind_error::BindError;
 use crate::steer;
 use oxrdma_core::slot::SLOTS;
 use oxrdma_core::Slot;

@@ -2,6 +2,7 @@
 //! loop that drives an engine (the caller's) from a socket and the wall clock.
 
 pub mod batch;
+mod bind_error;
 mod capture;
 mod connected;
 mod drops;

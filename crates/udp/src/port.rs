@@ -20,16 +20,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::ops::Range;
 
-/// Why a port could not be opened, in words a user can act on.
-#[derive(Debug, thiserror::Error)]
-pub enum BindError {
-    #[error("{addr} is already in use and cannot be shared (held by Linux rxe, by another user's oxrdma processes or by a device opened alone, or this one was to be alone): give this one another address")]
-    InUse { addr: SocketAddr },
-    #[error("{addr} is not an address of this host")]
-    NotLocal { addr: SocketAddr },
-    #[error("cannot open a UDP socket on {addr}: {source}")]
-    Io { addr: SocketAddr, source: io::Error },
-}
+pub use crate::bind_error::BindError;
 
 /// Counters of what the port moved and dropped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
