@@ -90,6 +90,17 @@ fn write_read_send_with_engine_threads() {
     assert_eq!((r[0].wr_id, r[0].byte_len), (9, 4));
 }
 
+/// Posts a 16-byte inline WRITE `wr_id` from `a`'s first QP into `b`'s region.
+fn write_16(a: &Side, b: &Side, wr_id: u64) {
+    let mut w = SendWr::new(
+        wr_id,
+        WrOpcode::RdmaWrite,
+        SendData::Inline(vec![1; 16].into()),
+    );
+    (w.remote_addr, w.rkey) = (b.mr.addr(), b.mr.rkey());
+    a.qps[0].post_send(w).unwrap();
+}
+
 #[test]
 fn completion_channel_wakes_a_sleeping_thread() {
     let a = side("127.0.0.23", 1, 4096);
@@ -99,9 +110,7 @@ fn completion_channel_wakes_a_sleeping_thread() {
     // Nothing posted: no event.
     a.cq.req_notify(&ch);
     assert!(!ch.wait(Duration::from_millis(50)).unwrap());
-    let mut w = SendWr::new(1, WrOpcode::RdmaWrite, SendData::Inline(vec![1; 16].into()));
-    (w.remote_addr, w.rkey) = (b.mr.addr(), b.mr.rkey());
-    a.qps[0].post_send(w).unwrap();
+    write_16(&a, &b, 1);
     assert!(ch.wait(Duration::from_secs(5)).unwrap(), "no wake-up");
     let mut wcs = Vec::new();
     assert_eq!(a.cq.poll(&mut wcs, 8).unwrap(), 1);
@@ -123,13 +132,7 @@ fn a_cq_armed_right_after_an_empty_poll_still_wakes_at_once() {
         assert_eq!(a.cq.poll(&mut wcs, 8).unwrap(), 0);
         a.cq.req_notify(&ch);
         let start = std::time::Instant::now();
-        let mut w = SendWr::new(
-            round,
-            WrOpcode::RdmaWrite,
-            SendData::Inline(vec![1; 16].into()),
-        );
-        (w.remote_addr, w.rkey) = (b.mr.addr(), b.mr.rkey());
-        a.qps[0].post_send(w).unwrap();
+        write_16(&a, &b, round);
         assert!(ch.wait(Duration::from_secs(5)).unwrap(), "no wake-up");
         took.push(start.elapsed());
         assert_eq!(a.cq.poll(&mut wcs, 8).unwrap(), 1);
@@ -157,13 +160,7 @@ fn an_armed_cq_reports_only_completions_that_come_after_the_arm() {
     let ch = a.ctx.create_comp_channel().unwrap();
     a.cq.req_notify(&ch);
     for round in 0..5 {
-        let mut w = SendWr::new(
-            round,
-            WrOpcode::RdmaWrite,
-            SendData::Inline(vec![1; 16].into()),
-        );
-        (w.remote_addr, w.rkey) = (b.mr.addr(), b.mr.rkey());
-        a.qps[0].post_send(w).unwrap();
+        write_16(&a, &b, round);
         assert!(
             ch.wait(Duration::from_secs(5)).unwrap(),
             "round {round}: no event"
