@@ -29,6 +29,8 @@
 #   bash bench/compare.sh            # REPS=5 rounds by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Loopback only (with nothing set, the devices follow the host's interfaces).
+export OXRDMA_DEVICES=${OXRDMA_DEVICES:-oxr0=lo}
 REPS=${REPS:-5}
 need=()
 command -v iperf3 >/dev/null || need+=(iperf3)

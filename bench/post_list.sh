@@ -13,11 +13,11 @@ command -v ib_write_bw >/dev/null || { echo "needs perftest (apt-get install per
 port=$((21000 + $$ % 1000))
 rate() { # $1: -l value; prints the Mpps of one run
   port=$((port + 1))
-  env -u OXRDMA_DEVICES LD_LIBRARY_PATH="$LIB" ib_write_bw -d oxr0 -s 8 -n "$ITERS" -l "$1" -p $port >/dev/null 2>&1 &
+  env OXRDMA_DEVICES=oxr0=lo LD_LIBRARY_PATH="$LIB" ib_write_bw -d oxr0 -s 8 -n "$ITERS" -l "$1" -p $port >/dev/null 2>&1 &
   local srv=$! out="" i
   for i in $(seq 50); do
     sleep 0.1
-    out=$(env -u OXRDMA_DEVICES LD_LIBRARY_PATH="$LIB" ib_write_bw -d oxr0 -s 8 -n "$ITERS" -l "$1" -p $port localhost 2>/dev/null) && break
+    out=$(env OXRDMA_DEVICES=oxr0=lo LD_LIBRARY_PATH="$LIB" ib_write_bw -d oxr0 -s 8 -n "$ITERS" -l "$1" -p $port localhost 2>/dev/null) && break
   done
   wait $srv || true
   echo "$out" | awk '$1 == 8 { print $NF }'

@@ -18,7 +18,7 @@ fi
 fail=0
 for prog in tests/pyverbs/*.py; do
   echo "== $prog"
-  if ! env -u OXRDMA_DEVICES LD_LIBRARY_PATH="$lib" timeout 120 "$py" "$prog"; then
+  if ! env OXRDMA_DEVICES=oxr0=lo LD_LIBRARY_PATH="$lib" timeout 120 "$py" "$prog"; then
     echo "pyverbs: FAIL: $prog" >&2
     fail=1
   fi

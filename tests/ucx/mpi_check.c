@@ -1,6 +1,8 @@
 /* A small MPI program that checks what it moves: a ping-pong of growing messages, an
  * allreduce, and a one-sided put into a window. Prints "mpi_check: all passed" from rank 0
- * when every check held; exits 1 (MPI_Abort) at the first that did not. */
+ * when every check held; exits 1 (MPI_Abort) at the first that did not. Any even number
+ * of ranks: rank r pairs with r + size/2 (with ranks filled host by host, each pair spans
+ * two hosts). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,25 +20,31 @@ static int rank, size;
 		}                                                                      \
 	} while (0)
 
+/* The rank this one pairs with. */
+static int peer(void)
+{
+	return (rank + size / 2) % size;
+}
+
 static void pingpong(void)
 {
-	int peer = rank ^ 1;
+	int peer_rank = peer();
 	for (int len = 1; len <= 1 << 20; len *= 8) {
 		unsigned char *buf = malloc(len);
 		for (int iter = 0; iter < 20; iter++) {
-			if (rank == 0) {
+			if (rank < size / 2) {
 				for (int i = 0; i < len; i++)
 					buf[i] = (unsigned char)(i + iter + len);
-				MPI_Send(buf, len, MPI_BYTE, peer, iter, MPI_COMM_WORLD);
-				MPI_Recv(buf, len, MPI_BYTE, peer, iter, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+				MPI_Send(buf, len, MPI_BYTE, peer_rank, iter, MPI_COMM_WORLD);
+				MPI_Recv(buf, len, MPI_BYTE, peer_rank, iter, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 				for (int i = 0; i < len; i++)
 					CHECK(buf[i] == (unsigned char)(i + iter + len + 1),
 					      "ping-pong %d B, byte %d", len, i);
 			} else {
-				MPI_Recv(buf, len, MPI_BYTE, peer, iter, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+				MPI_Recv(buf, len, MPI_BYTE, peer_rank, iter, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 				for (int i = 0; i < len; i++)
 					buf[i]++;
-				MPI_Send(buf, len, MPI_BYTE, peer, iter, MPI_COMM_WORLD);
+				MPI_Send(buf, len, MPI_BYTE, peer_rank, iter, MPI_COMM_WORLD);
 			}
 		}
 		free(buf);
@@ -68,10 +76,10 @@ static void one_sided_put(void)
 	for (int i = 0; i < N; i++)
 		src[i] = (unsigned char)(i * 13 + rank);
 	MPI_Win_fence(0, win);
-	MPI_Put(src, N, MPI_BYTE, rank ^ 1, 0, N, MPI_BYTE, win);
+	MPI_Put(src, N, MPI_BYTE, peer(), 0, N, MPI_BYTE, win);
 	MPI_Win_fence(0, win);
 	for (int i = 0; i < N; i++)
-		CHECK(base[i] == (unsigned char)(i * 13 + (rank ^ 1)), "put byte %d", i);
+		CHECK(base[i] == (unsigned char)(i * 13 + peer()), "put byte %d", i);
 	MPI_Win_free(&win);
 	free(src);
 }
@@ -81,7 +89,7 @@ int main(int argc, char **argv)
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
-	CHECK(size == 2, "run with -np 2");
+	CHECK(size % 2 == 0, "run with an even number of ranks");
 	pingpong();
 	allreduce();
 	one_sided_put();

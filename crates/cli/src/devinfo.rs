@@ -1,13 +1,74 @@
-//! `oxrdma devinfo`: what `ibv_devinfo -v` shows, for the device on one address.
+//! `oxrdma devinfo`: the devices there are (as the C library lists them: configured, or
+//! one per interface and one for loopback), each with its interface, MTU and GID table;
+//! or with `-d ADDR` what `ibv_devinfo -v` shows for the device on one address.
 
+use oxrdma::config::Target;
+use oxrdma::interfaces::{self, Interface};
 use std::net::IpAddr;
 
 /// `oxrdma devinfo`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DevinfoArgs {
-    /// The device's IP address (its GID).
-    #[arg(short = 'd', long, default_value = "127.0.0.2")]
-    pub addr: IpAddr,
+    /// Open the device on this IP address and describe it as `ibv_devinfo -v` does
+    /// (without it: list every device, opening none).
+    #[arg(short = 'd', long)]
+    pub addr: Option<IpAddr>,
+}
+
+/// `oxrdma devinfo [-d ADDR]`.
+pub fn run(a: &DevinfoArgs) -> anyhow::Result<()> {
+    match a.addr {
+        Some(ip) => devinfo(ip),
+        None => list(),
+    }
+}
+
+/// Every device, what it sits on and its GIDs by index (nothing is opened or sent).
+pub fn list() -> anyhow::Result<()> {
+    let devices = oxrdma::config::devices().map_err(anyhow::Error::msg)?;
+    let source = match oxrdma::config::configured() {
+        Ok(Some(_)) => "configured (OXRDMA_DEVICES or a devices.conf)",
+        _ => "nothing configured: one per interface that is up and has an address (none: loopback)",
+    };
+    println!("# {} devices, {source}", devices.len());
+    for (name, target) in devices {
+        println!("hca_id:\t{name}");
+        let (iface, gids, note) = match &target {
+            Target::Interface(i) => {
+                let iface = interfaces::interface(i);
+                let gids = iface.as_ref().map(Interface::gid_table).unwrap_or_default();
+                (iface, gids, "")
+            }
+            Target::Address(ip) => (
+                interfaces::interface_with(*ip),
+                vec![oxrdma::Gid::from(*ip)],
+                "",
+            ),
+            Target::Loopback => (
+                interfaces::interfaces().into_iter().find(|i| i.loopback),
+                Vec::new(),
+                "::ffff:127.0.0.N (the first of 127.0.0.2-254 no other process holds, taken as a process opens it)",
+            ),
+        };
+        match &iface {
+            Some(i) => {
+                let mtu = i
+                    .addrs
+                    .iter()
+                    .find_map(|a| interfaces::interface_mtu(*a))
+                    .map_or("?".into(), |m| m.to_string());
+                println!("\tinterface:\t{} (index {}, MTU {mtu})", i.name, i.index);
+            }
+            None => println!("\tinterface:\tnone found"),
+        }
+        if !note.is_empty() {
+            println!("\tGID[  0]:\t{note}, RoCE v2");
+        }
+        for (n, g) in gids.iter().enumerate() {
+            println!("\tGID[{n:>3}]:\t{g}, RoCE v2");
+        }
+    }
+    Ok(())
 }
 
 /// Opens the device on `ip` (binding its port, so a taken address is reported) and prints
@@ -15,7 +76,6 @@ pub struct DevinfoArgs {
 pub fn devinfo(ip: IpAddr) -> anyhow::Result<()> {
     let ctx = oxrdma::Context::open(ip)?;
     let a = ctx.attr();
-    let gid = ctx.gid();
     println!("hca_id:\toxrdma_{ip}");
     println!("\ttransport:\t\t\tInfiniBand (0)");
     println!("\tfw_ver:\t\t\t\t{}", env!("CARGO_PKG_VERSION"));
@@ -49,6 +109,8 @@ pub fn devinfo(ip: IpAddr) -> anyhow::Result<()> {
     println!("\t\t\tmax_mtu:\t\t4096 (5)");
     println!("\t\t\tactive_mtu:\t\t{} ({})", m.bytes(), m as u32);
     println!("\t\t\tlink_layer:\t\tEthernet");
-    println!("\t\t\tGID[  0]:\t\t{gid}, RoCE v2");
+    for (n, g) in ctx.gids().iter().enumerate() {
+        println!("\t\t\tGID[{n:>3}]:\t\t{g}, RoCE v2");
+    }
     Ok(())
 }

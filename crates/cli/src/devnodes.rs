@@ -2,7 +2,7 @@
 //! opens a device. UCX (and so Open MPI's and MPICH's UCX paths) lists an IB device only if
 //! `/dev/infiniband/<dev_name>` is a character device the user may read and write; it never
 //! opens it. The C library names its devices' `dev_name` `uverbs<N>` in configuration
-//! order, so one node per configured device (one, `uverbs0`, with nothing configured)
+//! order, so one node per device (with nothing configured, one per interface and one for loopback)
 //! makes UCX see them all. Each node is a character device with /dev/null's numbers (1, 3)
 //! and mode 0666: harmless if anything opens it. Making nodes needs root, once per boot
 //! (`/dev` is a tmpfs).
@@ -27,9 +27,8 @@ const NULL_DEV: (u32, u32) = (1, 3);
 
 /// How many devices the C library lists (as it counts them).
 fn device_count() -> anyhow::Result<usize> {
-    match oxrdma::config::configured() {
-        Ok(Some(list)) => Ok(list.len()),
-        Ok(None) => Ok(1),
+    match oxrdma::config::devices() {
+        Ok(list) => Ok(list.len()),
         Err(e) => bail!("{e}"),
     }
 }

@@ -23,7 +23,8 @@ enum Command {
     Pingpong(pingpong::PingpongArgs),
     /// UD SEND/RECV ping-pong, compatible with ibv_ud_pingpong (server without a peer name).
     UdPingpong(udpingpong::UdPingpongArgs),
-    /// Describe the RDMA device on an address, like ibv_devinfo -v.
+    /// List the devices (interface, MTU, GIDs by index), or describe the one on an
+    /// address (-d), like ibv_devinfo -v.
     Devinfo(devinfo::DevinfoArgs),
     /// Make /dev/infiniband/uverbs<N> for each configured device, which UCX (Open MPI,
     /// MPICH) looks for before it opens one; as root, once per boot. --remove undoes it.
@@ -64,7 +65,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => sim::run_cmd(a),
         Command::Pingpong(a) => done(pingpong::pingpong(a)),
         Command::UdPingpong(a) => done(udpingpong::ud_pingpong(a)),
-        Command::Devinfo(a) => done(devinfo::devinfo(a.addr)),
+        Command::Devinfo(a) => done(devinfo::run(a)),
         Command::DevNodes(a) => done(devnodes::run(a)),
         Command::Perf(p) => done(p.run()),
         Command::Scale(a) => scale::run(a).map(|_| true),

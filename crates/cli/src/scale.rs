@@ -104,7 +104,7 @@ fn rc_init(cq: u32) -> QpInitAttr {
 /// Takes QP `qa` on `a` and `qb` on `b` to RTS, each aimed at the other.
 fn connect(a: &mut Device, qa: u32, b: &mut Device, qb: u32) -> anyhow::Result<()> {
     let o = PairOptions::default();
-    let (ga, gb) = (a.link.port.gid(), b.link.port.gid());
+    let (ga, gb) = (a.link.port().gid(), b.link.port().gid());
     for attr in connect_attrs(&o, gb, qb, 1, 1) {
         a.engine.modify_qp(qa, &attr)?;
     }

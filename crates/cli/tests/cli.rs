@@ -345,6 +345,30 @@ fn devinfo_describes_the_device_and_refuses_foreign_addresses() {
         .contains("not an address of this host"));
 }
 
+#[test]
+fn devinfo_lists_every_device_with_its_interface_and_gids_opening_none() {
+    let out = oxrdma()
+        .args(["devinfo"])
+        .env("OXRDMA_DEVICES", "a=127.0.0.33,b=lo")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.starts_with("# 2 devices, configured"), "{text}");
+    let a = text.find("hca_id:\ta\n").expect("device a");
+    let b = text.find("hca_id:\tb\n").expect("device b");
+    assert!(a < b, "in order: {text}");
+    assert!(text[a..b].contains("\tinterface:\tlo (index 1"), "{text}");
+    assert!(
+        text[a..b].contains("\tGID[  0]:\t::ffff:127.0.0.33, RoCE v2"),
+        "{text}"
+    );
+    assert!(text[b..].contains("127.0.0.N"), "{text}");
+    // Nothing was opened: the address is free for a device that binds it alone.
+    let ctx = oxrdma::Context::open_alone("127.0.0.33".parse().unwrap());
+    assert!(ctx.is_ok(), "{ctx:?}");
+}
+
 /// A pingpong server (`server` args) and client (`client` args) in two processes: the
 /// client is run again until the server answers (each failure must mention `retry_on`).
 /// Returns the client's and the server's stdout; both must exit 0.

@@ -40,10 +40,23 @@ pub struct QpInitAttr {
     pub srq: Option<u32>,
 }
 
-/// Where a connected QP sends (`struct ibv_ah_attr`, the part RoCEv2 uses).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a connected QP sends (`struct ibv_ah_attr`, the part RoCEv2 uses): the peer's
+/// GID, and which of the device's GIDs the packets leave from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AddressVector {
     pub dgid: Gid,
+    /// An index into the device's GID table (`EngineConfig::gids`).
+    pub sgid_index: u8,
+}
+
+impl AddressVector {
+    /// To `dgid`, from the device's first GID.
+    pub fn to(dgid: Gid) -> AddressVector {
+        AddressVector {
+            dgid,
+            sgid_index: 0,
+        }
+    }
 }
 
 /// `struct ibv_qp_attr` with the mask folded in: an attribute is in the mask when it is Some.

@@ -45,6 +45,16 @@ impl fmt::Display for Gid {
     }
 }
 
+/// A device's main GID in its table: the first IPv4 one, else the first that is not
+/// link-local, else the first (what perftest picks unasked, and what the RDMA CM's
+/// connections come from when no address is asked for).
+pub fn main_gid(table: &[Gid]) -> Gid {
+    let link_local = |g: &&Gid| g.0[0] == 0xfe && g.0[1] & 0xc0 == 0x80;
+    let first = table.iter().find(|g| g.ip().is_ipv4());
+    let first = first.or_else(|| table.iter().find(|g| !link_local(g)));
+    first.or(table.first()).copied().unwrap_or_default()
+}
+
 /// The UDP source port Linux rxe uses for an RC/UC QP connected to `rqpn` (kernel
 /// `rdma_get_udp_sport` of the flow label `rdma_calc_flow_label(lqpn, rqpn)`). Symmetric, so
 /// both ends pick the same port.
@@ -67,6 +77,16 @@ mod tests {
         assert_eq!(rc_udp_sport(0x11, 0x11), 49441);
         assert_eq!(rc_udp_sport(0x22, 0x22), 50308);
         assert_eq!(rc_udp_sport(0x21, 0x21), 50241);
+    }
+
+    #[test]
+    fn the_main_gid_is_ipv4_then_global() {
+        let g = |s: &str| Gid::from(s.parse::<IpAddr>().unwrap());
+        let (ll, v4, v6) = (g("fe80::1"), g("10.0.0.1"), g("fd00::1"));
+        assert_eq!(main_gid(&[ll, v4, v6]), v4);
+        assert_eq!(main_gid(&[ll, v6]), v6);
+        assert_eq!(main_gid(&[ll]), ll);
+        assert_eq!(main_gid(&[]), Gid::default());
     }
 
     #[test]

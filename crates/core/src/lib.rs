@@ -30,7 +30,7 @@ pub use cq::CqRing;
 pub use drops::{RxDrop, RxDrops};
 pub use engine::{Engine, EngineConfig, Stats, Transmit};
 pub use error::{Result, VerbsError};
-pub use gid::{rc_udp_sport, Gid};
+pub use gid::{main_gid, rc_udp_sport, Gid};
 pub use limits::{AtomicCap, DeviceAttr, MAX_PACKET};
 pub use memory::SharedBuffer;
 pub use mr::MemoryRegion;

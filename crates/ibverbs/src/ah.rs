@@ -5,7 +5,7 @@ use crate::abi::*;
 use crate::errno::{errno_of, ptr_or_errno, set_errno};
 use crate::object::Obj;
 use crate::pd::Pd;
-use oxrdma::{AddressHandle, Gid};
+use oxrdma::{AddressHandle, AddressVector, Gid};
 use std::ffi::c_int;
 
 pub type AhObj = Obj<ibv_ah, AddressHandle>;
@@ -19,22 +19,22 @@ pub(crate) unsafe extern "C" fn create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_att
     let (Some(p), Some(a)) = (unsafe { Pd::get(pd) }, unsafe { attr.as_ref() }) else {
         return ptr_or_errno(Err(libc::EINVAL));
     };
-    if a.is_global == 0 || a.grh.sgid_index != 0 {
+    if a.is_global == 0 {
         return ptr_or_errno(Err(libc::EINVAL));
     }
-    let r = p
-        .ox()
-        .create_ah(Gid(a.grh.dgid.raw))
-        .map_err(|e| errno_of(&e))
-        .map(|ah| {
-            let ibv = ibv_ah {
-                // SAFETY: `ibv()` points into the live PD.
-                context: unsafe { (*p.ibv()).context },
-                pd,
-                handle: ah.id(),
-            };
-            AhObj::into_raw(ibv, ah)
-        });
+    let av = AddressVector {
+        dgid: Gid(a.grh.dgid.raw),
+        sgid_index: a.grh.sgid_index,
+    };
+    let r = p.ox().create_ah_av(av).map_err(|e| errno_of(&e)).map(|ah| {
+        let ibv = ibv_ah {
+            // SAFETY: `ibv()` points into the live PD.
+            context: unsafe { (*p.ibv()).context },
+            pd,
+            handle: ah.id(),
+        };
+        AhObj::into_raw(ibv, ah)
+    });
     ptr_or_errno(r)
 }
 
@@ -47,18 +47,28 @@ pub(crate) unsafe extern "C" fn destroy_ah(ah: *mut ibv_ah) -> c_int {
     unsafe { AhObj::destroy(ah, AddressHandle::try_destroy) }
 }
 
-/// The sender's GID from a UD receive's 40-byte GRH area: the IPv6 header's source, or
-/// for IPv4 (twenty zero bytes, then the IPv4 header) the IPv4 source, mapped.
-fn source_gid(grh: &[u8; 40]) -> Gid {
+/// A GID from a UD receive's 40-byte GRH area: an IPv6 header's address at `v6`, or for
+/// IPv4 (twenty zero bytes, then the IPv4 header) the address at `v4`, mapped.
+fn grh_gid(grh: &[u8; 40], v6: usize, v4: usize) -> Gid {
     let mut g = [0u8; 16];
     if grh[20] >> 4 == 4 {
         g[10] = 0xff;
         g[11] = 0xff;
-        g[12..].copy_from_slice(&grh[32..36]);
+        g[12..].copy_from_slice(&grh[v4..v4 + 4]);
     } else {
-        g.copy_from_slice(&grh[8..24]);
+        g.copy_from_slice(&grh[v6..v6 + 16]);
     }
     Gid(g)
+}
+
+/// The sender's GID.
+fn source_gid(grh: &[u8; 40]) -> Gid {
+    grh_gid(grh, 8, 32)
+}
+
+/// The GID a UD receive was sent to.
+fn dest_gid(grh: &[u8; 40]) -> Gid {
+    grh_gid(grh, 24, 36)
 }
 
 /// `ibv_init_ah_from_wc`: the address that answers the sender of `wc`, whose receive
@@ -67,7 +77,7 @@ fn source_gid(grh: &[u8; 40]) -> Gid {
 /// # Safety
 /// `wc` is NULL or readable; `grh` is NULL or 40 readable bytes; `attr` NULL or writable.
 pub(crate) unsafe extern "C" fn init_ah_from_wc(
-    _ctx: *mut ibv_context,
+    ctx: *mut ibv_context,
     port: u8,
     wc: *mut ibv_wc,
     grh: *mut [u8; 40],
@@ -83,13 +93,18 @@ pub(crate) unsafe extern "C" fn init_ah_from_wc(
         set_errno(libc::EINVAL);
         return -1;
     }
+    // Answered from the GID it was sent to, as rdma-core finds it in the table.
+    // SAFETY: the caller's promise.
+    let sgid_index = unsafe { crate::context::Context::from_ibv(ctx) }
+        .and_then(|c| c.ox.gids().iter().position(|&x| x == dest_gid(g)))
+        .unwrap_or(0) as u8;
     let out = ibv_ah_attr {
         grh: ibv_global_route {
             dgid: ibv_gid {
                 raw: source_gid(g).0,
             },
             flow_label: 0,
-            sgid_index: 0,
+            sgid_index,
             hop_limit: 0xff,
             traffic_class: 0,
         },

@@ -45,10 +45,9 @@ impl Context {
         Some(unsafe { &*ctx.cast::<u8>().sub(at).cast::<Context>() })
     }
 
-    fn gid(&self) -> ibv_gid {
-        ibv_gid {
-            raw: self.ox.gid().0,
-        }
+    /// GID `index` of port 1's table, if it holds one there.
+    fn gid_at(&self, index: usize) -> Option<ibv_gid> {
+        self.ox.gids().get(index).map(|g| ibv_gid { raw: g.0 })
     }
 }
 
@@ -294,12 +293,48 @@ unsafe fn write_port_entry<T>(
     }
 }
 
-/// The GID table's size, as rxe's: entry 0 holds the device's GID, the others are empty
-/// (programs and test suites look for an empty index, and rxe's table is sparse).
+/// The GID table's size, as rxe's: the device's GIDs come first (its address, or its
+/// interface's addresses in rxe's order), the other entries are empty (programs and test
+/// suites look for an empty index, and rxe's table is sparse).
 pub const GID_TBL_LEN: u32 = 1024;
 
-/// `ibv_query_gid`: index 0 is the device's RoCE v2 GID (its address); an empty index of
-/// the table reads as the zero GID (rdma-core's behaviour for an empty entry).
+/// Writes what `entry` makes of GID `index` of `ctx`'s port 1 to `out`: 0; -1 with errno
+/// EINVAL for an unknown context or port, an index past the table or a NULL `out`.
+/// `entry` gets None for an empty index.
+///
+/// # Safety
+/// `ctx` is NULL or open; `out` is NULL or writable.
+unsafe fn write_gid_entry<T>(
+    ctx: *mut ibv_context,
+    port: u32,
+    index: i64,
+    out: *mut T,
+    entry: impl FnOnce(&Context, Option<ibv_gid>) -> Option<T>,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let c = unsafe { Context::from_ibv(ctx) };
+    let valid = (0..i64::from(GID_TBL_LEN)).contains(&index);
+    match c {
+        Some(c) if port == 1 && valid && !out.is_null() => {
+            match entry(c, c.gid_at(index as usize)) {
+                // SAFETY: `out` is writable (caller's promise, not NULL).
+                Some(v) => unsafe { out.write(v) },
+                None => {
+                    set_errno(libc::EINVAL);
+                    return -1;
+                }
+            }
+            0
+        }
+        _ => {
+            set_errno(libc::EINVAL);
+            -1
+        }
+    }
+}
+
+/// `ibv_query_gid`: the device's GIDs (RoCE v2, addresses); an empty index of the table
+/// reads as the zero GID (rdma-core's behaviour for an empty entry).
 ///
 /// # Safety
 /// `ctx` is NULL or open; `gid` is NULL or writable.
@@ -309,21 +344,18 @@ pub(crate) unsafe extern "C" fn query_gid(
     index: c_int,
     gid: *mut ibv_gid,
 ) -> c_int {
-    if (1..GID_TBL_LEN as c_int).contains(&index) {
-        // SAFETY: the caller's promise.
-        let open = unsafe { Context::from_ibv(ctx) }.is_some();
-        if open && port == 1 && !gid.is_null() {
-            // SAFETY: writable (caller's promise, not NULL).
-            unsafe { gid.write(ibv_gid { raw: [0; 16] }) };
-            return 0;
-        }
-    }
+    let zero = ibv_gid { raw: [0; 16] };
     // SAFETY: the caller's promise.
-    unsafe { write_port_entry(ctx, port, index.into(), gid, Context::gid) }
+    unsafe {
+        write_gid_entry(ctx, port.into(), index.into(), gid, |_, g| {
+            Some(g.unwrap_or(zero))
+        })
+    }
 }
 
 /// `ibv_query_gid_type` (IBVERBS_PRIVATE_34): every GID is RoCE v2
-/// (`IBV_GID_TYPE_SYSFS_ROCE_V2`, 1).
+/// (`IBV_GID_TYPE_SYSFS_ROCE_V2`, 1); EINVAL for an empty index, whose type sysfs does not
+/// show.
 ///
 /// # Safety
 /// `ctx` is NULL or open; `ty` is NULL or writable.
@@ -334,7 +366,7 @@ pub(crate) unsafe extern "C" fn query_gid_type(
     ty: *mut c_uint,
 ) -> c_int {
     // SAFETY: the caller's promise.
-    unsafe { write_port_entry(ctx, port, index.into(), ty, |_| 1) }
+    unsafe { write_gid_entry(ctx, port.into(), index.into(), ty, |_, g| g.map(|_| 1)) }
 }
 
 /// `ibv_query_pkey`: one P_Key, the default 0xffff.
@@ -351,11 +383,11 @@ pub(crate) unsafe extern "C" fn query_pkey(
     unsafe { write_port_entry(ctx, port, index.into(), pkey, |_| 0xffff_u16.to_be()) }
 }
 
-/// Port 1's one GID table entry.
-fn gid_entry(c: &Context) -> ibv_gid_entry {
+/// Entry `index` of port 1's GID table (one that holds a GID).
+fn gid_entry(c: &Context, gid: ibv_gid, index: u32) -> ibv_gid_entry {
     ibv_gid_entry {
-        gid: c.gid(),
-        gid_index: 0,
+        gid,
+        gid_index: index,
         port_num: 1,
         gid_type: 2, // IBV_GID_TYPE_ROCE_V2
         ndev_ifindex: c.ox.ifindex(),
@@ -385,11 +417,11 @@ pub(crate) unsafe extern "C" fn query_gid_ex(
     if index >= GID_TBL_LEN {
         return libc::EINVAL;
     }
-    if index != 0 {
+    let Some(gid) = c.gid_at(index as usize) else {
         return libc::ENODATA;
-    }
+    };
     // SAFETY: writable for at least the entry's size (caller's promise, checked above).
-    unsafe { entry.write(gid_entry(c)) };
+    unsafe { entry.write(gid_entry(c, gid, index)) };
     0
 }
 
@@ -409,11 +441,26 @@ pub(crate) unsafe extern "C" fn query_gid_table(
     let Some(c) = (unsafe { Context::from_ibv(ctx) }) else {
         return -(libc::EINVAL as isize);
     };
+    let gids = c.ox.gids();
     // The kernel refuses an array too short for the table, as an empty one.
-    if flags != 0 || entries.is_null() || entry_size < size_of::<ibv_gid_entry>() || max == 0 {
+    if flags != 0
+        || entries.is_null()
+        || entry_size < size_of::<ibv_gid_entry>()
+        || max < gids.len()
+    {
         return -(libc::EINVAL as isize);
     }
-    // SAFETY: room for at least one entry (caller's promise, `max` >= 1).
-    unsafe { entries.write(gid_entry(c)) };
-    1
+    for (i, g) in gids.iter().enumerate() {
+        let e = gid_entry(c, ibv_gid { raw: g.0 }, i as u32);
+        // SAFETY: room for `max` >= gids.len() entries of `entry_size` bytes (caller's
+        // promise, checked above); an entry may be larger than ours, so step by its size.
+        unsafe {
+            entries
+                .cast::<u8>()
+                .add(i * entry_size)
+                .cast::<ibv_gid_entry>()
+                .write_unaligned(e)
+        };
+    }
+    gids.len() as isize
 }

@@ -1,30 +1,24 @@
-//! The device list: which oxrdma devices this process sees, by name and address.
+//! The device list: which oxrdma devices this process sees, by name and what each sits on.
 //!
 //! The configuration names them (`config.rs`: `OXRDMA_DEVICES` or a file). Without any,
-//! one device, `oxr0`,
-//! whose address is chosen when it is opened: the first loopback address 127.0.0.2,
-//! 127.0.0.3, … that no other process holds, so that both ends of a pingpong on one host
-//! find each other with nothing set (each end's GID says which address it took).
+//! a device per network interface (`oxr_eth0`, …, each with the interface's addresses as
+//! its GIDs, as rxe's); on a host with loopback alone, `oxr0`, whose address is chosen
+//! when it is opened: the first loopback address 127.0.0.2, 127.0.0.3, … that no other
+//! process holds, so that both ends of a pingpong on one host find each other (each end's
+//! GID says which address it took). `OXRDMA_DEVICES=oxr0=lo` asks for that one alone.
 
 use crate::abi::{ibv_device, IBV_SYSFS_NAME_MAX, IBV_SYSFS_PATH_MAX};
-use oxrdma::config;
+use oxrdma::config::{self, Target};
 use std::ffi::{c_char, c_int};
 use std::net::IpAddr;
 use std::sync::OnceLock;
-
-/// Where a device lives: a fixed address, or the first free loopback address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Addr {
-    Fixed(IpAddr),
-    FreeLoopback,
-}
 
 /// One device as the C side sees it, and what oxrdma needs to open it.
 #[derive(Debug)]
 pub struct Device {
     /// First, so that a `*mut ibv_device` is a `*mut Device`.
     pub ibv: ibv_device,
-    pub addr: Addr,
+    pub addr: Target,
 }
 
 fn c_array<const N: usize>(s: &str) -> [c_char; N] {
@@ -35,7 +29,7 @@ fn c_array<const N: usize>(s: &str) -> [c_char; N] {
     out
 }
 
-fn device(name: &str, addr: Addr, index: usize) -> Device {
+fn device(name: &str, addr: Target, index: usize) -> Device {
     Device {
         ibv: ibv_device {
             _ops: crate::abi::_ibv_device_ops {
@@ -60,13 +54,12 @@ fn device(name: &str, addr: Addr, index: usize) -> Device {
 /// leaves the list empty and says why on stderr once.
 pub fn devices() -> &'static [Device] {
     static LIST: OnceLock<Vec<Device>> = OnceLock::new();
-    LIST.get_or_init(|| match config::configured() {
-        Ok(Some(list)) => list
-            .iter()
+    LIST.get_or_init(|| match config::devices() {
+        Ok(list) => list
+            .into_iter()
             .enumerate()
-            .map(|(i, (name, ip))| device(name, Addr::Fixed(*ip), i))
+            .map(|(i, (name, t))| device(&name, t, i))
             .collect(),
-        Ok(None) => vec![device("oxr0", Addr::FreeLoopback, 0)],
         Err(e) => {
             eprintln!("oxrdma: {e}; no devices");
             Vec::new()
@@ -150,13 +143,21 @@ pub(crate) extern "C" fn get_device_guid(dev: *mut ibv_device) -> u64 {
     lookup(dev).map_or(0, guid)
 }
 
-/// The node GUID in network order, made from the device's address (rxe makes it from the
-/// MAC address).
+/// The node GUID in network order: a device on an interface, from its MAC address as
+/// rxe makes it (EUI-64); a device on one address, from the address.
 pub fn guid(d: &Device) -> u64 {
-    let tail: [u8; 4] = match d.addr {
-        Addr::Fixed(IpAddr::V4(a)) => a.octets(),
-        Addr::Fixed(IpAddr::V6(a)) => a.octets()[12..].try_into().unwrap_or([0; 4]),
-        Addr::FreeLoopback => [127, 0, 0, 0],
+    let tail: [u8; 4] = match &d.addr {
+        Target::Address(IpAddr::V4(a)) => a.octets(),
+        Target::Address(IpAddr::V6(a)) => a.octets()[12..].try_into().unwrap_or([0; 4]),
+        Target::Interface(name) => {
+            let mac = oxrdma::interfaces::interface(name).and_then(|i| i.mac);
+            if let Some(m) = mac {
+                let g = [m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]];
+                return u64::from_ne_bytes(g);
+            }
+            [0, 0, 0, 0]
+        }
+        Target::Loopback => [127, 0, 0, 0],
     };
     let g = [0x02, 0x0a, 0xd5, 0xff, tail[0], tail[1], tail[2], tail[3]];
     u64::from_ne_bytes(g)

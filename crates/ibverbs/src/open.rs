@@ -3,9 +3,10 @@
 
 use crate::abi::*;
 use crate::context::{query_device_ex, query_port_ex, Context};
-use crate::device::{lookup, Addr, Device};
+use crate::device::{lookup, Device};
 use crate::errno::set_errno;
 use crate::registry::Registry;
+use oxrdma::config::Target;
 use oxrdma::{BindError, Error};
 use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, Ipv4Addr};
@@ -72,9 +73,16 @@ fn open_first(d: &Device, name: &str) -> Result<oxrdma::Context, c_int> {
             libc::ENODEV
         }
     };
-    match d.addr {
-        Addr::Fixed(ip) => oxrdma::Context::open(ip).map_err(|e| fail(ip, e)),
-        Addr::FreeLoopback => {
+    match &d.addr {
+        Target::Address(ip) => oxrdma::Context::open(*ip).map_err(|e| fail(*ip, e)),
+        Target::Interface(ifname) => oxrdma::Context::open_interface(ifname).map_err(|e| {
+            eprintln!("oxrdma: device {name} (interface {ifname}): {e}");
+            match e {
+                Error::Bind(BindError::InUse { .. }) => libc::EADDRINUSE,
+                _ => libc::ENODEV,
+            }
+        }),
+        Target::Loopback => {
             for n in 2..=254u8 {
                 let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
                 // An address of its own, as before addresses were shared: each end of a

@@ -203,6 +203,7 @@ fn qp_attr(a: &ibv_qp_attr, m: u32) -> Result<QpAttr, c_int> {
         }
         Some(AddressVector {
             dgid: Gid(a.ah_attr.grh.dgid.raw),
+            sgid_index: a.ah_attr.grh.sgid_index,
         })
     } else {
         None
@@ -298,6 +299,7 @@ pub(crate) unsafe extern "C" fn query_qp(
     if let Some(av) = a.ah_attr {
         ah.is_global = 1;
         ah.grh.dgid = ibv_gid { raw: av.dgid.0 };
+        ah.grh.sgid_index = av.sgid_index;
         ah.grh.hop_limit = 1;
     }
     let out = ibv_qp_attr {

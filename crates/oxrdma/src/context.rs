@@ -1,7 +1,7 @@
 //! A device context: an open device (`shared.rs`) and its engine thread (`nic.rs`).
 
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::events::{Events, Source};
 use crate::shared::Shared;
 use std::net::IpAddr;
@@ -91,14 +91,32 @@ impl Context {
         Self::open_with(ip, true)
     }
 
+    /// Opens a device on network interface `name` (as `rdma link add rxe0 type rxe netdev
+    /// NAME`): its GID table holds the interface's addresses in rxe's order (the default
+    /// link-local GID, the IPv4 addresses, the other IPv6 ones), each shared with this
+    /// user's other processes as [`Context::open`]'s; [`Context::gid`] is its main one.
+    pub fn open_interface(name: &str) -> Result<Context> {
+        let iface = oxrdma_udp::interfaces::interface(name)
+            .ok_or_else(|| Error::NoInterface(name.to_string()))?;
+        let mut seed = [0u8; 32];
+        getrandom_seed(&mut seed);
+        let dev = Device::open_interface(&iface, seed)?;
+        Self::start(dev, format!("nic-{name}"))
+    }
+
     fn open_with(ip: IpAddr, alone: bool) -> Result<Context> {
         let mut seed = [0u8; 32];
         getrandom_seed(&mut seed);
         let dev = Device::open(ip, alone, seed)?;
+        Self::start(dev, engine_thread_name(ip))
+    }
+
+    /// Starts the engine thread of `dev`, named `name` (Linux keeps 15 bytes).
+    fn start(dev: Device, name: String) -> Result<Context> {
         let shared = Arc::new(Shared::new(dev)?);
         let s = shared.clone();
         let thread = std::thread::Builder::new()
-            .name(engine_thread_name(ip))
+            .name(name.chars().take(15).collect())
             .spawn(move || crate::nic::engine_thread(&s))?;
         // Its thread id is known once it runs (`engine_tid`): wait for that, briefly.
         while shared.engine_tid.load(Ordering::Acquire) == 0 && !thread.is_finished() {
@@ -154,15 +172,53 @@ impl Context {
         (tid != 0).then_some(tid)
     }
 
-    /// This device's GID (its IP address, IPv4 as `::ffff:a.b.c.d`).
+    /// This device's main GID (its IP address, IPv4 as `::ffff:a.b.c.d`; a device on an
+    /// interface: its first IPv4 address, else its first global one, `main_gid`).
     pub fn gid(&self) -> oxrdma_core::Gid {
-        self.shared().facts.gid
+        oxrdma_core::main_gid(&self.shared().facts.gids)
+    }
+
+    /// The index of the device GID that sends to `dest` by default: the main one if it is
+    /// of `dest`'s IP family, else the first of that family and scope (link-local or
+    /// not), else the first of the family, else 0.
+    pub fn gid_index_for(&self, dest: oxrdma_core::Gid) -> u8 {
+        let gids = self.gids();
+        let v4 = dest.ip().is_ipv4();
+        let ll = |g: &oxrdma_core::Gid| g.0[0] == 0xfe && g.0[1] & 0xc0 == 0x80;
+        let main = self.gid();
+        let family = |g: &oxrdma_core::Gid| g.ip().is_ipv4() == v4;
+        let at = gids.iter().position(|g| *g == main && family(g));
+        let at = at.or_else(|| gids.iter().position(|g| family(g) && ll(g) == ll(&dest)));
+        let at = at.or_else(|| gids.iter().position(family));
+        at.unwrap_or(0) as u8
+    }
+
+    /// Whether the device is free to take within `within` (nobody holds it then). At
+    /// `exit`, a thread that a signal interrupted inside the library may hold it for good:
+    /// an exit handler asks before it tears anything down.
+    pub fn free_within(&self, within: std::time::Duration) -> bool {
+        let until = std::time::Instant::now() + within;
+        loop {
+            if self.shared().try_lock().is_some() {
+                return true;
+            }
+            if std::time::Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// This device's GID table, by index (one entry, unless the device is on an
+    /// interface: then its addresses in Linux rxe's order).
+    pub fn gids(&self) -> &[oxrdma_core::Gid] {
+        &self.shared().facts.gids
     }
 
     /// Writes every RoCEv2 packet this device sends or receives to a pcap file (raw IP
     /// frames with the headers they had on the wire), until the device closes.
     pub fn capture_to(&self, path: &std::path::Path) -> Result<()> {
-        self.shared().lock().link.port.capture_to(path)?;
+        self.shared().lock().link.port_mut().capture_to(path)?;
         Ok(())
     }
 

@@ -23,6 +23,17 @@ impl Device {
         Ok(Device { engine, link })
     }
 
+    /// Opens the device on network interface `iface`: a GID per address, in rxe's order
+    /// (`Link::open_interface`).
+    pub fn open_interface(
+        iface: &oxrdma_udp::interfaces::Interface,
+        seed: [u8; 32],
+    ) -> Result<Device, BindError> {
+        let link = Link::open_interface(iface)?;
+        let engine = Engine::new(link.engine_config(), seed);
+        Ok(Device { engine, link })
+    }
+
     /// Sends what the engine has, takes in what arrived, fires due timers (`Link::poll`).
     pub fn poll(&mut self) -> io::Result<usize> {
         self.link.poll(&mut self.engine)
@@ -55,7 +66,7 @@ impl Drop for Device {
         if std::env::var("OXRDMA_DROPS").is_ok_and(|v| v == "1") {
             eprintln!(
                 "oxrdma {}: receive path: {}",
-                self.link.port.local_addr().ip(),
+                self.link.port().local_addr().ip(),
                 self.rx_drops()
             );
         }

@@ -18,6 +18,9 @@ pub enum Error {
     /// what it needs (EINVAL in librdmacm).
     #[error("RDMA CM: {0}")]
     CmState(&'static str),
+    /// A device asked for on a network interface this host (namespace) does not have.
+    #[error("no network interface {0}")]
+    NoInterface(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

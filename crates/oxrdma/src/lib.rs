@@ -38,7 +38,7 @@ pub mod raw {
 pub use cq::CompletionQueue;
 pub use error::{Error, Result};
 pub use oxrdma_core::cm::CmError;
-pub use oxrdma_udp::{BindError, RxDropReport};
+pub use oxrdma_udp::{interfaces, BindError, RxDropReport};
 pub use pd::{
     AddressHandle, MemoryRegion, MemoryWindow, ProtectionDomain, QpInit, SharedReceiveQueue,
 };

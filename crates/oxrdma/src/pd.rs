@@ -83,9 +83,18 @@ impl ProtectionDomain {
         })
     }
 
-    /// An address handle: where UD sends go (`ibv_create_ah`).
+    /// An address handle: where UD sends go (`ibv_create_ah`), from the device GID
+    /// [`Context::gid_index_for`] picks.
     pub fn create_ah(&self, dgid: oxrdma_core::Gid) -> Result<AddressHandle> {
-        let av = oxrdma_core::AddressVector { dgid };
+        self.create_ah_av(oxrdma_core::AddressVector {
+            dgid,
+            sgid_index: self.ctx.gid_index_for(dgid),
+        })
+    }
+
+    /// An address handle to `av.dgid` whose packets leave from the device's GID
+    /// `av.sgid_index` (refused if its table has none there, or of the other IP family).
+    pub fn create_ah_av(&self, av: oxrdma_core::AddressVector) -> Result<AddressHandle> {
         let ah = self.ctx.shared().lock().engine.create_ah(self.pd, av)?;
         Ok(AddressHandle {
             ctx: self.ctx.clone(),

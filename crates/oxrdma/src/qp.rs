@@ -23,6 +23,9 @@ pub struct ConnectOptions {
     pub rnr_retry: u8,
     pub min_rnr_timer: u8,
     pub max_rd_atomic: u8,
+    /// Which of the device's GIDs the QP sends from (None: the one
+    /// [`Context::gid_index_for`] picks for the remote GID).
+    pub gid_index: Option<u8>,
 }
 
 impl Default for ConnectOptions {
@@ -35,6 +38,7 @@ impl Default for ConnectOptions {
             rnr_retry: 7,
             min_rnr_timer: 12,
             max_rd_atomic: 16,
+            gid_index: None,
         }
     }
 }
@@ -57,13 +61,24 @@ impl QueuePair {
         self.qp_type
     }
 
-    /// This QP's endpoint, with `psn` as its initial send PSN.
+    /// This QP's endpoint, with `psn` as its initial send PSN (the device's main GID).
     pub fn endpoint(&self, psn: u32) -> Endpoint {
         Endpoint {
             gid: self.ctx.gid(),
             qpn: self.qpn,
             psn,
         }
+    }
+
+    /// This QP's endpoint at the device's GID `gid_index` (a device on an interface has
+    /// one per address), if the table has one there.
+    pub fn endpoint_at(&self, psn: u32, gid_index: u8) -> Option<Endpoint> {
+        let gid = *self.ctx.gids().get(usize::from(gid_index))?;
+        Some(Endpoint {
+            gid,
+            qpn: self.qpn,
+            psn,
+        })
     }
 
     /// `ibv_modify_qp`.
@@ -104,7 +119,12 @@ impl QueuePair {
         })?;
         self.modify(&QpAttr {
             qp_state: Some(QpState::Rtr),
-            ah_attr: Some(AddressVector { dgid: remote.gid }),
+            ah_attr: Some(AddressVector {
+                dgid: remote.gid,
+                sgid_index: o
+                    .gid_index
+                    .unwrap_or_else(|| self.ctx.gid_index_for(remote.gid)),
+            }),
             path_mtu: Some(o.mtu),
             dest_qp_num: Some(remote.qpn),
             rq_psn: Some(remote.psn),

@@ -117,9 +117,9 @@ impl Shared {
     /// The state of a device just opened.
     pub fn new(dev: Device) -> Result<Shared> {
         Ok(Shared {
-            facts: *dev.engine.config(),
+            facts: dev.engine.config().clone(),
             ifindex: dev.link.ifindex,
-            sleeper: Sleeper::new(dev.link.port.as_fd())?,
+            sleeper: Sleeper::new(dev.link.as_fd())?,
             dev: Mutex::new(dev),
             stop: AtomicBool::new(false),
             armed: Mutex::new(Vec::new()),

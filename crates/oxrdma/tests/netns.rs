@@ -75,9 +75,11 @@ fn udp_reaches(na: &str, from: &str, nb: &str, to: &str) -> bool {
     false
 }
 
-#[test]
-fn rc_between_two_network_namespaces() {
-    let tag = format!("oxr{}", std::process::id());
+/// Two hosts: namespaces `<tag>a` and `<tag>b` joined by veth `oxva`/`oxvb`, with
+/// 10.199.0.1/24 and fd99::1/64 on one, .2 and ::2 on the other, ready to carry IPv6.
+/// None (after saying so) where namespaces cannot be made.
+fn two_hosts(test: &str, tag: &str) -> Option<(Namespaces, String, String)> {
+    let tag = format!("oxr{}{tag}", std::process::id());
     let (na, nb) = (format!("{tag}a"), format!("{tag}b"));
     if !ip(&["netns", "add", &na]) {
         assert!(
@@ -85,10 +87,10 @@ fn rc_between_two_network_namespaces() {
             "cannot create a network namespace (CI must run as root)"
         );
         // Past the harness, which hides what a passing test prints: a skip must show.
-        let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("SKIPPED rc_between_two_network_namespaces: cannot create a network namespace here (needs root and iproute2)\n"));
-        return;
+        let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("SKIPPED {test}: cannot create a network namespace here (needs root and iproute2)\n"));
+        return None;
     }
-    let _guard = Namespaces(vec![na.clone(), nb.clone()]);
+    let guard = Namespaces(vec![na.clone(), nb.clone()]);
     assert!(ip(&["netns", "add", &nb]));
     assert!(ip(&[
         "link", "add", "oxva", "netns", &na, "type", "veth", "peer", "name", "oxvb", "netns", &nb
@@ -100,6 +102,9 @@ fn rc_between_two_network_namespaces() {
         assert!(ip(&["-n", ns, "addr", "add", v4, "dev", dev]));
         // nodad: the address is usable (bindable) at once.
         assert!(ip(&["-n", ns, "addr", "add", v6, "dev", dev, "nodad"]));
+        // Nor the link-local address the kernel adds when the link comes up (a GID).
+        let knob = format!("/proc/sys/net/ipv6/conf/{dev}/accept_dad");
+        in_ns(ns, move || std::fs::write(knob, "0")).expect("accept_dad");
         assert!(ip(&["-n", ns, "link", "set", dev, "up"]));
         assert!(ip(&["-n", ns, "link", "set", "lo", "up"]));
     }
@@ -107,17 +112,130 @@ fn rc_between_two_network_namespaces() {
     // carries anything; RC's retry budget (half a second here) is shorter than that.
     let ready = (0..10).any(|_| udp_reaches(&na, "fd99::1", &nb, "fd99::2"));
     assert!(ready, "the IPv6 link between the namespaces never came up");
+    Some((guard, na, nb))
+}
+
+#[test]
+fn rc_between_two_network_namespaces() {
+    let Some((_guard, na, nb)) = two_hosts("rc_between_two_network_namespaces", "") else {
+        return;
+    };
     for (x, y) in [("10.199.0.1", "10.199.0.2"), ("fd99::1", "fd99::2")] {
         let a = open_in(&na, x);
         let b = open_in(&nb, y);
         // veth MTU 1500: active MTU 1024, as rxe derives it for a 1500-byte netdev.
         assert_eq!(a.active_mtu(), Mtu::Mtu1024, "{x}");
-        transfer(&a, &b, x);
+        transfer(&a, &b, None, x);
     }
 }
 
-/// WRITE 1 MiB from `a` to `b` and READ it back, checking every byte both ways.
-fn transfer(a: &Context, b: &Context, label: &str) {
+/// A device on each host's interface, as `rdma link add rxe0 type rxe netdev IF` gives:
+/// its GID table is the interface's addresses in rxe's order (the default link-local GID
+/// made from the MAC address, the IPv4 address, the IPv6 one), and a QP sends from
+/// whichever of them it is told: RC between the hosts from each GID in turn, link-local
+/// included, and UD from the IPv6 one.
+#[test]
+fn devices_on_interfaces_send_from_each_gid_of_the_table() {
+    let Some((_guard, na, nb)) = two_hosts("devices_on_interfaces_send_from_each_gid", "i") else {
+        return;
+    };
+    let a = in_ns(&na, || {
+        Context::open_interface("oxva").expect("device on oxva")
+    });
+    let b = in_ns(&nb, || {
+        Context::open_interface("oxvb").expect("device on oxvb")
+    });
+    let ia = in_ns(&na, || oxrdma::interfaces::interface("oxva").unwrap());
+    let mac = ia.mac.expect("a veth has a MAC address");
+    let g = |s: &str| oxrdma::Gid::from(s.parse::<std::net::IpAddr>().unwrap());
+    let want = [
+        oxrdma::interfaces::default_gid(mac),
+        g("10.199.0.1"),
+        g("fd99::1"),
+    ];
+    assert_eq!(a.gids(), want, "rxe's order");
+    // The kernel made the same link-local address from the MAC address.
+    assert!(ia.addrs.contains(&want[0].ip()), "{ia:?}");
+    assert_eq!(a.gid(), g("10.199.0.1"), "the main GID is the IPv4 one");
+    assert_eq!(a.active_mtu(), Mtu::Mtu1024);
+    for index in [1, 2, 0] {
+        transfer(&a, &b, Some(index), &format!("GID {index}"));
+    }
+    ud_from(&a, &b, 2);
+    // A GID of the other family than the peer's, or past the table, is refused at once.
+    let pd = a.alloc_pd().unwrap();
+    let bad = oxrdma::AddressVector {
+        dgid: g("10.199.0.2"),
+        sgid_index: 2,
+    };
+    assert!(pd.create_ah_av(bad).is_err());
+    let past = oxrdma::AddressVector {
+        dgid: g("10.199.0.2"),
+        sgid_index: 3,
+    };
+    assert!(pd.create_ah_av(past).is_err());
+}
+
+/// A UD SEND from `a`'s GID `index` to `b`'s GID of the same index; `b`'s receive shows
+/// the source and destination GIDs in its GRH area.
+fn ud_from(a: &Context, b: &Context, index: u8) {
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let qa = pa
+        .create_qp(&ca, &ca, QpType::Ud, QpCap::default())
+        .unwrap();
+    let qb = pb
+        .create_qp(&cb, &cb, QpType::Ud, QpCap::default())
+        .unwrap();
+    qa.ready_ud(0x1234, 0).unwrap();
+    qb.ready_ud(0x1234, 0).unwrap();
+    let (ma, mb) = (
+        pa.register(4096, Access::ALL).unwrap(),
+        pb.register(4096, Access::ALL).unwrap(),
+    );
+    qb.post_recv(oxrdma::RecvWr {
+        wr_id: 7,
+        sges: vec![mb.sge(0, 1024)].into(),
+    })
+    .unwrap();
+    let dgid = b.gids()[usize::from(index)];
+    let ah = pa
+        .create_ah_av(oxrdma::AddressVector {
+            dgid,
+            sgid_index: index,
+        })
+        .unwrap();
+    ma.write(0, b"from the IPv6 GID");
+    let mut w = SendWr::new(
+        1,
+        WrOpcode::Send,
+        SendData::Sges(vec![ma.sge(0, 17)].into()),
+    );
+    w.ud = Some(oxrdma::UdDest {
+        ah: ah.id(),
+        remote_qpn: qb.qpn(),
+        remote_qkey: 0x1234,
+    });
+    qa.post_send(w).unwrap();
+    let mut wcs = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while wcs.is_empty() {
+        assert!(Instant::now() < deadline, "UD receive timed out");
+        cb.poll(&mut wcs, 1).unwrap();
+    }
+    assert_eq!(wcs[0].status, WcStatus::Success, "{wcs:?}");
+    let mut grh = [0u8; 40];
+    mb.read(0, &mut grh);
+    assert_eq!(&grh[8..24], &a.gids()[usize::from(index)].0, "GRH source");
+    assert_eq!(&grh[24..40], &dgid.0, "GRH destination");
+    let mut body = [0u8; 17];
+    mb.read(40, &mut body);
+    assert_eq!(&body, b"from the IPv6 GID");
+}
+
+/// WRITE 1 MiB from `a` to `b` and READ it back, checking every byte both ways (each QP
+/// on its device's GID `gid_index`, if given).
+fn transfer(a: &Context, b: &Context, gid_index: Option<u8>, label: &str) {
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ma, mb) = (
         pa.register(2 << 20, Access::ALL).unwrap(),
@@ -131,12 +249,17 @@ fn transfer(a: &Context, b: &Context, label: &str) {
         .create_qp(&cb, &cb, QpType::Rc, QpCap::default())
         .unwrap();
     let (sa, sb) = (a.random_psn(), b.random_psn());
+    let end = |q: &oxrdma::QueuePair, psn| match gid_index {
+        Some(i) => q.endpoint_at(psn, i).expect("the GID table has it"),
+        None => q.endpoint(psn),
+    };
     // More than the port can carry is refused when the QP is connected.
     let too_big = ConnectOptions {
         mtu: Mtu::Mtu4096,
+        gid_index,
         ..Default::default()
     };
-    assert!(qa.connect(sa, &qb.endpoint(sb), &too_big).is_err());
+    assert!(qa.connect(sa, &end(&qb, sb), &too_big).is_err());
     qa.modify(&oxrdma::QpAttr {
         qp_state: Some(oxrdma::QpState::Reset),
         ..Default::default()
@@ -144,10 +267,11 @@ fn transfer(a: &Context, b: &Context, label: &str) {
     .unwrap();
     let o = ConnectOptions {
         mtu: a.active_mtu(),
+        gid_index,
         ..Default::default()
     };
-    qa.connect(sa, &qb.endpoint(sb), &o).unwrap();
-    qb.connect(sb, &qa.endpoint(sa), &o).unwrap();
+    qa.connect(sa, &end(&qb, sb), &o).unwrap();
+    qb.connect(sb, &end(&qa, sa), &o).unwrap();
     let data: Vec<u8> = (0..(1 << 20)).map(|i: usize| (i % 241) as u8).collect();
     ma.write(0, &data);
     let mut w = SendWr::new(

@@ -30,10 +30,11 @@ pub fn tap_first(attr: u16, times: usize, action: TapAction) -> Tap {
     }))
 }
 
-/// A REQ's parameters for an RC QP `qpn` at node 1's address, service `sid`.
-pub fn rc_params(dest: Gid, sid: u64, qpn: u32) -> ConnectParams {
+/// A REQ's parameters for an RC QP `qpn` of `source`, to `dest`'s service `sid`.
+pub fn rc_params(source: Gid, dest: Gid, sid: u64, qpn: u32) -> ConnectParams {
     ConnectParams {
         dest,
+        source,
         service_id: sid,
         transport: CmTransport::Rc,
         qpn,
@@ -97,11 +98,11 @@ impl CmWorld {
 
     /// Node `n` connects to the other node's `sid` at time `at`, for its QP `qpn`.
     pub fn connect(&mut self, n: usize, at: Nanos, sid: u64, qpn: u32) -> CmId {
-        let dest = self.gid(1 - n);
+        let (source, dest) = (self.gid(n), self.gid(1 - n));
         self.world.nodes[n]
             .engine
             .cm_mut()
-            .connect(at, &rc_params(dest, sid, qpn))
+            .connect(at, &rc_params(source, dest, sid, qpn))
             .unwrap()
     }
 
@@ -159,13 +160,13 @@ pub fn name(k: &CmEventKind) -> &'static str {
 /// establishes on the REP, and disconnects `hold` after that; node 1 answers the DREQ.
 /// Returns node 0's connection.
 pub fn connect_and_disconnect(w: &mut CmWorld, sid: u64, hold: Nanos, until: Nanos) -> CmId {
-    let dest = w.gid(1);
+    let (source, dest) = (w.gid(0), w.gid(1));
     w.world.nodes[1].engine.cm_mut().listen(sid, 16).unwrap();
     let now = w.world.now;
     let id = w.world.nodes[0]
         .engine
         .cm_mut()
-        .connect(now, &rc_params(dest, sid, 0x1e))
+        .connect(now, &rc_params(source, dest, sid, 0x1e))
         .unwrap();
     let disconnect_at = std::cell::Cell::new(None);
     let mut react = |world: &mut World, n: usize, e: &CmEvent| {

@@ -155,7 +155,7 @@ pub fn connect_attrs(
     };
     let rtr = QpAttr {
         qp_state: Some(QpState::Rtr),
-        ah_attr: Some(AddressVector { dgid: peer_gid }),
+        ah_attr: Some(AddressVector::to(peer_gid)),
         path_mtu: Some(o.mtu),
         dest_qp_num: Some(peer_qpn),
         rq_psn: Some(peer_psn),
@@ -185,7 +185,7 @@ pub fn connect_attrs(
         },
         QpAttr {
             qp_state: Some(QpState::Rtr),
-            ah_attr: Some(AddressVector { dgid: peer_gid }),
+            ah_attr: Some(AddressVector::to(peer_gid)),
             path_mtu: Some(o.mtu),
             dest_qp_num: Some(peer_qpn),
             rq_psn: Some(peer_psn),
@@ -222,7 +222,7 @@ fn connect(world: &mut World, o: &PairOptions, a: &mut End, b: &mut End) {
             .expect("modify b");
     }
     if o.qp_type == QpType::Ud {
-        let av = |g| AddressVector { dgid: g };
+        let av = |g| AddressVector::to(g);
         a.ah = Some(world.nodes[0].engine.create_ah(a.pd, av(gb)).expect("ah"));
         b.ah = Some(world.nodes[1].engine.create_ah(b.pd, av(ga)).expect("ah"));
     }

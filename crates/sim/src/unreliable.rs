@@ -359,7 +359,7 @@ fn run_ud(cfg: &UnreliableConfig) -> UnreliableReport {
                 let dgid = Gid::from(world.nodes[t].ip);
                 world.nodes[s.node]
                     .engine
-                    .create_ah(s.pd, AddressVector { dgid })
+                    .create_ah(s.pd, AddressVector::to(dgid))
                     .expect("ah")
             })
             .collect();

@@ -111,7 +111,7 @@ impl World {
                 let mut key = [0u8; 32];
                 rng.fill_bytes(&mut key);
                 let config = EngineConfig {
-                    gid: Gid::from(ip),
+                    gids: vec![Gid::from(ip)],
                     max_mtu: Mtu::Mtu4096,
                     attr: DeviceAttr::default(),
                     selective_repeat: true,

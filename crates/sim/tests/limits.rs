@@ -27,7 +27,7 @@ fn tiny() -> Engine {
         ..DeviceAttr::default()
     };
     let config = EngineConfig {
-        gid: Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 1)),
+        gids: vec![Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 1))],
         max_mtu: oxrdma_core::Mtu::Mtu1024,
         attr,
         selective_repeat: true,
@@ -65,9 +65,7 @@ fn every_object_count_is_capped() {
     exhausted(e.reg_mr(pd, buf(), None, Access::ALL));
     e.alloc_mw(pd, MwType::Type2).unwrap();
     exhausted(e.alloc_mw(pd, MwType::Type1));
-    let av = AddressVector {
-        dgid: Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 2)),
-    };
+    let av = AddressVector::to(Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 2)));
     e.create_ah(pd, av).unwrap();
     exhausted(e.create_ah(pd, av));
     invalid(e.create_srq(pd, 5, 1, 0));

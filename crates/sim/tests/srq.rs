@@ -239,7 +239,7 @@ fn a_ud_qp_receives_from_an_srq() {
     let dgid = Gid::from(s.world.nodes[1].ip);
     let ah = s.world.nodes[0]
         .engine
-        .create_ah(1, AddressVector { dgid })
+        .create_ah(1, AddressVector::to(dgid))
         .unwrap();
     s.post_srq(0..1);
     let mut wr = SendWr::new(5, WrOpcode::Send, SendData::Sges(vec![s.sge[0]].into()));

@@ -12,21 +12,23 @@
 //! packets still coming for its QPs queue unread (the next owner drains and counts them),
 //! and no other process's packets change hands.
 //!
-//! Who owns a slot is a lock: `<dir>/slot-N`, held with `flock` while the process lives
-//! (the kernel lets it go when the process dies, however it dies). Joining holds
-//! `<dir>/.lock`. `<dir>` is `$TMPDIR/oxrdma-host/<network namespace>/<address>-<port>`.
+//! A device's slot is the host's (`host_slot.rs`): the same in the group of each of its
+//! addresses. Who is a member is a lock: `<dir>/slot-N`, held with `flock` while the
+//! member lives (the kernel lets it go when the process dies, however it dies). Joining
+//! holds `<dir>/.lock`. `<dir>` is `$TMPDIR/oxrdma-host/<network namespace>/<address>-<port>`.
 //! The kernel admits one user's sockets to a group: another user's process is refused.
 
 use crate::bind_error::BindError;
+use crate::host_slot::HostSlot;
 use crate::steer;
 use oxrdma_core::slot::SLOTS;
 use oxrdma_core::Slot;
 use rustix::fs::{flock, FlockOperation};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -42,8 +44,10 @@ pub struct Group {
     sockets: Arc<Vec<UdpSocket>>,
     slot: Slot,
     dir: PathBuf,
-    /// This slot's lock, held while this process owns it.
-    _claim: File,
+    /// This slot's membership lock, held while this process is a member.
+    member: File,
+    /// The device's slot on the host, held while any of its groups is.
+    _host: Arc<HostSlot>,
     /// Serves the sockets to processes that join.
     server: Server,
     /// Packets that waited in this slot's socket when it was claimed (for a process that
@@ -52,40 +56,55 @@ pub struct Group {
 }
 
 impl Group {
-    /// Joins the group of `addr` (forming it if no process holds it) and claims a slot.
-    pub fn join(addr: SocketAddr) -> Result<Group, BindError> {
+    /// Joins the group of `addr` (forming it if no process holds it) in the device's slot
+    /// on the host.
+    pub fn join(addr: SocketAddr, host: Arc<HostSlot>) -> Result<Group, BindError> {
         let io_err = |source| BindError::Io { addr, source };
         let dir = group_dir(addr).map_err(io_err)?;
         let lock = take_lock(&dir).map_err(io_err)?;
-        let (mut claim, mut live) = (None, Vec::new());
+        let (index, host_key) = (host.slot().index, host.slot().key);
+        let mut live = Vec::new();
+        let mut claim = None;
         for s in 0..SLOTS {
             let f = open_lock(&dir.join(format!("slot-{s}"))).map_err(io_err)?;
             match flock(&f, FlockOperation::NonBlockingLockExclusive) {
-                Ok(()) if claim.is_none() => claim = Some((s, f)),
+                Ok(()) if s == index => claim = Some(f),
                 Ok(()) => {}
                 Err(_) => live.push(s),
             }
         }
-        let Some((index, claim)) = claim else {
-            return Err(BindError::Io {
-                addr,
-                source: io::Error::other(format!(
-                    "{SLOTS} processes share this address already (the most one address takes)"
-                )),
-            });
+        let Some(claim) = claim else {
+            return Err(io_err(io::Error::other(format!(
+                "slot {index} of this address is held by another device"
+            ))));
         };
-        let (sockets, key) = if live.is_empty() {
-            form(addr, index)?
-        } else {
+        // A member that dies lets go of its slot and its server in no set order: one that
+        // does not answer may be gone, so who is live is asked again (for up to a second).
+        let mut tries = 0;
+        let (sockets, key) = loop {
+            if live.is_empty() {
+                break form(addr, index, host_key)?;
+            }
             // Never formed anew beside live members: ours would join their group.
-            fetch(addr, &live).ok_or_else(|| BindError::Io {
-                addr,
-                source: io::Error::other(format!(
+            if let Some(got) = fetch(addr, &live) {
+                break got;
+            }
+            tries += 1;
+            if tries == 100 {
+                return Err(io_err(io::Error::other(format!(
                     "the processes sharing this address (slots {live:?}) did not hand over \
                      its sockets"
-                )),
-            })?
+                ))));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            live.retain(|s| held(&dir.join(format!("slot-{s}"))));
         };
+        if key != host_key {
+            return Err(io_err(io::Error::other(
+                "the address's group was formed under another host key (was the host's \
+                 oxrdma-host directory removed while it was in use?)",
+            )));
+        }
         let sockets = Arc::new(sockets);
         let slot = Slot::new(index, key);
         // Rewritten with this member among the live ones (the default may have gone).
@@ -97,7 +116,8 @@ impl Group {
             sockets,
             slot,
             dir,
-            _claim: claim,
+            member: claim,
+            _host: host,
             server,
             stale,
         })
@@ -174,9 +194,10 @@ fn held(path: &Path) -> bool {
 /// listeners (a listener's file whose process died is removed), and the lowest live slot
 /// as the default.
 fn steer_now(dir: &Path, sockets: &[UdpSocket], key: u32) -> io::Result<()> {
-    let default = (0..SLOTS)
-        .find(|s| held(&dir.join(format!("slot-{s}"))))
-        .unwrap_or(0);
+    let live = (0..SLOTS)
+        .filter(|s| held(&dir.join(format!("slot-{s}"))))
+        .fold(0u64, |m, s| m | 1 << s);
+    let default = if live == 0 { 0 } else { live.trailing_zeros() };
     let mut listeners = Vec::new();
     for e in fs::read_dir(dir)?.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -198,15 +219,22 @@ fn steer_now(dir: &Path, sockets: &[UdpSocket], key: u32) -> io::Result<()> {
             listeners.push((sid, slot));
         }
     }
-    steer::attach(&sockets[0], &steer::program(key, &listeners, default))
+    steer::attach(&sockets[0], &steer::program(key, &listeners, default, live))
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
+        // Out of the group first, between joins (which hold `.lock` while they ask a live
+        // member for the sockets: this one serves until it is no longer live). The members
+        // left steer what was this device's to the default (a live member's), which drops
+        // and counts it. (A process that dies leaves that to the next join.)
+        if let Ok(_lock) = take_lock(&self.dir) {
+            let _ = flock(&self.member, FlockOperation::Unlock);
+            let _ = steer_now(&self.dir, &self.sockets, self.slot.key);
+        }
         self.server.stop();
-        // The sockets close before the slot is let go (fields drop in order): a process
-        // that then finds no live member and forms the group anew does not find ours
-        // still bound.
+        // A process that then finds no live member forms the group anew only once the
+        // port is free: it waits for these sockets to close (`form`).
     }
 }
 
@@ -220,14 +248,7 @@ fn group_dir(addr: SocketAddr) -> io::Result<PathBuf> {
     Ok(d)
 }
 
-fn open_lock(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(path)
-}
+use crate::host_slot::open_lock;
 
 /// A socket bound to `addr` that joins its group.
 fn member_socket(addr: SocketAddr) -> Result<UdpSocket, BindError> {
@@ -258,7 +279,7 @@ fn member_socket(addr: SocketAddr) -> Result<UdpSocket, BindError> {
 /// Forms the group: `SLOTS` sockets, a key, the program. Only on a free port: the sockets
 /// of a group whose last process is still closing them would take the first indexes, so
 /// a socket that cannot share is bound first, to see the port free (and let go).
-fn form(addr: SocketAddr, claimer: u32) -> Result<(Vec<UdpSocket>, u32), BindError> {
+fn form(addr: SocketAddr, claimer: u32, key: u32) -> Result<(Vec<UdpSocket>, u32), BindError> {
     let io_err = |source| BindError::Io { addr, source };
     let mut tries = 0;
     loop {
@@ -280,8 +301,8 @@ fn form(addr: SocketAddr, claimer: u32) -> Result<(Vec<UdpSocket>, u32), BindErr
         let sockets = (0..SLOTS)
             .map(|_| member_socket(addr))
             .collect::<Result<Vec<_>, _>>()?;
-        let key = random_u32() | 1;
-        steer::attach(&sockets[0], &steer::program(key, &[], claimer)).map_err(io_err)?;
+        let only = 1u64 << claimer;
+        steer::attach(&sockets[0], &steer::program(key, &[], claimer, only)).map_err(io_err)?;
         return Ok((sockets, key));
     }
 }
@@ -297,18 +318,17 @@ fn drain(socket: &UdpSocket) -> usize {
     n
 }
 
-fn random_u32() -> u32 {
-    let mut b = [0u8; 4];
-    // The key only spreads numbers over slots (it guards nothing): any bytes will do if
-    // the kernel's generator fails.
-    let _ = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty());
-    u32::from_ne_bytes(b) ^ std::process::id().rotate_left(13)
-}
-
 /// The Unix socket name member `slot` of `addr`'s group serves on (abstract: per network
 /// namespace, gone with the process).
 fn server_name(addr: SocketAddr, slot: u32) -> String {
     format!("oxrdma-group/{}/{}/{slot}", addr.ip(), addr.port())
+}
+
+/// With `OXRDMA_DEBUG_GROUP=1`, says why a join went wrong.
+fn debug(what: std::fmt::Arguments<'_>) {
+    if std::env::var_os("OXRDMA_DEBUG_GROUP").is_some_and(|v| v == "1") {
+        eprintln!("oxrdma group: {what}");
+    }
 }
 
 /// Gets the group's sockets and key from one of the `live` members.
@@ -316,8 +336,12 @@ fn fetch(addr: SocketAddr, live: &[u32]) -> Option<(Vec<UdpSocket>, u32)> {
     use std::os::linux::net::SocketAddrExt;
     for &s in live {
         let name = std::os::unix::net::SocketAddr::from_abstract_name(server_name(addr, s)).ok()?;
-        let Ok(stream) = UnixStream::connect_addr(&name) else {
-            continue;
+        let stream = match UnixStream::connect_addr(&name) {
+            Ok(s) => s,
+            Err(e) => {
+                debug(format_args!("{addr}: member {s} does not answer: {e}"));
+                continue;
+            }
         };
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
         if let Some(got) = receive(&stream, addr) {
@@ -347,6 +371,12 @@ fn receive(stream: &UnixStream, addr: SocketAddr) -> Option<(Vec<UdpSocket>, u32
         }
     }
     if got.bytes != 8 || &data[..4] != HELLO || fds.len() != SLOTS as usize {
+        debug(format_args!(
+            "{addr}: a member handed over {} bytes and {} sockets (flags {:?})",
+            got.bytes,
+            fds.len(),
+            got.flags
+        ));
         return None;
     }
     let key = u32::from_be_bytes([data[4], data[5], data[6], data[7]]);

@@ -8,6 +8,8 @@ mod connected;
 mod drops;
 pub mod group;
 pub mod gso;
+pub mod host_slot;
+pub mod interfaces;
 mod kernel;
 pub mod link;
 pub mod mtu;

@@ -93,7 +93,7 @@ fn interface_of(ip: IpAddr) -> Option<String> {
 ///
 /// # Safety
 /// `sa` must point to a valid sockaddr of the size its family implies.
-unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
+pub(crate) unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
     // SAFETY: the caller guarantees `sa` is valid; the family selects the struct to read.
     unsafe {
         match i32::from((*sa).sa_family) {

@@ -51,6 +51,23 @@ pub struct PortStats {
     pub rx_calls: u64,
 }
 
+impl std::ops::AddAssign for PortStats {
+    fn add_assign(&mut self, o: PortStats) {
+        self.rx += o.rx;
+        self.tx += o.tx;
+        self.rx_bad_icrc += o.rx_bad_icrc;
+        self.rx_bad_source += o.rx_bad_source;
+        self.rx_left_by_gone += o.rx_left_by_gone;
+        self.icmp_errors += o.icmp_errors;
+        self.source_ports_refused += o.source_ports_refused;
+        self.icrc_unchecked_loopback += o.icrc_unchecked_loopback;
+        self.tx_messages += o.tx_messages;
+        self.tx_calls += o.tx_calls;
+        self.rx_messages += o.rx_messages;
+        self.rx_calls += o.rx_calls;
+    }
+}
+
 impl PortStats {
     /// How well packets were batched: per UDP message (what GSO and GRO glue) and per
     /// system call, each way. Every UDP message costs the kernel and the peer about what a
@@ -77,7 +94,7 @@ impl PortStats {
 
 /// Whether ports share their address with this user's other processes: unless
 /// `OXRDMA_SHARE=0`.
-fn share_wanted() -> bool {
+pub(crate) fn share_wanted() -> bool {
     std::env::var("OXRDMA_SHARE").map_or(true, |v| v != "0")
 }
 
@@ -207,7 +224,18 @@ impl UdpPort {
         if !share_wanted() {
             return Self::bind_addr(addr);
         }
-        let group = crate::group::Group::join(addr)?;
+        let host =
+            crate::host_slot::HostSlot::claim().map_err(|source| BindError::Io { addr, source })?;
+        Self::bind_shared(addr, &std::sync::Arc::new(host))
+    }
+
+    /// Binds `addr` (port 4791; a link-local address with its interface's scope) in its
+    /// group, in the device's slot `host` (`group.rs`).
+    pub fn bind_shared(
+        addr: SocketAddr,
+        host: &std::sync::Arc<crate::host_slot::HostSlot>,
+    ) -> Result<UdpPort, BindError> {
+        let group = crate::group::Group::join(addr, host.clone())?;
         let socket = group
             .socket()
             .try_clone()

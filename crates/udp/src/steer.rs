@@ -10,6 +10,9 @@
 //!   ID (the requester's); REQ and SIDR_REQ by service ID, to the slot listening on it.
 //! - Anything else (another MAD class, a REQ nobody listens for, a packet too short to
 //!   read): the `default` slot, a live member's.
+//! - A number whose slot is no live member's (the process died, or its slot is held by a
+//!   device on another address of the host: slots are the host's, `host_slot.rs`): the
+//!   `default` slot too, whose engine drops it as for no QP of its own, and counts it.
 
 use oxrdma_core::slot::{COMM_ID_SHIFT, QPN_SHIFT};
 
@@ -22,9 +25,17 @@ const LD_B_ABS: u16 = LD | 0x10 | ABS;
 const ALU_MUL_K: u16 = 0x04 | 0x20;
 const ALU_AND_K: u16 = 0x04 | 0x50;
 const ALU_RSH_K: u16 = 0x04 | 0x70;
+const ALU_ADD_K: u16 = 0x04;
+const ALU_SUB_K: u16 = 0x04 | 0x10;
+const ALU_LSH_X: u16 = 0x04 | 0x60 | 0x08;
+const LD_IMM: u16 = 0x00;
+const JA: u16 = 0x05;
 const JEQ_K: u16 = 0x05 | 0x10;
+const JGE_K: u16 = 0x05 | 0x30;
 const RET_K: u16 = 0x06;
 const RET_A: u16 = 0x06 | 0x10;
+const TAX: u16 = 0x07;
+const TXA: u16 = 0x07 | 0x80;
 
 /// Where the fields the program reads sit in the UDP payload: the BTH's destination QPN
 /// (with resv8 before it), then for QP1's UD SENDs the MAD after BTH and DETH.
@@ -62,15 +73,23 @@ fn jeq(k: u32, jt: u8, jf: u8) -> libc::sock_filter {
     }
 }
 
-/// The program for a group keyed `key` whose listeners are `(service ID, slot)`; what no
-/// rule claims goes to slot `default`.
-pub fn program(key: u32, listeners: &[(u64, u32)], default: u32) -> Vec<libc::sock_filter> {
+/// The program for a group keyed `key` whose live members are the slots whose bits are
+/// set in `live` and whose listeners are `(service ID, slot)`; what no rule claims, and a
+/// number of a slot that is not live, goes to slot `default`.
+pub fn program(
+    key: u32,
+    listeners: &[(u64, u32)],
+    default: u32,
+    live: u64,
+) -> Vec<libc::sock_filter> {
     let key = key | 1;
+    // Where a slot in A jumps to be checked against `live` (patched once the end is known).
+    let to_check = stmt(JA, 0);
     // The slot of the 32-bit value in A, taken as a comm ID.
     let comm_id_slot = [
         stmt(ALU_MUL_K, key),
         stmt(ALU_RSH_K, COMM_ID_SHIFT),
-        stmt(RET_A, 0),
+        to_check,
     ];
     let mut p = vec![
         // A = destination QPN; not QP1: its slot.
@@ -80,7 +99,7 @@ pub fn program(key: u32, listeners: &[(u64, u32)], default: u32) -> Vec<libc::so
         stmt(ALU_MUL_K, key),
         stmt(ALU_AND_K, 0xff_ffff),
         stmt(ALU_RSH_K, QPN_SHIFT),
-        stmt(RET_A, 0),
+        to_check,
         // QP1: a CM MAD?
         stmt(LD_B_ABS, MAD_CLASS),
         jeq(CLASS_CM, 1, 0),
@@ -99,7 +118,7 @@ pub fn program(key: u32, listeners: &[(u64, u32)], default: u32) -> Vec<libc::so
     p.extend(comm_id_slot);
     // The listeners: a service ID is the data's third and fourth words.
     for &(service, slot) in listeners {
-        if p.len() + 6 > MAX_INSNS {
+        if p.len() + 6 + CHECK_LEN > MAX_INSNS {
             break;
         }
         p.extend([
@@ -111,7 +130,53 @@ pub fn program(key: u32, listeners: &[(u64, u32)], default: u32) -> Vec<libc::so
         ]);
     }
     p.push(stmt(RET_K, default));
+    // Every jump to the check lands here.
+    let check = p.len();
+    for (at, i) in p.iter_mut().enumerate() {
+        if i.code == JA {
+            i.k = (check - at - 1) as u32;
+        }
+    }
+    // The slot in A: its own if live, else the default. Bit `s` of a 32-bit half of
+    // `live`, as `1 << s` (a shift of 32 or more means nothing in classic BPF).
+    p.extend([
+        stmt(TAX, 0),
+        jge(32, 7, 0),
+        // Slots 0-31.
+        stmt(LD_IMM, 1),
+        stmt(ALU_LSH_X, 0),
+        stmt(ALU_AND_K, live as u32),
+        jeq(0, 2, 0),
+        stmt(TXA, 0),
+        stmt(RET_A, 0),
+        stmt(RET_K, default),
+        // Slots 32-63.
+        stmt(TXA, 0),
+        stmt(ALU_SUB_K, 32),
+        stmt(TAX, 0),
+        stmt(LD_IMM, 1),
+        stmt(ALU_LSH_X, 0),
+        stmt(ALU_AND_K, (live >> 32) as u32),
+        jeq(0, 3, 0),
+        stmt(TXA, 0),
+        stmt(ALU_ADD_K, 32),
+        stmt(RET_A, 0),
+        stmt(RET_K, default),
+    ]);
+    debug_assert_eq!(p.len() - check, CHECK_LEN);
     p
+}
+
+/// The instructions of the liveness check at the end of every program.
+const CHECK_LEN: usize = 20;
+
+fn jge(k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter {
+        code: JGE_K,
+        jt,
+        jf,
+        k,
+    }
 }
 
 /// Attaches `program` to the group `socket` belongs to (any member may replace it).
@@ -148,7 +213,7 @@ mod tests {
     /// Runs `p` on `packet` as the kernel does (the subset the program uses): an index, or
     /// 0 where a load falls past the end.
     fn run(p: &[libc::sock_filter], packet: &[u8]) -> u32 {
-        let (mut a, mut pc) = (0u32, 0usize);
+        let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
         let at = |off: u32, n: usize| -> Option<u32> {
             let b = packet.get(off as usize..off as usize + n)?;
             Some(b.iter().fold(0u32, |v, &x| v << 8 | u32::from(x)))
@@ -168,10 +233,20 @@ mod tests {
                         None => return 0,
                     }
                 }
+                LD_IMM => a = i.k,
                 ALU_MUL_K => a = a.wrapping_mul(i.k),
                 ALU_AND_K => a &= i.k,
                 ALU_RSH_K => a >>= i.k,
+                ALU_ADD_K => a = a.wrapping_add(i.k),
+                ALU_SUB_K => a = a.wrapping_sub(i.k),
+                // The kernel refuses nothing here, but a shift of 32 or more is undefined:
+                // the program must never ask for one.
+                ALU_LSH_X => a = a.checked_shl(x).filter(|_| x < 32).expect("shift < 32"),
+                TAX => x = a,
+                TXA => a = x,
+                JA => pc += i.k as usize,
                 JEQ_K => pc += usize::from(if a == i.k { i.jt } else { i.jf }),
+                JGE_K => pc += usize::from(if a >= i.k { i.jt } else { i.jf }),
                 RET_K => return i.k,
                 RET_A => return a,
                 c => panic!("opcode {c:#x}"),
@@ -202,8 +277,8 @@ mod tests {
     fn each_packet_goes_to_the_slot_that_owns_its_number() {
         let key = 0x2545_f491;
         let listeners = [(0x0000_0000_0106_4e20, 9), (0x1234_5678_0106_0001, 17)];
-        let p = program(key, &listeners, 3);
-        for slot in [0, 1, 31, 63] {
+        let p = program(key, &listeners, 3, u64::MAX);
+        for slot in [0, 1, 31, 32, 63] {
             let s = Slot::new(slot, key);
             for r in [2, 77, 0xffff_ffff] {
                 assert_eq!(run(&p, &bth(s.qpn(r))), slot);
@@ -227,8 +302,24 @@ mod tests {
     }
 
     #[test]
+    fn a_number_of_a_slot_no_live_member_holds_goes_to_the_default() {
+        let key = 0x9e37_79b9;
+        let live: u64 = 1 << 3 | 1 << 5 | 1 << 40;
+        let p = program(key, &[], 3, live);
+        for slot in 0..64 {
+            let s = Slot::new(slot, key);
+            let want = if live >> slot & 1 == 1 { slot } else { 3 };
+            for r in [0, 9, 0x3_ffff] {
+                assert_eq!(run(&p, &bth(s.qpn(r))), want, "QPN of slot {slot}");
+                let id = s.comm_id(r);
+                assert_eq!(run(&p, &mad(0x13, [7, id, 0, 0])), want, "REP of {slot}");
+            }
+        }
+    }
+
+    #[test]
     fn the_program_stays_within_the_kernels_limit() {
         let many: Vec<(u64, u32)> = (0..5000).map(|i| (i, 1)).collect();
-        assert!(program(1, &many, 0).len() <= MAX_INSNS);
+        assert!(program(1, &many, 0, 1).len() <= MAX_INSNS);
     }
 }

@@ -59,10 +59,10 @@ fn connect(a: &mut Side, b: &mut Side) {
         timeout: 12,
         ..Default::default()
     };
-    for attr in connect_attrs(&o, b.dev.link.port.gid(), b.qpn, b.psn, a.psn) {
+    for attr in connect_attrs(&o, b.dev.link.port().gid(), b.qpn, b.psn, a.psn) {
         a.dev.engine.modify_qp(a.qpn, &attr).unwrap();
     }
-    for attr in connect_attrs(&o, a.dev.link.port.gid(), a.qpn, a.psn, b.psn) {
+    for attr in connect_attrs(&o, a.dev.link.port().gid(), a.qpn, a.psn, b.psn) {
         b.dev.engine.modify_qp(b.qpn, &attr).unwrap();
     }
 }
@@ -152,7 +152,7 @@ fn write_read_send_over_udp() {
         (7, 100, Some(0xcafe))
     );
     assert_eq!(
-        a.dev.link.port.stats.rx_bad_icrc + b.dev.link.port.stats.rx_bad_icrc,
+        a.dev.link.port().stats.rx_bad_icrc + b.dev.link.port().stats.rx_bad_icrc,
         0
     );
 }

@@ -260,9 +260,9 @@ fn accepts_rxe_shaped_packets(me: IpAddr, peer: IpAddr, forger: IpAddr, family: 
         ..rxe(false)
     };
     send_raw(&raw, bad, me, &send_only(h.qpn, psn, b"corrupted"));
-    let wcs = h.drive_until(&|h, _| h.dev.link.port.stats.rx_bad_icrc > 0);
+    let wcs = h.drive_until(&|h, _| h.dev.link.port().stats.rx_bad_icrc > 0);
     assert!(wcs.is_empty(), "{wcs:?}");
-    assert_eq!(h.dev.link.port.stats.rx_bad_icrc, 1);
+    assert_eq!(h.dev.link.port().stats.rx_bad_icrc, 1);
 
     // A valid packet from an address that is not the connected peer: counted, dropped.
     let forged = Shape {

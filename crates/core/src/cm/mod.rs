@@ -194,7 +194,7 @@ impl Cm {
             primary: CmPath {
                 local_lid: 0xffff,
                 remote_lid: 0xffff,
-                local_gid: c.gid.0,
+                local_gid: p.source.0,
                 remote_gid: p.dest.0,
                 flow_label: p.flow_label & 0xf_ffff,
                 packet_rate: 0,

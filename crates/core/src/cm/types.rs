@@ -22,6 +22,9 @@ pub enum CmTransport {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectParams {
     pub dest: Gid,
+    /// The device GID the connection is made from (the REQ's primary path says it: the
+    /// peer sends there).
+    pub source: Gid,
     pub service_id: u64,
     pub transport: CmTransport,
     pub qpn: u32,

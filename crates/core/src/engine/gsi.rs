@@ -52,6 +52,7 @@ impl Engine {
         self.stats.tx_packets += 1;
         Some(Transmit {
             dest,
+            sgid: None,
             src_port: GSI_SPORT,
             len,
         })

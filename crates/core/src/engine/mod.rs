@@ -22,10 +22,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// What identifies a device on the network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineConfig {
-    /// The device's GID (its IP address).
-    pub gid: Gid,
+    /// The device's GID table (its IP addresses), by index: an address vector's
+    /// `sgid_index` picks the one its packets leave from. Never empty.
+    pub gids: Vec<Gid>,
     /// The largest path MTU the port supports.
     pub max_mtu: Mtu,
     pub attr: DeviceAttr,
@@ -44,6 +45,9 @@ pub struct EngineConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
     pub dest: Gid,
+    /// The index of the device GID it leaves from (None: the driver picks by `dest`, as
+    /// for the CM's MADs).
+    pub sgid: Option<u8>,
     pub src_port: u16,
     pub len: usize,
 }
@@ -168,7 +172,7 @@ impl Engine {
         let cm = Cm::new(
             CmConfig {
                 slot: config.slot,
-                ..CmConfig::new(config.gid)
+                ..CmConfig::new(config.gids.first().copied().unwrap_or_default())
             },
             rng.next_u32(),
         );
@@ -208,8 +212,14 @@ impl Engine {
     pub fn set_selective_repeat(&mut self, on: bool) {
         self.config.selective_repeat = on;
     }
+    /// The device's first GID.
     pub fn gid(&self) -> Gid {
-        self.config.gid
+        self.config.gids.first().copied().unwrap_or_default()
+    }
+
+    /// The device's GID at `index`, if its table has one there.
+    pub fn gid_at(&self, index: u8) -> Option<Gid> {
+        self.config.gids.get(usize::from(index)).copied()
     }
     pub fn stats(&self) -> Stats {
         self.stats
@@ -235,7 +245,7 @@ impl Engine {
                 continue;
             };
             let (ahs, pd) = (&self.ahs, qp.pd);
-            let resolve = |ah| ahs.get(&ah).filter(|a| a.0 == pd).map(|a| a.1.dgid);
+            let resolve = |ah| ahs.get(&ah).filter(|a| a.0 == pd).map(|a| a.1);
             let mut ctx = ctx!(self, 0);
             qp.take_posted(&mut ctx, resolve);
             touched(&mut self.active, &mut self.timers, &mut self.sharing, qp);
@@ -250,6 +260,11 @@ impl Engine {
     /// `handle_packet` for a packet whose IP header's ECN field said CE (`ce`: a queue on
     /// the path is filling; the QP tells its peer with a CNP).
     pub fn handle_packet_ecn(&mut self, now: Nanos, src: Gid, data: &[u8], ce: bool) {
+        self.handle_one(now, src, self.gid(), data, ce);
+    }
+
+    /// One packet from `src` to the device's GID `local`.
+    fn handle_one(&mut self, now: Nanos, src: Gid, local: Gid, data: &[u8], ce: bool) {
         self.stats.rx_packets += 1;
         self.stats.rx_ce += u64::from(ce);
         let drops = &mut self.stats.rx_drops;
@@ -281,7 +296,7 @@ impl Engine {
         let mut ctx = ctx!(self, now);
         let result = match (qp.qp_type, info.operation) {
             (QpType::Ud, _) => {
-                let grh = crate::grh::grh(src, self.config.gid, data.len());
+                let grh = crate::grh::grh(src, local, data.len());
                 qp.handle_datagram(&mut ctx, &pkt, src, &grh)
             }
             (QpType::Uc, _) => qp.handle_uc_request(&mut ctx, &pkt),
@@ -314,9 +329,22 @@ impl Engine {
         ce: bool,
         packets: impl IntoIterator<Item = &'a [u8]>,
     ) {
+        self.handle_packets_to(now, src, self.gid(), ce, packets);
+    }
+
+    /// [`Self::handle_packets`] for packets sent to the device's GID `local` (a device
+    /// with many addresses: a UD receive's GRH says which).
+    pub fn handle_packets_to<'a>(
+        &mut self,
+        now: Nanos,
+        src: Gid,
+        local: Gid,
+        ce: bool,
+        packets: impl IntoIterator<Item = &'a [u8]>,
+    ) {
         let mut packets = packets.into_iter().peekable();
         while let Some(data) = packets.next() {
-            self.handle_packet_ecn(now, src, data, ce);
+            self.handle_one(now, src, local, data, ce);
             // Marked packets go one by one: each may owe the peer a CNP.
             if ce {
                 continue;
@@ -448,10 +476,11 @@ impl Engine {
                 (self.burst, self.burst_qpn) = (burst + run as u32, qpn);
                 self.stats.tx_packets += 1 + run as u64;
                 self.stats.tx_run += run as u64;
-                let dest = dest.or(qp.av.map(|a| a.dgid)).unwrap_or_default();
+                let av = dest.or(qp.av).unwrap_or_default();
                 for len in std::iter::once(len).chain(std::iter::repeat_n(run_len, run)) {
                     sent(Transmit {
-                        dest,
+                        dest: av.dgid,
+                        sgid: Some(av.sgid_index),
                         src_port: qp.udp_sport,
                         len,
                     });

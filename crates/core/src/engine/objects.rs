@@ -305,6 +305,7 @@ impl Engine {
         if !self.pds.contains(&pd) {
             return Err(VerbsError::NotFound("protection domain"));
         }
+        self.check_sgid(av)?;
         if self.ahs.len() >= self.config.attr.max_ah as usize {
             return Err(VerbsError::Exhausted("address handles"));
         }
@@ -319,5 +320,21 @@ impl Engine {
             .remove(&ah)
             .map(|_| ())
             .ok_or(VerbsError::NotFound("address handle"))
+    }
+
+    /// Whether `av`'s source GID is in the device's table, of the destination's family
+    /// (an IPv4 address cannot send to an IPv6 one).
+    pub(super) fn check_sgid(&self, av: AddressVector) -> Result<()> {
+        let Some(sgid) = self.gid_at(av.sgid_index) else {
+            return Err(VerbsError::InvalidArgument(
+                "sgid_index beyond the GID table",
+            ));
+        };
+        if sgid.ip().is_ipv4() != av.dgid.ip().is_ipv4() {
+            return Err(VerbsError::InvalidArgument(
+                "the source GID and the destination GID are of two IP families",
+            ));
+        }
+        Ok(())
     }
 }

@@ -154,6 +154,9 @@ impl Engine {
             .get_mut(&qpn)
             .ok_or(VerbsError::NotFound("queue pair"))?;
         let to = validate(qp.qp_type, qp.state, attr, lim)?;
+        if let Some(av) = attr.ah_attr {
+            self.check_sgid(av)?;
+        }
         // Work posted before the modify is taken in the state it was posted in.
         self.answer_doorbells();
         let qp = self.qps.get_mut(&qpn).expect("looked up above");

@@ -50,7 +50,7 @@ impl Qp {
         &mut self,
         ctx: &mut Ctx<'_>,
         buf: &mut [u8],
-    ) -> (Option<usize>, Option<crate::Gid>) {
+    ) -> (Option<usize>, Option<crate::attr::AddressVector>) {
         let idx = self.req.at(&self.sq);
         if idx >= self.sq.len() && !self.comp.has_lost() {
             // Nothing taken is unsent, and nothing is lost: most calls, asked after each

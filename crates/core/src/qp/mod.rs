@@ -64,8 +64,8 @@ pub struct QpTransport {
 #[derive(Debug)]
 pub(crate) struct SendWqe {
     pub wr: SendWr,
-    /// UD: the destination GID, from the WR's address handle.
-    pub ud_dest: Option<crate::Gid>,
+    /// UD: the destination (and source GID), from the WR's address handle.
+    pub ud_dest: Option<AddressVector>,
     pub len: u64,
     /// Local memory, resolved when the WQE is first sent (None for inline data).
     pub segs: Vec<Segment>,
@@ -89,7 +89,7 @@ pub(crate) struct SendWqe {
 }
 
 impl SendWqe {
-    fn new(wr: SendWr, ud_dest: Option<Gid>) -> Self {
+    fn new(wr: SendWr, ud_dest: Option<AddressVector>) -> Self {
         SendWqe {
             len: wr.length(),
             wr,
@@ -388,7 +388,11 @@ impl Qp {
 
     /// Answers the doorbell: takes the send WRs posted since the last time (resolving a UD
     /// WR's address handle with `ah`), and flushes what was posted in ERR.
-    pub(crate) fn take_posted(&mut self, ctx: &mut Ctx<'_>, ah: impl Fn(u32) -> Option<Gid>) {
+    pub(crate) fn take_posted(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        ah: impl Fn(u32) -> Option<AddressVector>,
+    ) {
         self.post.answer();
         while let Some(wr) = self.post.sq.take() {
             let dest = wr.ud.and_then(|u| ah(u.ah));

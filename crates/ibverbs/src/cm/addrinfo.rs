@@ -9,17 +9,11 @@ use super::sockaddr;
 use crate::abi::{ibv_pd, ibv_qp_init_attr};
 use std::ffi::{c_char, c_int};
 
-/// A result as allocated here: the C struct first, then the addresses it points to.
-#[repr(C)]
-struct Info {
-    c: rdma_addrinfo,
-    src: sockaddr_storage,
-    dst: sockaddr_storage,
-    connect: Vec<u8>,
-}
-
 /// `rdma_getaddrinfo`: 0, or getaddrinfo's EAI code (callers print `gai_strerror`). With
 /// neither node nor service, the hints' addresses are the result (libfabric asks so).
+/// Allocated as librdmacm does, the struct and each thing it points to with `malloc`:
+/// callers free or replace a member themselves (libfabric's verbs provider does), and
+/// `rdma_freeaddrinfo` frees what is there.
 ///
 /// # Safety
 /// `node`, `service` NULL or C strings; `hints` NULL or readable; `res` writable.
@@ -35,28 +29,24 @@ pub(crate) unsafe extern "C" fn getaddrinfo(
         return fail(libc::EINVAL);
     }
     let flags = h.map_or(0, |h| h.ai_flags);
-    let mut info = Box::new(Info {
-        c: rdma_addrinfo {
-            ai_flags: flags,
-            ai_family: h.map_or(0, |h| h.ai_family),
-            ai_qp_type: h.map_or(0, |h| h.ai_qp_type),
-            ai_port_space: h.map_or(0, |h| h.ai_port_space),
-            ai_src_len: 0,
-            ai_dst_len: 0,
-            ai_src_addr: std::ptr::null_mut(),
-            ai_dst_addr: std::ptr::null_mut(),
-            ai_src_canonname: std::ptr::null_mut(),
-            ai_dst_canonname: std::ptr::null_mut(),
-            ai_route_len: 0,
-            ai_route: std::ptr::null_mut(),
-            ai_connect_len: 0,
-            ai_connect: std::ptr::null_mut(),
-            ai_next: std::ptr::null_mut(),
-        },
-        src: sockaddr_storage::default(),
-        dst: sockaddr_storage::default(),
-        connect: Vec::new(),
-    });
+    let mut info = rdma_addrinfo {
+        ai_flags: flags,
+        ai_family: h.map_or(0, |h| h.ai_family),
+        ai_qp_type: h.map_or(0, |h| h.ai_qp_type),
+        ai_port_space: h.map_or(0, |h| h.ai_port_space),
+        ai_src_len: 0,
+        ai_dst_len: 0,
+        ai_src_addr: std::ptr::null_mut(),
+        ai_dst_addr: std::ptr::null_mut(),
+        ai_src_canonname: std::ptr::null_mut(),
+        ai_dst_canonname: std::ptr::null_mut(),
+        ai_route_len: 0,
+        ai_route: std::ptr::null_mut(),
+        ai_connect_len: 0,
+        ai_connect: std::ptr::null_mut(),
+        ai_next: std::ptr::null_mut(),
+    };
+    let (mut src, mut dst) = (None, None);
     if !node.is_null() || !service.is_null() {
         // SAFETY: the caller's strings.
         let addr = match unsafe { resolve(node, service, h) } {
@@ -64,58 +54,100 @@ pub(crate) unsafe extern "C" fn getaddrinfo(
             Err(eai) => return eai,
         };
         let udp = h.is_some_and(|h| h.ai_port_space as u32 == RDMA_PS_UDP || h.ai_qp_type == 4);
-        info.c.ai_family = if addr.is_ipv4() {
+        info.ai_family = if addr.is_ipv4() {
             libc::AF_INET
         } else {
             libc::AF_INET6
         };
-        if info.c.ai_qp_type == 0 {
-            info.c.ai_qp_type = if udp { 4 } else { 2 };
+        if info.ai_qp_type == 0 {
+            info.ai_qp_type = if udp { 4 } else { 2 };
         }
-        if info.c.ai_port_space == 0 {
-            info.c.ai_port_space = if udp { RDMA_PS_UDP } else { RDMA_PS_TCP } as c_int;
+        if info.ai_port_space == 0 {
+            info.ai_port_space = if udp { RDMA_PS_UDP } else { RDMA_PS_TCP } as c_int;
         }
         if flags & RAI_PASSIVE != 0 {
-            info.set_src(addr);
+            src = Some(addr);
         } else {
-            info.set_dst(addr);
+            dst = Some(addr);
         }
     } else if let Some(d) = h.and_then(|h| {
         // SAFETY: the hints' destination, the caller's to read.
         unsafe { sockaddr::read(h.ai_dst_addr) }
     }) {
-        info.set_dst(d);
+        dst = Some(d);
     }
     // SAFETY: the hints' source address, if any, is the caller's to read.
     if let Some(s) = h.and_then(|h| unsafe { sockaddr::read(h.ai_src_addr) }) {
-        if info.c.ai_src_len == 0 {
-            info.set_src(s);
-        }
+        src = src.or(Some(s));
     }
-    if let Some(h) = h.filter(|h| h.ai_connect_len > 0 && !h.ai_connect.is_null()) {
+    let connect: &[u8] = match h.filter(|h| h.ai_connect_len > 0 && !h.ai_connect.is_null()) {
         // SAFETY: the hints' connect data, readable for its length.
-        info.connect =
-            unsafe { std::slice::from_raw_parts(h.ai_connect.cast::<u8>(), h.ai_connect_len) }
-                .to_vec();
-        info.c.ai_connect_len = info.connect.len();
-        info.c.ai_connect = info.connect.as_mut_ptr().cast();
+        Some(h) => unsafe {
+            std::slice::from_raw_parts(h.ai_connect.cast::<u8>(), h.ai_connect_len)
+        },
+        None => &[],
+    };
+    if let Some(a) = src {
+        (info.ai_src_addr, info.ai_src_len) = malloc_sockaddr(a);
+    }
+    if let Some(a) = dst {
+        (info.ai_dst_addr, info.ai_dst_len) = malloc_sockaddr(a);
+    }
+    if !connect.is_empty() {
+        info.ai_connect = malloc_copy(connect).cast();
+        info.ai_connect_len = connect.len();
+    }
+    let out = malloc_copy(bytes_of(&info)).cast::<rdma_addrinfo>();
+    if out.is_null() {
+        // SAFETY: what was allocated above, not yet handed out.
+        unsafe { free_members(&info) };
+        return libc::EAI_MEMORY;
     }
     // SAFETY: the caller's promise.
-    unsafe { *res = Box::into_raw(info).cast() };
+    unsafe { *res = out };
     0
 }
 
-impl Info {
-    fn set_src(&mut self, a: std::net::SocketAddr) {
-        sockaddr::write(&mut self.src, a);
-        self.c.ai_src_len = sockaddr::len_of(&a);
-        self.c.ai_src_addr = std::ptr::from_mut(&mut self.src).cast();
-    }
+/// The bytes of `v`.
+fn bytes_of<T>(v: &T) -> &[u8] {
+    // SAFETY: `v` is a live value of `size_of::<T>()` bytes; read as bytes only.
+    unsafe { std::slice::from_raw_parts(std::ptr::from_ref(v).cast::<u8>(), size_of::<T>()) }
+}
 
-    fn set_dst(&mut self, a: std::net::SocketAddr) {
-        sockaddr::write(&mut self.dst, a);
-        self.c.ai_dst_len = sockaddr::len_of(&a);
-        self.c.ai_dst_addr = std::ptr::from_mut(&mut self.dst).cast();
+/// A `malloc`ed copy of `data` (NULL if out of memory), which C frees.
+fn malloc_copy(data: &[u8]) -> *mut u8 {
+    // SAFETY: malloc of at least one byte; checked for NULL before use.
+    let p = unsafe { libc::malloc(data.len().max(1)) }.cast::<u8>();
+    if !p.is_null() {
+        // SAFETY: `p` has room for `data.len()` bytes, and does not overlap it.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+    }
+    p
+}
+
+/// `a` as a `malloc`ed sockaddr of its own length, and that length (NULL, 0 if out of
+/// memory).
+fn malloc_sockaddr(a: std::net::SocketAddr) -> (*mut libc::sockaddr, u32) {
+    let mut st = sockaddr_storage::default();
+    sockaddr::write(&mut st, a);
+    let len = sockaddr::len_of(&a);
+    let p = malloc_copy(&bytes_of(&st)[..len as usize]);
+    (p.cast(), if p.is_null() { 0 } else { len })
+}
+
+/// Frees what an entry points to (each `malloc`ed, by us or by the caller).
+///
+/// # Safety
+/// Each non-NULL pointer of `r` came from `malloc` and is not freed elsewhere.
+unsafe fn free_members(r: &rdma_addrinfo) {
+    // SAFETY: the caller's promise.
+    unsafe {
+        libc::free(r.ai_connect);
+        libc::free(r.ai_route);
+        libc::free(r.ai_src_canonname.cast());
+        libc::free(r.ai_dst_canonname.cast());
+        libc::free(r.ai_src_addr.cast());
+        libc::free(r.ai_dst_addr.cast());
     }
 }
 
@@ -157,16 +189,22 @@ unsafe fn resolve(
     addr.ok_or(libc::EAI_FAMILY)
 }
 
-/// `rdma_freeaddrinfo`.
+/// `rdma_freeaddrinfo`: each entry and what it points to, as librdmacm frees them.
 ///
 /// # Safety
-/// `res` NULL or from `rdma_getaddrinfo`, not freed before.
+/// `res` NULL or from `rdma_getaddrinfo`, not freed before (members the caller replaced
+/// were `malloc`ed).
 pub(crate) unsafe extern "C" fn freeaddrinfo(res: *mut rdma_addrinfo) {
     let mut p = res;
     while !p.is_null() {
-        // SAFETY: the caller's promise: each entry is an `Info` box.
-        let info = unsafe { Box::from_raw(p.cast::<Info>()) };
-        p = info.c.ai_next;
+        // SAFETY: the caller's promise: a live entry `rdma_getaddrinfo` made.
+        let next = unsafe { (*p).ai_next };
+        // SAFETY: as above; the entry itself was `malloc`ed.
+        unsafe {
+            free_members(&*p);
+            libc::free(p.cast());
+        }
+        p = next;
     }
 }
 

@@ -161,6 +161,9 @@ pub(crate) unsafe extern "C" fn bind_addr(id: *mut rdma_cm_id, addr: *mut libc::
         let ox = id.ox_for(Some(a.ip()))?;
         ox.bind_addr(a).map_err(|e| errno_of(&e))?;
         id.write_route(&ox);
+        if a.ip().is_loopback() && !crate::cm::devices::on_loopback() {
+            id.hide_device();
+        }
         Ok(())
     }))
 }
@@ -183,6 +186,7 @@ pub(crate) unsafe extern "C" fn resolve_addr(
         let ox = id.ox_for(s.map(|s| s.ip()))?;
         ox.resolve_addr(s, d).map_err(|e| errno_of(&e))?;
         id.write_route(&ox);
+        id.show_device();
         complete(id)
     }))
 }

@@ -4,7 +4,8 @@
 //! the process ends, as librdmacm keeps them.
 
 use crate::abi::{ibv_context, ibv_pd};
-use crate::device::{devices, Addr};
+use crate::device::devices;
+use oxrdma::config::Target;
 use std::ffi::c_int;
 use std::net::IpAddr;
 use std::sync::Mutex;
@@ -56,13 +57,33 @@ fn open(i: usize) -> Result<CmDevice, c_int> {
     Ok(c)
 }
 
-/// The device for an id bound or resolved from `ip`: the one configured on that address,
-/// else the first (which takes the host's loopback and wildcard addresses).
+/// The device for an id bound or resolved from `ip`: the one on that address (or on the
+/// interface that has it; a loopback address: the loopback device), else the first
+/// (which takes the wildcard address).
 pub fn device_for(ip: Option<IpAddr>) -> Result<CmDevice, c_int> {
+    let list = devices();
+    let on = |ip: IpAddr| {
+        let iface = oxrdma::interfaces::interface_with(ip);
+        list.iter().position(|d| match &d.addr {
+            Target::Address(a) => *a == ip,
+            Target::Interface(n) => iface.as_ref().is_some_and(|i| &i.name == n && !i.loopback),
+            Target::Loopback => ip.is_loopback(),
+        })
+    };
     let i = ip
-        .and_then(|ip| devices().iter().position(|d| d.addr == Addr::Fixed(ip)))
+        .filter(|ip| !ip.is_unspecified())
+        .and_then(on)
         .unwrap_or(0);
     open(i)
+}
+
+/// Whether a device sits on loopback (configured, or on a host with no other interface).
+pub fn on_loopback() -> bool {
+    devices().iter().any(|d| match &d.addr {
+        Target::Loopback => true,
+        Target::Address(a) => a.is_loopback(),
+        Target::Interface(_) => false,
+    })
 }
 
 /// Every device, opened (`rdma_get_devices`).

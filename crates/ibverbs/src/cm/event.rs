@@ -46,19 +46,22 @@ fn next(chan: &Chan, want: &dyn Fn(&CmEvent) -> bool) -> Result<CmEvent, c_int> 
 fn child(listener: &Id, e: &mut CmEvent) -> Option<*mut Id> {
     let ox = e.new_id.take()?;
     let lc = listener.c();
+    let dev = lock(&listener.st).dev;
     // SAFETY: the listener is live (found by key); the new id is ours alone yet.
     let id = unsafe {
         let id = Id::alloc((*lc).channel, (*lc).context, (*lc).ps, (*lc).qp_type);
         let c = (*id).c();
-        (*c).verbs = (*lc).verbs;
-        (*c).pd = (*lc).pd;
-        (*c).port_num = (*lc).port_num;
+        // The listener's device, even where the listener shows none (`hide_device`).
+        (*c).verbs = dev.map_or((*lc).verbs, |d| d.verbs());
+        (*c).pd = dev.map_or((*lc).pd, |d| d.pd());
+        (*c).port_num = 1;
         id
     };
     // SAFETY: just made.
     let new = unsafe { &*id };
     {
         let mut st = lock(&new.st);
+        st.dev = dev;
         st.sync = lock(&listener.st).sync;
         st.resp_res = e.conn.responder_resources;
         st.init_depth = e.conn.initiator_depth;
@@ -150,6 +153,7 @@ fn convert(mut e: CmEvent) -> Option<*mut rdma_cm_event> {
                 ..Default::default()
             };
             ah.grh.dgid = ibv_gid { raw: u.dgid.0 };
+            ah.grh.sgid_index = id.ox().map_or(0, |o| o.local_gid().1);
             ah.grh.hop_limit = 64;
             ev.c.param.ud = rdma_ud_param {
                 private_data: if n > 0 { data_ptr } else { std::ptr::null() },

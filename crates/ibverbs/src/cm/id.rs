@@ -150,6 +150,8 @@ impl Chan {
 #[derive(Debug, Default)]
 pub struct State {
     pub ox: Option<CmId>,
+    /// The device the oxrdma id is on (shown as `verbs` and `pd` unless `hide_device`).
+    pub dev: Option<CmDevice>,
     /// No channel was given: each call waits for its event (on a channel of its own).
     pub sync: bool,
     pub own_chan: usize,
@@ -209,7 +211,17 @@ extern "C" fn end_all() {
         let ox = lock(&id.st).ox.take();
         if let Some(ox) = ox {
             unregister(ox.key().0);
-            drop(ox);
+            // A signal handler that called `exit` (libinfinipath's does, on SIGTERM) may
+            // have interrupted this very thread inside the library, holding the device:
+            // then the connection is left to the peer's timeouts, and the exit goes on.
+            if ox
+                .context()
+                .free_within(std::time::Duration::from_millis(100))
+            {
+                drop(ox);
+            } else {
+                std::mem::forget(ox);
+            }
         }
     }
 }
@@ -312,7 +324,34 @@ impl Id {
         register(ox.key().0, std::ptr::from_ref(self).cast_mut());
         self.on_device(dev);
         st.ox = Some(ox.clone());
+        st.dev = Some(dev);
         Ok(ox)
+    }
+
+    /// Shows the id's device as `verbs` (and its PD) again, after `hide_device`.
+    pub fn show_device(&self) {
+        if let Some(dev) = lock(&self.st).dev {
+            self.on_device(dev);
+        }
+    }
+
+    /// Shows no device, as the kernel's CM for an id bound to a loopback address where no
+    /// RDMA device has one (a host whose devices are on its interfaces): the id gets one
+    /// when it resolves a route or takes a request. (libfabric then offers the devices'
+    /// own addresses to listen on, which other hosts reach, not 127.0.0.1.)
+    pub fn hide_device(&self) {
+        let c = self.c();
+        // SAFETY: the id is live; the library writes these.
+        unsafe {
+            if (*c).verbs
+                == lock(&self.st)
+                    .dev
+                    .map_or(std::ptr::null_mut(), |d| d.verbs())
+            {
+                (*c).verbs = std::ptr::null_mut();
+                (*c).pd = std::ptr::null_mut();
+            }
+        }
     }
 
     /// The oxrdma id, if it has one.
@@ -336,7 +375,7 @@ impl Id {
     pub fn write_route(&self, ox: &CmId) {
         let c = self.c();
         let ctx = ox.context();
-        let own = ctx.gid();
+        let own = ox.local_gid().0;
         // SAFETY: the id is live; the library owns `route`.
         unsafe {
             if let Some(a) = ox.local_addr() {

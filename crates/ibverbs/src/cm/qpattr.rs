@@ -36,6 +36,7 @@ pub fn to_ibv(a: &QpAttr) -> (ibv_qp_attr, c_int) {
         c.ah_attr.is_global = 1;
         c.ah_attr.port_num = 1;
         c.ah_attr.grh.dgid = ibv_gid { raw: av.dgid.0 };
+        c.ah_attr.grh.sgid_index = av.sgid_index;
         c.ah_attr.grh.hop_limit = 64;
         set(AV);
     }

@@ -45,7 +45,9 @@ pub fn compile_and_run(source: &str) -> Option<Output> {
     std::os::unix::fs::symlink(&so, &link).unwrap();
     let out = Command::new(&exe)
         .env("LD_LIBRARY_PATH", &dir)
-        .env_remove("OXRDMA_DEVICES")
+        // The loopback device alone (with nothing set, the devices would follow this
+        // host's interfaces; tests talk over loopback only).
+        .env("OXRDMA_DEVICES", "oxr0=lo")
         .output()
         .unwrap();
     let _ = std::fs::remove_dir_all(&dir);

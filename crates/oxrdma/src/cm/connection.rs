@@ -24,7 +24,7 @@ impl CmId {
         let (src, dst) = (st.src.unwrap_or(any()), st.dst.unwrap_or(any()));
         let ps = self.inner.ps;
         let shared = self.inner.ctx.shared();
-        let own = self.inner.ctx.gid();
+        let own = self.inner.local_gid(&st).0;
         let peer = route::target(ps.value(), dst, own);
         let mut data = Vec::with_capacity(92);
         if ps.has_header() {
@@ -52,6 +52,7 @@ impl CmId {
             let qpn = st.qp.unwrap_or(param.qp_num);
             let p = ConnectParams {
                 dest: peer,
+                source: own,
                 service_id: sid,
                 transport: if self.inner.qp_type == QpType::Uc {
                     CmTransport::Uc
@@ -228,8 +229,9 @@ impl CmId {
     pub(super) fn to_rts(&self, st: &State) -> Result<()> {
         let qpn = st.qp.ok_or(einval("no QP"))?;
         let (t, ps) = (self.inner.qp_type, self.inner.ps);
+        let sgid = self.inner.local_gid(st).1;
         for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
-            self.modify(qpn, &qp_attr(st, t, ps, state)?)?;
+            self.modify(qpn, &qp_attr(st, t, ps, state, sgid)?)?;
         }
         Ok(())
     }

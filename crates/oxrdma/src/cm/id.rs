@@ -71,6 +71,12 @@ impl CmId {
     pub fn qp_type(&self) -> QpType {
         self.inner.qp_type
     }
+    /// The device GID the connection comes from, and its index in the device's table.
+    pub fn local_gid(&self) -> (Gid, u8) {
+        let st = lock(&self.inner.st);
+        self.inner.local_gid(&st)
+    }
+
     /// The local address and port (after bind, resolve or a request).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         lock(&self.inner.st).src
@@ -144,7 +150,7 @@ impl CmId {
             let mut dev = shared.lock();
             dev.engine.cm_mut().listen(sid, backlog)?;
             // Other processes may share the address: the REQs must come here.
-            match dev.link.port.listen(sid) {
+            match dev.link.listen(sid) {
                 Ok(steer) => reg.steer = steer,
                 Err(e) => {
                     dev.engine.cm_mut().unlisten(sid);
@@ -275,7 +281,8 @@ impl CmId {
     /// (INIT, RTR or RTS), for callers that move their own QP.
     pub fn init_qp_attr(&self, state: QpState) -> Result<QpAttr> {
         let st = lock(&self.inner.st);
-        qp_attr(&st, self.inner.qp_type, self.inner.ps, state)
+        let sgid = self.inner.local_gid(&st).1;
+        qp_attr(&st, self.inner.qp_type, self.inner.ps, state, sgid)
     }
 }
 

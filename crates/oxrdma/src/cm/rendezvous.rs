@@ -34,7 +34,7 @@ pub(crate) struct Registration {
     file: File,
     path: PathBuf,
     /// Where the device shares its address: the REQs for the port come to this process.
-    pub steer: Option<oxrdma_udp::group::Listening>,
+    pub steer: Vec<oxrdma_udp::group::Listening>,
 }
 
 fn dir() -> io::Result<PathBuf> {
@@ -130,7 +130,7 @@ pub(crate) fn register(port_space: u16, port: u16, entry: Entry) -> io::Result<R
     Ok(Registration {
         file,
         path,
-        steer: None,
+        steer: Vec::new(),
     })
 }
 

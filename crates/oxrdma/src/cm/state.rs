@@ -105,6 +105,21 @@ pub(super) fn dev_key(ctx: &Context) -> usize {
 }
 
 impl IdInner {
+    /// The device GID the id's connection comes from, and its index in the table: its
+    /// local address's, if the device has it (a device on an interface has several),
+    /// else the device's main GID.
+    pub(super) fn local_gid(&self, st: &State) -> (Gid, u8) {
+        let gids = self.ctx.gids();
+        let at = st
+            .src
+            .and_then(|s| gids.iter().position(|&g| g == Gid::from(s.ip())));
+        let main = self.ctx.gid();
+        let at = at
+            .or_else(|| gids.iter().position(|&g| g == main))
+            .unwrap_or(0);
+        (gids.get(at).copied().unwrap_or(main), at as u8)
+    }
+
     /// The channel its events go to now.
     pub(super) fn channel(&self) -> Arc<ChannelInner> {
         lock(&self.channel).clone()
@@ -137,7 +152,13 @@ pub(crate) struct ChannelInner {
 }
 
 /// What `rdma_init_qp_attr` gives for `state`, as Linux's CM does.
-pub(super) fn qp_attr(st: &State, t: QpType, ps: PortSpace, state: QpState) -> Result<QpAttr> {
+pub(super) fn qp_attr(
+    st: &State,
+    t: QpType,
+    ps: PortSpace,
+    state: QpState,
+    sgid_index: u8,
+) -> Result<QpAttr> {
     let rc = t == QpType::Rc;
     let rc_only = |v| if rc { Some(v) } else { None };
     Ok(match state {
@@ -175,7 +196,10 @@ pub(super) fn qp_attr(st: &State, t: QpType, ps: PortSpace, state: QpState) -> R
             let peer = st.peer.ok_or(einval("no connection yet"))?;
             QpAttr {
                 qp_state: Some(state),
-                ah_attr: Some(AddressVector { dgid: peer }),
+                ah_attr: Some(AddressVector {
+                    dgid: peer,
+                    sgid_index,
+                }),
                 path_mtu: Some(st.mtu.unwrap_or(Mtu::Mtu1024)),
                 dest_qp_num: Some(st.peer_qpn),
                 rq_psn: Some(st.seq_num),

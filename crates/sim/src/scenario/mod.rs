@@ -279,7 +279,7 @@ fn connect_pairs(cfg: &ScenarioConfig, world: &mut World, sides: &[Side], rng: &
             },
             QpAttr {
                 qp_state: Some(QpState::Rtr),
-                ah_attr: Some(AddressVector { dgid: peer_gid }),
+                ah_attr: Some(AddressVector::to(peer_gid)),
                 path_mtu: Some(me.mtu),
                 dest_qp_num: Some(peer.qpn),
                 rq_psn: Some(peer.sq_psn),

@@ -155,9 +155,7 @@ impl Res {
         self.qp
             .modify(&QpAttr {
                 qp_state: Some(QpState::Rtr),
-                ah_attr: Some(AddressVector {
-                    dgid: oxrdma::Gid(peer.gid),
-                }),
+                ah_attr: Some(AddressVector::to(oxrdma::Gid(peer.gid))),
                 path_mtu: Some(mtu),
                 dest_qp_num: Some(peer.qpn),
                 rq_psn: Some(peer.psn),
