@@ -2,7 +2,8 @@
 # Two builds of `oxrdma perf` side by side: OLD=path/to/oxrdma (say, a build of the commit
 # before a change) against this tree's, rounds interleaved (old, new, old, new, ...), on
 # loopback (64 KiB WRITE, READ and SEND bandwidth, 64 KiB WRITE over 64 QPs, 8 B WRITE and
-# SEND half round trips) and, as root, across a veth pair with MTU 1500 (64 KiB WRITE).
+# SEND half round trips) and, as root, across a veth pair with MTU 1500 (64 KiB WRITE, 8 B
+# WRITE half round trip). NAMES="..." picks figures.
 # Prints each figure's medians and the median of the new/old ratios taken pair by pair.
 #   OLD=/tmp/old/oxrdma REPS=5 bash bench/ab.sh
 set -euo pipefail
@@ -42,10 +43,19 @@ fig() {
       sleep 0.3
       ip netns exec "${ns[0]}" "$ox" perf write-bw -d 10.99.0.1 -p "$p" -s 65536 -n 10000 --json 10.99.0.2 | field bw_avg_gbps
       wait "$s" 2>/dev/null || true ;;
+    veth_write_lat)
+      local p=$(( 20000 + RANDOM % 9000 ))
+      ip netns exec "${ns[1]}" "$ox" perf write-lat -d 10.99.0.2 -p "$p" -s 8 -n 20000 --json >/dev/null 2>&1 &
+      local s=$!; pids+=($s)
+      sleep 0.3
+      ip netns exec "${ns[0]}" "$ox" perf write-lat -d 10.99.0.1 -p "$p" -s 8 -n 20000 --json 10.99.0.2 | field median_us
+      wait "$s" 2>/dev/null || true ;;
   esac
 }
 names=(write_bw read_bw send_bw write_bw_q64 write_lat send_lat)
-[ "$VETH" = 1 ] && names+=(veth_write_bw)
+[ "$VETH" = 1 ] && names+=(veth_write_bw veth_write_lat)
+# NAMES="write_lat veth_write_lat" takes those figures alone.
+[ -n "${NAMES:-}" ] && read -r -a names <<<"$NAMES"
 # shellcheck source=bench/median.sh
 . bench/median.sh
 declare -A old new ratio

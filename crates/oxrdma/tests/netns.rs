@@ -305,3 +305,62 @@ fn transfer(a: &Context, b: &Context, gid_index: Option<u8>, label: &str) {
     mb.read(0, &mut got);
     assert!(got == data);
 }
+
+/// A QP whose peer no route reaches (a host without a route: ENETUNREACH at each send)
+/// ends in RETRY_EXC within its retry budget, and the device goes on serving its other QPs.
+#[test]
+fn a_qp_to_an_unreachable_peer_ends_in_retry_exc_and_the_device_goes_on() {
+    let Some((_guard, na, nb)) = two_hosts("a_qp_to_an_unreachable_peer", "u") else {
+        return;
+    };
+    let a = in_ns(&na, || {
+        Context::open_interface("oxva").expect("device on oxva")
+    });
+    let b = in_ns(&nb, || {
+        Context::open_interface("oxvb").expect("device on oxvb")
+    });
+    for far in ["10.94.0.9", "fd95::9"] {
+        let pd = a.alloc_pd().unwrap();
+        let cq = a.create_cq(4).unwrap();
+        let qp = pd
+            .create_qp(&cq, &cq, QpType::Rc, QpCap::default())
+            .unwrap();
+        let mr = pd.register(4096, Access::ALL).unwrap();
+        let nowhere = oxrdma::Endpoint {
+            gid: oxrdma::Gid::from(far.parse::<std::net::IpAddr>().unwrap()),
+            qpn: 0x1234,
+            psn: 0,
+        };
+        // 4.096 us x 2^10 = 4 ms an attempt, 3 retries.
+        let o = ConnectOptions {
+            mtu: Mtu::Mtu1024,
+            timeout: 10,
+            retry_cnt: 3,
+            ..Default::default()
+        };
+        qp.connect(0, &nowhere, &o).unwrap();
+        let mut w = SendWr::new(
+            9,
+            WrOpcode::RdmaWrite,
+            SendData::Sges(vec![mr.sge(0, 64)].into()),
+        );
+        (w.remote_addr, w.rkey) = (0x1000, 0x77);
+        let start = Instant::now();
+        qp.post_send(w).unwrap();
+        let mut wcs = Vec::new();
+        while wcs.is_empty() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{far}: no completion"
+            );
+            cq.poll(&mut wcs, 1).unwrap();
+        }
+        assert_eq!(wcs[0].status, WcStatus::RetryExcErr, "{far}: {wcs:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{far}: {:?}",
+            start.elapsed()
+        );
+    }
+    transfer(&a, &b, None, "after the unreachable peers");
+}
