@@ -8,6 +8,7 @@ pub mod decode;
 pub mod devinfo;
 pub mod devnodes;
 pub mod drops;
+pub mod exec;
 pub mod oob;
 pub mod pathemu;
 pub mod perf;

@@ -1,7 +1,9 @@
 //! `oxrdma`: the oxrdma command-line tool.
 
 use clap::{Parser, Subcommand};
-use oxrdma_cli::{decode, devinfo, devnodes, pathemu, pingpong, scale, sim, threads, udpingpong};
+use oxrdma_cli::{
+    decode, devinfo, devnodes, exec, pathemu, pingpong, scale, sim, threads, udpingpong,
+};
 use std::io;
 use std::process::ExitCode;
 
@@ -26,6 +28,9 @@ enum Command {
     /// List the devices (interface, MTU, GIDs by index), or describe the one on an
     /// address (-d), like ibv_devinfo -v.
     Devinfo(devinfo::DevinfoArgs),
+    /// Run an unmodified RDMA program on oxrdma's libibverbs.so.1 and librdmacm.so.1:
+    /// `oxrdma exec -- rping -s` (their directory first on LD_LIBRARY_PATH).
+    Exec(exec::ExecArgs),
     /// Make /dev/infiniband/uverbs<N> for each configured device, which UCX (Open MPI,
     /// MPICH) looks for before it opens one; as root, once per boot. --remove undoes it.
     DevNodes(devnodes::DevNodesArgs),
@@ -67,6 +72,7 @@ fn main() -> ExitCode {
         Command::UdPingpong(a) => done(udpingpong::ud_pingpong(a)),
         Command::Devinfo(a) => done(devinfo::run(a)),
         Command::DevNodes(a) => done(devnodes::run(a)),
+        Command::Exec(a) => done(exec::run(a)),
         Command::Perf(p) => done(p.run()),
         Command::Scale(a) => scale::run(a).map(|_| true),
         Command::Threads(a) => threads::run(a).map(|_| true),
