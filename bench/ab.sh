@@ -3,7 +3,8 @@
 # before a change) against this tree's, rounds interleaved (old, new, old, new, ...), on
 # loopback (64 KiB WRITE, READ and SEND bandwidth, 64 KiB WRITE over 64 QPs, 8 B WRITE and
 # SEND half round trips) and, as root, across a veth pair with MTU 1500 (64 KiB WRITE, 8 B
-# WRITE half round trip). NAMES="..." picks figures.
+# WRITE half round trip; veth_write_cpu, the writer's CPU ms per GB, only if named).
+# NAMES="..." picks figures.
 # Prints each figure's medians and the median of the new/old ratios taken pair by pair.
 #   OLD=/tmp/old/oxrdma REPS=5 bash bench/ab.sh
 set -euo pipefail
@@ -42,6 +43,13 @@ fig() {
       local s=$!; pids+=($s)
       sleep 0.3
       ip netns exec "${ns[0]}" "$ox" perf write-bw -d 10.99.0.1 -p "$p" -s 65536 -n 10000 --json 10.99.0.2 | field bw_avg_gbps
+      wait "$s" 2>/dev/null || true ;;
+    veth_write_cpu)
+      local p=$(( 20000 + RANDOM % 9000 ))
+      ip netns exec "${ns[1]}" "$ox" perf write-bw -d 10.99.0.2 -p "$p" -s 65536 -n 10000 --cpu-util --json >/dev/null 2>&1 &
+      local s=$!; pids+=($s)
+      sleep 0.3
+      ip netns exec "${ns[0]}" "$ox" perf write-bw -d 10.99.0.1 -p "$p" -s 65536 -n 10000 --cpu-util --json 10.99.0.2 | field cpu_client_ms_per_gb
       wait "$s" 2>/dev/null || true ;;
     veth_write_lat)
       local p=$(( 20000 + RANDOM % 9000 ))

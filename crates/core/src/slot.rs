@@ -71,6 +71,71 @@ impl Slot {
     }
 }
 
+/// Which slot's process takes a UDP payload that arrived at a shared address: what the
+/// kernel's steering program returns (`oxrdma_udp::steer` compiles this to classic BPF and
+/// is tested against it; the simulator runs it as is).
+///
+/// - A packet to any QP but QP1: the slot of its destination QPN.
+/// - A CM MAD on QP1: REQ and SIDR_REQ by service ID to the slot listening on it
+///   (`listeners`); SIDR_REP by its request ID; the other CM messages by the remote comm ID
+///   (the receiver's own).
+/// - A number whose slot is not live (bit `s` of `live`), another MAD class, a REQ nobody
+///   listens for: `default`, a live member, which drops and counts what is not its own.
+/// - A payload too short for a field the rule reads: slot 0 (a classic BPF program whose
+///   load falls past the end returns 0).
+pub fn steer(key: u32, payload: &[u8], listeners: &[(u64, u32)], default: u32, live: u64) -> u32 {
+    steer_or_short(key, payload, listeners, default, live).unwrap_or(0)
+}
+
+/// Where the fields the rules read sit in the UDP payload: the BTH's destination QPN (with
+/// resv8 before it), then for QP1's UD SENDs the MAD after BTH and DETH.
+pub mod offsets {
+    pub const BTH_RESV8_QPN: usize = 4;
+    pub const MAD: usize = 12 + 8;
+    pub const MAD_CLASS: usize = MAD + 1;
+    pub const MAD_ATTR: usize = MAD + 16;
+    pub const MAD_DATA: usize = MAD + 24;
+    /// The CM's management class and the attributes not steered by remote comm ID.
+    pub const CLASS_CM: u8 = 0x07;
+    pub const REQ: u16 = 0x0010;
+    pub const SIDR_REQ: u16 = 0x0017;
+    pub const SIDR_REP: u16 = 0x0018;
+}
+
+fn steer_or_short(
+    key: u32,
+    p: &[u8],
+    listeners: &[(u64, u32)],
+    default: u32,
+    live: u64,
+) -> Option<u32> {
+    use offsets::*;
+    let word = |at: usize| Some(u32::from_be_bytes(p.get(at..at + 4)?.try_into().ok()?));
+    let live_or_default = |s: u32| if live >> s & 1 == 1 { s } else { default };
+    let qpn = word(BTH_RESV8_QPN)? & QPN_MASK;
+    if qpn != 1 {
+        return Some(live_or_default(Slot::of_qpn(key, qpn)));
+    }
+    if *p.get(MAD_CLASS)? != CLASS_CM {
+        return Some(default);
+    }
+    let attr = u16::from_be_bytes(p.get(MAD_ATTR..MAD_ATTR + 2)?.try_into().ok()?);
+    match attr {
+        REQ | SIDR_REQ => {
+            // The service ID's halves, read as the program reads them: the high one for
+            // each listener, the low one where the high one matched.
+            for &(sid, slot) in listeners {
+                if word(MAD_DATA + 8)? == (sid >> 32) as u32 && word(MAD_DATA + 12)? == sid as u32 {
+                    return Some(slot);
+                }
+            }
+            Some(default)
+        }
+        SIDR_REP => Some(live_or_default(Slot::of_comm_id(key, word(MAD_DATA)?))),
+        _ => Some(live_or_default(Slot::of_comm_id(key, word(MAD_DATA + 4)?))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -103,7 +103,8 @@ pub struct Pair {
     pub b: End,
 }
 
-fn end(world: &mut World, node: usize, o: &PairOptions) -> End {
+/// A QP of `o.qp_type` on `node`, with its PD, CQ and registered buffer.
+pub fn end(world: &mut World, node: usize, o: &PairOptions) -> End {
     let e = &mut world.nodes[node].engine;
     let pd = e.alloc_pd().expect("pd");
     let cq = e.create_cq(o.cq_depth).expect("cq");
@@ -205,26 +206,36 @@ pub fn connect_attrs(
     ]
 }
 
-/// Takes `a` (on node 0) and `b` (on node 1) to RTS, each towards the other.
-fn connect(world: &mut World, o: &PairOptions, a: &mut End, b: &mut End) {
+/// Takes `a` and `b` (on their nodes) to RTS, each towards the other.
+pub fn connect(world: &mut World, o: &PairOptions, a: &mut End, b: &mut End) {
     let gid = |w: &World, n: usize| Gid::from(w.nodes[n].ip);
-    let (ga, gb) = (gid(world, 0), gid(world, 1));
+    let (ga, gb) = (gid(world, a.node), gid(world, b.node));
     for attr in connect_attrs(o, gb, b.qpn, b.sq_psn, a.sq_psn) {
-        world.nodes[0]
+        world.nodes[a.node]
             .engine
             .modify_qp(a.qpn, &attr)
             .expect("modify a");
     }
     for attr in connect_attrs(o, ga, a.qpn, a.sq_psn, b.sq_psn) {
-        world.nodes[1]
+        world.nodes[b.node]
             .engine
             .modify_qp(b.qpn, &attr)
             .expect("modify b");
     }
     if o.qp_type == QpType::Ud {
         let av = |g| AddressVector::to(g);
-        a.ah = Some(world.nodes[0].engine.create_ah(a.pd, av(gb)).expect("ah"));
-        b.ah = Some(world.nodes[1].engine.create_ah(b.pd, av(ga)).expect("ah"));
+        a.ah = Some(
+            world.nodes[a.node]
+                .engine
+                .create_ah(a.pd, av(gb))
+                .expect("ah"),
+        );
+        b.ah = Some(
+            world.nodes[b.node]
+                .engine
+                .create_ah(b.pd, av(ga))
+                .expect("ah"),
+        );
     }
 }
 

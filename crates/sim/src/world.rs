@@ -139,8 +139,65 @@ impl World {
         }
     }
 
-    fn node_of(&self, gid: Gid) -> Option<usize> {
-        self.nodes.iter().position(|n| Gid::from(n.ip) == gid)
+    /// `n` hosts as `new` makes them, where the last `shared` of them are processes of one
+    /// host sharing its address (the first of them): each engine owns a slot (0, 1, …) under
+    /// one key, draws its QPNs and comm IDs there, and the address's packets go to the
+    /// engine the kernel's steering rule names (`oxrdma_core::slot::steer`, what
+    /// `oxrdma_udp::steer` compiles for the kernel).
+    pub fn with_shared(n: usize, shared: usize, net: NetConfig, seed: u64) -> World {
+        let mut w = World::new(n, net, seed);
+        let first = n - shared;
+        let key = (seed as u32).rotate_left(7) | 1;
+        for (s, i) in (first..n).enumerate() {
+            let ip = w.nodes[first].ip;
+            let mut config = w.nodes[i].engine.config().clone();
+            config.gids = vec![Gid::from(ip)];
+            config.slot = Some(oxrdma_core::Slot::new(s as u32, key));
+            let mut seed32 = [0u8; 32];
+            seed32[..8].copy_from_slice(&(seed ^ i as u64).to_le_bytes());
+            w.nodes[i] = Node {
+                engine: Engine::new(config, seed32),
+                ip,
+                tx_wakeup: None,
+            };
+        }
+        w
+    }
+
+    /// The node that takes `data` sent to `gid`: the one at that address, or among the
+    /// processes sharing it, the one the steering rule names (its slot; a number of no live
+    /// slot goes to the default, the lowest, which drops and counts it).
+    fn node_of(&self, gid: Gid, data: &[u8]) -> Option<usize> {
+        let at: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| Gid::from(self.nodes[i].ip) == gid)
+            .collect();
+        let slot_of = |i: usize| self.nodes[i].engine.config().slot;
+        let (&first, Some(key)) = (at.first()?, slot_of(at[0]).map(|s| s.key)) else {
+            return at.first().copied();
+        };
+        let live = at
+            .iter()
+            .filter_map(|&i| slot_of(i))
+            .fold(0u64, |m, s| m | 1 << s.index);
+        let default = live.trailing_zeros();
+        let listeners: Vec<(u64, u32)> = at
+            .iter()
+            .flat_map(|&i| {
+                let s = slot_of(i).map_or(0, |s| s.index);
+                self.nodes[i]
+                    .engine
+                    .cm()
+                    .listening()
+                    .map(move |sid| (sid, s))
+            })
+            .collect();
+        let to = oxrdma_core::slot::steer(key, data, &listeners, default, live);
+        Some(
+            at.iter()
+                .copied()
+                .find(|&i| slot_of(i).is_some_and(|s| s.index == to))
+                .unwrap_or(first),
+        )
     }
 
     /// Moves everything the engines want to send onto the network.
@@ -174,11 +231,11 @@ impl World {
 
     /// Puts the packet `t` that node `i` wrote at `at` in `buf` on the network.
     fn put_on_network(&mut self, i: usize, t: Transmit, at: usize) {
-        let Some(to) = self.node_of(t.dest) else {
+        let mut data = self.buf[at..at + t.len].to_vec();
+        let Some(to) = self.node_of(t.dest, &data) else {
             self.stats.no_such_host += 1;
             return;
         };
-        let mut data = self.buf[at..at + t.len].to_vec();
         self.stats.sent_digest = digest(self.stats.sent_digest, i, to, &data);
         let hdr = ip_udp(self.nodes[i].ip, self.nodes[to].ip, t.src_port, data.len());
         icrc::fill(&hdr, &mut data).expect("engine packets are long enough");

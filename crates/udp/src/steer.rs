@@ -2,7 +2,8 @@
 //! datagram arriving on port 4791, which socket of the address's group (`group.rs`) takes
 //! it, so each reaches the process that owns its number (`oxrdma_core::slot`). Classic BPF
 //! steering needs no privilege (`SO_ATTACH_REUSEPORT_CBPF`); the program sees the UDP
-//! payload from the BTH on and returns the index of a socket, which is the slot.
+//! payload from the BTH on and returns the index of a socket, which is the slot. It is
+//! `oxrdma_core::slot::steer` compiled (the tests run both on random packets):
 //!
 //! - A packet to any QP but QP1: the slot of its destination QPN.
 //! - A connection manager MAD (on QP1): REP, RTU, REJ, MRA, DREQ, DREP, LAP and APR by
@@ -14,7 +15,7 @@
 //!   device on another address of the host: slots are the host's, `host_slot.rs`): the
 //!   `default` slot too, whose engine drops it as for no QP of its own, and counts it.
 
-use oxrdma_core::slot::{COMM_ID_SHIFT, QPN_SHIFT};
+use oxrdma_core::slot::{offsets, COMM_ID_SHIFT, QPN_SHIFT};
 
 /// Classic BPF opcodes (linux/bpf_common.h: class | size or operation | source).
 const LD: u16 = 0x00;
@@ -37,20 +38,16 @@ const RET_A: u16 = 0x06 | 0x10;
 const TAX: u16 = 0x07;
 const TXA: u16 = 0x07 | 0x80;
 
-/// Where the fields the program reads sit in the UDP payload: the BTH's destination QPN
-/// (with resv8 before it), then for QP1's UD SENDs the MAD after BTH and DETH.
-const BTH_RESV8_QPN: u32 = 4;
-const MAD: u32 = 12 + 8;
-const MAD_CLASS: u32 = MAD + 1;
-const MAD_ATTR: u32 = MAD + 16;
-const MAD_DATA: u32 = MAD + 24;
-
-/// The CM's management class and the attributes steered otherwise than by remote comm
-/// ID (`oxrdma_wire::cm::attr`).
-const CLASS_CM: u32 = 0x07;
-const REQ: u32 = 0x0010;
-const SIDR_REQ: u32 = 0x0017;
-const SIDR_REP: u32 = 0x0018;
+/// Where the fields the program reads sit in the UDP payload, and the CM's class and
+/// attributes (`oxrdma_core::slot::offsets`), as the program's constants.
+const BTH_RESV8_QPN: u32 = offsets::BTH_RESV8_QPN as u32;
+const MAD_CLASS: u32 = offsets::MAD_CLASS as u32;
+const MAD_ATTR: u32 = offsets::MAD_ATTR as u32;
+const MAD_DATA: u32 = offsets::MAD_DATA as u32;
+const CLASS_CM: u32 = offsets::CLASS_CM as u32;
+const REQ: u32 = offsets::REQ as u32;
+const SIDR_REQ: u32 = offsets::SIDR_REQ as u32;
+const SIDR_REP: u32 = offsets::SIDR_REP as u32;
 
 /// The kernel's longest classic BPF program (BPF_MAXINSNS).
 const MAX_INSNS: usize = 4096;
@@ -314,6 +311,51 @@ mod tests {
                 let id = s.comm_id(r);
                 assert_eq!(run(&p, &mad(0x13, [7, id, 0, 0])), want, "REP of {slot}");
             }
+        }
+    }
+
+    /// The program and the rule it compiles agree on packets built to reach every branch:
+    /// any QPN, QP1 with the CM's class or another, each CM attribute, listeners that
+    /// match the service ID, its high half alone or nothing, any live set, any length.
+    #[test]
+    fn the_program_is_the_rule_of_oxrdma_core() {
+        use oxrdma_core::slot::steer;
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for case in 0..20_000 {
+            let key = next() as u32;
+            let live = next();
+            let default = (next() % 64) as u32;
+            let sid = next();
+            let listeners: Vec<(u64, u32)> = match next() % 4 {
+                0 => vec![],
+                1 => vec![(sid, 9)],
+                2 => vec![(sid & !0xffff_ffff | 7, 3), (sid, 40)],
+                _ => vec![(sid ^ 1 << 40, 5)],
+            };
+            let attr = [0x10, 0x17, 0x18, 0x13, 0x14, 0x12, 0x15, 0x11][(next() % 8) as usize];
+            let mut p = mad(
+                attr,
+                [next() as u32, next() as u32, (sid >> 32) as u32, sid as u32],
+            );
+            match next() % 5 {
+                0 => p[4..8].copy_from_slice(&(next() as u32).to_be_bytes()),
+                1 => p[MAD_CLASS as usize] = next() as u8,
+                _ => {}
+            }
+            p.truncate((next() % 300) as usize);
+            let prog = program(key, &listeners, default, live);
+            assert_eq!(
+                run(&prog, &p),
+                steer(key, &p, &listeners, default, live),
+                "case {case}: {} bytes, attr {attr:#x}, listeners {listeners:?}",
+                p.len()
+            );
         }
     }
 

@@ -154,6 +154,11 @@ impl Cm {
         Ok(())
     }
 
+    /// The service IDs listened on.
+    pub fn listening(&self) -> impl Iterator<Item = u64> + '_ {
+        self.listeners.keys().copied()
+    }
+
     /// Stops listening; requests already handed up stay.
     pub fn unlisten(&mut self, service_id: u64) {
         self.listeners.remove(&service_id);
