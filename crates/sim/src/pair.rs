@@ -89,6 +89,19 @@ impl End {
     pub fn addr(&self, off: usize) -> u64 {
         self.mr.iova + off as u64
     }
+    /// An RDMA WRITE of this end's first `len` bytes to the start of `to`'s buffer.
+    pub fn write_to(&self, to: &End, wr_id: u64, len: usize) -> oxrdma_core::SendWr {
+        use oxrdma_core::{SendData, SendWr, WrOpcode};
+        SendWr {
+            remote_addr: to.addr(0),
+            rkey: to.mr.rkey,
+            ..SendWr::new(
+                wr_id,
+                WrOpcode::RdmaWrite,
+                SendData::Sges(vec![self.sge(0, len)].into()),
+            )
+        }
+    }
     pub fn read(&self, off: usize, len: usize) -> Vec<u8> {
         let mut v = vec![0; len];
         assert!(self.buf.read(off, &mut v));

@@ -4,7 +4,7 @@
 //! stays near what one QP keeps, and a message on another QP does not wait behind all of
 //! their windows.
 
-use oxrdma_core::{SendData, SendWr, WcStatus, WrOpcode};
+use oxrdma_core::{SendWr, WcStatus};
 use oxrdma_sim::{End, NetConfig, Pair, PairOptions};
 
 const KIB: usize = 1024;
@@ -23,15 +23,7 @@ fn options() -> PairOptions {
 }
 
 fn write(from: &End, to: &End, wr_id: u64, len: usize) -> SendWr {
-    SendWr {
-        remote_addr: to.addr(0),
-        rkey: to.mr.rkey,
-        ..SendWr::new(
-            wr_id,
-            WrOpcode::RdmaWrite,
-            SendData::Sges(vec![from.sge(0, len)].into()),
-        )
-    }
+    from.write_to(to, wr_id, len)
 }
 
 /// `qps` QPs from node 0 each posting `WRS` WRITEs of 64 KiB, plus one idle QP pair; the

@@ -4,7 +4,7 @@
 //! `oxrdma_udp::steer` compiles to classic BPF). Seeded; the seed is in every message.
 
 use oxrdma_core::cm::CmEventKind;
-use oxrdma_core::{Gid, RxDrop, SendData, SendWr, Slot, WcStatus, WrOpcode};
+use oxrdma_core::{Gid, RxDrop, SendWr, Slot, WcStatus};
 use oxrdma_sim::cm::{accept_params, rc_params};
 use oxrdma_sim::pair::{connect, connect_attrs, end};
 use oxrdma_sim::{End, NetConfig, PairOptions, World};
@@ -29,15 +29,7 @@ fn options(seed: u64) -> PairOptions {
 }
 
 fn write(from: &End, to: &End, wr_id: u64, len: usize) -> SendWr {
-    SendWr {
-        remote_addr: to.addr(0),
-        rkey: to.mr.rkey,
-        ..SendWr::new(
-            wr_id,
-            WrOpcode::RdmaWrite,
-            SendData::Sges(vec![from.sge(0, len)].into()),
-        )
-    }
+    from.write_to(to, wr_id, len)
 }
 
 fn run(w: &mut World) {
