@@ -17,7 +17,7 @@ skip() {
 [ "$(id -u)" = 0 ] || skip "needs root for network namespaces"
 command -v ip >/dev/null || skip "install iproute2"
 [ -e "$lib/librdmacm.so.1" ] || skip "build first: cargo build --release"
-for t in ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ib_write_bw ib_send_lat rping rstream \
+for t in ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ib_write_bw ib_send_lat rping rstream udaddy \
   ucx_perftest fi_pingpong iperf3 mpirun mpicc; do
   command -v $t >/dev/null || skip "$t is missing (.ci/run installs it)"
 done
@@ -123,6 +123,10 @@ next; pair "rping IPv4 (data checked)" "rping -s -p $port -C 50" \
   "rping -c -a $A4 -p $port -v -C 50" "rdma-ping-49"
 next; pair "rping IPv6 (data checked)" "rping -s -a $A6 -p $port -C 50" \
   "rping -c -a $A6 -p $port -v -C 50" "rdma-ping-49"
+# udaddy's server answers each datagram through an address handle made from its receive
+# (ibv_create_ah_from_wc: the GID it came to is the reply's source).
+pair "udaddy (UD through SIDR, replies by the receive's AH)" "udaddy" "udaddy -s $A4" \
+  "test complete"
 next; pair "rstream" "rstream -p $port -S 65536 -C 200" "rstream -s $A4 -p $port -S 65536 -C 200" \
   "Gb/sec"
 next; pair "ucx_perftest tag_lat over rc_verbs,ud_verbs" \

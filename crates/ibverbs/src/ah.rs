@@ -131,8 +131,11 @@ pub(crate) unsafe extern "C" fn create_ah_from_wc(
     port: u8,
 ) -> *mut ibv_ah {
     let mut a = ibv_ah_attr::default();
+    // The PD's context: its GID table says which GID the reply leaves from.
+    // SAFETY: the caller's promise: `pd` is NULL or allocated.
+    let ctx = unsafe { pd.as_ref() }.map_or(std::ptr::null_mut(), |p| p.context);
     // SAFETY: the caller's promise; `a` is writable.
-    if unsafe { init_ah_from_wc(std::ptr::null_mut(), port, wc, grh, &mut a) } != 0 {
+    if unsafe { init_ah_from_wc(ctx, port, wc, grh, &mut a) } != 0 {
         return std::ptr::null_mut();
     }
     // SAFETY: the caller's promise.
