@@ -27,6 +27,17 @@ if [ "$VETH" = 1 ]; then
   veth_pair "${ns[0]}" "${ns[1]}" oxab
 fi
 field() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[-1])[sys.argv[1]])' "$1"; }
+# veth BIN FIELD TEST ARGS...: `perf TEST ARGS` between the two namespaces (server in the
+# second), FIELD of the client's JSON.
+veth() {
+  local ox=$1 f=$2; shift 2
+  local p=$(( 20000 + RANDOM % 9000 ))
+  ip netns exec "${ns[1]}" "$ox" perf "$@" -d 10.99.0.2 -p "$p" --json >/dev/null 2>&1 &
+  local s=$!; pids+=($s)
+  sleep 0.3
+  ip netns exec "${ns[0]}" "$ox" perf "$@" -d 10.99.0.1 -p "$p" --json 10.99.0.2 | field "$f"
+  wait "$s" 2>/dev/null || true
+}
 # fig BIN NAME: one figure from binary BIN.
 fig() {
   local ox=$1
@@ -37,27 +48,9 @@ fig() {
     write_bw_q64) "$ox" perf write-bw --loopback -s 65536 -D 2 -q 64 --json | field bw_avg_gbps ;;
     write_lat) "$ox" perf write-lat --loopback -s 8 -n 20000 --json | field median_us ;;
     send_lat) "$ox" perf send-lat --loopback -s 8 -n 20000 --json | field median_us ;;
-    veth_write_bw)
-      local p=$(( 20000 + RANDOM % 9000 ))
-      ip netns exec "${ns[1]}" "$ox" perf write-bw -d 10.99.0.2 -p "$p" -s 65536 -n 10000 --json >/dev/null 2>&1 &
-      local s=$!; pids+=($s)
-      sleep 0.3
-      ip netns exec "${ns[0]}" "$ox" perf write-bw -d 10.99.0.1 -p "$p" -s 65536 -n 10000 --json 10.99.0.2 | field bw_avg_gbps
-      wait "$s" 2>/dev/null || true ;;
-    veth_write_cpu)
-      local p=$(( 20000 + RANDOM % 9000 ))
-      ip netns exec "${ns[1]}" "$ox" perf write-bw -d 10.99.0.2 -p "$p" -s 65536 -n 10000 --cpu-util --json >/dev/null 2>&1 &
-      local s=$!; pids+=($s)
-      sleep 0.3
-      ip netns exec "${ns[0]}" "$ox" perf write-bw -d 10.99.0.1 -p "$p" -s 65536 -n 10000 --cpu-util --json 10.99.0.2 | field cpu_client_ms_per_gb
-      wait "$s" 2>/dev/null || true ;;
-    veth_write_lat)
-      local p=$(( 20000 + RANDOM % 9000 ))
-      ip netns exec "${ns[1]}" "$ox" perf write-lat -d 10.99.0.2 -p "$p" -s 8 -n 20000 --json >/dev/null 2>&1 &
-      local s=$!; pids+=($s)
-      sleep 0.3
-      ip netns exec "${ns[0]}" "$ox" perf write-lat -d 10.99.0.1 -p "$p" -s 8 -n 20000 --json 10.99.0.2 | field median_us
-      wait "$s" 2>/dev/null || true ;;
+    veth_write_bw) veth "$ox" bw_avg_gbps write-bw -s 65536 -n 10000 ;;
+    veth_write_cpu) veth "$ox" cpu_client_ms_per_gb write-bw -s 65536 -n 10000 --cpu-util ;;
+    veth_write_lat) veth "$ox" median_us write-lat -s 8 -n 20000 ;;
   esac
 }
 names=(write_bw read_bw send_bw write_bw_q64 write_lat send_lat)

@@ -9,6 +9,12 @@ pub struct Gid(pub [u8; 16]);
 
 impl Gid {
     /// The IP address this GID stands for (IPv4-mapped GIDs give IPv4).
+    /// Whether it is an IPv6 link-local address (`fe80::/10`): it means nothing without
+    /// its interface.
+    pub fn is_link_local(self) -> bool {
+        self.0[0] == 0xfe && self.0[1] & 0xc0 == 0x80
+    }
+
     pub fn ip(self) -> IpAddr {
         let v6 = Ipv6Addr::from(self.0);
         match v6.to_ipv4_mapped() {
@@ -49,9 +55,8 @@ impl fmt::Display for Gid {
 /// link-local, else the first (what perftest picks unasked, and what the RDMA CM's
 /// connections come from when no address is asked for).
 pub fn main_gid(table: &[Gid]) -> Gid {
-    let link_local = |g: &&Gid| g.0[0] == 0xfe && g.0[1] & 0xc0 == 0x80;
     let first = table.iter().find(|g| g.ip().is_ipv4());
-    let first = first.or_else(|| table.iter().find(|g| !link_local(g)));
+    let first = first.or_else(|| table.iter().find(|g| !g.is_link_local()));
     first.or(table.first()).copied().unwrap_or_default()
 }
 

@@ -184,11 +184,13 @@ impl Context {
     pub fn gid_index_for(&self, dest: oxrdma_core::Gid) -> u8 {
         let gids = self.gids();
         let v4 = dest.ip().is_ipv4();
-        let ll = |g: &oxrdma_core::Gid| g.0[0] == 0xfe && g.0[1] & 0xc0 == 0x80;
         let main = self.gid();
         let family = |g: &oxrdma_core::Gid| g.ip().is_ipv4() == v4;
         let at = gids.iter().position(|g| *g == main && family(g));
-        let at = at.or_else(|| gids.iter().position(|g| family(g) && ll(g) == ll(&dest)));
+        let at = at.or_else(|| {
+            gids.iter()
+                .position(|g| family(g) && g.is_link_local() == dest.is_link_local())
+        });
         let at = at.or_else(|| gids.iter().position(family));
         at.unwrap_or(0) as u8
     }

@@ -61,7 +61,7 @@ pub fn gid_table(mac: Option<[u8; 6]>, addrs: &[IpAddr]) -> Vec<Gid> {
 /// Whether `ip` is an IPv6 link-local address (`fe80::/10`): it needs its interface's
 /// index to be sent to or bound.
 pub fn is_link_local(ip: IpAddr) -> bool {
-    matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
+    Gid::from(ip).is_link_local()
 }
 
 /// The interfaces of this process's network namespace, by index.
