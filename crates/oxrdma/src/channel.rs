@@ -1,74 +1,322 @@
 //! Completion channels: a descriptor that becomes readable when an armed CQ gets a
 //! completion (`ibv_comp_channel`).
+//!
+//! A thread that waits for an event in `get_event` moves the device's packets itself: it
+//! sleeps on the channel's descriptor and the device's socket together, so a packet that
+//! arrives wakes it, not the engine thread, which leaves the socket to it meanwhile
+//! (`Shared::waiting`). A program that sleeps on its CQ, as a blocking TCP program on its
+//! socket, so pays one wake-up per message, not two (the engine thread's, then its own);
+//! and where its events have lately come soon, it polls a moment before it sleeps, as a
+//! polling program would. The descriptor itself stays readable exactly while events wait:
+//! programs poll it and then take an event without expecting to block.
 
+use crate::cores::Cores;
 use crate::error::Result;
 use crate::lock::lock;
+use crate::shared::Shared;
+use rustix::buffer::spare_capacity;
+use rustix::event::epoll;
+use rustix::fs::{fcntl_getfl, OFlags};
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// Longest single sleep of a waiter, so that a device closed meanwhile is noticed.
+const MAX_SLEEP: Duration = Duration::from_millis(50);
+
+/// The longest spin before a sleep, and the shortest worth making.
+const SPIN_MAX: Duration = Duration::from_micros(50);
+const SPIN_MIN: Duration = Duration::from_micros(5);
+
+/// What woke a waiter (epoll's data).
+const EVENT: u64 = 0;
+const PACKET: u64 = 1;
 
 /// What an armed CQ reports to: a counting file descriptor (one count per event, so
 /// `poll` says readable exactly while events wait) and which CQs the events are for.
 #[derive(Debug)]
 pub(crate) struct ChannelInner {
     fd: OwnedFd,
-    fired: Mutex<VecDeque<u32>>,
+    fired: Mutex<Fired>,
+    stats: Counters,
+}
+
+/// What a channel's waiters did (`ChannelStats`).
+#[derive(Debug, Default)]
+struct Counters {
+    events: AtomicU64,
+    moved_by_waiter: AtomicU64,
+    spun: AtomicU64,
+    slept: AtomicU64,
+}
+
+/// What the threads waiting on a channel did: to tune a program, and to see that a
+/// waiter takes its own packets ([`CompletionChannel::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChannelStats {
+    /// Events reported to the channel.
+    pub events: u64,
+    /// Of those, the events a thread waiting on the channel brought on itself by moving
+    /// the packets (the rest came through the engine thread or the program's other calls).
+    pub moved_by_waiter: u64,
+    /// Waits that ended while polling, before any sleep.
+    pub spun: u64,
+    /// Sleeps of waiting threads.
+    pub slept: u64,
+}
+
+/// The events waiting. The descriptor's count is changed under this lock, so it equals
+/// `cqs.len() - unsignalled` whenever the lock is free.
+#[derive(Debug, Default)]
+struct Fired {
+    /// The CQ of each event, oldest first.
+    cqs: VecDeque<u32>,
+    /// Events that a waiter brought on itself while moving packets, not counted on the
+    /// descriptor: it takes them at once, and the count's write and read are two system
+    /// calls of a round trip.
+    unsignalled: u64,
+}
+
+thread_local! {
+    /// The channel this thread waits on while it moves the device's packets.
+    static WAITING_ON: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 impl ChannelInner {
-    /// Reports one event of `cq` (called by the engine thread).
+    /// Reports one event of `cq`.
     pub fn notify(&self, cq: u32) {
-        lock(&self.fired).push_back(cq);
-        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+        let mut fired = lock(&self.fired);
+        fired.cqs.push_back(cq);
+        self.stats.events.fetch_add(1, Ordering::Relaxed);
+        if WAITING_ON.get() == std::ptr::from_ref(self) as usize {
+            self.stats.moved_by_waiter.fetch_add(1, Ordering::Relaxed);
+            fired.unsignalled += 1;
+        } else {
+            let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// The oldest event waiting, if any. Others this thread brought on itself are counted
+    /// on the descriptor now, for whoever polls it.
+    fn take(&self) -> Option<u32> {
+        let mut fired = lock(&self.fired);
+        let cq = fired.cqs.pop_front()?;
+        if fired.unsignalled > 0 {
+            fired.unsignalled -= 1;
+            if fired.unsignalled > 0 {
+                let n = std::mem::take(&mut fired.unsignalled);
+                let _ = rustix::io::write(&self.fd, &n.to_ne_bytes());
+            }
+        } else {
+            // The count is at least 1 (written with the event): the read does not block.
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(&self.fd, &mut b);
+        }
+        Some(cq)
+    }
+
+    /// Moves the device's packets from this thread, which waits on this channel.
+    fn drive(&self, shared: &Shared, dev: Option<crate::shared::DeviceGuard<'_>>) {
+        if let Some(mut dev) = dev {
+            WAITING_ON.set(std::ptr::from_ref(self) as usize);
+            shared.drive(&mut dev);
+            // The channel hears of the completions when the device is let go.
+            drop(dev);
+            WAITING_ON.set(0);
+        }
     }
 }
 
 /// A file descriptor that becomes readable when an armed CQ has a completion
-/// (`ibv_comp_channel`). Its reads block unless the descriptor is made non-blocking.
+/// (`ibv_comp_channel`). Taking an event blocks unless the descriptor is made
+/// non-blocking.
 #[derive(Debug)]
 pub struct CompletionChannel {
     pub(crate) inner: Arc<ChannelInner>,
+    /// The device whose packets a waiter moves.
+    device: Weak<Shared>,
+    /// The count of events and the device's socket, for a waiter to sleep on.
+    epoll: OwnedFd,
+    /// How long a wait for an event lately lasted (ns, a moving average).
+    typical_ns: AtomicU64,
+    /// Whether a core is free to spin on.
+    cores: Mutex<Cores>,
 }
 
 impl CompletionChannel {
-    pub(crate) fn new() -> Result<Self> {
+    pub(crate) fn new(device: &Arc<Shared>) -> Result<Self> {
         use rustix::event::{eventfd, EventfdFlags};
         // SEMAPHORE: each read takes one event, so the count matches `fired`.
         let fd = eventfd(0, EventfdFlags::SEMAPHORE | EventfdFlags::CLOEXEC)
             .map_err(std::io::Error::from)?;
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(std::io::Error::from)?;
+        for (f, key) in [(fd.as_fd(), EVENT), (device.sock(), PACKET)] {
+            epoll::add(
+                &epoll,
+                f,
+                epoll::EventData::new_u64(key),
+                epoll::EventFlags::IN,
+            )
+            .map_err(std::io::Error::from)?;
+        }
         Ok(CompletionChannel {
             inner: Arc::new(ChannelInner {
                 fd,
-                fired: Mutex::new(VecDeque::new()),
+                fired: Mutex::new(Fired::default()),
+                stats: Counters::default(),
             }),
+            device: Arc::downgrade(device),
+            epoll,
+            typical_ns: AtomicU64::new(0),
+            cores: Mutex::new(Cores::new()),
         })
     }
 
     /// Waits up to `timeout` for an event; true if one came. Consumes it.
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
-        use rustix::event::{poll, PollFd, PollFlags, Timespec};
-        let mut fds = [PollFd::new(&self.inner.fd, PollFlags::IN)];
-        // Too long to represent: wait without a limit.
-        let ts = Timespec::try_from(timeout).ok();
-        let n = poll(&mut fds, ts.as_ref()).map_err(std::io::Error::from)?;
-        if n == 0 {
-            return Ok(false);
-        }
-        Ok(self.get_event()?.is_some())
+        Ok(self.next_event(Some(timeout))?.is_some())
     }
 
     /// Takes the next event (`ibv_get_cq_event`): the handle of the CQ it is for. Blocks
     /// while none waits, unless the descriptor is non-blocking (then `Ok(None)`).
     pub fn get_event(&self) -> Result<Option<u32>> {
-        let mut b = [0u8; 8];
-        match rustix::io::read(&self.inner.fd, &mut b) {
-            Ok(_) => {}
-            Err(rustix::io::Errno::AGAIN) => return Ok(None),
+        let nonblocking = fcntl_getfl(&self.inner.fd)
+            .map_err(std::io::Error::from)?
+            .contains(OFlags::NONBLOCK);
+        self.next_event(nonblocking.then_some(Duration::ZERO))
+    }
+
+    /// The next event, waiting up to `timeout` (None: for ever) and moving the device's
+    /// packets meanwhile.
+    fn next_event(&self, timeout: Option<Duration>) -> Result<Option<u32>> {
+        if let Some(cq) = self.inner.take() {
+            return Ok(Some(cq));
+        }
+        let Some(shared) = self.device.upgrade() else {
+            // The device is closed: only events already reported can come.
+            return self.sleep(timeout);
+        };
+        let start = Instant::now();
+        // A blocking wait sleeps at once: a packet waiting wakes it (the socket is
+        // level-triggered). One that must not sleep moves what waits first.
+        let mut packet = false;
+        if timeout == Some(Duration::ZERO) {
+            self.inner.drive(&shared, shared.try_lock());
+        }
+        // Taken before the first sleep, let go when this call returns: the socket is this
+        // thread's meanwhile.
+        let mut waiting = None;
+        loop {
+            // Packets waiting (or the one that woke this thread) may complete an armed
+            // CQ: moved here, the event is reported when the device is let go.
+            if packet {
+                self.inner.drive(&shared, Some(shared.lock()));
+            }
+            if let Some(cq) = self.inner.take() {
+                if waiting.is_some() {
+                    self.waited(start.elapsed());
+                }
+                return Ok(Some(cq));
+            }
+            let left = match timeout {
+                Some(t) => match t.checked_sub(start.elapsed()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return Ok(None),
+                },
+                None => None,
+            };
+            if waiting.is_none() {
+                waiting = Some(shared.waiting());
+                if let Some(cq) = self.spin(&shared, start, left) {
+                    return Ok(Some(cq));
+                }
+            }
+            self.inner.stats.slept.fetch_add(1, Ordering::Relaxed);
+            packet = self.sleep_on_both(left)?;
+            if let Some(cq) = self.inner.take() {
+                self.waited(start.elapsed());
+                return Ok(Some(cq));
+            }
+        }
+    }
+
+    /// What the threads waiting on this channel did so far.
+    pub fn stats(&self) -> ChannelStats {
+        let c = &self.inner.stats;
+        ChannelStats {
+            events: c.events.load(Ordering::Relaxed),
+            moved_by_waiter: c.moved_by_waiter.load(Ordering::Relaxed),
+            spun: c.spun.load(Ordering::Relaxed),
+            slept: c.slept.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Polls the device for an event for as long as this channel's events have lately
+    /// come within (at most `SPIN_MAX`, and only where a core is free): a ping-pong's
+    /// answer is then taken without the wake-up, as a polling program takes it.
+    fn spin(&self, shared: &Shared, start: Instant, left: Option<Duration>) -> Option<u32> {
+        let budget = self.spin_budget().min(left.unwrap_or(Duration::MAX));
+        if budget.is_zero() || !self.cores.try_lock().is_ok_and(|mut c| c.free()) {
+            return None;
+        }
+        while start.elapsed() < budget {
+            self.inner.drive(shared, shared.try_lock());
+            if let Some(cq) = self.inner.take() {
+                self.waited(start.elapsed());
+                self.inner.stats.spun.fetch_add(1, Ordering::Relaxed);
+                return Some(cq);
+            }
+            std::hint::spin_loop();
+        }
+        None
+    }
+
+    /// How long to spin before sleeping: twice the typical wait, if that is short.
+    fn spin_budget(&self) -> Duration {
+        let typical = self.typical_ns.load(Ordering::Relaxed);
+        if typical > SPIN_MAX.as_nanos() as u64 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(2 * typical).clamp(SPIN_MIN, SPIN_MAX)
+    }
+
+    /// A wait for an event lasted `d`: the typical wait follows it (a quarter of the way).
+    fn waited(&self, d: Duration) {
+        let d = d.as_nanos().min(u128::from(u32::MAX)) as u64;
+        let t = self.typical_ns.load(Ordering::Relaxed);
+        self.typical_ns.store((3 * t + d) / 4, Ordering::Relaxed);
+    }
+
+    /// Sleeps until an event or a packet comes, or `left` passes (at most `MAX_SLEEP`);
+    /// whether a packet woke it.
+    fn sleep_on_both(&self, left: Option<Duration>) -> Result<bool> {
+        let wait = left.map_or(MAX_SLEEP, |l| l.min(MAX_SLEEP));
+        let ts = rustix::event::Timespec::try_from(wait).ok();
+        let mut events: Vec<epoll::Event> = Vec::with_capacity(2);
+        match epoll::wait(&self.epoll, spare_capacity(&mut events), ts.as_ref()) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(std::io::Error::from(e).into()),
         }
-        let cq = lock(&self.inner.fired).pop_front();
-        Ok(cq)
+        Ok(events.iter().any(|e| e.data.u64() == PACKET))
+    }
+
+    /// Sleeps on the descriptor alone (the device is gone) for an event, up to `left`.
+    fn sleep(&self, left: Option<Duration>) -> Result<Option<u32>> {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        loop {
+            if let Some(cq) = self.inner.take() {
+                return Ok(Some(cq));
+            }
+            let mut fds = [PollFd::new(&self.inner.fd, PollFlags::IN)];
+            let ts = left.and_then(|l| Timespec::try_from(l).ok());
+            match poll(&mut fds, ts.as_ref()) {
+                Ok(0) if left.is_some() => return Ok(self.inner.take()),
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(std::io::Error::from(e).into()),
+            }
+        }
     }
 }
 

@@ -274,7 +274,7 @@ impl Context {
     /// A completion channel: a file descriptor that becomes readable when an armed CQ gets
     /// a completion (use it with epoll, poll or an async runtime).
     pub fn create_comp_channel(&self) -> Result<crate::CompletionChannel> {
-        crate::CompletionChannel::new()
+        crate::CompletionChannel::new(&self.inner.shared)
     }
 
     /// The next asynchronous event, without waiting: CQ overflow, QP errors and

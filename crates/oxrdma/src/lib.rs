@@ -28,7 +28,7 @@ pub mod rsocket;
 mod shared;
 mod sleeper;
 
-pub use channel::CompletionChannel;
+pub use channel::{ChannelStats, CompletionChannel};
 pub use connect::{exchange, PeerInfo};
 pub use context::{Context, WeakDevice};
 /// The engine and its link, for tools that drive them by hand (`oxrdma scale`).

@@ -17,6 +17,11 @@
 //! `sleeper.rs` for what that costs), and so is one that stopped after a poll that found
 //! completions but did not hand the socket over (`handoff.rs`).
 //!
+//! A program that sleeps on a completion channel in `get_event` takes its packets there
+//! itself (`channel.rs`): while it does (and for `APP_ACTIVE_NS` after it wakes, as it will
+//! be back), this thread neither watches the socket nor sets a deadline; it looks every
+//! `RECHECK` (`look`: due timers, a packet left), less often while the waiter sleeps on.
+//!
 //! A bandwidth client's polls find completions often, so this thread, woken by a packet,
 //! would go on driving for as long as packets move, the application spinning at the lock
 //! meanwhile. Once the hand-offs show that the application comes straight back after such
@@ -79,7 +84,32 @@ pub(crate) fn engine_thread(shared: &Shared) {
     // When it last moved packets, and whether a core is free to poll on.
     let (mut moved_at, mut cores) = (None::<Instant>, Cores::new());
     let mut streak = Streak::default();
+    // How long to nap while the program sleeps on its channels, and its sleeps seen.
+    let (mut nap, mut waits) = (RECHECK, 0);
     while !shared.stop.load(Ordering::Acquire) {
+        if shared.app_waits() {
+            // The program sleeps on a completion channel and takes the packets itself
+            // (`channel.rs`). This thread serves the timers and looks whether it still
+            // does, every `RECHECK` while it keeps waking, less often while it sleeps on.
+            let now_waits = shared.waits();
+            nap = if now_waits == waits {
+                (nap * 2).min(MAX_SLEEP)
+            } else {
+                RECHECK
+            };
+            waits = now_waits;
+            let next = look(shared);
+            shared.dozing.store(nap > RECHECK, Ordering::SeqCst);
+            // Looked again after saying so: a waiter that woke before it missed the word.
+            if nap > RECHECK && !shared.app_waits() {
+                shared.dozing.store(false, Ordering::SeqCst);
+                continue;
+            }
+            work = sleep(shared, next.map_or(nap, |t| t.max(RECHECK).min(nap)));
+            moving = false;
+            continue;
+        }
+        shared.dozing.store(false, Ordering::Relaxed);
         if !shared.any_armed() {
             if shared.app_polls() {
                 // The application polls and takes what arrives itself, and serves the
@@ -134,8 +164,29 @@ pub(crate) fn engine_thread(shared: &Shared) {
             moved_at = Some(Instant::now());
         }
         let after_stream = streak.turn(moved);
-        work = moving || (!after_stream && spin(moved_at, &mut cores)) || sleep_until_work(shared);
+        // A thread sleeping on a completion channel takes the packets that come
+        // (`channel.rs`): polling on would only fight it for them.
+        let waiter = shared.waiter_sleeps();
+        work = (moving && !waiter)
+            || (!after_stream && !waiter && spin(moved_at, &mut cores))
+            || sleep_until_work(shared);
     }
+}
+
+/// One turn while the program sleeps on its channels: serves the timers due (and takes
+/// any packet a waiter has not), and says when the next is due. The socket stays
+/// unwatched and no deadline is set: the waiters take the packets.
+fn look(shared: &Shared) -> Option<Duration> {
+    let mut dev = shared.lock_raw();
+    shared.pending.store(false, Ordering::SeqCst);
+    let _ = dev.poll();
+    shared.collect_events(&mut dev);
+    shared.sleeper.set_deadline(None);
+    let next = dev.next_timer_in();
+    drop(dev);
+    shared.notify_armed();
+    shared.sleeper.set_watched(false);
+    next
 }
 
 /// Packets moved since the engine thread was last idle, to tell a stream from requests.
@@ -177,7 +228,7 @@ fn sleep_until_work(shared: &Shared) -> bool {
     // Not while the application polls (it takes the packets): watched first, then looked,
     // as the application does the other way round.
     shared.sleeper.set_watched(true);
-    if shared.app_polls() {
+    if shared.app_polls() || shared.waiter_sleeps() {
         shared.sleeper.set_watched(false);
     }
     // A post that found the device locked by this thread left `pending` set before this

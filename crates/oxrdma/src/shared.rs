@@ -15,7 +15,8 @@ use crate::handoff::Handoff;
 use crate::lock::lock;
 use crate::sleeper::Sleeper;
 use oxrdma_core::{CqRing, EngineConfig};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -57,6 +58,17 @@ pub(crate) struct Shared {
     app_polling: AtomicBool,
     /// An application thread polled a CQ or posted since the engine thread last looked.
     app_called: AtomicBool,
+    /// Threads sleeping on a completion channel that move the packets that wake them
+    /// (`channel.rs`): while there are any, the engine thread leaves the socket to them.
+    waiters: AtomicU32,
+    /// Sleeps begun on a completion channel: the engine thread sees whether the program
+    /// still waits on its channels.
+    waits: AtomicU64,
+    /// When the last waiter woke (ns since `epoch`; 0: never).
+    waiter_left_at: AtomicU64,
+    /// The engine thread naps longer than `nic::RECHECK` while the program sleeps on a
+    /// channel: a waiter that wakes rings it (the program may now go elsewhere).
+    pub(crate) dozing: AtomicBool,
     /// Whether a poll that finds completions hands the socket to the engine thread.
     pub(crate) handoff: Handoff,
     /// The engine thread's OS thread id (0 until it runs).
@@ -76,6 +88,25 @@ struct Armed {
     /// The CQ's count of completions added, when it was armed.
     added_at_arm: u64,
     channel: Arc<ChannelInner>,
+}
+
+/// A thread sleeping on a completion channel (`Shared::waiting`).
+pub(crate) struct Waiting<'a>(&'a Shared);
+
+impl Drop for Waiting<'_> {
+    /// The program may now go elsewhere: an engine thread that naps long is woken to
+    /// take the socket back (one that looks every `nic::RECHECK` sees it by itself).
+    fn drop(&mut self) {
+        let shared = self.0;
+        shared
+            .waiter_left_at
+            .store(shared.now_ns().max(1), Ordering::Relaxed);
+        if shared.waiters.fetch_sub(1, Ordering::SeqCst) == 1
+            && shared.dozing.load(Ordering::SeqCst)
+        {
+            shared.ring();
+        }
+    }
 }
 
 /// The device, locked; on unlock, work posted meanwhile by threads that found it locked
@@ -129,6 +160,10 @@ impl Shared {
             app_polled_at: AtomicU64::new(0),
             app_polling: AtomicBool::new(false),
             app_called: AtomicBool::new(false),
+            waiters: AtomicU32::new(0),
+            waits: AtomicU64::new(0),
+            waiter_left_at: AtomicU64::new(0),
+            dozing: AtomicBool::new(false),
             handoff: Handoff::default(),
             engine_tid: AtomicI32::new(0),
             epoch: Instant::now(),
@@ -148,8 +183,9 @@ impl Shared {
     /// Arms `cq` (whose entries `ring` holds) to signal `channel` at the next completion
     /// added to it, not one it holds already (`ibv_req_notify_cq`, as rxe and NICs: a
     /// program that re-arms before polling the completion it was woken for, as perftest
-    /// does, must not be woken again for it). Wakes the engine thread, which moves the
-    /// packets from now on (lock order: `dev` before `armed`).
+    /// does, must not be woken again for it). Wakes the engine thread if it does not
+    /// watch the socket and no thread waits in `get_event` (lock order: `dev` before
+    /// `armed`).
     pub fn arm(&self, cq: u32, ring: Arc<CqRing>, channel: Arc<ChannelInner>) {
         let mut armed = lock(&self.armed);
         let added_at_arm = ring.added();
@@ -164,7 +200,12 @@ impl Shared {
         }
         self.any_armed.store(true, Ordering::SeqCst);
         drop(armed);
-        self.ring();
+        // A program that takes its events in `get_event` moves its packets there (and has
+        // just done so): the engine thread, which looks again soon, is not needed. One
+        // that polls the descriptor itself needs the engine thread on the socket now.
+        if !self.app_waits() && !self.sleeper.watched() {
+            self.ring();
+        }
     }
 
     /// Disarms `cq` (it is destroyed): it reports nothing more.
@@ -195,6 +236,41 @@ impl Shared {
     /// Whether a CQ is armed for a channel.
     pub(crate) fn any_armed(&self) -> bool {
         self.any_armed.load(Ordering::SeqCst)
+    }
+
+    /// The device's socket (or the epoll set over its ports), for a thread to sleep on.
+    pub(crate) fn sock(&self) -> BorrowedFd<'_> {
+        self.sleeper.sock()
+    }
+
+    /// A thread sleeps on a completion channel and the socket until the guard drops: the
+    /// engine thread stops watching the socket (its packets wake that thread instead).
+    pub(crate) fn waiting(&self) -> Waiting<'_> {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        self.sleeper.set_watched(false);
+        Waiting(self)
+    }
+
+    /// Whether a thread sleeps on a completion channel and the socket.
+    pub(crate) fn waiter_sleeps(&self) -> bool {
+        self.waiters.load(Ordering::SeqCst) > 0
+    }
+
+    /// Whether the program takes its packets by sleeping on completion channels: a
+    /// thread sleeps on one, or woke from one less than `APP_ACTIVE_NS` ago (and, as one
+    /// that polls, will be back).
+    pub(crate) fn app_waits(&self) -> bool {
+        if self.waiter_sleeps() {
+            return true;
+        }
+        let left = self.waiter_left_at.load(Ordering::Relaxed);
+        left != 0 && self.now_ns().saturating_sub(left) < APP_ACTIVE_NS
+    }
+
+    /// Sleeps begun on completion channels so far.
+    pub(crate) fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
     }
 
     /// Wakes the engine thread (after posting work).
@@ -259,7 +335,7 @@ impl Shared {
         // (`timer_to_pull` already said None if the last poll found nothing.) The clock is
         // read only when there is a timer to pull.
         if let Some(next) = next {
-            if self.app_active_for().is_none() {
+            if self.app_active_for().is_none() && !self.app_waits() {
                 self.sleeper.pull_deadline(next);
             }
         }

@@ -9,7 +9,7 @@ use rustix::time::{
     timerfd_create, timerfd_settime, Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags,
     Timespec,
 };
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -130,6 +130,11 @@ impl Sleeper {
         })
     }
 
+    /// The device's socket, as watched here.
+    pub fn sock(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
     /// Wakes the engine thread.
     pub fn ring(&self) {
         let _ = rustix::io::write(&self.doorbell, &1u64.to_ne_bytes());
@@ -157,6 +162,11 @@ impl Sleeper {
             },
             (w, _) => w,
         };
+    }
+
+    /// Whether a packet arriving wakes the engine thread.
+    pub fn watched(&self) -> bool {
+        *lock(&self.watch) == Watch::Armed
     }
 
     /// Sets the deadline timer to the engine's next timer, `next` from now (None: none).
