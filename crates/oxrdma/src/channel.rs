@@ -10,14 +10,13 @@
 //! polling program would. The descriptor itself stays readable exactly while events wait:
 //! programs poll it and then take an event without expecting to block.
 
+use crate::channel_events::ChannelInner;
 use crate::cores::Cores;
 use crate::error::Result;
-use crate::lock::lock;
 use crate::shared::Shared;
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll;
 use rustix::fs::{fcntl_getfl, OFlags};
-use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -34,24 +33,6 @@ const SPIN_MIN: Duration = Duration::from_micros(5);
 const EVENT: u64 = 0;
 const PACKET: u64 = 1;
 
-/// What an armed CQ reports to: a counting file descriptor (one count per event, so
-/// `poll` says readable exactly while events wait) and which CQs the events are for.
-#[derive(Debug)]
-pub(crate) struct ChannelInner {
-    fd: OwnedFd,
-    fired: Mutex<Fired>,
-    stats: Counters,
-}
-
-/// What a channel's waiters did (`ChannelStats`).
-#[derive(Debug, Default)]
-struct Counters {
-    events: AtomicU64,
-    moved_by_waiter: AtomicU64,
-    spun: AtomicU64,
-    slept: AtomicU64,
-}
-
 /// What the threads waiting on a channel did: to tune a program, and to see that a
 /// waiter takes its own packets ([`CompletionChannel::stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -65,68 +46,6 @@ pub struct ChannelStats {
     pub spun: u64,
     /// Sleeps of waiting threads.
     pub slept: u64,
-}
-
-/// The events waiting. The descriptor's count is changed under this lock, so it equals
-/// `cqs.len() - unsignalled` whenever the lock is free.
-#[derive(Debug, Default)]
-struct Fired {
-    /// The CQ of each event, oldest first.
-    cqs: VecDeque<u32>,
-    /// Events that a waiter brought on itself while moving packets, not counted on the
-    /// descriptor: it takes them at once, and the count's write and read are two system
-    /// calls of a round trip.
-    unsignalled: u64,
-}
-
-thread_local! {
-    /// The channel this thread waits on while it moves the device's packets.
-    static WAITING_ON: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-impl ChannelInner {
-    /// Reports one event of `cq`.
-    pub fn notify(&self, cq: u32) {
-        let mut fired = lock(&self.fired);
-        fired.cqs.push_back(cq);
-        self.stats.events.fetch_add(1, Ordering::Relaxed);
-        if WAITING_ON.get() == std::ptr::from_ref(self) as usize {
-            self.stats.moved_by_waiter.fetch_add(1, Ordering::Relaxed);
-            fired.unsignalled += 1;
-        } else {
-            let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
-        }
-    }
-
-    /// The oldest event waiting, if any. Others this thread brought on itself are counted
-    /// on the descriptor now, for whoever polls it.
-    fn take(&self) -> Option<u32> {
-        let mut fired = lock(&self.fired);
-        let cq = fired.cqs.pop_front()?;
-        if fired.unsignalled > 0 {
-            fired.unsignalled -= 1;
-            if fired.unsignalled > 0 {
-                let n = std::mem::take(&mut fired.unsignalled);
-                let _ = rustix::io::write(&self.fd, &n.to_ne_bytes());
-            }
-        } else {
-            // The count is at least 1 (written with the event): the read does not block.
-            let mut b = [0u8; 8];
-            let _ = rustix::io::read(&self.fd, &mut b);
-        }
-        Some(cq)
-    }
-
-    /// Moves the device's packets from this thread, which waits on this channel.
-    fn drive(&self, shared: &Shared, dev: Option<crate::shared::DeviceGuard<'_>>) {
-        if let Some(mut dev) = dev {
-            WAITING_ON.set(std::ptr::from_ref(self) as usize);
-            shared.drive(&mut dev);
-            // The channel hears of the completions when the device is let go.
-            drop(dev);
-            WAITING_ON.set(0);
-        }
-    }
 }
 
 /// A file descriptor that becomes readable when an armed CQ has a completion
@@ -162,11 +81,7 @@ impl CompletionChannel {
             .map_err(std::io::Error::from)?;
         }
         Ok(CompletionChannel {
-            inner: Arc::new(ChannelInner {
-                fd,
-                fired: Mutex::new(Fired::default()),
-                stats: Counters::default(),
-            }),
+            inner: Arc::new(ChannelInner::new(fd)),
             device: Arc::downgrade(device),
             epoll,
             typical_ns: AtomicU64::new(0),
@@ -203,7 +118,7 @@ impl CompletionChannel {
         // level-triggered). One that must not sleep moves what waits first.
         let mut packet = false;
         if timeout == Some(Duration::ZERO) {
-            self.inner.drive(&shared, shared.try_lock());
+            self.drive(&shared, shared.try_lock());
         }
         // Taken before the first sleep, let go when this call returns: the socket is this
         // thread's meanwhile.
@@ -212,7 +127,7 @@ impl CompletionChannel {
             // Packets waiting (or the one that woke this thread) may complete an armed
             // CQ: moved here, the event is reported when the device is let go.
             if packet {
-                self.inner.drive(&shared, Some(shared.lock()));
+                self.drive(&shared, Some(shared.lock()));
             }
             if let Some(cq) = self.inner.take() {
                 if waiting.is_some() {
@@ -242,6 +157,17 @@ impl CompletionChannel {
         }
     }
 
+    /// Moves the device's packets from this thread, which waits on this channel.
+    fn drive(&self, shared: &Shared, dev: Option<crate::shared::DeviceGuard<'_>>) {
+        if let Some(mut dev) = dev {
+            self.inner.as_waiter(|| {
+                shared.drive(&mut dev);
+                // The channel hears of the completions when the device is let go.
+                drop(dev);
+            });
+        }
+    }
+
     /// What the threads waiting on this channel did so far.
     pub fn stats(&self) -> ChannelStats {
         let c = &self.inner.stats;
@@ -262,7 +188,7 @@ impl CompletionChannel {
             return None;
         }
         while start.elapsed() < budget {
-            self.inner.drive(shared, shared.try_lock());
+            self.drive(shared, shared.try_lock());
             if let Some(cq) = self.inner.take() {
                 self.waited(start.elapsed());
                 self.inner.stats.spun.fetch_add(1, Ordering::Relaxed);

@@ -8,6 +8,7 @@
 //! by copying, and the engine checks every key, bound and permission.
 
 mod channel;
+mod channel_events;
 pub mod cm;
 pub mod config;
 mod connect;

@@ -6,7 +6,7 @@
 //! way (on two cores, a third thread woken by every packet only steals time from the two
 //! that matter); a poll that finds completions hands the socket back to it (`nic.rs`).
 
-use crate::channel::ChannelInner;
+use crate::channel_events::ChannelInner;
 use crate::cm::CmRoutes;
 use crate::device::Device;
 use crate::error::Result;
