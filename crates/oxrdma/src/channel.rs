@@ -14,6 +14,7 @@ use crate::channel_events::ChannelInner;
 use crate::cores::Cores;
 use crate::error::Result;
 use crate::shared::Shared;
+use crate::waiters::SpinBudget;
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll;
 use rustix::fs::{fcntl_getfl, OFlags};
@@ -24,10 +25,6 @@ use std::time::{Duration, Instant};
 
 /// Longest single sleep of a waiter, so that a device closed meanwhile is noticed.
 const MAX_SLEEP: Duration = Duration::from_millis(50);
-
-/// The longest spin before a sleep, and the shortest worth making.
-const SPIN_MAX: Duration = Duration::from_micros(50);
-const SPIN_MIN: Duration = Duration::from_micros(5);
 
 /// What woke a waiter (epoll's data).
 const EVENT: u64 = 0;
@@ -180,7 +177,7 @@ impl CompletionChannel {
     }
 
     /// Polls the device for an event for as long as this channel's events have lately
-    /// come within (at most `SPIN_MAX`, and only where a core is free): a ping-pong's
+    /// come within (`waiters::SpinBudget`, and only where a core is free): a ping-pong's
     /// answer is then taken without the wake-up, as a polling program takes it.
     fn spin(&self, shared: &Shared, start: Instant, left: Option<Duration>) -> Option<u32> {
         let budget = self.spin_budget().min(left.unwrap_or(Duration::MAX));
@@ -199,20 +196,17 @@ impl CompletionChannel {
         None
     }
 
-    /// How long to spin before sleeping: twice the typical wait, if that is short.
+    /// How long to spin before sleeping (`waiters::SpinBudget`).
     fn spin_budget(&self) -> Duration {
-        let typical = self.typical_ns.load(Ordering::Relaxed);
-        if typical > SPIN_MAX.as_nanos() as u64 {
-            return Duration::ZERO;
-        }
-        Duration::from_nanos(2 * typical).clamp(SPIN_MIN, SPIN_MAX)
+        let typical_ns = self.typical_ns.load(Ordering::Relaxed);
+        SpinBudget { typical_ns }.budget()
     }
 
-    /// A wait for an event lasted `d`: the typical wait follows it (a quarter of the way).
+    /// A wait for an event lasted `d`.
     fn waited(&self, d: Duration) {
-        let d = d.as_nanos().min(u128::from(u32::MAX)) as u64;
-        let t = self.typical_ns.load(Ordering::Relaxed);
-        self.typical_ns.store((3 * t + d) / 4, Ordering::Relaxed);
+        let typical_ns = self.typical_ns.load(Ordering::Relaxed);
+        let next = SpinBudget { typical_ns }.waited(d);
+        self.typical_ns.store(next.typical_ns, Ordering::Relaxed);
     }
 
     /// Sleeps until an event or a packet comes, or `left` passes (at most `MAX_SLEEP`);

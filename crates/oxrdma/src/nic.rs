@@ -18,9 +18,10 @@
 //! completions but did not hand the socket over (`handoff.rs`).
 //!
 //! A program that sleeps on a completion channel in `get_event` takes its packets there
-//! itself (`channel.rs`): while it does (and for `APP_ACTIVE_NS` after it wakes, as it will
-//! be back), this thread neither watches the socket nor sets a deadline; it looks every
-//! `RECHECK` (`look`: due timers, a packet left), less often while the waiter sleeps on.
+//! itself (`channel.rs`): while it does (and a moment after it wakes, as it will be back),
+//! this thread neither watches the socket nor sets a deadline; it looks every millisecond
+//! (`look`: due timers, a packet left), less often while the waiter sleeps on
+//! (`waiters.rs` decides).
 //!
 //! A bandwidth client's polls find completions often, so this thread, woken by a packet,
 //! would go on driving for as long as packets move, the application spinning at the lock
@@ -40,6 +41,7 @@
 use crate::cores::Cores;
 use crate::shared::Shared;
 use crate::sleeper::{Woke, MAX_SLEEP};
+use crate::waiters::Nap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -84,28 +86,22 @@ pub(crate) fn engine_thread(shared: &Shared) {
     // When it last moved packets, and whether a core is free to poll on.
     let (mut moved_at, mut cores) = (None::<Instant>, Cores::new());
     let mut streak = Streak::default();
-    // How long to nap while the program sleeps on its channels, and its sleeps seen.
-    let (mut nap, mut waits) = (RECHECK, 0);
+    // How long to nap while the program sleeps on its channels (`waiters.rs`).
+    let mut naps = Nap::default();
     while !shared.stop.load(Ordering::Acquire) {
         if shared.app_waits() {
             // The program sleeps on a completion channel and takes the packets itself
             // (`channel.rs`). This thread serves the timers and looks whether it still
-            // does, every `RECHECK` while it keeps waking, less often while it sleeps on.
-            let now_waits = shared.waits();
-            nap = if now_waits == waits {
-                (nap * 2).min(MAX_SLEEP)
-            } else {
-                RECHECK
-            };
-            waits = now_waits;
+            // does, every `LOOK` while it keeps waking, less often while it sleeps on.
             let next = look(shared);
-            shared.dozing.store(nap > RECHECK, Ordering::SeqCst);
+            let l = naps.look(shared.waits(), next);
+            shared.dozing.store(l.dozing, Ordering::SeqCst);
             // Looked again after saying so: a waiter that woke before it missed the word.
-            if nap > RECHECK && !shared.app_waits() {
+            if l.dozing && !shared.app_waits() {
                 shared.dozing.store(false, Ordering::SeqCst);
                 continue;
             }
-            work = sleep(shared, next.map_or(nap, |t| t.max(RECHECK).min(nap)));
+            work = sleep(shared, l.nap);
             moving = false;
             continue;
         }

@@ -66,7 +66,7 @@ pub(crate) struct Shared {
     waits: AtomicU64,
     /// When the last waiter woke (ns since `epoch`; 0: never).
     waiter_left_at: AtomicU64,
-    /// The engine thread naps longer than `nic::RECHECK` while the program sleeps on a
+    /// The engine thread naps longer than `waiters::LOOK` while the program sleeps on a
     /// channel: a waiter that wakes rings it (the program may now go elsewhere).
     pub(crate) dozing: AtomicBool,
     /// Whether a poll that finds completions hands the socket to the engine thread.
@@ -95,7 +95,7 @@ pub(crate) struct Waiting<'a>(&'a Shared);
 
 impl Drop for Waiting<'_> {
     /// The program may now go elsewhere: an engine thread that naps long is woken to
-    /// take the socket back (one that looks every `nic::RECHECK` sees it by itself).
+    /// take the socket back (one that looks every `waiters::LOOK` sees it by itself).
     fn drop(&mut self) {
         let shared = self.0;
         shared
@@ -257,15 +257,15 @@ impl Shared {
         self.waiters.load(Ordering::SeqCst) > 0
     }
 
-    /// Whether the program takes its packets by sleeping on completion channels: a
-    /// thread sleeps on one, or woke from one less than `APP_ACTIVE_NS` ago (and, as one
-    /// that polls, will be back).
+    /// Whether the program takes its packets by sleeping on completion channels (a thread
+    /// sleeps on one, or woke from one a moment ago: `waiters::app_waits`).
     pub(crate) fn app_waits(&self) -> bool {
-        if self.waiter_sleeps() {
-            return true;
+        let waiters = self.waiters.load(Ordering::SeqCst);
+        // The clock is read only when no waiter sleeps.
+        waiters > 0 || {
+            let left = self.waiter_left_at.load(Ordering::Relaxed);
+            crate::waiters::app_waits(0, left, if left == 0 { 0 } else { self.now_ns() })
         }
-        let left = self.waiter_left_at.load(Ordering::Relaxed);
-        left != 0 && self.now_ns().saturating_sub(left) < APP_ACTIVE_NS
     }
 
     /// Sleeps begun on completion channels so far.
