@@ -88,7 +88,9 @@ pair() {
   local srv=$! rc=1 i
   for i in $(seq 40); do
     sleep 0.25
-    on $B timeout 120 bash -c "$client" >"$work/cli" 2>&1 && { rc=0; break; }
+    # Line-buffered: a client that crashes after its error (perftest's -R client does,
+    # on a REJECTED from a server not listening yet) still leaves the line to retry on.
+    on $B timeout 120 stdbuf -oL -eL bash -c "$client" >"$work/cli" 2>&1 && { rc=0; break; }
     grep -qi "REJECTED\|rejected\|error 8\|refused\|Couldn't connect\|Unable to connect" \
       "$work/cli" || break
   done

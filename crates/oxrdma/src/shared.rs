@@ -438,6 +438,19 @@ impl Shared {
         }
     }
 
+    /// The library returns to a program that may now wait without calling in: rsockets'
+    /// `riowrite`, after which riostream spins on its memory for the peer's answer. Its
+    /// polls inside the call found completions and came back at once (a score that skips
+    /// the hand-off, `handoff.rs`), but the program will not poll again: the engine thread
+    /// takes the socket now, not at its next look (1-5 ms).
+    pub(crate) fn app_leaves(&self) {
+        self.app_polling.store(false, Ordering::SeqCst);
+        self.sleeper.set_watched(true);
+        if self.waiter_sleeps() {
+            self.sleeper.set_watched(false);
+        }
+    }
+
     /// An application thread polls or posts. Stored only when it changes: every poll comes
     /// here, and the line is the engine thread's to read.
     fn called(&self) {

@@ -146,6 +146,7 @@ impl CmId {
         };
         let sid = cma::service_id(ps, port);
         let shared = self.inner.ctx.shared();
+        let ch = self.inner.channel();
         {
             let mut dev = shared.lock();
             dev.engine.cm_mut().listen(sid, backlog)?;
@@ -157,10 +158,12 @@ impl CmId {
                     return Err(Error::Io(e));
                 }
             }
+            // Routed before the device is let go (the CM's events are delivered under
+            // it): a REQ taken at once must find this listener, not be turned away with
+            // REJ 28 (perftest's -R client across hosts, about one run in twenty).
+            shared.cm.route_listener(sid, &ch);
+            lock(&ch.listeners).insert((self.inner.dev, sid), Arc::downgrade(&self.inner));
         }
-        let ch = self.inner.channel();
-        shared.cm.route_listener(sid, &ch);
-        lock(&ch.listeners).insert((self.inner.dev, sid), Arc::downgrade(&self.inner));
         st.src = Some(SocketAddr::new(src.ip(), port));
         st.listen = Some((sid, Some(reg)));
         st.phase = Phase::Listening;

@@ -165,6 +165,9 @@ impl RStream {
             sent += x;
             offset += x as u64;
         }
+        // The program may now spin on its own memory for the answer (riostream does),
+        // never polling: the engine thread must take what comes.
+        self.cq.ctx.shared().app_leaves();
         Ok(sent)
     }
 }

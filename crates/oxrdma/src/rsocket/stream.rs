@@ -68,7 +68,7 @@ pub struct RStream {
     rmr: MemoryRegion,
     /// The target SGL the peer's credit updates land in, then the iomap table.
     tmr: MemoryRegion,
-    cq: CompletionQueue,
+    pub(super) cq: CompletionQueue,
     comp: CompletionChannel,
     pub(super) pd: ProtectionDomain,
     id: CmId,
