@@ -65,16 +65,4 @@ cases=(
   "ib_send_lat -e / polling, typical us|pt ib_send_lat -e|pt ib_send_lat ''"
   "riostream / rstream 64 B, us|rs riostream|rs rstream"
 )
-printf '%-40s %10s %10s %8s   (%s rounds, medians; ratio: median of the pairs)\n' \
-  "" measured baseline ratio "$REPS"
-for c in "${cases[@]}"; do
-  IFS='|' read -r name a b <<< "$c"
-  : > "$work/a"; : > "$work/b"; : > "$work/r"
-  for _ in $(seq "$REPS"); do
-    x=$(eval "$a"); y=$(eval "$b")
-    echo "$x" >> "$work/a"; echo "$y" >> "$work/b"
-    awk -v x="$x" -v y="$y" 'BEGIN { if (y > 0) printf "%.3f\n", x / y }' >> "$work/r"
-  done
-  printf '%-40s %10s %10s %8s\n' "$name" "$(median < "$work/a")" "$(median < "$work/b")" \
-    "$(median < "$work/r")"
-done
+pairs 40 measured baseline

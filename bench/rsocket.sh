@@ -59,16 +59,4 @@ cases=(
   "rstream 64 B round trip / 2, blocking, us|rs '-T b' 64 1 20000 8|rs '-T s -T b' 64 1 20000 8"
   "iperf3 one stream, Gb/s|ip3 $preload|ip3 ''"
 )
-printf '%-44s %10s %10s %8s   (%s rounds, medians; ratio: median of the pairs)\n' \
-  "" rsockets TCP ratio "$REPS"
-for c in "${cases[@]}"; do
-  IFS='|' read -r name a b <<< "$c"
-  : > "$work/a"; : > "$work/b"; : > "$work/r"
-  for _ in $(seq "$REPS"); do
-    x=$(eval "$a"); y=$(eval "$b")
-    echo "$x" >> "$work/a"; echo "$y" >> "$work/b"
-    awk -v x="$x" -v y="$y" 'BEGIN { if (y > 0) printf "%.3f\n", x / y }' >> "$work/r"
-  done
-  printf '%-44s %10s %10s %8s\n' "$name" "$(median < "$work/a")" "$(median < "$work/b")" \
-    "$(median < "$work/r")"
-done
+pairs 44 rsockets TCP

@@ -221,12 +221,9 @@ fn spin(moved_at: Option<Instant>, cores: &mut Cores) -> bool {
 /// Sleeps until a packet arrives, work is posted that no other thread moves, or the
 /// deadline timer fires. True unless only a timer woke it.
 fn sleep_until_work(shared: &Shared) -> bool {
-    // Not while the application polls (it takes the packets): watched first, then looked,
-    // as the application does the other way round.
-    shared.sleeper.set_watched(true);
-    if shared.app_polls() || shared.waiter_sleeps() {
-        shared.sleeper.set_watched(false);
-    }
+    // Not while the application polls or a thread sleeps on a channel (they take the
+    // packets).
+    shared.watch_unless_taken();
     // A post that found the device locked by this thread left `pending` set before this
     // thread unlocked it; one after that drove the device itself.
     std::sync::atomic::fence(Ordering::SeqCst);

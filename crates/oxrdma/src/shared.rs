@@ -261,10 +261,17 @@ impl Shared {
     /// sleeps on one, or woke from one a moment ago: `waiters::app_waits`).
     pub(crate) fn app_waits(&self) -> bool {
         let waiters = self.waiters.load(Ordering::SeqCst);
-        // The clock is read only when no waiter sleeps.
-        waiters > 0 || {
-            let left = self.waiter_left_at.load(Ordering::Relaxed);
-            crate::waiters::app_waits(0, left, if left == 0 { 0 } else { self.now_ns() })
+        let left = self.waiter_left_at.load(Ordering::Relaxed);
+        crate::waiters::app_waits(waiters, left, || self.now_ns())
+    }
+
+    /// Gives the socket to the engine thread unless the program takes its packets itself
+    /// (it polls, or a thread sleeps on a channel): watched first, then looked, as those
+    /// threads do the other way round.
+    pub(crate) fn watch_unless_taken(&self) {
+        self.sleeper.set_watched(true);
+        if self.app_polls() || self.waiter_sleeps() {
+            self.sleeper.set_watched(false);
         }
     }
 
@@ -445,10 +452,7 @@ impl Shared {
     /// takes the socket now, not at its next look (1-5 ms).
     pub(crate) fn app_leaves(&self) {
         self.app_polling.store(false, Ordering::SeqCst);
-        self.sleeper.set_watched(true);
-        if self.waiter_sleeps() {
-            self.sleeper.set_watched(false);
-        }
+        self.watch_unless_taken();
     }
 
     /// An application thread polls or posts. Stored only when it changes: every poll comes
