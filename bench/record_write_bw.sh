@@ -10,7 +10,7 @@ command -v perf >/dev/null || {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
 }
 cargo build --release -q -p oxrdma-cli
-ox=$PWD/target/release/oxrdma
+ox=${OX:-$PWD/target/release/oxrdma}
 tmp=$(mktemp -d)
 ns=(oxrec-a-$$ oxrec-b-$$)
 spid=

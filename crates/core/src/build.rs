@@ -2,7 +2,8 @@
 //! QP starts with, and the pad and ICRC space that end it.
 
 use crate::verbs::Mtu;
-use oxrdma_wire::{BthRepr, Opcode, Psn};
+use oxrdma_wire::icrc::ICRC_LEN;
+use oxrdma_wire::{icrc_part, BthRepr, Opcode, Psn};
 
 /// The BTH of a packet a QP sends to `dest_qpn`.
 pub(crate) fn bth(
@@ -26,12 +27,31 @@ pub(crate) fn bth(
     }
 }
 
-/// Writes ICRC placeholder and pad after a payload of `n` bytes at `hlen`; returns the
-/// packet length.
-pub(crate) fn finish_packet(buf: &mut [u8], hlen: usize, n: usize) -> usize {
+/// Where a packet with headers `headers` and `n` bytes of payload carries its transport
+/// part of the ICRC (`icrc_part`), the hash of its headers, to be continued over the
+/// payload as it is copied (`mr::gather`) and handed to [`finish_packet`].
+pub(crate) fn part_for(headers: &[u8], n: usize) -> Option<u32> {
     let pad = usize::from(oxrdma_wire::packet::pad_for(n));
-    let end = hlen + n + pad + oxrdma_wire::icrc::ICRC_LEN;
+    icrc_part::carries_part(headers.len() + n + pad).then(|| icrc_part::part_start(headers))
+}
+
+/// Writes the pad after a payload of `n` bytes at `hlen`, and the ICRC field: zero, or in
+/// a packet long enough, the transport bytes' part of the ICRC: from `hashed`, the hash
+/// of the headers and payload taken as the payload was copied ([`part_for`]), or hashed
+/// here while the payload is in the cache. The driver finishes it once it knows the IP
+/// and UDP headers. Returns the packet length.
+pub(crate) fn finish_packet(buf: &mut [u8], hlen: usize, n: usize, hashed: Option<u32>) -> usize {
+    let pad = usize::from(oxrdma_wire::packet::pad_for(n));
+    let end = hlen + n + pad + ICRC_LEN;
     buf[hlen + n..end].fill(0);
+    if !icrc_part::carries_part(end - ICRC_LEN) {
+        return end;
+    }
+    let part = match hashed {
+        Some(h) => icrc_part::part_end(icrc_part::hash_more(h, &buf[hlen + n..hlen + n + pad])),
+        None => icrc_part::transport_part(&buf[..end - ICRC_LEN]),
+    };
+    buf[end - ICRC_LEN..end].copy_from_slice(&part.to_le_bytes());
     end
 }
 

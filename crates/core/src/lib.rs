@@ -7,6 +7,7 @@ mod attr;
 mod build;
 pub mod cm;
 mod cq;
+mod crc_copy;
 mod ctx;
 mod drops;
 mod engine;

@@ -131,16 +131,19 @@ impl SharedBuffer {
             return false;
         }
         // SAFETY: the range is inside the allocation (checked above).
-        let src = unsafe { self.ptr.as_ptr().add(offset) };
-        #[cfg(target_arch = "x86_64")]
-        if dst.len() >= STRING_COPY_MIN {
-            // SAFETY: `src` is valid for `dst.len()` bytes (checked above); `dst` is a live
-            // exclusive slice outside shared memory (the caller holds it as `&mut`).
-            unsafe { string_copy(src, dst.as_mut_ptr(), dst.len()) };
-            return true;
-        }
-        load_words(src, dst);
+        unsafe { copy_from_shared(self.ptr.as_ptr().add(offset), dst) };
         true
+    }
+
+    /// [`Self::read`] that also continues `hash` (crc32fast's form) over the bytes it
+    /// copies, in the same pass (`crc_copy.rs`); None when the range is out of bounds.
+    pub fn read_hashing(&self, offset: usize, dst: &mut [u8], hash: u32) -> Option<u32> {
+        if !self.check(offset, dst.len()) {
+            return None;
+        }
+        // SAFETY: the range is inside the allocation (checked above), and other threads'
+        // writes to it are the racing copies `copy_hashing` allows.
+        Some(unsafe { crate::crc_copy::copy_hashing(self.ptr.as_ptr().add(offset), dst, hash) })
     }
 
     /// The bytes at `offset..offset + len` as a plain slice, for code that must hand them
@@ -166,7 +169,7 @@ impl SharedBuffer {
         }
         // SAFETY: in bounds (checked).
         let p = unsafe { self.ptr.as_ptr().add(offset) };
-        if (p as usize) % 8 != 0 {
+        if !(p as usize).is_multiple_of(8) {
             return None;
         }
         // SAFETY: `p` is 8-byte aligned, valid for 8 bytes for as long as `self` lives, and
@@ -206,6 +209,22 @@ fn store_words(dst: *mut u8, src: &[u8]) {
     for (i, &b) in tail.iter().enumerate() {
         byte_at(dst, head + words.len() + i).store(b, Relaxed);
     }
+}
+
+/// Copies `dst.len()` bytes from shared memory at `src`: relaxed loads to the model (see
+/// [`SharedBuffer::read`]).
+///
+/// # Safety
+/// `src` is valid for reads of `dst.len()` bytes.
+pub(crate) unsafe fn copy_from_shared(src: *const u8, dst: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if dst.len() >= STRING_COPY_MIN {
+        // SAFETY: `src` is valid for `dst.len()` bytes (the caller's promise); `dst` is a
+        // live exclusive slice outside shared memory (held as `&mut`).
+        unsafe { string_copy(src, dst.as_mut_ptr(), dst.len()) };
+        return;
+    }
+    load_words(src.cast_mut(), dst);
 }
 
 /// Loads `dst.len()` bytes from `src` (valid for that many) with relaxed atomics, as

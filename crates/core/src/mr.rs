@@ -157,9 +157,15 @@ fn sg_walk(
 }
 
 /// Copies bytes of the list, from `at` on, into `out`; false if the list is too short.
-pub(crate) fn gather(segs: &[Segment], at: usize, out: &mut [u8]) -> bool {
-    sg_walk(segs, at, out.len(), |s, off, r| {
-        s.buffer.read(off, &mut out[r])
+/// With a `hash` (crc32fast's form), continues it over the bytes in the same pass.
+pub(crate) fn gather(segs: &[Segment], at: usize, out: &mut [u8], hash: &mut Option<u32>) -> bool {
+    sg_walk(segs, at, out.len(), |s, off, r| match hash {
+        None => s.buffer.read(off, &mut out[r]),
+        Some(h) => s
+            .buffer
+            .read_hashing(off, &mut out[r], *h)
+            .map(|n| *h = n)
+            .is_some(),
     })
 }
 

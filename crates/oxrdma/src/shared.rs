@@ -418,7 +418,7 @@ impl Shared {
                 c.set(c.get().wrapping_add(1));
                 c.get()
             });
-            if starts || count % CLOCK_EVERY == 0 {
+            if starts || count.is_multiple_of(CLOCK_EVERY) {
                 let now = self.now_ns();
                 self.app_polled_at.store(now, Ordering::Relaxed);
                 if starts {

@@ -4,6 +4,7 @@
 //! kernel crossing, not one per packet.
 
 use oxrdma_core::MAX_PACKET;
+use oxrdma_wire::{icrc, icrc_part};
 use std::io;
 use std::mem::MaybeUninit;
 use std::net::{SocketAddr, UdpSocket};
@@ -35,6 +36,9 @@ pub struct TxBatch {
     pub dest: [Option<SocketAddr>; BATCH],
     /// The UDP source port each packet asks for (0: the port's own).
     pub src: [u16; BATCH],
+    /// Whether each packet's ICRC field holds its transport part (`icrc_part`), which
+    /// the port completes, rather than nothing, which it fills whole.
+    pub part: [bool; BATCH],
     pub count: usize,
 }
 
@@ -47,6 +51,7 @@ impl Default for TxBatch {
             len: [0; BATCH],
             dest: [None; BATCH],
             src: [0; BATCH],
+            part: [false; BATCH],
             count: 0,
         }
     }
@@ -78,8 +83,18 @@ impl TxBatch {
     }
     /// Takes the packet just written into the next slot, to leave from UDP port `src`.
     pub fn push_from(&mut self, dest: SocketAddr, src: u16, len: usize) {
+        self.push_with(dest, src, len, false);
+    }
+    /// Takes the packet the engine just wrote into the next slot (`poll_transmit_many`),
+    /// to leave from UDP port `src`: a long one carries its transport part.
+    pub fn push_engine(&mut self, dest: SocketAddr, src: u16, len: usize) {
+        let part = icrc_part::carries_part(len.saturating_sub(icrc::ICRC_LEN));
+        self.push_with(dest, src, len, part);
+    }
+    fn push_with(&mut self, dest: SocketAddr, src: u16, len: usize, part: bool) {
         let i = self.count;
         (self.len[i], self.dest[i], self.src[i]) = (len, Some(dest), src);
+        self.part[i] = part;
         self.off[i] = self.used;
         self.used += len;
         self.count += 1;

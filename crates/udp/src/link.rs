@@ -309,7 +309,7 @@ impl Link {
                         addr
                     }
                 };
-                self.tx.push_from(dest, t.src_port, t.len);
+                self.tx.push_engine(dest, t.src_port, t.len);
             }
             let n = self.tx.count;
             if n == 0 {
@@ -353,7 +353,7 @@ impl Link {
                 self.tx_other.next_slot()[..len].copy_from_slice(self.tx.packet_mut(i));
                 let dest = self.tx.dest[i]
                     .unwrap_or_else(|| scoped(self.sent[i].dest.ip(), ROCE_V2_PORT, 0));
-                self.tx_other.push_from(dest, self.tx.src[i], len);
+                self.tx_other.push_engine(dest, self.tx.src[i], len);
             }
             if self.tx_other.count > 0 {
                 self.ports[p].1.send_batch(&mut self.tx_other)?;

@@ -14,7 +14,7 @@ use crate::connected::{Before, Ids};
 use crate::gso;
 use crate::sport::SourcePorts;
 use oxrdma_core::Gid;
-use oxrdma_wire::{icrc, icrc_id, ROCE_V2_PORT};
+use oxrdma_wire::{icrc, icrc_id, icrc_part, ROCE_V2_PORT};
 use rustix::net::sockopt;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -376,7 +376,7 @@ impl UdpPort {
 
     /// Fills in the ICRC of a packet about to go to `dst` alone (and captures it).
     pub fn seal(&mut self, dst: SocketAddr, packet: &mut [u8]) -> io::Result<()> {
-        let (h, n) = self.seal_as(&mut None, self.local.port(), dst, packet, 0)?;
+        let (h, n) = self.seal_as(&mut None, self.local.port(), dst, packet, 0, false)?;
         if let Some(c) = &mut self.capture {
             c.write(&h[..n], packet, true);
         }
@@ -385,7 +385,8 @@ impl UdpPort {
 
     /// Fills in the ICRC of a packet that leaves from UDP port `sport` with IPv4
     /// Identification `id` (the ICRC covers the UDP header's source port); returns the
-    /// headers it was sealed with. `last`: see [`headers_cached`].
+    /// headers it was sealed with. `last`: see [`headers_cached`]. `part`: the ICRC field
+    /// holds the transport bytes' part, to be completed rather than hashed again.
     fn seal_as(
         &self,
         last: &mut LastHeaders<(u16, SocketAddr, usize)>,
@@ -393,6 +394,7 @@ impl UdpPort {
         dst: SocketAddr,
         packet: &mut [u8],
         id: u16,
+        part: bool,
     ) -> io::Result<([u8; 48], usize)> {
         let len = packet.len();
         let src = || SocketAddr::new(self.local.ip(), sport);
@@ -402,7 +404,18 @@ impl UdpPort {
             // IPv4: each packet its own Identification.
             h[4..6].copy_from_slice(&id.to_be_bytes());
         }
-        icrc::fill(&h[..*n], packet).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let h_ip = &h[..*n];
+        let sealed = if part {
+            debug_assert_eq!(
+                icrc_part::transport_part(&packet[..packet.len() - icrc::ICRC_LEN]),
+                icrc::carried(packet).unwrap_or(0),
+                "the engine left a stale transport part"
+            );
+            icrc_part::complete(h_ip, packet)
+        } else {
+            icrc::fill(h_ip, packet)
+        };
+        sealed.map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         Ok((*h, *n))
     }
 
@@ -551,7 +564,8 @@ impl UdpPort {
         let mut last = None;
         for (i, id) in numbered(order, runs, ids) {
             let dst = batch.dest[i].expect("pushed slots have a destination");
-            self.seal_as(&mut last, from[i], dst, batch.packet_mut(i), id)?;
+            let part = batch.part[i];
+            self.seal_as(&mut last, from[i], dst, batch.packet_mut(i), id, part)?;
         }
         Ok(())
     }

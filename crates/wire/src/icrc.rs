@@ -17,22 +17,22 @@ const BTH_LEN: usize = crate::bth::Bth::<&[u8]>::LEN;
 const IPV6_LEN: usize = 40;
 const IP_PROTO_UDP: u8 = 17;
 /// Largest IPv4 header (15 words) + UDP.
-const MAX_IP_UDP: usize = 60 + UDP_LEN;
+pub(crate) const MAX_IP_UDP: usize = 60 + UDP_LEN;
 /// The ones standing in for the LRH.
-const ONES: usize = 8;
+pub(crate) const LRH_ONES: usize = 8;
 /// Bytes after the BTH copied next to the headers rather than hashed where they are.
 const SHORT_REST: usize = 64;
 
 /// A fresh CRC-32 state. `crc32fast::Hasher::new` looks up the CPU's features at every
 /// call (a sixth of a 40-byte packet's ICRC); a clone of one made once does not.
-fn hasher() -> crc32fast::Hasher {
+pub(crate) fn hasher() -> crc32fast::Hasher {
     static FIRST: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();
     FIRST.get_or_init(crc32fast::Hasher::new).clone()
 }
 
 /// Copies `ip_udp` (an IPv4 or IPv6 header immediately followed by a UDP header) into `out`
 /// with the variant fields set to ones; returns the length used.
-fn masked_ip_udp(ip_udp: &[u8], out: &mut [u8]) -> Result<usize> {
+pub(crate) fn masked_ip_udp(ip_udp: &[u8], out: &mut [u8]) -> Result<usize> {
     need("IP header", ip_udp, 1)?;
     let ip_len = match ip_udp[0] >> 4 {
         4 => {
@@ -80,9 +80,9 @@ pub fn compute(ip_udp: &[u8], transport: &[u8]) -> Result<u32> {
     // Everything up to the BTH's end (and a short packet's rest) in one buffer, hashed in
     // one call: crc32fast takes fewer than 16 bytes a byte at a time, and hashing the
     // fields one call each cost twice what the CRC of an 8 B SEND needs.
-    let mut buf = [0xffu8; ONES + MAX_IP_UDP + BTH_LEN + SHORT_REST];
-    let n = masked_ip_udp(ip_udp, &mut buf[ONES..ONES + MAX_IP_UDP])?;
-    let at = ONES + n;
+    let mut buf = [0xffu8; LRH_ONES + MAX_IP_UDP + BTH_LEN + SHORT_REST];
+    let n = masked_ip_udp(ip_udp, &mut buf[LRH_ONES..LRH_ONES + MAX_IP_UDP])?;
+    let at = LRH_ONES + n;
     buf[at..at + BTH_LEN].copy_from_slice(&transport[..BTH_LEN]);
     buf[at + 4] = 0xff;
     let rest = &transport[BTH_LEN..];

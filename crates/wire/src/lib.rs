@@ -19,6 +19,7 @@ pub mod feth;
 mod field;
 pub mod icrc;
 pub mod icrc_id;
+pub mod icrc_part;
 pub mod ieth;
 pub mod immdt;
 pub mod mad;

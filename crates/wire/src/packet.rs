@@ -279,7 +279,7 @@ fn check_payload<'a>(info: &OpcodeInfo, data: &'a [u8], pad: u8) -> Result<&'a [
         }
         return Ok(data);
     }
-    if data.len() % 4 != 0 || usize::from(pad) > data.len() {
+    if !data.len().is_multiple_of(4) || usize::from(pad) > data.len() {
         return Err(bad_pad);
     }
     if pad != 0 && matches!(info.position, Position::First | Position::Middle) {
@@ -293,7 +293,7 @@ fn check_payload<'a>(info: &OpcodeInfo, data: &'a [u8], pad: u8) -> Result<&'a [
 /// Validates a payload length against the opcode's rule.
 fn check_emit_payload(info: &OpcodeInfo, len: usize) -> Result<()> {
     // FIRST and MIDDLE packets carry whole MTUs, so they never need pad.
-    let aligned = len % 4 == 0 || info.position.ends_message();
+    let aligned = len.is_multiple_of(4) || info.position.ends_message();
     let ok = aligned
         && match info.payload {
             Payload::None => len == 0,

@@ -65,7 +65,7 @@ impl Run {
         let headers = BTH_LEN + if reth { RETH_LEN } else { 0 };
         if packet.get(..8)? != self.head
             || packet.len() < headers + ICRC_LEN
-            || packet.len() % 4 != 0
+            || !packet.len().is_multiple_of(4)
             || packet.len() - headers - ICRC_LEN > MAX_PAYLOAD
         {
             return None;
@@ -103,7 +103,7 @@ mod tests {
                 fecn: false,
                 becn: false,
                 dest_qpn: 0x11,
-                ack_req: psn % 7 == 0,
+                ack_req: psn.is_multiple_of(7),
                 psn: Psn::new(psn),
                 selective_repeat: true,
             },

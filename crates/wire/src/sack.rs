@@ -17,7 +17,7 @@ pub const MAX_LEN: usize = 1024;
 
 /// Checks a SACK payload's length: whole words, no more than [`MAX_LEN`].
 pub fn check_len(len: usize) -> Result<()> {
-    if len % 4 != 0 || len > MAX_LEN {
+    if !len.is_multiple_of(4) || len > MAX_LEN {
         return Err(WireError::BadSack(len));
     }
     Ok(())

@@ -91,7 +91,7 @@ pub fn client(side: &mut Side, args: &PerfArgs, size: usize) -> anyhow::Result<B
     loop {
         if let (Some(d), false) = (timed, stopping) {
             // The clock once in CLOCK_EVERY empty polls (it was 5 % of the client's CPU).
-            if empty % CLOCK_EVERY == 0 && start.elapsed() >= d {
+            if empty.is_multiple_of(CLOCK_EVERY) && start.elapsed() >= d {
                 // One last (signaled) WR per QP, so every QP's tail is seen to complete.
                 stopping = true;
                 for i in 0..q {
@@ -120,7 +120,7 @@ pub fn client(side: &mut Side, args: &PerfArgs, size: usize) -> anyhow::Result<B
         }
         if wcs.is_empty() {
             empty = empty.wrapping_add(1);
-            if empty % CLOCK_EVERY != 0 && !side.sleeps() {
+            if !empty.is_multiple_of(CLOCK_EVERY) && !side.sleeps() {
                 continue;
             }
         }
@@ -274,7 +274,7 @@ fn serve_receives(side: &mut Side, args: &PerfArgs) -> anyhow::Result<()> {
         if !wcs.is_empty() {
             found = true;
         }
-        if spins % CLOCK_EVERY == 0 || side.sleeps() {
+        if spins.is_multiple_of(CLOCK_EVERY) || side.sleeps() {
             let now = Instant::now();
             if std::mem::take(&mut found) {
                 last = now;
@@ -282,7 +282,7 @@ fn serve_receives(side: &mut Side, args: &PerfArgs) -> anyhow::Result<()> {
                 bail!("no message for {} s ({got} received)", STALL.as_secs());
             }
         }
-        if want.is_none() && (spins % 256 == 0 || side.sleeps()) {
+        if want.is_none() && (spins.is_multiple_of(256) || side.sleeps()) {
             if let Some(l) = side.ctl.try_recv()? {
                 want = Some(super::ctl::parse_word(&l, "done")?);
             }

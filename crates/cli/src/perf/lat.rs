@@ -58,7 +58,7 @@ fn wait(side: &mut Side, size: usize, what: Wait, ctl_too: bool) -> anyhow::Resu
             last = Instant::now();
         }
         spins += 1;
-        if spins % 1024 == 0 {
+        if spins.is_multiple_of(1024) {
             if ctl_too {
                 if let Some(l) = side.ctl.try_recv()? {
                     parse_word(&l, "done")?;
@@ -93,7 +93,7 @@ fn ping(side: &Side, args: &PerfArgs, size: usize, i: u64) -> anyhow::Result<()>
     let mut wr = SendWr::new(i, args.opcode(), data);
     // Signal one in 16 sends so the send queue drains without a completion per message;
     // every WRITE is signaled and waited for, as ib_write_lat does.
-    wr.flags = if i % 16 == 0 || args.verb == Verb::Write {
+    wr.flags = if i.is_multiple_of(16) || args.verb == Verb::Write {
         SendFlags::SIGNALED
     } else {
         SendFlags::empty()
@@ -158,7 +158,7 @@ pub fn client(side: &mut Side, args: &PerfArgs, size: usize) -> anyhow::Result<L
             wait(side, size, Wait::Own, false)?;
             samples.push(t.elapsed().as_nanos() as f64 / 1000.0);
         }
-        if i % 256 == 0 {
+        if i.is_multiple_of(256) {
             pb.set_position(match args.duration {
                 Some(_) => start.elapsed().as_secs(),
                 None => i,

@@ -48,7 +48,7 @@ impl Engine {
         // Cannot fail: a MAD is far below the buffer's MAX_PACKET bytes.
         let hlen = pkt.emit_headers(buf).ok()?;
         buf[hlen..hlen + MAD_LEN].copy_from_slice(&mad);
-        let len = finish_packet(buf, hlen, MAD_LEN);
+        let len = finish_packet(buf, hlen, MAD_LEN, None);
         self.stats.tx_packets += 1;
         Some(Transmit {
             dest,

@@ -41,7 +41,9 @@ pub struct EngineConfig {
 
 /// A packet `poll_transmit` wrote: `len` bytes at the start of the caller's buffer, to go to
 /// `dest` from UDP source port `src_port` (destination port 4791). The last 4 bytes are
-/// the ICRC, left zero for the driver to fill in once it knows the IP header.
+/// the ICRC, for the driver to fill in once it knows the IP header: with
+/// `oxrdma_wire::icrc_part::complete` where `icrc_part::carries_part` says the engine left
+/// the transport bytes' part there (long packets), else with `icrc::fill`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
     pub dest: Gid,

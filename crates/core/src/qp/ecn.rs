@@ -50,7 +50,7 @@ impl Notifier {
         let hlen = repr
             .emit_headers_for(0, buf)
             .expect("a CNP fits any packet buffer");
-        finish_packet(buf, hlen, 0)
+        finish_packet(buf, hlen, 0, None)
     }
 }
 

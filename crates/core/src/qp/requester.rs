@@ -3,7 +3,7 @@
 //! flight (`InFlight`), says what it sent (`Sent`) and goes back when the completer asks
 //! (`ReqCmd`); the QP carries each between them.
 
-use crate::build::{bth, finish_packet, packets_for};
+use crate::build::{bth, finish_packet, packets_for, part_for};
 use crate::limits::MAX_PACKET;
 use crate::mr::gather;
 use crate::qp::handoff::{Cursor, InFlight, ReqCmd, RunSent, Sent};
@@ -489,9 +489,11 @@ impl Sender<'_> {
                 reth_for(&w.wr, off, n).emit(&mut Reth::new_unchecked(&mut buf[BTH_LEN..hlen]));
             }
             // Bounds were checked when the WQE started; the buffer cannot shrink.
-            let ok = gather(&w.segs, off as usize, &mut buf[hlen..hlen + n]);
+            // Copied and hashed for the ICRC in one pass (`crc_copy.rs`).
+            let mut hashed = part_for(&buf[..hlen], n);
+            let ok = gather(&w.segs, off as usize, &mut buf[hlen..hlen + n], &mut hashed);
             debug_assert!(ok);
-            len = finish_packet(buf, hlen, n);
+            len = finish_packet(buf, hlen, n, hashed);
             since = if ack { 0 } else { since + 1 };
             if ack && first_ask.is_none() {
                 first_ask = Some(psn);
@@ -733,18 +735,20 @@ impl Sender<'_> {
         let (off, n, again) = (self.r.off, next.payload, self.r.resending());
         let after = self.r.next_psn.add(next.psns);
         let w = &self.sq[idx];
-        let payload = &mut buf[hlen..hlen + n];
+        let mut hashed = None;
         match &w.wr.data {
             SendData::Inline(data) => {
-                payload.copy_from_slice(&data[off as usize..off as usize + n])
+                buf[hlen..hlen + n].copy_from_slice(&data[off as usize..off as usize + n])
             }
             SendData::Sges(_) => {
-                // Bounds were checked when the WQE started; the buffer cannot shrink.
-                let ok = gather(&w.segs, off as usize, payload);
+                // Copied and hashed for the ICRC in one pass (`crc_copy.rs`). Bounds were
+                // checked when the WQE started; the buffer cannot shrink.
+                hashed = part_for(&buf[..hlen], n);
+                let ok = gather(&w.segs, off as usize, &mut buf[hlen..hlen + n], &mut hashed);
                 debug_assert!(ok);
             }
         }
-        let total = finish_packet(buf, hlen, n);
+        let total = finish_packet(buf, hlen, n, hashed);
         let (first, npkts) = (w.first_psn, w.npkts);
         let sent = Sent {
             psn: self.r.next_psn,

@@ -1,7 +1,7 @@
 //! The responder: accepts requests in PSN order, executes them against registered memory,
 //! consumes receive WQEs, and queues ACKs, NAKs, READ responses and atomic ACKs.
 
-use crate::build::{bth, finish_packet, packets_for};
+use crate::build::{bth, finish_packet, packets_for, part_for};
 use crate::ctx::Ctx;
 use crate::drops::RxDrop;
 use crate::keys::{MrTable, RemoteRange};
@@ -994,12 +994,19 @@ impl Responder {
             };
             let n = sack::emit(psn, span, held, &mut buf[hlen..]);
             self.replies.pop_front();
-            return Some(finish_packet(buf, hlen, n));
+            return Some(finish_packet(buf, hlen, n, None));
         }
+        let mut hashed = None;
         if let Some(Reply::Read(r)) = self.replies.front_mut() {
             if let Some(seg) = &r.seg {
-                seg.buffer
-                    .read(seg.offset + r.sent, &mut buf[hlen..hlen + n]);
+                // The payload copied and its ICRC part taken in one pass (`crc_copy.rs`).
+                let at = seg.offset + r.sent;
+                hashed = part_for(&buf[..hlen], n);
+                let to = &mut buf[hlen..hlen + n];
+                match hashed {
+                    Some(h) => hashed = seg.buffer.read_hashing(at, to, h),
+                    None => _ = seg.buffer.read(at, to),
+                }
             }
             r.sent += n;
             r.next_psn = r.next_psn.next();
@@ -1007,6 +1014,6 @@ impl Responder {
         if done {
             self.replies.pop_front();
         }
-        Some(finish_packet(buf, hlen, n))
+        Some(finish_packet(buf, hlen, n, hashed))
     }
 }
