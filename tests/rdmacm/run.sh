@@ -141,6 +141,16 @@ else
   cat "$work/cc" "$work/chd" | sed 's/^/    /'
   fails=$((fails + 1))
 fi
+# A QP the CM cannot move after the REP: CONNECT_ERROR, and the REJ only at destroy.
+next
+if gcc -O1 -Wall -Werror -o "$work/connect_error" tests/rdmacm/connect_error.c -lrdmacm \
+  -libverbs >"$work/cc" 2>&1 && timeout 60 "$work/connect_error" "$port" >"$work/ce" 2>&1; then
+  row "a QP that cannot take the REP (connect_error.c)" PASS
+else
+  row "a QP that cannot take the REP (connect_error.c)" FAIL
+  cat "$work/cc" "$work/ce" | sed 's/^/    /'
+  fails=$((fails + 1))
+fi
 # With nothing configured the device is on a loopback address, which reaches this host
 # only: a host elsewhere is an address error at once (RDMA_CM_EVENT_ADDR_ERROR, as rxe
 # gives where no RDMA device is on the route), not a REQ that never leaves and a client

@@ -477,3 +477,36 @@ fn a_qp_that_fails_after_established_still_disconnects_cleanly() {
     expect(chc, CmEventType::TimewaitExit);
     expect(chs, CmEventType::TimewaitExit);
 }
+
+#[test]
+fn a_qp_that_cannot_take_the_rep_gives_connect_error_and_the_rej_waits_for_destroy() {
+    // librdmacm's way, which the C library shares (`cm/steps.rs`): the QP to ERR,
+    // CONNECT_ERROR with the move's errno, nothing on the wire until the id is destroyed.
+    let p = pair(118, "0.0.0.0:47118", PortSpace::Tcp);
+    let (qs, qc) = (p.qp(true), p.qp(false));
+    let id = p.resolved("127.0.0.1:47118");
+    id.attach_qp(&qc).unwrap();
+    id.connect(&ConnParam::default()).unwrap();
+    let (chs, chc) = (&p.chs, &p.chc);
+    let conn = expect(chs, CmEventType::ConnectRequest).new_id.unwrap();
+    conn.attach_qp(&qs).unwrap();
+    // The client's QP fails before the REP comes: ERR cannot go to RTR.
+    qc.modify(&oxrdma::QpAttr {
+        qp_state: Some(QpState::Err),
+        ..Default::default()
+    })
+    .unwrap();
+    conn.accept(&ConnParam::default()).unwrap();
+    let e = expect(chc, CmEventType::ConnectError);
+    assert_eq!(e.status, -22, "EINVAL from the QP's move");
+    assert_eq!(qc.state().unwrap(), QpState::Err);
+    // No REJ: the server hears nothing while the client's id lives...
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(chs.try_event().is_none(), "the server heard of the error");
+    // ...and REJECTED (28, consumer defined) once it is destroyed.
+    drop(id);
+    let rej = expect(chs, CmEventType::Rejected);
+    assert_eq!(rej.status, 28);
+    assert_eq!(qs.state().unwrap(), QpState::Err);
+    assert!(chc.try_event().is_none(), "nothing after CONNECT_ERROR");
+}

@@ -8,19 +8,13 @@ use super::event::{ack_cm_event, complete};
 use super::id::{fail, unregister, Chan, Id};
 use super::sockaddr;
 use crate::errno::{errno_of, set_errno};
-use oxrdma::cm::{CmId, ConnParam, PortSpace};
-use oxrdma::{QpState, QpType};
+use oxrdma::cm::{ConnParam, PortSpace};
+use oxrdma::QpType;
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The device's read limits (for 0xff, "the device's most").
-fn limits(ox: &CmId) -> (u8, u8) {
-    let a = ox.context().attr();
-    (a.max_qp_rd_atom, a.max_qp_rd_atom)
 }
 
 /// `rdma_create_event_channel`.
@@ -242,10 +236,11 @@ unsafe fn conn_param(id: &Id, p: *const rdma_conn_param, qp_num: u32) -> ConnPar
             });
         }
     }
+    // NULL: "as deep as the device (and the request) allows", as librdmacm.
     ConnParam {
         private_data: data,
-        responder_resources: st.resp_res,
-        initiator_depth: st.init_depth,
+        responder_resources: p.map_or(RDMA_MAX_RESP_RES, |p| p.responder_resources),
+        initiator_depth: p.map_or(RDMA_MAX_INIT_DEPTH, |p| p.initiator_depth),
         flow_control: p.is_some_and(|p| p.flow_control != 0),
         retry_count: p.map_or(7, |p| p.retry_count),
         rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count),
@@ -281,22 +276,6 @@ pub(crate) unsafe extern "C" fn connect(id: *mut rdma_cm_id, param: *mut rdma_co
         if id.port_space() == PortSpace::Tcp && id.qp().is_null() && p.is_none() {
             return Err(libc::EINVAL);
         }
-        let (max_rr, max_id) = limits(&ox);
-        {
-            let mut st = lock(&id.st);
-            st.init_depth = match p.map(|p| p.initiator_depth) {
-                Some(d) if d != RDMA_MAX_INIT_DEPTH => d,
-                _ => max_id,
-            };
-            st.resp_res = match p.map(|p| p.responder_resources) {
-                Some(r) if r != RDMA_MAX_RESP_RES => r,
-                _ => max_rr,
-            };
-            if id.port_space() == PortSpace::Tcp && (st.init_depth > max_id || st.resp_res > max_rr)
-            {
-                return Err(libc::EINVAL);
-            }
-        }
         // SAFETY: the caller's promise.
         let (qpn, srq) = unsafe { qp_of_param(id, param) };
         // SAFETY: the caller's promise.
@@ -317,38 +296,14 @@ pub(crate) unsafe extern "C" fn accept(id: *mut rdma_cm_id, param: *mut rdma_con
     // SAFETY: the caller's promise.
     ret(with(unsafe { Id::get(id) }, |id| {
         let ox = id.ox()?;
-        // SAFETY: the caller's promise.
-        let p = unsafe { param.as_ref() };
-        let (max_rr, max_id) = limits(&ox);
-        {
-            let mut st = lock(&id.st);
-            st.init_depth = match p.map(|p| p.initiator_depth) {
-                Some(d) if d != RDMA_MAX_INIT_DEPTH => d,
-                _ => st.init_depth.min(max_id),
-            };
-            st.resp_res = match p.map(|p| p.responder_resources) {
-                Some(r) if r != RDMA_MAX_RESP_RES => r,
-                _ => st.resp_res.min(max_rr),
-            };
-        }
         let ud = id.qp_type() == QpType::Ud;
-        if !ud {
-            for s in [QpState::Init, QpState::Rtr, QpState::Rts] {
-                if let Err(e) = id.move_qp(&ox, s, true) {
-                    id.qp_to_err();
-                    return Err(e);
-                }
-            }
-        }
         // SAFETY: the caller's promise.
         let (qpn, srq) = unsafe { qp_of_param(id, param) };
         // SAFETY: the caller's promise.
         let mut cp = unsafe { conn_param(id, param, qpn) };
         cp.srq = srq;
-        if let Err(e) = ox.accept(&cp) {
-            id.qp_to_err();
-            return Err(errno_of(&e));
-        }
+        // The id settles the depths and moves the QP (`oxrdma::cm::steps`).
+        ox.accept(&cp).map_err(|e| errno_of(&e))?;
         if ud {
             return Ok(());
         }
@@ -394,7 +349,7 @@ pub(crate) unsafe extern "C" fn disconnect(id: *mut rdma_cm_id) -> c_int {
     // SAFETY: the caller's promise.
     ret(with(unsafe { Id::get(id) }, |id| {
         let ox = id.ox()?;
-        id.qp_to_err();
+        // The id moves the QP to ERR first.
         ox.disconnect().map_err(|e| errno_of(&e))?;
         if id.qp_type() == QpType::Ud {
             return Ok(());

@@ -7,7 +7,7 @@ use super::abi::*;
 use super::id::{by_key, fail, register, Chan, Id};
 use crate::abi::ibv_gid;
 use oxrdma::cm::{CmEvent, CmEventType};
-use oxrdma::{QpState, QpType};
+use oxrdma::QpType;
 use std::ffi::{c_char, c_int};
 
 /// An event as handed to the program: its struct first, then the private data it points
@@ -63,8 +63,6 @@ fn child(listener: &Id, e: &mut CmEvent) -> Option<*mut Id> {
         let mut st = lock(&new.st);
         st.dev = dev;
         st.sync = lock(&listener.st).sync;
-        st.resp_res = e.conn.responder_resources;
-        st.init_depth = e.conn.initiator_depth;
         st.ox = Some(ox.clone());
     }
     register(ox.key().0, id);
@@ -87,29 +85,14 @@ fn convert(mut e: CmEvent) -> Option<*mut rdma_cm_event> {
     // SAFETY: registered ids are live (an id leaves the registry before it is freed).
     let id = unsafe { &*id_ptr };
     let ox = id.ox().ok()?;
-    let (mut event, mut status) = (e.event, e.status);
-    match event {
-        CmEventType::AddrResolved | CmEventType::RouteResolved | CmEventType::Established => {
-            id.write_route(&ox);
-        }
-        CmEventType::ConnectResponse if !id.qp().is_null() => {
-            let moved = [QpState::Init, QpState::Rtr, QpState::Rts]
-                .into_iter()
-                .try_for_each(|s| id.move_qp(&ox, s, false));
-            match moved.and_then(|()| ox.establish().map_err(|e| crate::errno::errno_of(&e))) {
-                Ok(()) => event = CmEventType::Established,
-                Err(err) => {
-                    id.qp_to_err();
-                    lock(&id.st).connect_error = true;
-                    (event, status) = (CmEventType::ConnectError, -err);
-                }
-            }
-        }
-        CmEventType::Rejected | CmEventType::Disconnected if lock(&id.st).connect_error => {
-            return None;
-        }
-        CmEventType::Rejected => id.qp_to_err(),
-        _ => {}
+    // The id moved the program's QP on the way (a REP: RTR, RTS and the RTU, or
+    // CONNECT_ERROR; a rejection: ERR), as librdmacm does (`oxrdma::cm::steps`).
+    let (event, status) = (e.event, e.status);
+    if matches!(
+        event,
+        CmEventType::AddrResolved | CmEventType::RouteResolved | CmEventType::Established
+    ) {
+        id.write_route(&ox);
     }
     let listen_id = if e.event == CmEventType::ConnectRequest {
         // SAFETY: the listener is live.

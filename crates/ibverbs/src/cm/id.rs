@@ -5,12 +5,12 @@
 
 use super::abi::*;
 use super::devices::{device_for, CmDevice};
-use super::{qpattr, sockaddr};
+use super::sockaddr;
 use crate::abi::{ibv_qp, ibv_qp_init_attr};
 use crate::context::Context;
 use crate::errno::{errno_of, set_errno};
 use oxrdma::cm::{CmEvent, CmId, EventChannel, PortSpace};
-use oxrdma::{QpState, QpType};
+use oxrdma::QpType;
 use std::cell::UnsafeCell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{c_int, c_void};
@@ -155,11 +155,6 @@ pub struct State {
     /// No channel was given: each call waits for its event (on a channel of its own).
     pub sync: bool,
     pub own_chan: usize,
-    /// Responder resources and initiator depth of the connection.
-    pub resp_res: u8,
-    pub init_depth: u8,
-    /// The REP answered with CONNECT_ERROR: its later REJECTED/DISCONNECTED are not shown.
-    pub connect_error: bool,
     /// `rdma_create_ep`: private data for the REQ, and (passive) the QP each request gets.
     pub connect_data: Vec<u8>,
     pub qp_init: Option<ibv_qp_init_attr>,
@@ -412,38 +407,5 @@ impl Id {
     pub fn qp(&self) -> *mut ibv_qp {
         // SAFETY: the id is live.
         unsafe { (*self.c()).qp }
-    }
-
-    /// Moves the id's QP as `rdma_init_qp_attr` says for `state`; `negotiated`: with the
-    /// read limits `rdma_accept` settled (librdmacm's `ucma_modify_qp_rtr/rts`), else the
-    /// CM's (after a REP).
-    pub fn move_qp(&self, ox: &CmId, state: QpState, negotiated: bool) -> Result<(), c_int> {
-        let qp = self.qp();
-        if qp.is_null() {
-            return Ok(());
-        }
-        let mut a = ox.init_qp_attr(state).map_err(|e| errno_of(&e))?;
-        if negotiated {
-            let st = lock(&self.st);
-            if a.max_dest_rd_atomic.is_some() {
-                a.max_dest_rd_atomic = Some(st.resp_res);
-            }
-            if a.max_rd_atomic.is_some() {
-                a.max_rd_atomic = Some(st.init_depth);
-            }
-        }
-        qpattr::modify(qp, &a)
-    }
-
-    /// The QP to ERR (disconnect, rejection).
-    pub fn qp_to_err(&self) {
-        let qp = self.qp();
-        if !qp.is_null() {
-            let err = oxrdma::QpAttr {
-                qp_state: Some(QpState::Err),
-                ..Default::default()
-            };
-            let _ = qpattr::modify(qp, &err);
-        }
     }
 }

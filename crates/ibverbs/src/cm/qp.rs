@@ -6,8 +6,9 @@
 use super::abi::rdma_cm_id;
 use super::id::{fail, Id};
 use crate::abi::*;
-use oxrdma::{QpState, QpType};
+use oxrdma::cm::QpMover;
 use std::ffi::{c_int, c_void};
+use std::sync::Arc;
 
 /// Makes a completion channel and a CQ of `n` entries on the id, if `n` > 0.
 ///
@@ -117,7 +118,10 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
             return fail(e);
         }
         (*c).qp = qp;
-        if let Err(e) = init(idr) {
+        if let Err(e) = init(idr, qp) {
+            if let Ok(ox) = idr.ox() {
+                ox.detach_qp();
+            }
             (*c).qp = std::ptr::null_mut();
             crate::qp::destroy_qp(qp);
             drop_cqs(c);
@@ -128,15 +132,32 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
     0
 }
 
-/// A new QP's first moves: RC and UC to INIT (no remote access yet), UD to RTS.
-fn init(id: &Id) -> Result<(), c_int> {
+/// The program's QP, moved by its oxrdma id through this library's `ibv_modify_qp`, so the
+/// program's struct follows every move.
+#[derive(Debug)]
+struct ProgramQp(*mut ibv_qp);
+
+// SAFETY: the QP is a live one of this library's from `rdma_create_qp` until
+// `rdma_destroy_qp`, which detaches it from the id before it destroys it; the library's
+// `ibv_modify_qp` may be called from any thread.
+unsafe impl Send for ProgramQp {}
+// SAFETY: as above; `modify` takes the QP's device lock.
+unsafe impl Sync for ProgramQp {}
+
+impl QpMover for ProgramQp {
+    fn modify(&self, attr: &oxrdma::QpAttr) -> Result<(), c_int> {
+        super::qpattr::modify(self.0, attr)
+    }
+}
+
+/// A new QP made the id's, which moves it from now on (RC and UC to INIT, UD to RTS at
+/// once; `oxrdma::cm::CmId::attach_qp_with`).
+fn init(id: &Id, qp: *mut ibv_qp) -> Result<(), c_int> {
     let ox = id.ox()?;
-    let states: &[QpState] = if id.qp_type() == QpType::Ud {
-        &[QpState::Init, QpState::Rtr, QpState::Rts]
-    } else {
-        &[QpState::Init]
-    };
-    states.iter().try_for_each(|&s| id.move_qp(&ox, s, false))
+    // SAFETY: a live QP of this library's, just made.
+    let qpn = unsafe { (*qp).qp_num };
+    ox.attach_qp_with(qpn, Arc::new(ProgramQp(qp)))
+        .map_err(|e| crate::errno::errno_of(&e))
 }
 
 /// `rdma_create_qp`: `rdma_create_qp_ex` with `pd` (NULL: the id's).
@@ -195,6 +216,12 @@ pub(crate) unsafe extern "C" fn create_qp(
 /// # Safety
 /// `id` NULL or live.
 pub(crate) unsafe extern "C" fn destroy_qp(id: *mut rdma_cm_id) {
+    // SAFETY: the caller's promise.
+    if let Some(idr) = unsafe { Id::get(id) } {
+        if let Ok(ox) = idr.ox() {
+            ox.detach_qp();
+        }
+    }
     // SAFETY: the caller's promise.
     if let Some(c) = unsafe { id.as_mut() } {
         if !c.qp.is_null() {

@@ -4,12 +4,14 @@
 
 use super::route;
 use super::state::{einval, qp_attr, CmId, Phase, State, ACK_TIMEOUT};
-use super::{ConnParam, UDP_QKEY};
+use super::steps::{self, Depths, TO_RTS};
+use super::{ConnParam, PortSpace, UDP_QKEY};
 use crate::error::{Error, Result};
 use crate::lock::lock;
 use oxrdma_core::cm::{AcceptParams, CmId as CommId, CmTransport, ConnectParams, SidrReplyParams};
 use oxrdma_core::{Mtu, QpAttr, QpState, QpType};
 use oxrdma_wire::cma::{self, CmaHeader};
+use rustix::io::Errno;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
@@ -44,6 +46,12 @@ impl CmId {
         }
         data.extend_from_slice(&param.private_data);
         let sid = cma::service_id(ps.value(), dst.port());
+        let asked = Depths {
+            responder_resources: param.responder_resources,
+            initiator_depth: param.initiator_depth,
+        };
+        let depths = Depths::connect(asked, self.device_depth(), ps == PortSpace::Tcp)
+            .map_err(|_| einval("read depths beyond the device's"))?;
         let mut dev = shared.lock();
         let now = dev.now();
         let id = if self.inner.qp_type == QpType::Ud {
@@ -61,8 +69,8 @@ impl CmId {
                 },
                 qpn,
                 starting_psn: st.seq_num,
-                responder_resources: param.responder_resources,
-                initiator_depth: param.initiator_depth,
+                responder_resources: depths.responder_resources,
+                initiator_depth: depths.initiator_depth,
                 flow_control: param.flow_control,
                 retry_count: param.retry_count.min(7),
                 rnr_retry_count: param.rnr_retry_count.min(7),
@@ -84,8 +92,7 @@ impl CmId {
         shared.ring();
         st.comm = Some(id.0);
         st.peer = Some(peer);
-        st.resp_res = param.responder_resources;
-        st.init_depth = param.initiator_depth;
+        st.depths = depths;
         st.retry = param.retry_count.min(7);
         st.rnr_retry = param.rnr_retry_count.min(7);
         st.phase = Phase::Connecting;
@@ -120,18 +127,23 @@ impl CmId {
             st.comm = None;
             return Ok(());
         }
-        // Reads we issue: no more than the active side has resources for.
-        st.init_depth = param.initiator_depth.min(st.init_depth);
-        st.resp_res = param.responder_resources;
+        let asked = Depths {
+            responder_resources: param.responder_resources,
+            initiator_depth: param.initiator_depth,
+        };
+        st.depths = st.depths.accept(asked, self.device_depth());
         st.rnr_retry = param.rnr_retry_count.min(7);
         if st.qp.is_some() {
-            self.to_rts(&st)?;
+            if let Err(errno) = self.move_qp(&st, &TO_RTS) {
+                self.qp_to_err(&st);
+                return Err(Error::Io(std::io::Error::from_raw_os_error(errno)));
+            }
         }
         let p = AcceptParams {
             qpn,
             starting_psn: st.seq_num,
-            responder_resources: st.resp_res,
-            initiator_depth: st.init_depth,
+            responder_resources: st.depths.responder_resources,
+            initiator_depth: st.depths.initiator_depth,
             flow_control: param.flow_control,
             rnr_retry_count: st.rnr_retry,
             srq: param.srq,
@@ -139,10 +151,15 @@ impl CmId {
         };
         let mut dev = shared.lock();
         let now = dev.now();
-        dev.engine.cm_mut().accept(now, comm, &p)?;
+        let sent = dev.engine.cm_mut().accept(now, comm, &p);
         shared.drive_through(&mut dev);
         drop(dev);
         shared.ring();
+        if let Err(e) = sent {
+            // As librdmacm: a REP that could not go leaves the QP in ERR.
+            self.qp_to_err(&st);
+            return Err(e.into());
+        }
         st.phase = Phase::Accepted;
         Ok(())
     }
@@ -218,32 +235,41 @@ impl CmId {
         }
     }
 
-    pub(super) fn modify(&self, qpn: u32, attr: &QpAttr) -> Result<()> {
+    /// Modifies the attached QP: through its mover (the C library's), else the engine.
+    pub(super) fn modify(&self, st: &State, attr: &QpAttr) -> std::result::Result<(), i32> {
+        let Some(qpn) = st.qp else {
+            return Err(Errno::INVAL.raw_os_error());
+        };
+        if let Some(m) = &st.mover {
+            return m.modify(attr);
+        }
         let shared = self.inner.ctx.shared();
-        shared.lock().engine.modify_qp(qpn, attr)?;
+        let r = shared.lock().engine.modify_qp(qpn, attr);
         shared.ring();
-        Ok(())
+        r.map_err(|_| Errno::INVAL.raw_os_error())
     }
 
-    /// INIT (with the connection's access), RTR, RTS.
-    pub(super) fn to_rts(&self, st: &State) -> Result<()> {
-        let qpn = st.qp.ok_or(einval("no QP"))?;
+    /// The attached QP through `states`, as `rdma_init_qp_attr` gives each (INIT with the
+    /// connection's access, RTR, RTS); the errno of the first that fails.
+    pub(super) fn move_qp(&self, st: &State, states: &[QpState]) -> std::result::Result<(), i32> {
         let (t, ps) = (self.inner.qp_type, self.inner.ps);
         let sgid = self.inner.local_gid(st).1;
-        for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
-            self.modify(qpn, &qp_attr(st, t, ps, state, sgid)?)?;
-        }
-        Ok(())
+        states.iter().try_for_each(|&state| {
+            let attr = qp_attr(st, t, ps, state, sgid).map_err(|_| Errno::INVAL.raw_os_error())?;
+            self.modify(st, &attr)
+        })
     }
 
     pub(super) fn qp_to_err(&self, st: &State) {
-        if let Some(qpn) = st.qp {
-            let err = QpAttr {
-                qp_state: Some(QpState::Err),
-                ..QpAttr::default()
-            };
-            let _ = self.modify(qpn, &err);
+        if st.qp.is_some() {
+            let _ = self.modify(st, &steps::to_err());
         }
+    }
+
+    /// The most READs and atomics in flight the device takes on a QP (librdmacm's bound
+    /// for [`steps::MAX_DEPTH`]).
+    fn device_depth(&self) -> u8 {
+        self.inner.ctx.attr().max_qp_rd_atom
     }
 }
 fn any() -> SocketAddr {

@@ -7,13 +7,14 @@ use super::state::{
     dev_key, einval, errno, qp_attr, CmId, IdInner, Phase, Raw, State, ACK_TIMEOUT, EPHEMERAL,
     NEXT_KEY,
 };
-use super::{CmEventType, CmIdKey, EventChannel, PortSpace, UDP_QKEY};
+use super::steps::{QpMover, TO_RTS};
+use super::{CmEventType, CmIdKey, EventChannel, PortSpace};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 use crate::qp::QueuePair;
 use oxrdma_core::cm::{CmEventKind, CmId as CommId};
-use oxrdma_core::{Access, Gid, QpAttr, QpState, QpType};
+use oxrdma_core::{Gid, QpAttr, QpState, QpType};
 use oxrdma_wire::cma::{self};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -262,22 +263,37 @@ impl CmId {
 
     /// Makes `qp` this id's (`rdma_create_qp` with a QP made by the caller): it goes to
     /// INIT (a UD QP on to RTS with the port space's Q_Key), and the id moves it on as the
-    /// connection goes (RTR and RTS on `accept` or the REP, ERR on disconnect).
+    /// connection goes (RTR and RTS on `accept` or the REP, ERR on a rejection or
+    /// disconnect).
     pub fn attach_qp(&self, qp: &QueuePair) -> Result<()> {
         if qp.qp_type() != self.inner.qp_type {
             return Err(einval("the QP's type is not the id's"));
         }
-        lock(&self.inner.st).qp = Some(qp.qpn());
-        if self.inner.qp_type == QpType::Ud {
-            return qp.ready_ud(UDP_QKEY, 0);
-        }
-        qp.modify(&QpAttr {
-            qp_state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port_num: Some(1),
-            qp_access_flags: Some(Access::empty()),
-            ..QpAttr::default()
-        })
+        self.attach(qp.qpn(), None)
+    }
+
+    /// [`Self::attach_qp`] for a QP this id moves through `mover` rather than the engine:
+    /// the C library's, whose program's `struct ibv_qp` must follow every move.
+    pub fn attach_qp_with(&self, qpn: u32, mover: Arc<dyn QpMover>) -> Result<()> {
+        self.attach(qpn, Some(mover))
+    }
+
+    /// Forgets the attached QP (`rdma_destroy_qp`): the id moves it no more.
+    pub fn detach_qp(&self) {
+        let mut st = lock(&self.inner.st);
+        (st.qp, st.mover) = (None, None);
+    }
+
+    fn attach(&self, qpn: u32, mover: Option<Arc<dyn QpMover>>) -> Result<()> {
+        let mut st = lock(&self.inner.st);
+        (st.qp, st.mover) = (Some(qpn), mover);
+        let first: &[QpState] = if self.inner.qp_type == QpType::Ud {
+            &TO_RTS
+        } else {
+            &[QpState::Init]
+        };
+        self.move_qp(&st, first)
+            .map_err(|e| Error::Io(std::io::Error::from_raw_os_error(e)))
     }
 
     /// `rdma_init_qp_attr`: the attributes that take a QP of this connection to `state`

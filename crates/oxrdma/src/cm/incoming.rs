@@ -5,8 +5,8 @@
 use super::channel::EventChannel;
 use super::route;
 use super::state::{ChannelInner, CmId, IdInner, Phase, Raw, State, ACK_TIMEOUT, NEXT_KEY};
+use super::steps::{Depths, TO_RTS};
 use super::{CmEvent, CmEventType, CmIdKey, ConnParam, UdParam, ETIMEDOUT};
-use crate::error::Error;
 use crate::lock::lock;
 use oxrdma_core::cm::{CmEvent as CoreEvent, CmEventKind, CmId as CommId, SidrReplyParams};
 use oxrdma_core::{Gid, Mtu};
@@ -44,7 +44,7 @@ pub(crate) fn take_event(ch: &Arc<ChannelInner>, raw: Raw) -> Option<CmEvent> {
             if ends {
                 lock(&ch.conns).remove(&(dev, comm.0));
             }
-            Some(CmId { inner: id }.on_event(kind))
+            CmId { inner: id }.on_event(kind)
         }
     }
 }
@@ -162,8 +162,7 @@ fn request(
         st.peer_qpn = req.local_qpn;
         st.peer_psn = req.starting_psn;
         // The passive side's view: its responder resources are the REQ's initiator depth.
-        st.resp_res = req.initiator_depth;
-        st.init_depth = req.responder_resources;
+        st.depths = Depths::of_request(req.responder_resources, req.initiator_depth);
         st.retry = req.retry_count;
         st.rnr_retry = req.rnr_retry_count;
         st.ack_timeout = req.primary.local_ack_timeout;
@@ -222,11 +221,19 @@ fn sidr_request(
 
 impl CmId {
     /// What an event of the device's CM does to this id, and the event the application
-    /// sees.
-    fn on_event(&self, kind: CmEventKind) -> CmEvent {
+    /// sees (none for the end of a connection whose REP met CONNECT_ERROR).
+    fn on_event(&self, kind: CmEventKind) -> Option<CmEvent> {
         let key = self.inner.key;
         let mut st = lock(&self.inner.st);
-        match kind {
+        let after_error = matches!(
+            kind,
+            CmEventKind::Rejected { .. } | CmEventKind::Disconnected { .. }
+        );
+        if after_error && st.connect_error {
+            (st.phase, st.comm) = (Phase::Done, None);
+            return None;
+        }
+        Some(match kind {
             CmEventKind::Reply { rep } => self.on_reply(&mut st, &rep),
             CmEventKind::Established => {
                 st.phase = Phase::Connected;
@@ -261,7 +268,7 @@ impl CmId {
             CmEventKind::ConnectRequest { .. } | CmEventKind::SidrRequest { .. } => {
                 plain(key, CmEventType::ConnectError, -22)
             }
-        }
+        })
     }
 
     /// The REP: with a QP, RTR and RTS and the RTU, and the application sees ESTABLISHED
@@ -270,8 +277,7 @@ impl CmId {
         let key = self.inner.key;
         st.peer_qpn = rep.local_qpn;
         st.peer_psn = rep.starting_psn;
-        // Reads we issue: no more than the passive side has resources for.
-        st.init_depth = st.init_depth.min(rep.responder_resources);
+        st.depths = st.depths.after_reply(rep.responder_resources);
         st.rnr_retry = rep.rnr_retry_count;
         let conn = ConnParam {
             private_data: rep.private_data.to_vec(),
@@ -291,17 +297,12 @@ impl CmId {
         }
         let shared = self.inner.ctx.shared();
         let comm = CommId(st.comm.unwrap_or_default());
-        if let Err(e) = self.to_rts(st) {
-            // librdmacm: CONNECT_ERROR, and the REP is rejected.
-            let mut dev = shared.lock();
-            let _ = dev.engine.cm_mut().reject(comm, &[]);
-            shared.drive_through(&mut dev);
-            st.phase = Phase::Done;
-            let status = match e {
-                Error::Verbs(_) => -22,
-                _ => -5,
-            };
-            return plain(key, CmEventType::ConnectError, status);
+        if let Err(errno) = self.move_qp(st, &TO_RTS) {
+            // librdmacm's way (`steps.rs`): the QP to ERR, CONNECT_ERROR, and nothing on
+            // the wire now (the REJ goes out when the id is destroyed).
+            self.qp_to_err(st);
+            (st.phase, st.connect_error) = (Phase::Done, true);
+            return plain(key, CmEventType::ConnectError, -errno);
         }
         let mut dev = shared.lock();
         let _ = dev.engine.cm_mut().establish(comm);

@@ -13,10 +13,12 @@ mod incoming;
 mod rendezvous;
 mod route;
 mod state;
+mod steps;
 
 pub(crate) use channel::CmRoutes;
 pub use channel::EventChannel;
 pub use state::CmId;
+pub use steps::{Depths, QpMover, TooDeep, MAX_DEPTH};
 
 use oxrdma_core::Gid;
 use oxrdma_wire::cma;

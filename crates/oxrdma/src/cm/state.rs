@@ -4,6 +4,7 @@
 //! `id.rs` and `connection.rs`; events are taken in `incoming.rs`.
 
 use super::rendezvous::Registration;
+use super::steps::{Depths, QpMover};
 use super::{CmEventType, PortSpace, UDP_QKEY};
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -50,6 +51,11 @@ pub(super) struct State {
     pub(super) peer: Option<Gid>,
     pub(super) comm: Option<u32>,
     pub(super) qp: Option<u32>,
+    /// How the attached QP is moved, if not through the engine (`attach_qp_with`).
+    pub(super) mover: Option<Arc<dyn QpMover>>,
+    /// The REP answered with CONNECT_ERROR: a REJECTED or DISCONNECTED after it is not
+    /// shown (`steps.rs`).
+    pub(super) connect_error: bool,
     /// The PSN this side receives with (the peer sends from it).
     pub(super) seq_num: u32,
     pub(super) listen: Option<(u64, Option<Registration>)>,
@@ -57,8 +63,7 @@ pub(super) struct State {
     pub(super) peer_qpn: u32,
     pub(super) peer_psn: u32,
     /// The connection's parameters, as they stand for the QP.
-    pub(super) resp_res: u8,
-    pub(super) init_depth: u8,
+    pub(super) depths: Depths,
     pub(super) retry: u8,
     pub(super) rnr_retry: u8,
     pub(super) ack_timeout: u8,
@@ -171,7 +176,7 @@ pub(super) fn qp_attr(
         },
         QpState::Init => {
             let mut access = Access::REMOTE_WRITE;
-            if st.resp_res > 0 && st.comm.is_some() {
+            if st.depths.responder_resources > 0 && st.comm.is_some() {
                 access = access
                     .union(Access::REMOTE_READ)
                     .union(Access::REMOTE_ATOMIC);
@@ -203,7 +208,7 @@ pub(super) fn qp_attr(
                 path_mtu: Some(st.mtu.unwrap_or(Mtu::Mtu1024)),
                 dest_qp_num: Some(st.peer_qpn),
                 rq_psn: Some(st.seq_num),
-                max_dest_rd_atomic: rc_only(st.resp_res),
+                max_dest_rd_atomic: rc_only(st.depths.responder_resources),
                 min_rnr_timer: rc_only(0),
                 ..QpAttr::default()
             }
@@ -219,7 +224,7 @@ pub(super) fn qp_attr(
             timeout: rc_only(st.ack_timeout),
             retry_cnt: rc_only(st.retry),
             rnr_retry: rc_only(st.rnr_retry),
-            max_rd_atomic: rc_only(st.init_depth),
+            max_rd_atomic: rc_only(st.depths.initiator_depth),
             ..QpAttr::default()
         },
         _ => return Err(einval("init_qp_attr is for INIT, RTR and RTS")),
