@@ -2,8 +2,9 @@
 //! `rdma_reject`, `rdma_establish`, `rdma_disconnect`) and the QP attributes each step
 //! gives (`rdma_init_qp_attr`).
 
+use super::machine::{self, Call, Plan, QpStep, Wire};
 use super::route;
-use super::state::{einval, qp_attr, CmId, Phase, State, ACK_TIMEOUT};
+use super::state::{einval, qp_attr, CmId, State, ACK_TIMEOUT};
 use super::steps::{self, Depths, TO_RTS};
 use super::{ConnParam, PortSpace, UDP_QKEY};
 use crate::error::{Error, Result};
@@ -20,9 +21,7 @@ impl CmId {
     /// data (IP port spaces; 92 on `RDMA_PS_IB`, 180 for UD).
     pub fn connect(&self, param: &ConnParam) -> Result<()> {
         let mut st = lock(&self.inner.st);
-        if st.phase != Phase::RouteResolved {
-            return Err(einval("connect before the route is resolved"));
-        }
+        let plan = self.plan(&st, Call::Connect)?;
         let (src, dst) = (st.src.unwrap_or(any()), st.dst.unwrap_or(any()));
         let ps = self.inner.ps;
         let shared = self.inner.ctx.shared();
@@ -95,7 +94,7 @@ impl CmId {
         st.depths = depths;
         st.retry = param.retry_count.min(7);
         st.rnr_retry = param.rnr_retry_count.min(7);
-        st.phase = Phase::Connecting;
+        st.phase = plan.next;
         Ok(())
     }
 
@@ -104,16 +103,14 @@ impl CmId {
     /// and Q_Key, and the id is connected at once).
     pub fn accept(&self, param: &ConnParam) -> Result<()> {
         let mut st = lock(&self.inner.st);
-        if st.phase != Phase::Requested {
-            return Err(einval("accept without a connection request"));
-        }
+        let mut plan = self.plan(&st, Call::Accept)?;
         let comm = CommId(
             st.comm
                 .ok_or(einval("accept without a connection request"))?,
         );
         let qpn = st.qp.unwrap_or(param.qp_num);
         let shared = self.inner.ctx.shared();
-        if self.inner.qp_type == QpType::Ud {
+        if plan.wire == Wire::SidrRep {
             let reply = SidrReplyParams {
                 status: 0,
                 qpn,
@@ -123,8 +120,7 @@ impl CmId {
             let mut dev = shared.lock();
             dev.engine.cm_mut().sidr_reply(comm, &reply)?;
             shared.drive_through(&mut dev);
-            st.phase = Phase::Connected;
-            st.comm = None;
+            st.follow(&plan);
             return Ok(());
         }
         let asked = Depths {
@@ -133,11 +129,11 @@ impl CmId {
         };
         st.depths = st.depths.accept(asked, self.device_depth());
         st.rnr_retry = param.rnr_retry_count.min(7);
-        if st.qp.is_some() {
-            if let Err(errno) = self.move_qp(&st, &TO_RTS) {
-                self.qp_to_err(&st);
-                return Err(Error::Io(std::io::Error::from_raw_os_error(errno)));
-            }
+        if let Err(errno) = self.take_qp_step(&st, &plan) {
+            plan = machine::qp_failed(plan, st.phase, errno);
+            let _ = self.take_qp_step(&st, &plan);
+            st.follow(&plan);
+            return Err(Error::Io(std::io::Error::from_raw_os_error(errno)));
         }
         let p = AcceptParams {
             qpn,
@@ -160,7 +156,7 @@ impl CmId {
             self.qp_to_err(&st);
             return Err(e.into());
         }
-        st.phase = Phase::Accepted;
+        st.follow(&plan);
         Ok(())
     }
 
@@ -168,10 +164,8 @@ impl CmId {
     /// data; UD: SIDR_REP status 2), or of a REP before `establish`.
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
         let mut st = lock(&self.inner.st);
-        let comm = match (st.phase, st.comm) {
-            (Phase::Requested | Phase::Replied, Some(c)) => CommId(c),
-            _ => return Err(einval("reject without a request or reply")),
-        };
+        let plan = self.plan(&st, Call::Reject)?;
+        let comm = CommId(st.comm.ok_or(einval("reject without a request or reply"))?);
         let shared = self.inner.ctx.shared();
         let mut dev = shared.lock();
         if self.inner.qp_type == QpType::Ud {
@@ -186,23 +180,20 @@ impl CmId {
             dev.engine.cm_mut().reject(comm, private_data)?;
         }
         shared.drive_through(&mut dev);
-        st.phase = Phase::Done;
-        st.comm = None;
+        st.follow(&plan);
         Ok(())
     }
 
     /// `rdma_establish`: after `CONNECT_RESPONSE` (no QP attached), sends the RTU.
     pub fn establish(&self) -> Result<()> {
         let mut st = lock(&self.inner.st);
-        if st.phase != Phase::Replied {
-            return Err(einval("establish without a connect response"));
-        }
+        let plan = self.plan(&st, Call::Establish)?;
         let comm = CommId(st.comm.ok_or(einval("establish without a connection"))?);
         let shared = self.inner.ctx.shared();
         let mut dev = shared.lock();
         dev.engine.cm_mut().establish(comm)?;
         shared.drive_through(&mut dev);
-        st.phase = Phase::Connected;
+        st.follow(&plan);
         Ok(())
     }
 
@@ -210,14 +201,11 @@ impl CmId {
     /// the DREP to the peer's); `DISCONNECTED` follows.
     pub fn disconnect(&self) -> Result<()> {
         let mut st = lock(&self.inner.st);
-        if !matches!(
-            st.phase,
-            Phase::Connected | Phase::Accepted | Phase::Disconnected
-        ) {
-            return Err(einval("disconnect of an id not connected"));
-        }
-        self.qp_to_err(&st);
-        let Some(comm) = st.comm else {
+        let plan = self.plan(&st, Call::Disconnect)?;
+        let _ = self.take_qp_step(&st, &plan);
+        let comm = st.comm.filter(|_| plan.wire == Wire::Dreq);
+        st.follow(&plan);
+        let Some(comm) = comm else {
             return Ok(()); // UD: nothing on the wire
         };
         let shared = self.inner.ctx.shared();
@@ -227,11 +215,23 @@ impl CmId {
         shared.drive_through(&mut dev);
         drop(dev);
         shared.ring();
-        st.phase = Phase::Disconnected;
         match r {
             // Our DREQ ended already (DREP or timeout): nothing left to send.
             Err(oxrdma_core::cm::CmError::InvalidState) => Ok(()),
             r => r.map_err(Error::from),
+        }
+    }
+
+    /// The attached QP's step of `plan` (`machine::QpStep`); the errno of a move that
+    /// fails.
+    pub(super) fn take_qp_step(&self, st: &State, plan: &Plan) -> std::result::Result<(), i32> {
+        match plan.qp {
+            QpStep::Keep => Ok(()),
+            QpStep::ToRts => self.move_qp(st, &TO_RTS),
+            QpStep::ToErr => {
+                self.qp_to_err(st);
+                Ok(())
+            }
         }
     }
 

@@ -1,11 +1,11 @@
 //! `rdma_cm_id`: one endpoint of the RDMA CM (a listener, or one side of a connection),
 //! its calls, and what its events do to it and its QP.
 
+use super::machine::{self, Call, Plan};
 use super::rendezvous::{self};
 use super::route;
 use super::state::{
-    dev_key, einval, errno, qp_attr, CmId, IdInner, Phase, Raw, State, ACK_TIMEOUT, EPHEMERAL,
-    NEXT_KEY,
+    dev_key, einval, errno, qp_attr, CmId, IdInner, Raw, State, ACK_TIMEOUT, EPHEMERAL, NEXT_KEY,
 };
 use super::steps::{QpMover, TO_RTS};
 use super::{CmEventType, CmIdKey, EventChannel, PortSpace};
@@ -99,9 +99,7 @@ impl CmId {
     /// when listening or connecting).
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
         let mut st = lock(&self.inner.st);
-        if st.phase != Phase::Idle {
-            return Err(einval("bind_addr on an id already bound"));
-        }
+        let plan = self.plan(&st, Call::Bind)?;
         if !addr.ip().is_unspecified() && !route::is_local(addr.ip()) {
             return Err(errno(rustix::io::Errno::ADDRNOTAVAIL));
         }
@@ -119,7 +117,7 @@ impl CmId {
             p => p,
         };
         st.src = Some(SocketAddr::new(addr.ip(), port));
-        st.phase = Phase::Bound;
+        st.phase = plan.next;
         Ok(())
     }
 
@@ -127,9 +125,7 @@ impl CmId {
     /// most `backlog` unanswered.
     pub fn listen(&self, backlog: usize) -> Result<()> {
         let mut st = lock(&self.inner.st);
-        if !matches!(st.phase, Phase::Idle | Phase::Bound) {
-            return Err(einval("listen on an id that connects"));
-        }
+        let plan = self.plan(&st, Call::Listen)?;
         let ps = self.inner.ps.value();
         let src = st
             .src
@@ -167,7 +163,7 @@ impl CmId {
         }
         st.src = Some(SocketAddr::new(src.ip(), port));
         st.listen = Some((sid, Some(reg)));
-        st.phase = Phase::Listening;
+        st.phase = plan.next;
         Ok(())
     }
 
@@ -188,9 +184,7 @@ impl CmId {
     /// `ADDR_RESOLVED` follows (with `src` the local address, if given).
     pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr) -> Result<()> {
         let mut st = lock(&self.inner.st);
-        if !matches!(st.phase, Phase::Idle | Phase::Bound) {
-            return Err(einval("resolve_addr twice"));
-        }
+        let plan = self.plan(&st, Call::ResolveAddr)?;
         if let Some(s) = src {
             if !s.ip().is_unspecified() && !route::is_local(s.ip()) {
                 return Err(errno(rustix::io::Errno::ADDRNOTAVAIL));
@@ -226,7 +220,7 @@ impl CmId {
         };
         st.src = Some(SocketAddr::new(ip, port));
         st.dst = Some(dst);
-        st.phase = Phase::AddrResolved;
+        st.phase = plan.next;
         st.mtu = Some(self.inner.ctx.active_mtu());
         drop(st);
         self.local_event(CmEventType::AddrResolved);
@@ -236,13 +230,16 @@ impl CmId {
     /// `rdma_resolve_route`: on RoCE nothing goes on the wire; `ROUTE_RESOLVED` follows.
     pub fn resolve_route(&self) -> Result<()> {
         let mut st = lock(&self.inner.st);
-        if st.phase != Phase::AddrResolved {
-            return Err(einval("resolve_route before resolve_addr"));
-        }
-        st.phase = Phase::RouteResolved;
+        st.phase = self.plan(&st, Call::ResolveRoute)?.next;
         drop(st);
         self.local_event(CmEventType::RouteResolved);
         Ok(())
+    }
+
+    /// The machine's plan for `call` now (`machine.rs`), or its refusal as `EINVAL`.
+    pub(super) fn plan(&self, st: &State, call: Call) -> Result<Plan> {
+        let ud = self.inner.qp_type == QpType::Ud;
+        machine::call(st.phase, call, ud, st.qp.is_some()).map_err(einval)
     }
 
     fn local_event(&self, event: CmEventType) {

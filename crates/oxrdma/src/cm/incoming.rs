@@ -3,14 +3,15 @@
 //! and the RTU on a REP, ERR on a rejection).
 
 use super::channel::EventChannel;
+use super::machine::{self, Event, Wire};
 use super::route;
 use super::state::{ChannelInner, CmId, IdInner, Phase, Raw, State, ACK_TIMEOUT, NEXT_KEY};
-use super::steps::{Depths, TO_RTS};
-use super::{CmEvent, CmEventType, CmIdKey, ConnParam, UdParam, ETIMEDOUT};
+use super::steps::Depths;
+use super::{CmEvent, CmEventType, CmIdKey, ConnParam, UdParam};
 use crate::lock::lock;
 use oxrdma_core::cm::{CmEvent as CoreEvent, CmEventKind, CmId as CommId, SidrReplyParams};
 use oxrdma_core::{Gid, Mtu};
-use oxrdma_wire::cm::{Rep, Req, SidrRep, SidrReq};
+use oxrdma_wire::cm::{Rep, Req, SidrReq};
 use oxrdma_wire::cma::CmaHeader;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -56,14 +57,19 @@ fn plain(key: u64, event: CmEventType, status: i32) -> CmEvent {
         listen_id: None,
         new_id: None,
         status,
-        conn: ConnParam {
-            responder_resources: 0,
-            initiator_depth: 0,
-            retry_count: 0,
-            rnr_retry_count: 0,
-            ..ConnParam::default()
-        },
+        conn: empty_conn(),
         ud: None,
+    }
+}
+
+/// The parameters of an event that carries none.
+fn empty_conn() -> ConnParam {
+    ConnParam {
+        responder_resources: 0,
+        initiator_depth: 0,
+        retry_count: 0,
+        rnr_retry_count: 0,
+        ..ConnParam::default()
     }
 }
 
@@ -220,66 +226,82 @@ fn sidr_request(
 }
 
 impl CmId {
-    /// What an event of the device's CM does to this id, and the event the application
-    /// sees (none for the end of a connection whose REP met CONNECT_ERROR).
+    /// What an event of the device's CM does to this id (the machine's plan, carried
+    /// out), and the event the application sees, if any.
     fn on_event(&self, kind: CmEventKind) -> Option<CmEvent> {
         let key = self.inner.key;
         let mut st = lock(&self.inner.st);
-        let after_error = matches!(
-            kind,
-            CmEventKind::Rejected { .. } | CmEventKind::Disconnected { .. }
-        );
-        if after_error && st.connect_error {
-            (st.phase, st.comm) = (Phase::Done, None);
-            return None;
-        }
-        Some(match kind {
-            CmEventKind::Reply { rep } => self.on_reply(&mut st, &rep),
-            CmEventKind::Established => {
-                st.phase = Phase::Connected;
-                plain(key, CmEventType::Established, 0)
-            }
-            CmEventKind::Rejected {
-                reason,
-                private_data,
-            } => {
-                self.qp_to_err(&st);
-                (st.phase, st.comm) = (Phase::Done, None);
-                let mut e = plain(key, CmEventType::Rejected, i32::from(reason));
-                e.conn.private_data = private_data;
-                e
-            }
-            // As librdmacm: only a rejection moves the QP to ERR; after UNREACHABLE or
-            // DISCONNECTED it stays until the application disconnects or destroys it.
-            CmEventKind::Unreachable => {
-                (st.phase, st.comm) = (Phase::Done, None);
-                plain(key, CmEventType::Unreachable, ETIMEDOUT)
-            }
-            CmEventKind::Disconnected { .. } => {
-                st.phase = Phase::Disconnected;
-                plain(key, CmEventType::Disconnected, 0)
-            }
-            CmEventKind::TimewaitExit => {
-                (st.phase, st.comm) = (Phase::Done, None);
-                plain(key, CmEventType::TimewaitExit, 0)
-            }
-            CmEventKind::SidrReply { rep } => self.on_sidr_reply(&mut st, &rep),
+        let event = match &kind {
+            CmEventKind::Reply { .. } => Event::Reply,
+            CmEventKind::Established => Event::Established,
+            CmEventKind::Rejected { reason, .. } => Event::Rejected {
+                reason: i32::from(*reason),
+            },
+            CmEventKind::Unreachable => Event::Unreachable,
+            CmEventKind::Disconnected { .. } => Event::Disconnected,
+            CmEventKind::TimewaitExit => Event::TimewaitExit,
+            CmEventKind::SidrReply { rep } => Event::SidrReply {
+                status: i32::from(rep.status),
+            },
             // Requests come to listeners, never to an id of theirs.
             CmEventKind::ConnectRequest { .. } | CmEventKind::SidrRequest { .. } => {
-                plain(key, CmEventType::ConnectError, -22)
+                return Some(plain(key, CmEventType::ConnectError, -22));
             }
-        })
+        };
+        let mut plan = machine::event(st.phase, event, st.qp.is_some());
+        // What the event brings to the id and to the application's event.
+        let (mut conn, mut ud) = (None, None);
+        match kind {
+            CmEventKind::Reply { rep } => conn = Some(self.take_reply(&mut st, &rep)),
+            CmEventKind::Rejected { private_data, .. } => {
+                conn = Some(ConnParam {
+                    private_data,
+                    ..empty_conn()
+                })
+            }
+            CmEventKind::SidrReply { rep } if rep.status == 0 => {
+                ud = Some(UdParam {
+                    private_data: rep.private_data.to_vec(),
+                    dgid: st.peer.unwrap_or_default(),
+                    qp_num: rep.qpn,
+                    qkey: rep.qkey,
+                })
+            }
+            _ => {}
+        }
+        if let Err(errno) = self.take_qp_step(&st, &plan) {
+            plan = machine::qp_failed(plan, st.phase, errno);
+            let _ = self.take_qp_step(&st, &plan);
+        }
+        if plan.wire == Wire::Rtu {
+            let shared = self.inner.ctx.shared();
+            let mut dev = shared.lock();
+            let _ = dev
+                .engine
+                .cm_mut()
+                .establish(CommId(st.comm.unwrap_or_default()));
+            shared.drive_through(&mut dev);
+        }
+        st.follow(&plan);
+        let (event, status) = plan.show?;
+        let mut e = plain(key, event, status);
+        if event != CmEventType::ConnectError {
+            if let Some(c) = conn {
+                e.conn = c;
+            }
+        }
+        e.ud = ud;
+        Some(e)
     }
 
-    /// The REP: with a QP, RTR and RTS and the RTU, and the application sees ESTABLISHED
-    /// (librdmacm's way); without, CONNECT_RESPONSE and it calls `establish`.
-    fn on_reply(&self, st: &mut State, rep: &Rep) -> CmEvent {
-        let key = self.inner.key;
+    /// A REP's part for the id (the peer's QP and PSN, the depths), and what the
+    /// application's event says of it.
+    fn take_reply(&self, st: &mut State, rep: &Rep) -> ConnParam {
         st.peer_qpn = rep.local_qpn;
         st.peer_psn = rep.starting_psn;
         st.depths = st.depths.after_reply(rep.responder_resources);
         st.rnr_retry = rep.rnr_retry_count;
-        let conn = ConnParam {
+        ConnParam {
             private_data: rep.private_data.to_vec(),
             responder_resources: rep.responder_resources,
             initiator_depth: rep.initiator_depth,
@@ -288,47 +310,7 @@ impl CmId {
             rnr_retry_count: rep.rnr_retry_count,
             srq: rep.srq,
             qp_num: rep.local_qpn,
-        };
-        if st.qp.is_none() {
-            st.phase = Phase::Replied;
-            let mut e = plain(key, CmEventType::ConnectResponse, 0);
-            e.conn = conn;
-            return e;
         }
-        let shared = self.inner.ctx.shared();
-        let comm = CommId(st.comm.unwrap_or_default());
-        if let Err(errno) = self.move_qp(st, &TO_RTS) {
-            // librdmacm's way (`steps.rs`): the QP to ERR, CONNECT_ERROR, and nothing on
-            // the wire now (the REJ goes out when the id is destroyed).
-            self.qp_to_err(st);
-            (st.phase, st.connect_error) = (Phase::Done, true);
-            return plain(key, CmEventType::ConnectError, -errno);
-        }
-        let mut dev = shared.lock();
-        let _ = dev.engine.cm_mut().establish(comm);
-        shared.drive_through(&mut dev);
-        st.phase = Phase::Connected;
-        let mut e = plain(key, CmEventType::Established, 0);
-        e.conn = conn;
-        e
-    }
-
-    fn on_sidr_reply(&self, st: &mut State, rep: &SidrRep) -> CmEvent {
-        let key = self.inner.key;
-        st.comm = None;
-        if rep.status != 0 {
-            st.phase = Phase::Done;
-            return plain(key, CmEventType::Unreachable, i32::from(rep.status));
-        }
-        st.phase = Phase::Connected;
-        let mut e = plain(key, CmEventType::Established, 0);
-        e.ud = Some(UdParam {
-            private_data: rep.private_data.to_vec(),
-            dgid: st.peer.unwrap_or_default(),
-            qp_num: rep.qpn,
-            qkey: rep.qkey,
-        });
-        e
     }
 }
 

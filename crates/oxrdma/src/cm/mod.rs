@@ -10,6 +10,7 @@ mod channel;
 mod connection;
 mod id;
 mod incoming;
+mod machine;
 mod rendezvous;
 mod route;
 mod state;

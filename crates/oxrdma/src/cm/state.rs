@@ -3,6 +3,8 @@
 //! and the QP attributes a state gives (`rdma_init_qp_attr`). The calls on them are in
 //! `id.rs` and `connection.rs`; events are taken in `incoming.rs`.
 
+pub(super) use super::machine::Phase;
+use super::machine::Plan;
 use super::rendezvous::Registration;
 use super::steps::{Depths, QpMover};
 use super::{CmEventType, PortSpace, UDP_QKEY};
@@ -18,29 +20,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, Weak};
 
-/// Where an id is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) enum Phase {
-    #[default]
-    Idle,
-    Bound,
-    AddrResolved,
-    RouteResolved,
-    Listening,
-    /// Active: REQ (or SIDR_REQ) out.
-    Connecting,
-    /// Active, no QP: the REP came; `establish` sends the RTU.
-    Replied,
-    /// Passive: a request handed up, waiting for accept or reject.
-    Requested,
-    /// Passive: REP out, waiting for the RTU.
-    Accepted,
-    Connected,
-    Disconnected,
-    /// Rejected, unreachable, or out of timewait.
-    Done,
-}
-
 /// An id's state, behind its lock.
 #[derive(Debug, Default)]
 pub(super) struct State {
@@ -53,9 +32,6 @@ pub(super) struct State {
     pub(super) qp: Option<u32>,
     /// How the attached QP is moved, if not through the engine (`attach_qp_with`).
     pub(super) mover: Option<Arc<dyn QpMover>>,
-    /// The REP answered with CONNECT_ERROR: a REJECTED or DISCONNECTED after it is not
-    /// shown (`steps.rs`).
-    pub(super) connect_error: bool,
     /// The PSN this side receives with (the peer sends from it).
     pub(super) seq_num: u32,
     pub(super) listen: Option<(u64, Option<Registration>)>,
@@ -68,6 +44,17 @@ pub(super) struct State {
     pub(super) rnr_retry: u8,
     pub(super) ack_timeout: u8,
     pub(super) mtu: Option<Mtu>,
+}
+
+impl State {
+    /// The id's state after `plan`: its phase, and its connection forgotten if over.
+    /// (The QP's step and the wire's are the caller's, each in its place.)
+    pub(super) fn follow(&mut self, plan: &Plan) {
+        self.phase = plan.next;
+        if plan.forget {
+            self.comm = None;
+        }
+    }
 }
 
 #[derive(Debug)]
