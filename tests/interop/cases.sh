@@ -24,7 +24,7 @@
 # IPv4, as in the rxe captures.
 # Keep single quotes around the commands so the variables expand on the right side.
 
-MTU_ARG=1024                       # path MTU on both sides (guest link MTU 1500)
+MTU_ARG=${OXR_PATH_MTU:-1024}      # path MTU on both sides (1024 at guest link MTU 1500)
 LOSS=${OXR_LOSS:-"loss 1% reorder 25% 50% delay 1ms"}
 
 # --- RC SEND/RECV ping-pong: oxrdma pingpong <-> ibv_rc_pingpong ---------------

@@ -18,6 +18,9 @@ up)
     ip -n "$NS" link set tap0 master br0
     ip -n "$NS" addr add "$HOST_CIDR" dev br0
     ip -n "$NS" addr add "$HOST_CIDR6" dev br0 nodad
+    # The guest's link MTU (OXR_MTU): jumbo frames carry RoCE MTU 4096.
+    ip -n "$NS" link set tap0 mtu "${OXR_MTU:-1500}"
+    ip -n "$NS" link set br0 mtu "${OXR_MTU:-1500}"
     ip -n "$NS" link set tap0 up
     ip -n "$NS" link set br0 up
     ;;
