@@ -13,10 +13,21 @@
 //!
 //! Hashes here are in crc32fast's form (`Hasher::new_with_initial` in, `finalize` out).
 
-use crate::memory::copy_from_shared;
+use crate::memory::{copy_from_shared, SharedBuffer};
 
 /// Bytes per block of the fused loop: four 64-byte registers.
 const BLOCK: usize = 256;
+
+impl SharedBuffer {
+    /// [`Self::read`] that also continues `hash` (crc32fast's form) over the bytes it
+    /// copies, in the same pass; None when the range is out of bounds.
+    pub fn read_hashing(&self, offset: usize, dst: &mut [u8], hash: u32) -> Option<u32> {
+        let src = self.range_start(offset, dst.len())?;
+        // SAFETY: `src` is valid for `dst.len()` bytes (in bounds), and other threads'
+        // writes to them are the racing copies `copy_hashing` allows.
+        Some(unsafe { copy_hashing(src, dst, hash) })
+    }
+}
 
 /// Copies `dst.len()` bytes from `src` to `dst` and returns `hash` continued over them.
 ///

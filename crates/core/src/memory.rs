@@ -135,15 +135,12 @@ impl SharedBuffer {
         true
     }
 
-    /// [`Self::read`] that also continues `hash` (crc32fast's form) over the bytes it
-    /// copies, in the same pass (`crc_copy.rs`); None when the range is out of bounds.
-    pub fn read_hashing(&self, offset: usize, dst: &mut [u8], hash: u32) -> Option<u32> {
-        if !self.check(offset, dst.len()) {
-            return None;
-        }
-        // SAFETY: the range is inside the allocation (checked above), and other threads'
-        // writes to it are the racing copies `copy_hashing` allows.
-        Some(unsafe { crate::crc_copy::copy_hashing(self.ptr.as_ptr().add(offset), dst, hash) })
+    /// Where `offset..offset + len` starts, if it is inside the buffer: for copies out of
+    /// it that live elsewhere (`crc_copy.rs`), which read it as [`Self::read`] does.
+    pub(crate) fn range_start(&self, offset: usize, len: usize) -> Option<*const u8> {
+        // SAFETY: in bounds (checked first).
+        self.check(offset, len)
+            .then(|| unsafe { self.ptr.as_ptr().add(offset).cast_const() })
     }
 
     /// The bytes at `offset..offset + len` as a plain slice, for code that must hand them
