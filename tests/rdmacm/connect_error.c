@@ -3,7 +3,7 @@
  * nothing on the wire until the id is destroyed; then the passive side gets REJECTED
  * (reason 28). librdmacm's behaviour, which oxrdma's Rust API shares (one set of
  * decisions: crates/oxrdma/src/cm/steps.rs). One process, both sides on 127.0.0.1.
- * Usage: connect_error PORT */
+ * Usage: connect_error [PORT] (default: one picked from the process ID). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CHECK(c, ...)                                                                     \
 	do {                                                                              \
@@ -58,8 +59,8 @@ int main(int argc, char **argv)
 	struct ibv_qp_attr err = {.qp_state = IBV_QPS_ERR};
 	struct rdma_cm_event *ev;
 
-	CHECK(argc == 2 && chs && chc, "usage: connect_error PORT (and two channels)");
-	sin.sin_port = htons(atoi(argv[1]));
+	CHECK(argc <= 2 && chs && chc, "usage: connect_error [PORT] (and two channels)");
+	sin.sin_port = htons(argc == 2 ? atoi(argv[1]) : 20000 + getpid() % 20000);
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	fcntl(chs->fd, F_SETFL, O_NONBLOCK);
 	fcntl(chc->fd, F_SETFL, O_NONBLOCK);
