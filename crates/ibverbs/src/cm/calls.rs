@@ -119,6 +119,8 @@ pub(crate) unsafe extern "C" fn destroy_id(idp: *mut rdma_cm_id) -> c_int {
     let st = std::mem::take(&mut *lock(&id.st));
     if let Some(ox) = &st.ox {
         unregister(ox.key().0);
+        // Its QP's mover points into this id: no move may come once it is freed.
+        ox.detach_qp();
     }
     drop(st.ox);
     if st.own_chan != 0 {

@@ -133,20 +133,29 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
 }
 
 /// The program's QP, moved by its oxrdma id through this library's `ibv_modify_qp`, so the
-/// program's struct follows every move.
+/// program's struct follows every move; only while it is still the id's `qp` (a program
+/// that destroys it with `ibv_destroy_qp` and clears `id->qp` gets no move on it, as
+/// librdmacm, which moves whatever `id->qp` holds).
 #[derive(Debug)]
-struct ProgramQp(*mut ibv_qp);
+struct ProgramQp {
+    id: *mut rdma_cm_id,
+    qp: *mut ibv_qp,
+}
 
-// SAFETY: the QP is a live one of this library's from `rdma_create_qp` until
-// `rdma_destroy_qp`, which detaches it from the id before it destroys it; the library's
-// `ibv_modify_qp` may be called from any thread.
+// SAFETY: the id's struct lives until `rdma_destroy_id` and the QP until
+// `rdma_destroy_qp`, and both detach this mover from the oxrdma id before they free
+// anything; the library's `ibv_modify_qp` may be called from any thread.
 unsafe impl Send for ProgramQp {}
 // SAFETY: as above; `modify` takes the QP's device lock.
 unsafe impl Sync for ProgramQp {}
 
 impl QpMover for ProgramQp {
     fn modify(&self, attr: &oxrdma::QpAttr) -> Result<(), c_int> {
-        super::qpattr::modify(self.0, attr)
+        // SAFETY: the id's struct is live while this mover is attached (above).
+        if unsafe { (*self.id).qp } != self.qp {
+            return Ok(());
+        }
+        super::qpattr::modify(self.qp, attr)
     }
 }
 
@@ -156,7 +165,7 @@ fn init(id: &Id, qp: *mut ibv_qp) -> Result<(), c_int> {
     let ox = id.ox()?;
     // SAFETY: a live QP of this library's, just made.
     let qpn = unsafe { (*qp).qp_num };
-    ox.attach_qp_with(qpn, Arc::new(ProgramQp(qp)))
+    ox.attach_qp_with(qpn, Arc::new(ProgramQp { id: id.c(), qp }))
         .map_err(|e| crate::errno::errno_of(&e))
 }
 
