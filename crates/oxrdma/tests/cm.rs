@@ -83,6 +83,20 @@ impl Pair {
         pd.create_qp(cq, cq, QpType::Rc, QpCap::default()).unwrap()
     }
 
+    /// An RC connection requested to `dst` with a QP attached on each side, not yet
+    /// accepted: the client's id and QP, the server's new id and QP.
+    fn requested(&self, dst: &str) -> (CmId, oxrdma::QueuePair, CmId, oxrdma::QueuePair) {
+        let (qs, qc) = (self.qp(true), self.qp(false));
+        let id = self.resolved(dst);
+        id.attach_qp(&qc).unwrap();
+        id.connect(&ConnParam::default()).unwrap();
+        let conn = expect(&self.chs, CmEventType::ConnectRequest)
+            .new_id
+            .unwrap();
+        conn.attach_qp(&qs).unwrap();
+        (id, qc, conn, qs)
+    }
+
     /// A client id with its address and route resolved towards `dst` (events taken).
     fn resolved(&self, dst: &str) -> CmId {
         let id = CmId::new(&self.chc, &self.cc, PortSpace::Tcp).unwrap();
@@ -448,13 +462,8 @@ fn migrated_ids_get_their_events_on_the_new_channel() {
 #[test]
 fn a_qp_that_fails_after_established_still_disconnects_cleanly() {
     let p = pair(116, "0.0.0.0:47116", PortSpace::Tcp);
-    let (qs, qc) = (p.qp(true), p.qp(false));
-    let id = p.resolved("127.0.0.1:47116");
-    id.attach_qp(&qc).unwrap();
-    id.connect(&ConnParam::default()).unwrap();
+    let (id, qc, conn, _qs) = p.requested("127.0.0.1:47116");
     let (chs, chc, pc, cqc) = (&p.chs, &p.chc, &p.pc, &p.cqc);
-    let conn = expect(chs, CmEventType::ConnectRequest).new_id.unwrap();
-    conn.attach_qp(&qs).unwrap();
     conn.accept(&ConnParam::default()).unwrap();
     expect(chc, CmEventType::Established);
     expect(chs, CmEventType::Established);
@@ -483,13 +492,8 @@ fn a_qp_that_cannot_take_the_rep_gives_connect_error_and_the_rej_waits_for_destr
     // librdmacm's way, which the C library shares (`cm/steps.rs`): the QP to ERR,
     // CONNECT_ERROR with the move's errno, nothing on the wire until the id is destroyed.
     let p = pair(118, "0.0.0.0:47118", PortSpace::Tcp);
-    let (qs, qc) = (p.qp(true), p.qp(false));
-    let id = p.resolved("127.0.0.1:47118");
-    id.attach_qp(&qc).unwrap();
-    id.connect(&ConnParam::default()).unwrap();
+    let (id, qc, conn, qs) = p.requested("127.0.0.1:47118");
     let (chs, chc) = (&p.chs, &p.chc);
-    let conn = expect(chs, CmEventType::ConnectRequest).new_id.unwrap();
-    conn.attach_qp(&qs).unwrap();
     // The client's QP fails before the REP comes: ERR cannot go to RTR.
     qc.modify(&oxrdma::QpAttr {
         qp_state: Some(QpState::Err),

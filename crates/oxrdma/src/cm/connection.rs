@@ -4,7 +4,7 @@
 
 use super::machine::{self, Call, Plan, QpStep, Wire};
 use super::route;
-use super::state::{einval, qp_attr, CmId, State, ACK_TIMEOUT};
+use super::state::{einval, errno as errno_error, qp_attr, CmId, State, ACK_TIMEOUT};
 use super::steps::{self, Depths, TO_RTS};
 use super::{ConnParam, PortSpace, UDP_QKEY};
 use crate::error::{Error, Result};
@@ -133,7 +133,7 @@ impl CmId {
             plan = machine::qp_failed(plan, st.phase, errno);
             let _ = self.take_qp_step(&st, &plan);
             st.follow(&plan);
-            return Err(Error::Io(std::io::Error::from_raw_os_error(errno)));
+            return Err(errno_error(Errno::from_raw_os_error(errno)));
         }
         let p = AcceptParams {
             qpn,

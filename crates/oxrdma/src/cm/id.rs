@@ -290,7 +290,7 @@ impl CmId {
             &[QpState::Init]
         };
         self.move_qp(&st, first)
-            .map_err(|e| Error::Io(std::io::Error::from_raw_os_error(e)))
+            .map_err(|e| errno(rustix::io::Errno::from_raw_os_error(e)))
     }
 
     /// `rdma_init_qp_attr`: the attributes that take a QP of this connection to `state`
