@@ -9,6 +9,7 @@ pub mod cm;
 mod cq;
 mod crc_copy;
 mod ctx;
+pub mod driving;
 mod drops;
 mod engine;
 mod error;

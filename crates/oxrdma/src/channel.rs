@@ -14,7 +14,7 @@ use crate::channel_events::ChannelInner;
 use crate::cores::Cores;
 use crate::error::Result;
 use crate::shared::Shared;
-use crate::waiters::SpinBudget;
+use oxrdma_core::driving::SpinBudget;
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll;
 use rustix::fs::{fcntl_getfl, OFlags};

@@ -28,7 +28,6 @@ mod qp;
 pub mod rsocket;
 mod shared;
 mod sleeper;
-mod waiters;
 
 pub use channel::{ChannelStats, CompletionChannel};
 pub use connect::{exchange, PeerInfo};

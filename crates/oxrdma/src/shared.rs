@@ -1,10 +1,8 @@
 //! What a device's threads share: the engine and its socket behind one mutex, what the
-//! engine thread sleeps on, and what tells it whether an application drives the device.
-//!
-//! Application threads do NIC work too: posting transmits at once, and polling an empty CQ
-//! moves packets. While an application polls like that, the engine thread keeps out of its
-//! way (on two cores, a third thread woken by every packet only steals time from the two
-//! that matter); a poll that finds completions hands the socket back to it (`nic.rs`).
+//! engine thread sleeps on, and the atomics that tell it whether an application drives
+//! the device. What they mean and what each thread does about them are decided in
+//! `oxrdma_core::driving` (`AppSeen`, `poll_watch`); this file keeps the words and carries
+//! the answers out.
 
 use crate::channel_events::ChannelInner;
 use crate::cm::CmRoutes;
@@ -14,15 +12,12 @@ use crate::events::Owners;
 use crate::handoff::Handoff;
 use crate::lock::lock;
 use crate::sleeper::Sleeper;
-use oxrdma_core::{CqRing, EngineConfig};
+use oxrdma_core::driving::{self, AppSeen, PollWatch};
+use oxrdma_core::{CqRing, EngineConfig, Nanos};
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-/// An application that polled an empty CQ this recently is busy-polling (and so drives the
-/// device itself), unless a later poll found completions.
-const APP_ACTIVE_NS: u64 = 200_000;
 
 /// An application that keeps polling has its time taken once in this many empty polls.
 const CLOCK_EVERY: u32 = 32;
@@ -200,10 +195,10 @@ impl Shared {
         }
         self.any_armed.store(true, Ordering::SeqCst);
         drop(armed);
-        // A program that takes its events in `get_event` moves its packets there (and has
-        // just done so): the engine thread, which looks again soon, is not needed. One
-        // that polls the descriptor itself needs the engine thread on the socket now.
-        if !self.app_waits() && !self.sleeper.watched() {
+        if self
+            .seen()
+            .arm_rings(self.now_ns(), || self.sleeper.watched())
+        {
             self.ring();
         }
     }
@@ -262,15 +257,28 @@ impl Shared {
     pub(crate) fn app_waits(&self) -> bool {
         let waiters = self.waiters.load(Ordering::SeqCst);
         let left = self.waiter_left_at.load(Ordering::Relaxed);
-        crate::waiters::app_waits(waiters, left, || self.now_ns())
+        driving::waiters::app_waits(waiters, left, || self.now_ns())
+    }
+
+    /// What the application threads have said, as the policy reads it.
+    pub(crate) fn seen(&self) -> AppSeen {
+        AppSeen {
+            polling: self.app_polling.load(Ordering::SeqCst),
+            polled_at: self.app_polled_at.load(Ordering::Relaxed),
+            armed: self.any_armed(),
+            waiters: self.waiters.load(Ordering::SeqCst),
+            waiter_left_at: self.waiter_left_at.load(Ordering::Relaxed),
+            waits: self.waits.load(Ordering::Relaxed),
+            score: self.handoff.score(),
+        }
     }
 
     /// Gives the socket to the engine thread unless the program takes its packets itself
-    /// (it polls, or a thread sleeps on a channel): watched first, then looked, as those
-    /// threads do the other way round.
+    /// (`AppSeen::leaves_socket`): watched first, then looked, as those threads do the
+    /// other way round.
     pub(crate) fn watch_unless_taken(&self) {
         self.sleeper.set_watched(true);
-        if self.app_polls() || self.waiter_sleeps() {
+        if !self.seen().leaves_socket(self.now_ns()) {
             self.sleeper.set_watched(false);
         }
     }
@@ -285,7 +293,7 @@ impl Shared {
         self.sleeper.ring();
     }
 
-    fn now_ns(&self) -> u64 {
+    pub(crate) fn now_ns(&self) -> Nanos {
         self.epoch.elapsed().as_nanos() as u64
     }
 
@@ -335,14 +343,12 @@ impl Shared {
     }
 
     /// After an application thread let go of the device, whose next timer is `next`: the
-    /// engine thread's deadline comes forward if it was later, unless the application
-    /// calls in (its polls serve the timers; if it stops, the engine thread notices within
-    /// `nic::RECHECK` and sets its own deadline).
+    /// engine thread's deadline comes forward if it was later (`AppSeen::pulls_deadline`).
     fn timer_armed(&self, next: Option<Duration>) {
         // (`timer_to_pull` already said None if the last poll found nothing.) The clock is
         // read only when there is a timer to pull.
         if let Some(next) = next {
-            if self.app_active_for().is_none() && !self.app_waits() {
+            if self.seen().pulls_deadline(self.now_ns()) {
                 self.sleeper.pull_deadline(next);
             }
         }
@@ -401,19 +407,17 @@ impl Shared {
         }
     }
 
-    /// After a CQ poll that found `found` completions. An empty poll means the
-    /// application comes back for more (and drives the device meanwhile): the socket is
-    /// left to it. One that finds completions, that it may go and wait elsewhere: the
-    /// engine thread watches the socket again (see `nic.rs`), unless that has been needless
-    /// lately (`handoff.rs`). A clock read, and no timer armed: arming one per poll cost
-    /// more than the poll (`sleeper.rs`).
+    /// After a CQ poll that found `found` completions: the socket's watch changes as
+    /// `driving::poll_watch` says. A clock read, and no timer armed: arming one per poll
+    /// cost more than the poll (`sleeper.rs`).
     pub fn polled(&self, found: usize) {
         self.called();
+        let polling = self.app_polling.load(Ordering::Relaxed);
         if found == 0 {
             // The time is taken when the application starts polling and then once in
             // `CLOCK_EVERY` polls: a clock read per poll was 3 % of a bandwidth client's
             // CPU (the window it feeds is 200 us; a poll takes about 1 us).
-            let starts = !self.app_polling.load(Ordering::Relaxed);
+            let starts = !polling;
             let count = EMPTY_POLLS.with(|c| {
                 c.set(c.get().wrapping_add(1));
                 c.get()
@@ -427,20 +431,24 @@ impl Shared {
             }
             if starts {
                 self.app_polling.store(true, Ordering::SeqCst);
-                // A program that drains its CQ and then arms it (`ibv_req_notify_cq`)
-                // sleeps on the channel: the engine thread keeps the socket. Unwatched
-                // first, then looked, as `req_notify` arms first and then rings.
+            }
+        } else if polling {
+            self.app_polling.store(false, Ordering::SeqCst);
+            self.handoff.found(self.now_ns());
+        }
+        match driving::poll_watch(found, polling, self.handoff.score()) {
+            PollWatch::Keep => {}
+            PollWatch::Watch => self.sleeper.set_watched(true),
+            // A program that drains its CQ and then arms it (`ibv_req_notify_cq`) sleeps
+            // on the channel: the engine thread keeps the socket. Unwatched first, then
+            // looked, as `req_notify` arms first and then rings.
+            PollWatch::Unwatch => {
                 if !self.any_armed() {
                     self.sleeper.set_watched(false);
                     if self.any_armed() {
                         self.sleeper.set_watched(true);
                     }
                 }
-            }
-        } else if self.app_polling.load(Ordering::Relaxed) {
-            self.app_polling.store(false, Ordering::SeqCst);
-            if self.handoff.found(self.now_ns()) {
-                self.sleeper.set_watched(true);
             }
         }
     }
@@ -466,24 +474,5 @@ impl Shared {
     /// Whether an application thread polled or posted since the engine thread last asked.
     pub(crate) fn app_called(&self) -> bool {
         self.app_called.swap(false, Ordering::Relaxed)
-    }
-
-    /// Whether an application polls (and so drives the device): its last CQ poll found
-    /// nothing, less than `APP_ACTIVE_NS` ago, and it has not armed a CQ to sleep on.
-    pub(crate) fn app_polls(&self) -> bool {
-        self.app_polling.load(Ordering::SeqCst)
-            && !self.any_armed()
-            && self.app_active_for().is_some()
-    }
-
-    /// How long an application that polled a CQ and found nothing is still taken to be
-    /// active (None: longer ago than `APP_ACTIVE_NS`): its next poll serves the engine's
-    /// timers.
-    pub(crate) fn app_active_for(&self) -> Option<Duration> {
-        let at = self.app_polled_at.load(Ordering::Relaxed);
-        (at + APP_ACTIVE_NS)
-            .checked_sub(self.now_ns())
-            .filter(|&left| left > 0)
-            .map(Duration::from_nanos)
     }
 }

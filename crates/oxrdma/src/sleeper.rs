@@ -2,6 +2,7 @@
 //! ring, the device's socket while it is watched, and two timers.
 
 use crate::lock::lock;
+use oxrdma_core::driving::{Woke, MAX_SLEEP};
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll;
 use rustix::event::{eventfd, EventfdFlags};
@@ -12,9 +13,6 @@ use rustix::time::{
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// Longest sleep (so a stop request is seen even if the doorbell is missed).
-pub(crate) const MAX_SLEEP: Duration = Duration::from_millis(50);
 
 /// What woke the engine thread (epoll's data).
 const DOORBELL: u64 = 0;
@@ -30,17 +28,6 @@ enum Watch {
     Armed,
     /// In it, disarmed by the packet that woke the engine thread (one shot).
     Fired,
-}
-
-/// What ended a sleep (the strongest, if several did).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Woke {
-    /// Only time passed.
-    Time,
-    /// The doorbell: work posted, a CQ armed, the device closing.
-    Doorbell,
-    /// A packet arrived on the watched socket.
-    Packet,
 }
 
 /// What the engine thread sleeps on: the doorbell, the socket while it is watched, and a

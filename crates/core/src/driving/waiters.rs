@@ -1,34 +1,34 @@
 //! The decisions about programs that sleep on completion channels, as values with the
 //! clock passed in: whether the program takes its own packets (`app_waits`), how long
 //! a waiter polls before it sleeps (`SpinBudget`), and how long the engine thread naps
-//! meanwhile (`Nap`). `channel.rs`, `shared.rs` and `nic.rs` hold the atomics and the
-//! system calls around them.
+//! meanwhile (`Nap`). The driver's `channel.rs`, `shared.rs` and `nic.rs` hold the atomics
+//! and the system calls around them.
 
 use std::time::Duration;
 
 /// A program that woke from a channel this recently is taken to be coming back to it.
-pub(crate) const BACK_WITHIN_NS: u64 = 200_000;
+pub const BACK_WITHIN_NS: u64 = 200_000;
 
 /// How often the engine thread looks while waiters are busy, and at most how long it naps
 /// while they sleep on.
-pub(crate) const LOOK: Duration = Duration::from_millis(1);
-pub(crate) const MAX_NAP: Duration = Duration::from_millis(50);
+pub const LOOK: Duration = Duration::from_millis(1);
+pub const MAX_NAP: Duration = Duration::from_millis(50);
 
 /// The longest spin before a sleep, and the shortest worth making.
-pub(crate) const SPIN_MAX: Duration = Duration::from_micros(50);
-pub(crate) const SPIN_MIN: Duration = Duration::from_micros(5);
+pub const SPIN_MAX: Duration = Duration::from_micros(50);
+pub const SPIN_MIN: Duration = Duration::from_micros(5);
 
 /// Whether the program takes its packets by sleeping on completion channels: `waiters`
 /// threads sleep on one now, or the last woke at `left_at` (ns; 0: never) less than
 /// `BACK_WITHIN_NS` before `now` (read only if that decides).
-pub(crate) fn app_waits(waiters: u32, left_at: u64, now: impl FnOnce() -> u64) -> bool {
+pub fn app_waits(waiters: u32, left_at: u64, now: impl FnOnce() -> u64) -> bool {
     waiters > 0 || (left_at != 0 && now().saturating_sub(left_at) < BACK_WITHIN_NS)
 }
 
 /// How long a channel's waiter polls before it sleeps: twice its typical wait, if that is
 /// short (a ping-pong's answer is then taken without a wake-up), else not at all.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SpinBudget {
+pub struct SpinBudget {
     /// How long a wait for an event lately lasted (ns, a moving average).
     pub typical_ns: u64,
 }
@@ -55,7 +55,7 @@ impl SpinBudget {
 /// long after each look at which none woke, up to `MAX_NAP`; never past the engine's next
 /// timer by more than `LOOK`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Nap {
+pub struct Nap {
     nap: Duration,
     /// The program's waits counted at the last look.
     waits: u64,
@@ -73,7 +73,7 @@ impl Default for Nap {
 /// What the engine thread does at a look: nap this long, and whether a waiter that wakes
 /// meanwhile must ring it (it naps longer than `LOOK`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Look {
+pub struct Look {
     pub nap: Duration,
     pub dozing: bool,
 }
