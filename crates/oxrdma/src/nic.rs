@@ -16,7 +16,7 @@
 
 use crate::cores::Cores;
 use crate::shared::Shared;
-use oxrdma_core::driving::{After, Before, EngineThread, Turn, Woke, MAX_SLEEP, RECHECK};
+use oxrdma_core::driving::{After, Before, EngineThread, Turn, Woke, RECHECK};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -93,15 +93,17 @@ pub(crate) fn engine_thread(shared: &Shared) {
             // The core is yielded first: a thread that needs it gets it.
             After::Spin => std::thread::yield_now(),
             After::Sleep => {
-                // Not while the application polls or a thread sleeps on a channel.
-                shared.watch_unless_taken();
+                // Dozing first, then the watch (`EngineThread::sleep_after`).
+                shared.dozing.store(true, Ordering::SeqCst);
+                let l = me.sleep_after(shared.watch_unless_taken());
+                shared.dozing.store(l.dozing, Ordering::SeqCst);
                 // A post that found the device locked by this thread left `pending` set
                 // before this thread unlocked it; one after that drove the device itself.
                 std::sync::atomic::fence(Ordering::SeqCst);
                 if shared.pending.load(Ordering::SeqCst) {
                     me.pending();
                 } else {
-                    me.slept(sleep(shared, MAX_SLEEP));
+                    me.slept(sleep(shared, l.nap));
                 }
             }
         }

@@ -61,8 +61,9 @@ pub(crate) struct Shared {
     waits: AtomicU64,
     /// When the last waiter woke (ns since `epoch`; 0: never).
     waiter_left_at: AtomicU64,
-    /// The engine thread naps longer than `waiters::LOOK` while the program sleeps on a
-    /// channel: a waiter that wakes rings it (the program may now go elsewhere).
+    /// The engine thread sleeps longer than `waiters::LOOK` (a long nap while the program
+    /// sleeps on a channel, or its longest sleep): a waiter that wakes rings it, as the
+    /// program may now go elsewhere and the socket it unwatched would not wake anyone.
     pub(crate) dozing: AtomicBool,
     /// Whether a poll that finds completions hands the socket to the engine thread.
     pub(crate) handoff: Handoff,
@@ -275,12 +276,14 @@ impl Shared {
 
     /// Gives the socket to the engine thread unless the program takes its packets itself
     /// (`AppSeen::leaves_socket`): watched first, then looked, as those threads do the
-    /// other way round.
-    pub(crate) fn watch_unless_taken(&self) {
+    /// other way round. Whether it is watched.
+    pub(crate) fn watch_unless_taken(&self) -> bool {
         self.sleeper.set_watched(true);
-        if !self.seen().leaves_socket(self.now_ns()) {
+        let leave = self.seen().leaves_socket(self.now_ns());
+        if !leave {
             self.sleeper.set_watched(false);
         }
+        leave
     }
 
     /// Sleeps begun on completion channels so far.
@@ -447,6 +450,8 @@ impl Shared {
                     self.sleeper.set_watched(false);
                     if self.any_armed() {
                         self.sleeper.set_watched(true);
+                    } else if self.dozing.load(Ordering::SeqCst) {
+                        self.ring();
                     }
                 }
             }
@@ -460,7 +465,7 @@ impl Shared {
     /// takes the socket now, not at its next look (1-5 ms).
     pub(crate) fn app_leaves(&self) {
         self.app_polling.store(false, Ordering::SeqCst);
-        self.watch_unless_taken();
+        let _ = self.watch_unless_taken();
     }
 
     /// An application thread polls or posts. Stored only when it changes: every poll comes

@@ -7,6 +7,7 @@ pub mod cm;
 pub mod net;
 pub mod pair;
 pub mod scenario;
+pub mod threads;
 mod trace;
 pub mod unreliable;
 pub mod world;

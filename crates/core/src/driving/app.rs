@@ -86,7 +86,11 @@ pub enum PollWatch {
     Keep,
     /// The application starts polling: it takes the packets, the engine thread stops
     /// watching (unless a CQ is armed: then the program sleeps on its channel and the
-    /// engine thread keeps the socket).
+    /// engine thread keeps the socket). If the engine thread dozes (it went to its
+    /// longest sleep before the application began), it is rung, so that it looks again
+    /// within `engine::RECHECK` and sees the application stop: an application that stops
+    /// after a poll that skips the hand-off would otherwise leave packets in an unwatched
+    /// socket for the rest of that sleep.
     Unwatch,
     /// The application found completions after polling and may wait elsewhere: the engine
     /// thread watches again.

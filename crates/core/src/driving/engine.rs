@@ -102,8 +102,9 @@ pub enum After {
     Again,
     /// Yield the core, then drive again: packets moved lately and a core is free.
     Spin,
-    /// Watch the socket unless the application takes it (`AppSeen::leaves_socket`), look
-    /// at the work posted meanwhile, and sleep (`MAX_SLEEP` at most) if there is none.
+    /// Say it dozes, watch the socket unless the application takes it
+    /// (`AppSeen::leaves_socket`), ask `sleep_after` how long to sleep, look at the work
+    /// posted meanwhile, and sleep if there is none.
     Sleep,
 }
 
@@ -220,6 +221,26 @@ impl EngineThread {
             return After::Spin;
         }
         After::Sleep
+    }
+
+    /// How long to sleep after `After::Sleep`, the socket `watched` now or left to the
+    /// application, and whether this thread dozes: a waiter that leaves meanwhile must
+    /// ring it, or packets would wait in the unwatched socket until the sleep ends. The
+    /// driver says it dozes before it decides the watch, so that either the watch sees
+    /// the waiter or the waiter sees the word. A socket left to an application that polls
+    /// is looked at again within `RECHECK`, as when this thread finds it polling.
+    pub fn sleep_after(&self, watched: bool) -> Look {
+        if watched {
+            Look {
+                nap: MAX_SLEEP,
+                dozing: true,
+            }
+        } else {
+            Look {
+                nap: RECHECK,
+                dozing: false,
+            }
+        }
     }
 }
 
