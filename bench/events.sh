@@ -19,7 +19,7 @@ command -v riostream >/dev/null || need+=(rdmacm-utils)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-lib=$PWD/target/release
+lib=${LIB:-$PWD/target/release}
 [ -e "$lib/librdmacm.so.1" ] || { echo "build first: cargo build --release" >&2; exit 1; }
 port=$((30000 + $$ % 5000))
 work=$(mktemp -d)
