@@ -62,30 +62,70 @@ fn run_pairs(test_args: &[&str], all: bool) {
         })
         .collect();
     let deadline = Instant::now() + Duration::from_secs(120);
-    for (i, mut c) in clients.into_iter().chain(servers).enumerate() {
-        loop {
-            if let Some(status) = c.try_wait().unwrap() {
-                let out = c.wait_with_output().unwrap();
-                let text = String::from_utf8_lossy(&out.stdout);
-                assert!(
-                    status.success(),
-                    "{test_args:?}: process {i} failed: {text}{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                if i < PAIRS && all {
-                    let r: serde_json::Value =
-                        serde_json::from_str(text.lines().last().unwrap_or("")).unwrap();
-                    assert_eq!(r["iterations"], 300, "{test_args:?} pair {i}");
-                }
-                break;
-            }
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                panic!("{test_args:?}: process {i} did not finish in 120 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
+    let mut servers: Vec<Option<Child>> = servers.into_iter().map(Some).collect();
+    for (i, mut c) in clients.into_iter().enumerate() {
+        let (ok, out) = finish(&mut c, deadline, test_args, i);
+        // A client that failed: its server's words too (it may be the one that failed).
+        let server = if ok {
+            String::new()
+        } else {
+            servers[i].take().map_or(String::new(), |s| {
+                format!("\n  its server said: {}", finish_or_kill(s))
+            })
+        };
+        assert!(ok, "{test_args:?}: client {i} failed: {out}{server}");
+        if all {
+            let r: serde_json::Value =
+                serde_json::from_str(out.lines().last().unwrap_or("")).unwrap();
+            assert_eq!(r["iterations"], 300, "{test_args:?} pair {i}");
         }
     }
+    for (i, s) in servers.iter_mut().enumerate() {
+        if let Some(s) = s {
+            let (ok, out) = finish(s, deadline, test_args, i);
+            assert!(ok, "{test_args:?}: server {i} failed: {out}");
+        }
+    }
+}
+
+/// Waits for `c` (until `deadline`): whether it succeeded, and its stdout and stderr.
+fn finish(c: &mut Child, deadline: Instant, test_args: &[&str], i: usize) -> (bool, String) {
+    loop {
+        if let Some(status) = c.try_wait().unwrap() {
+            return (status.success(), output(c));
+        }
+        if Instant::now() > deadline {
+            let _ = c.kill();
+            panic!("{test_args:?}: process {i} did not finish in 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What a finished child wrote.
+fn output(c: &mut Child) -> String {
+    use std::io::Read;
+    let mut text = String::new();
+    if let Some(o) = c.stdout.as_mut() {
+        let _ = o.read_to_string(&mut text);
+    }
+    if let Some(e) = c.stderr.as_mut() {
+        let _ = e.read_to_string(&mut text);
+    }
+    text
+}
+
+/// What `c` wrote, ended if it has not within a second.
+fn finish_or_kill(mut c: Child) -> String {
+    for _ in 0..50 {
+        if c.try_wait().ok().flatten().is_some() {
+            return output(&mut c);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+    format!("(still running; ended) {}", output(&mut c))
 }
 
 #[test]
