@@ -16,6 +16,7 @@ pub mod pingloop;
 pub mod pingpong;
 pub mod scale;
 pub mod sim;
+pub mod stats;
 pub mod threads;
 pub mod udpingpong;
 

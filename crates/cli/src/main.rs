@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use oxrdma_cli::{
-    decode, devinfo, devnodes, exec, pathemu, pingpong, scale, sim, threads, udpingpong,
+    decode, devinfo, devnodes, exec, pathemu, pingpong, scale, sim, stats, threads, udpingpong,
 };
 use std::io;
 use std::process::ExitCode;
@@ -34,6 +34,10 @@ enum Command {
     /// Make /dev/infiniband/uverbs<N> for each configured device, which UCX (Open MPI,
     /// MPICH) looks for before it opens one; as root, once per boot. --remove undoes it.
     DevNodes(devnodes::DevNodesArgs),
+    /// The counters of every live oxrdma device on this host (every process and user):
+    /// traffic, drops by reason, NAKs, retransmissions, timeouts, congestion; rxe's and
+    /// mlx5's names where they mean the same. --json, --prometheus, --watch.
+    Stats(stats::StatsArgs),
     /// RDMA benchmarks over UDP in the spirit of perftest.
     Perf(Box<oxrdma_cli::perf::PerfCli>),
     /// What idle QPs cost: the idle driver pass and an 8 B WRITE's round trip with 1, 1,000
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
         Command::DevNodes(a) => done(devnodes::run(a)),
         Command::Exec(a) => done(exec::run(a)),
         Command::Perf(p) => done(p.run()),
+        Command::Stats(a) => done(stats::run(a)),
         Command::Scale(a) => scale::run(a).map(|_| true),
         Command::Threads(a) => threads::run(a).map(|_| true),
         Command::SimBench(b) => sim::bench_cmd(b),

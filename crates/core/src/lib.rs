@@ -6,6 +6,7 @@
 mod attr;
 mod build;
 pub mod cm;
+mod counters;
 mod cq;
 mod crc_copy;
 mod ctx;
@@ -28,6 +29,7 @@ pub mod verbs;
 mod wr;
 
 pub use attr::{mask, AddressVector, QpAttr, QpCap, QpInitAttr};
+pub use counters::{classes, Counter, Counters, COUNTERS};
 pub use cq::CqRing;
 pub use drops::{RxDrop, RxDrops};
 pub use engine::{Engine, EngineConfig, Stats, Transmit};

@@ -164,6 +164,14 @@ impl Context {
         &self.inner.shared
     }
 
+    /// The device's counters now: traffic by opcode class, every drop by reason, NAKs,
+    /// retransmissions, timeouts, congestion notification (`Counter` names each, with
+    /// rxe's and mlx5's names where they mean the same). A copy, taken under the device
+    /// lock; QPs destroyed still count. `oxrdma stats` shows every device of the host.
+    pub fn counters(&self) -> oxrdma_core::Counters {
+        self.shared().lock().counters()
+    }
+
     /// The OS thread id of the device's engine thread (the software NIC; None if it has
     /// died): to pin it to a core (`taskset -p`), or to read the CPU time it uses
     /// (`/proc/self/task/<tid>/schedstat`).

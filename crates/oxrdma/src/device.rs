@@ -2,7 +2,7 @@
 //! the link that moves its packets (the UDP driver). The engine is ours; the link only
 //! drives it when asked.
 
-use oxrdma_core::{Engine, Nanos};
+use oxrdma_core::{Counter, Counters, Engine, Nanos};
 use oxrdma_udp::{BindError, Link, RxDropReport};
 use std::io;
 use std::net::IpAddr;
@@ -57,6 +57,17 @@ impl Device {
     /// Every receive drop so far, by who dropped it and why.
     pub fn rx_drops(&self) -> RxDropReport {
         self.link.rx_drops(&self.engine)
+    }
+
+    /// The device's counters: the engine's, and what only the link sees (ICRCs that did
+    /// not verify, the kernel's receive-buffer drops, sends it refused).
+    pub fn counters(&self) -> Counters {
+        let mut c = self.engine.counters();
+        let p = self.link.stats();
+        c[Counter::BadIcrc] += p.rx_bad_icrc;
+        c[Counter::RxqOverflow] += p.rx_overflow;
+        c[Counter::SendErr] += p.tx_errors;
+        c
     }
 }
 

@@ -21,6 +21,7 @@ mod error;
 mod events;
 mod fdqueue;
 mod handoff;
+pub mod host_stats;
 mod lock;
 mod nic;
 mod pd;
@@ -48,7 +49,8 @@ pub use qp::{ConnectOptions, Endpoint, PostList, QueuePair};
 /// `enum ibv_qp_attr_mask` bits (what a [`QpAttr`] sets is its `mask()`).
 pub use oxrdma_core::mask as qp_attr_mask;
 pub use oxrdma_core::{
-    Access, AddressVector, AsyncEvent, DeviceAttr, EventType, Gid, InlineData, Mtu, MwBind, MwType,
-    QpAttr, QpCap, QpState, QpType, RecvWr, RxDrop, RxDrops, SendData, SendFlags, SendWr, Sge,
-    SgeList, SrqAttr, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    Access, AddressVector, AsyncEvent, Counter, Counters, DeviceAttr, EventType, Gid, InlineData,
+    Mtu, MwBind, MwType, QpAttr, QpCap, QpState, QpType, RecvWr, RxDrop, RxDrops, SendData,
+    SendFlags, SendWr, Sge, SgeList, SrqAttr, UdDest, VerbsError, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };

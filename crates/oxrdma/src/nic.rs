@@ -15,6 +15,7 @@
 //! (`OXRDMA_BATCHES=1` shows it).
 
 use crate::cores::Cores;
+use crate::host_stats::Publisher;
 use crate::shared::Shared;
 use oxrdma_core::driving::{After, Before, EngineThread, Turn, Woke, RECHECK};
 use std::sync::atomic::Ordering;
@@ -33,8 +34,16 @@ pub(crate) fn engine_thread(shared: &Shared) {
     let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(TIMER_SLACK_NS));
     let mut me = EngineThread::default();
     let mut cores = Cores::new();
+    let name = std::thread::current().name().unwrap_or("nic").to_string();
+    let address = shared.facts.gids.first().copied().unwrap_or_default().ip();
+    let mut show = Publisher::new(&name, address);
     while !shared.stop.load(Ordering::Acquire) {
         let now = shared.now_ns();
+        if let Some(show) = show.as_mut().filter(|s| s.due(now)) {
+            // Every `host_stats::EVERY` at most, for `oxrdma stats` in another shell.
+            let counters = shared.lock_raw().counters();
+            show.publish(now, &counters);
+        }
         match me.before(&shared.seen(), now) {
             Before::Look => {
                 let next = look(shared);

@@ -100,6 +100,13 @@ impl QueuePair {
         Ok(self.ctx.shared().lock().engine.qp_transport(self.qpn)?)
     }
 
+    /// What this QP has counted: its traffic, the packets for it that were dropped, the
+    /// NAKs it sent and received, its timeouts, probes and retries (see
+    /// [`Context::counters`](crate::Context::counters)).
+    pub fn counters(&self) -> Result<oxrdma_core::Counters> {
+        Ok(self.ctx.shared().lock().engine.qp_counters(self.qpn)?)
+    }
+
     /// The QP's current state (read without the device lock).
     pub fn state(&self) -> Result<QpState> {
         Ok(self.post.state())

@@ -1,7 +1,10 @@
 //! A thread sleeping on a completion channel costs (next to) no CPU while nothing comes.
 //! Alone in its test binary: the CPU of every thread of the process is counted.
 
-use oxrdma::{Access, ConnectOptions, Context, QpCap, QpType, SendData, SendWr, WrOpcode};
+mod common;
+
+use common::pair;
+use oxrdma::{SendData, SendWr, WrOpcode};
 use std::time::{Duration, Instant};
 
 /// CPU time of every thread of this process so far (ns on CPU, `/proc/self/task/*/schedstat`).
@@ -18,27 +21,12 @@ fn process_cpu() -> Duration {
 
 #[test]
 fn an_idle_waiter_costs_no_cpu() {
-    let a = Context::open("127.0.0.105".parse().unwrap()).unwrap();
-    let b = Context::open("127.0.0.106".parse().unwrap()).unwrap();
-    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let mr = pb.register(4096, Access::ALL).unwrap();
-    let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let qa = pa
-        .create_qp(&ca, &ca, QpType::Rc, QpCap::default())
-        .unwrap();
-    let qb = pb
-        .create_qp(&cb, &cb, QpType::Rc, QpCap::default())
-        .unwrap();
-    let (sa, sb) = (a.random_psn(), b.random_psn());
-    qa.connect(sa, &qb.endpoint(sb), &ConnectOptions::default())
-        .unwrap();
-    qb.connect(sb, &qa.endpoint(sa), &ConnectOptions::default())
-        .unwrap();
-    let ch = a.create_comp_channel().unwrap();
+    let (a, b) = pair("127.0.0.105", "127.0.0.106");
+    let (ca, qa, ch, mr) = (&a.cq, &a.qp, &a.ch, &b.mr);
     // Some traffic first, each completion waited for on the channel, so the device has
     // been busy and its waiter quick (a spin is then tried).
     for i in 0..20 {
-        ca.req_notify(&ch);
+        ca.req_notify(ch);
         let mut w = SendWr::new(i, WrOpcode::RdmaWrite, SendData::Inline(vec![7; 8].into()));
         (w.remote_addr, w.rkey) = (mr.addr(), mr.rkey());
         qa.post_send(w).unwrap();
@@ -50,7 +38,7 @@ fn an_idle_waiter_costs_no_cpu() {
         assert_eq!(ca.poll(&mut wcs, 4).unwrap(), 1);
     }
     // Then nothing, for a second, a thread sleeping on the armed CQ's channel.
-    ca.req_notify(&ch);
+    ca.req_notify(ch);
     let (cpu, start) = (process_cpu(), Instant::now());
     assert!(
         !ch.wait(Duration::from_secs(1)).unwrap(),

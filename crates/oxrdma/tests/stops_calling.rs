@@ -11,50 +11,9 @@
 
 mod common;
 
-use common::wait;
-use oxrdma::{
-    Access, CompletionChannel, CompletionQueue, ConnectOptions, Context, MemoryRegion, QpCap,
-    QpType, QueuePair, SendData, SendWr, WcStatus, WrOpcode,
-};
+use common::{pair, wait, Side};
+use oxrdma::{SendData, SendWr, WcStatus, WrOpcode};
 use std::time::{Duration, Instant};
-
-struct Side {
-    _ctx: Context,
-    ch: CompletionChannel,
-    cq: CompletionQueue,
-    qp: QueuePair,
-    mr: MemoryRegion,
-}
-
-fn pair(ip_a: &str, ip_b: &str) -> (Side, Side) {
-    let a = Context::open(ip_a.parse().unwrap()).unwrap();
-    let b = Context::open(ip_b.parse().unwrap()).unwrap();
-    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let qa = pa
-        .create_qp(&ca, &ca, QpType::Rc, QpCap::default())
-        .unwrap();
-    let qb = pb
-        .create_qp(&cb, &cb, QpType::Rc, QpCap::default())
-        .unwrap();
-    let (sa, sb) = (a.random_psn(), b.random_psn());
-    qa.connect(sa, &qb.endpoint(sb), &ConnectOptions::default())
-        .unwrap();
-    qb.connect(sb, &qa.endpoint(sa), &ConnectOptions::default())
-        .unwrap();
-    let (ma, mb) = (
-        pa.register(4096, Access::ALL).unwrap(),
-        pb.register(4096, Access::ALL).unwrap(),
-    );
-    let side = |_ctx: Context, cq, qp, mr| Side {
-        ch: _ctx.create_comp_channel().unwrap(),
-        _ctx,
-        cq,
-        qp,
-        mr,
-    };
-    (side(a, ca, qa, ma), side(b, cb, qb, mb))
-}
 
 fn write_8(from: &Side, to: &Side, id: u64) {
     let mut w = SendWr::new(id, WrOpcode::RdmaWrite, SendData::Inline(vec![7; 8].into()));

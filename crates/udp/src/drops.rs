@@ -25,6 +25,7 @@ impl RxDropReport {
         self.port.rx_bad_icrc
             + self.port.rx_bad_source
             + self.port.rx_left_by_gone
+            + self.port.rx_overflow
             + self.engine.total()
             + self.kernel.errors
             > 0
@@ -37,12 +38,14 @@ impl fmt::Display for RxDropReport {
             f,
             "{} datagrams received ({} from loopback, ICRC unchecked); dropped by the port: \
              {} bad ICRC, {} without source, {} left for a process that had gone; by the \
-             engine: {}; by the kernel (whole network namespace): {}",
+             kernel, the port's receive buffer full: {}; by the engine: {}; by the kernel \
+             (whole network namespace): {}",
             self.received,
             self.port.icrc_unchecked_loopback,
             self.port.rx_bad_icrc,
             self.port.rx_bad_source,
             self.port.rx_left_by_gone,
+            self.port.rx_overflow,
             self.engine,
             self.kernel
         )

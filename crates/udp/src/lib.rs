@@ -48,3 +48,16 @@ pub fn host_dir(name: &str) -> std::io::Result<std::path::PathBuf> {
     }
     Ok(d)
 }
+
+/// Whether a process holds a lock on the host file `f` (its owner, which keeps it locked
+/// while it lives: a file whose process died is unlocked).
+pub fn held(f: &std::fs::File) -> bool {
+    use rustix::fs::{flock, FlockOperation};
+    match flock(f, FlockOperation::NonBlockingLockShared) {
+        Ok(()) => {
+            let _ = flock(f, FlockOperation::Unlock);
+            false
+        }
+        Err(_) => true,
+    }
+}

@@ -49,6 +49,12 @@ pub struct PortStats {
     /// any.
     pub rx_messages: u64,
     pub rx_calls: u64,
+    /// Datagrams the kernel dropped because the socket's receive buffer was full
+    /// (`SO_RXQ_OVFL`), as far as the messages received since say.
+    pub rx_overflow: u64,
+    /// Packets the kernel refused to send (an error other than a full buffer or an ICMP
+    /// report).
+    pub tx_errors: u64,
 }
 
 impl std::ops::AddAssign for PortStats {
@@ -65,6 +71,8 @@ impl std::ops::AddAssign for PortStats {
         self.tx_calls += o.tx_calls;
         self.rx_messages += o.rx_messages;
         self.rx_calls += o.rx_calls;
+        self.rx_overflow += o.rx_overflow;
+        self.tx_errors += o.tx_errors;
     }
 }
 
@@ -296,6 +304,9 @@ impl UdpPort {
         }
         let gso = offload_wanted() && gso_offered(&socket);
         let gro = offload_wanted() && set_udp_option(&socket, libc::UDP_GRO, 1).is_ok();
+        // The kernel's count of datagrams dropped for want of buffer room rides on the
+        // messages received after a drop (none before: it costs nothing until then).
+        let _ = crate::sockopt::set_int(&socket, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
         if ecn_wanted() && !local.ip().is_loopback() {
             // Each received message says its ECN field (GRO glues only packets alike). Not
             // on a loopback address, where no queue marks anything: the control message
@@ -504,6 +515,8 @@ impl UdpPort {
                         gso::runs_into(&mut runs, lens, flows, start, false);
                         at = 0;
                     } else {
+                        let lost: usize = runs[at..end].iter().map(|r| r.len()).sum();
+                        self.stats.tx_errors += lost as u64;
                         return Err(e);
                     }
                 }
@@ -605,6 +618,9 @@ impl UdpPort {
         if n > 0 {
             self.stats.rx_calls += 1;
             self.stats.rx_messages += batch.messages() as u64;
+            if let Some(dropped) = batch.overflow {
+                self.stats.rx_overflow = self.stats.rx_overflow.max(u64::from(dropped));
+            }
         }
         // The IP and UDP headers of the last packet checked: a GRO message's segments
         // share them (all but the last have one length).

@@ -8,6 +8,7 @@ pub fn oxrdma() -> Command {
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
+#[allow(dead_code)] // Not every test file needs one.
 pub fn free_port() -> String {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

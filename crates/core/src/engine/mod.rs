@@ -4,8 +4,10 @@
 
 use crate::attr::AddressVector;
 use crate::cm::{Cm, CmConfig, CmEvent};
+use crate::counters::{classes, Counter, Counters};
 use crate::cq::Cq;
 use crate::drops::{RxDrop, RxDrops};
+use crate::error::VerbsError;
 use crate::gid::Gid;
 use crate::keys::MrTable;
 use crate::limits::{DeviceAttr, MAX_PACKET};
@@ -108,6 +110,10 @@ pub struct Engine {
     /// The PSN of the next MAD QP1 sends (one count per device, as on Linux).
     gsi_psn: u32,
     stats: Stats,
+    /// What the device counts itself (traffic; its drops are `stats.rx_drops`).
+    counts: Counters,
+    /// The per-QP counts of QPs destroyed, so the device's sums never go back.
+    retired: Counters,
 }
 
 /// The context a QP works in, borrowed field by field from the engine (so a QP borrowed
@@ -202,6 +208,8 @@ impl Engine {
             cm,
             gsi_psn: 0,
             stats: Stats::default(),
+            counts: Counters::default(),
+            retired: Counters::default(),
         }
     }
 
@@ -225,6 +233,28 @@ impl Engine {
     }
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// The device's counters: its own, its drops by reason, and the sums of what its QPs,
+    /// live and destroyed, count (`counters.rs`).
+    pub fn counters(&self) -> Counters {
+        let mut c = self.counts;
+        for &why in &RxDrop::ALL {
+            c[Counters::drop_counter(why)] += self.stats.rx_drops.get(why);
+        }
+        c.add(&self.retired, Counter::per_qp);
+        for qp in self.qps.values() {
+            c.add(&qp.counters(), Counter::per_qp);
+        }
+        c
+    }
+
+    /// One QP's counters.
+    pub fn qp_counters(&self, qpn: u32) -> crate::Result<Counters> {
+        self.qps
+            .get(&qpn)
+            .map(|q| q.counters())
+            .ok_or(VerbsError::NotFound("queue pair"))
     }
 
     /// Builds a message's middle packets in runs when a caller takes many packets at once
@@ -269,6 +299,9 @@ impl Engine {
     fn handle_one(&mut self, now: Nanos, src: Gid, local: Gid, data: &[u8], ce: bool) {
         self.stats.rx_packets += 1;
         self.stats.rx_ce += u64::from(ce);
+        let class = data.first().map_or(Counter::RcvdOther, |&op| classes(op).1);
+        count_traffic(&mut self.counts, Counter::RcvdPkts, class, 1, data.len());
+        self.counts[Counter::EcnMarked] += u64::from(ce);
         let drops = &mut self.stats.rx_drops;
         let Ok(pkt) = PacketRepr::parse(data) else {
             return drops.count(RxDrop::Malformed);
@@ -279,17 +312,19 @@ impl Engine {
         let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qpn) else {
             return drops.count(RxDrop::UnknownQp);
         };
+        count_traffic(&mut qp.counts, Counter::RcvdPkts, class, 1, data.len());
+        qp.counts[Counter::EcnMarked] += u64::from(ce);
         let Ok(info) = pkt.bth.opcode.info() else {
-            return drops.count(RxDrop::Malformed);
+            return qp.dropped(drops, RxDrop::Malformed);
         };
         match (info.transport, qp.qp_type) {
             (Transport::Rc | Transport::Cnp, QpType::Rc) | (Transport::Uc, QpType::Uc) => {
                 if qp.av.map(|a| a.dgid) != Some(src) {
-                    return drops.count(RxDrop::WrongPeer);
+                    return qp.dropped(drops, RxDrop::WrongPeer);
                 }
             }
             (Transport::Ud, QpType::Ud) => {}
-            _ => return drops.count(RxDrop::WrongTransport),
+            _ => return qp.dropped(drops, RxDrop::WrongTransport),
         }
         if info.transport == Transport::Cnp {
             self.stats.cnps_received += 1;
@@ -315,6 +350,7 @@ impl Engine {
         };
         if let Err(why) = result {
             ctx.drop_packet(why);
+            qp.counts.bump(Counters::drop_counter(why));
         }
         touched(&mut self.active, &mut self.timers, &mut self.sharing, qp);
     }
@@ -360,12 +396,16 @@ impl Engine {
             if qp.qp_type != QpType::Rc || qp.av.map(|a| a.dgid) != Some(src) {
                 continue;
             }
-            let taken = if run.requests() {
-                qp.write_run(now, &self.mrs, &run, &mut packets)
+            let ((taken, bytes), class) = if run.requests() {
+                let t = qp.write_run(now, &self.mrs, &run, &mut packets);
+                (t, Counter::RcvdWrite)
             } else {
-                qp.response_run(&mut ctx!(self, now), &run, &mut packets)
+                let t = qp.response_run(&mut ctx!(self, now), &run, &mut packets);
+                (t, Counter::RcvdReadResponse)
             };
             if taken > 0 {
+                count_traffic(&mut self.counts, Counter::RcvdPkts, class, taken, bytes);
+                count_traffic(&mut qp.counts, Counter::RcvdPkts, class, taken, bytes);
                 self.stats.rx_packets += taken;
                 self.stats.rx_run += taken;
                 touched(&mut self.active, &mut self.timers, &mut self.sharing, qp);
@@ -434,6 +474,8 @@ impl Engine {
             let Some(t) = self.next_mad(&mut slots[at..at + MAX_PACKET]) else {
                 break;
             };
+            let class = classes(slots[at]).0;
+            count_traffic(&mut self.counts, Counter::SentPkts, class, 1, t.len);
             sent(t);
             (at, n) = (at + t.len, n + 1);
         }
@@ -478,6 +520,19 @@ impl Engine {
                 (self.burst, self.burst_qpn) = (burst + run as u32, qpn);
                 self.stats.tx_packets += 1 + run as u64;
                 self.stats.tx_run += run as u64;
+                let class = classes(slots[at]).0;
+                let run_class = if run > 0 {
+                    classes(slots[at + len]).0
+                } else {
+                    class
+                };
+                for counts in [&mut self.counts, &mut qp.counts] {
+                    count_traffic(counts, Counter::SentPkts, class, 1, len);
+                    if run > 0 {
+                        let (n, bytes) = (run as u64, run * run_len);
+                        count_traffic(counts, Counter::SentPkts, run_class, n, bytes);
+                    }
+                }
                 let av = dest.or(qp.av).unwrap_or_default();
                 for len in std::iter::once(len).chain(std::iter::repeat_n(run_len, run)) {
                     sent(Transmit {
@@ -535,4 +590,18 @@ fn earliest(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// `n` packets of `bytes` in all, of the traffic class `class`, into `packets` (sent or
+/// received).
+#[inline]
+fn count_traffic(counts: &mut Counters, packets: Counter, class: Counter, n: u64, bytes: usize) {
+    let total = if packets == Counter::SentPkts {
+        Counter::SentBytes
+    } else {
+        Counter::RcvdBytes
+    };
+    counts[packets] += n;
+    counts[total] += bytes as u64;
+    counts[class] += n;
 }

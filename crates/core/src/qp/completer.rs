@@ -3,6 +3,7 @@
 //! and the RTT estimate; it learns what was sent from `Sent`, and asks the requester to
 //! send again with `ReqCmd` (the QP carries both).
 
+use crate::counters::{Counter, Counters};
 use crate::drops::RxDrop;
 use crate::mr::scatter;
 use crate::qp::go_back::GoBackWindow;
@@ -34,6 +35,8 @@ const PROMPT: Nanos = 300_000;
 /// estimate and every retransmission deadline.
 #[derive(Debug, Default)]
 pub(crate) struct Completer {
+    /// What it counts: NAKs received, timeouts, probes, retries and their end.
+    pub counts: Counters,
     /// Oldest PSN not yet acknowledged (the completer's expected PSN).
     una: Psn,
     /// The responder has every request before this PSN (an ACK, or a READ response, says
@@ -415,11 +418,13 @@ impl Completing<'_> {
                 Ok(())
             }
             (Operation::Acknowledge, Some(Syndrome::RnrNak { timer })) => {
+                self.c.counts.bump(Counter::RcvdRnrErr);
                 self.ack_before(ctx, psn);
                 self.rnr_nak(ctx, psn, timer);
                 Ok(())
             }
             (Operation::Acknowledge, Some(Syndrome::Nak(NakCode::PsnSequenceError))) => {
+                self.c.counts.bump(Counter::RcvdSeqErr);
                 self.ack_before(ctx, psn);
                 if self.dead() || self.c.rnr_wait() == Some(psn) {
                     // Dead, or the echo of an RNR NAK we are already waiting out.
@@ -432,6 +437,11 @@ impl Completing<'_> {
                 Ok(())
             }
             (Operation::Acknowledge, Some(Syndrome::Nak(code))) => {
+                self.c.counts.bump(if code == NakCode::RemoteAccessError {
+                    Counter::ReqRemoteAccessErrors
+                } else {
+                    Counter::RcvdNakOther
+                });
                 self.ack_before(ctx, psn);
                 if self.sq.front().is_some_and(|w| w.holds(psn)) {
                     self.sq.fail_front(ctx, nak_status(code));
@@ -627,10 +637,12 @@ impl Completing<'_> {
     /// Resends from `from`, if the retry budget allows; otherwise fails the front WQE.
     pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, from: Psn) {
         if self.c.retries_left == 0 {
+            self.c.counts.bump(Counter::RetryExceeded);
             self.sq.fail_front(ctx, WcStatus::RetryExcErr);
             return;
         }
         self.c.retries_left -= 1;
+        self.c.counts.bump(Counter::CompleterRetry);
         // What a probe made ambiguous is sent again now: no sample from it (Karn).
         self.c.probed_sample = None;
         self.c.oldest_probed = false;
@@ -671,6 +683,7 @@ impl Completing<'_> {
             return;
         }
         if self.c.rnr_retries_left == 0 {
+            self.c.counts.bump(Counter::RnrRetryExceeded);
             self.sq.fail_front(ctx, WcStatus::RnrRetryExcErr);
             return;
         }
@@ -817,10 +830,12 @@ impl Completing<'_> {
         let retry = oldest_lost && !self.cur.repairing;
         if retry {
             if self.c.retries_left == 0 {
+                self.c.counts.bump(Counter::RetryExceeded);
                 self.sq.fail_front(ctx, WcStatus::RetryExcErr);
                 return;
             }
             self.c.retries_left -= 1;
+            self.c.counts.bump(Counter::CompleterRetry);
         }
         self.cmd(ReqCmd::Repair { through, end });
         self.c.time_repair = known;
@@ -900,10 +915,12 @@ impl Completing<'_> {
             self.c.timers.stop(Timer::Probe);
             if self.c.passed {
                 self.c.probes += 1;
+                self.c.counts.bump(Counter::Probes);
                 self.ask_again_passed(ctx);
                 self.arm_probe(ctx.now);
             } else if self.c.una != self.cur.high_psn && self.c.rnr_wait().is_none() {
                 self.c.probes += 1;
+                self.c.counts.bump(Counter::Probes);
                 if self.c.srtt.is_none() {
                     if let Some((p, _)) = self.c.rtt_sample {
                         self.c.probed_sample = Some((p, ctx.now));
@@ -935,6 +952,7 @@ impl Completing<'_> {
             if self.c.una == self.cur.high_psn {
                 self.c.timers.stop(Timer::Retransmit);
             } else {
+                self.c.counts.bump(Counter::LocalAckTimeout);
                 let una = self.c.una;
                 self.retry(ctx, una);
                 self.c.time_resend = self.c.srtt.is_none();

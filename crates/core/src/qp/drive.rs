@@ -2,6 +2,7 @@
 //! the other (`InFlight`, `Cursor`), and what one has to tell the other (`Sent`,
 //! `ReqCmd`) the QP carries here, after it returns.
 
+use crate::counters::Counters;
 use crate::drops::RxDrop;
 use crate::qp::completer::{CompView, Completing};
 use crate::qp::handoff::{Cursor, Sent};
@@ -169,22 +170,23 @@ impl Qp {
     /// The READ responses after the first of a run (`Run`) at the front of `packets`, each
     /// handled as [`Self::handle_response`] handles it, without being parsed in full or its
     /// QP found again; a dropped one is counted as the per-packet path counts it. Returns
-    /// how many it took.
+    /// how many it took, and their bytes.
     pub(crate) fn response_run<'a, I: Iterator<Item = &'a [u8]>>(
         &mut self,
         ctx: &mut Ctx<'_>,
         run: &Run,
         packets: &mut std::iter::Peekable<I>,
-    ) -> u64 {
-        let mut taken = 0;
+    ) -> (u64, usize) {
+        let (mut taken, mut bytes) = (0, 0);
         while let Some(pkt) = packets.peek().and_then(|p| run.next(p)) {
-            packets.next();
+            bytes += packets.next().map_or(0, <[u8]>::len);
             taken += 1;
             if let Err(why) = self.handle_response(ctx, &pkt) {
                 ctx.drop_packet(why);
+                self.counts.bump(Counters::drop_counter(why));
             }
         }
-        taken
+        (taken, bytes)
     }
 
     /// Timer expiries: the completer's (ACK timeout, RNR wait, probe) and the end of an

@@ -4,8 +4,9 @@
 //! returns what the QP is to do (`drive.rs` carries it between requester and completer).
 
 use crate::attr::{AddressVector, QpAttr, QpInitAttr};
+use crate::counters::{Counter, Counters};
 pub(crate) use crate::ctx::Ctx;
-use crate::drops::RxDrop;
+use crate::drops::{RxDrop, RxDrops};
 use crate::gid::rc_udp_sport;
 use crate::gid::Gid;
 use crate::grh::GRH_LEN;
@@ -201,6 +202,9 @@ pub(crate) struct Qp {
     /// (`refresh_views`): built once, not per packet.
     rview: requester::ReqView,
     cview: completer::CompView,
+    /// What this QP counts itself (traffic, drops, held ACKs); its responder and
+    /// completer count the rest (`counters`).
+    pub counts: Counters,
 }
 
 impl Qp {
@@ -247,6 +251,7 @@ impl Qp {
             counted_sending: false,
             drain_pending: false,
             selective_repeat,
+            counts: Counters::default(),
             // Placeholders: `refresh_views` below builds both from the fields above.
             rview: requester::ReqView {
                 state: QpState::Reset,
@@ -464,6 +469,15 @@ impl Qp {
 
     /// A request just asked for an ACK: the policy may hold it (`AckHold::asked`).
     fn hold_ack(&mut self, now: Nanos) {
+        if !self.ack.held() {
+            self.hold_ack_anew(now);
+            if self.ack.held() {
+                self.counts.bump(Counter::AckDeferred);
+            }
+        }
+    }
+
+    fn hold_ack_anew(&mut self, now: Nanos) {
         self.ack.asked(AckAsked {
             now,
             only_an_ack_waits: self.qp_type == QpType::Rc && self.resp.only_an_ack_waits(),
@@ -591,11 +605,29 @@ impl Qp {
     pub fn reset(&mut self) {
         self.set_state(QpState::Reset);
         self.discard_send_queue();
+        // The counts outlive the connection.
+        self.counts = self.counters();
         self.req = Requester::default();
         self.comp = Completer::default();
         self.ack = AckHold::default();
         self.ecn = ecn::Notifier::default();
         self.resp.reset();
+    }
+
+    /// Everything this QP counted: its own counts, its responder's and completer's, and
+    /// the packets its requester sent again.
+    pub fn counters(&self) -> Counters {
+        let mut c = self.counts;
+        c.add(&self.resp.counts, |_| true);
+        c.add(&self.comp.counts, |_| true);
+        c[Counter::Retransmitted] += self.req.packets_resent();
+        c
+    }
+
+    /// A packet for this QP dropped for `why`, before it reached the QP's handlers.
+    pub fn dropped(&mut self, drops: &mut RxDrops, why: RxDrop) {
+        drops.count(why);
+        self.counts.bump(Counters::drop_counter(why));
     }
 
     /// What its transport has been through.

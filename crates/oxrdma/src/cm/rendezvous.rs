@@ -62,17 +62,6 @@ impl DirLock {
     }
 }
 
-/// Whether the listener that wrote `f` still holds it.
-fn alive(f: &File) -> bool {
-    match flock(f, FlockOperation::NonBlockingLockShared) {
-        Ok(()) => {
-            let _ = flock(f, FlockOperation::Unlock);
-            false
-        }
-        Err(_) => true,
-    }
-}
-
 fn parse(text: &str) -> Option<Entry> {
     let mut device = None;
     let mut bound = None;
@@ -96,7 +85,7 @@ pub(crate) fn register(port_space: u16, port: u16, entry: Entry) -> io::Result<R
     let _lock = DirLock::take(&d)?;
     let path = d.join(name(port_space, port));
     if let Ok(old) = File::open(&path) {
-        if alive(&old) {
+        if oxrdma_udp::held(&old) {
             return Err(io::Error::from_raw_os_error(libc_eaddrinuse()));
         }
         let _ = fs::remove_file(&path);
@@ -138,7 +127,7 @@ pub(crate) fn register(port_space: u16, port: u16, entry: Entry) -> io::Result<R
 pub(crate) fn lookup(port_space: u16, port: u16) -> Option<Entry> {
     let path = dir().ok()?.join(name(port_space, port));
     let mut f = File::open(path).ok()?;
-    if !alive(&f) {
+    if !oxrdma_udp::held(&f) {
         return None;
     }
     let mut text = String::new();

@@ -2,6 +2,7 @@
 //! consumes receive WQEs, and queues ACKs, NAKs, READ responses and atomic ACKs.
 
 use crate::build::{bth, finish_packet, packets_for, part_for};
+use crate::counters::{Counter, Counters};
 use crate::ctx::Ctx;
 use crate::drops::RxDrop;
 use crate::keys::{MrTable, RemoteRange};
@@ -131,6 +132,8 @@ pub(crate) struct Responder {
     sr_peer: bool,
     /// Packets kept ahead of a gap.
     reorder: Reorder,
+    /// What it counts: duplicates, requests out of sequence, the NAKs it sends and why.
+    pub counts: Counters,
 }
 
 /// What the responder needs of its QP, read afresh for each event.
@@ -272,6 +275,7 @@ impl Responder {
         match psn.diff(self.epsn) {
             d if d > 0 => return self.ahead(pkt, raw),
             d if d < 0 => {
+                self.counts.bump(Counter::DuplicateRequest);
                 self.duplicate(ctx, q, pkt);
                 return Ok(None);
             }
@@ -290,6 +294,7 @@ impl Responder {
     /// there is no room, a PSN-sequence NAK, once per gap.
     fn ahead(&mut self, pkt: &PacketRepr<'_>, raw: &[u8]) -> Result<Fatal, RxDrop> {
         let (psn, epsn, msn) = (pkt.bth.psn, self.epsn, self.msn);
+        self.counts.bump(Counter::OutOfSeqRequest);
         if self.sr_peer {
             let opens_block = !self.reorder.holds(psn.sub(1));
             if self.reorder.hold(epsn, psn, raw) {
@@ -301,6 +306,7 @@ impl Responder {
         }
         if !self.nak_sent {
             self.nak_sent = true;
+            self.counts.bump(Counter::SentSeqNak);
             self.push_ack(epsn, Syndrome::Nak(NakCode::PsnSequenceError), msn);
         }
         Err(RxDrop::OutOfSequence)
@@ -354,6 +360,7 @@ impl Responder {
                 r.accepted(psn, pkt.bth.ack_req && !replies_itself);
             }
             Ok(Outcome::Rnr) => {
+                r.counts.bump(Counter::SendRnrErr);
                 let msn = r.msn;
                 r.push_ack(
                     psn,
@@ -366,6 +373,15 @@ impl Responder {
             Err(code) => {
                 let msn = r.msn;
                 r.push_ack(psn, Syndrome::Nak(code), msn);
+                let why = match code {
+                    NakCode::RemoteAccessError => {
+                        r.counts.bump(access_fault(ctx.mrs, q, pkt, info.operation));
+                        Counter::RespRemoteAccessErrors
+                    }
+                    NakCode::RemoteOperationalError => Counter::RespRemoteOpErrors,
+                    _ => Counter::RespInvalidRequest,
+                };
+                r.counts.bump(why);
                 let event = match code {
                     NakCode::RemoteAccessError => EventType::QpAccessErr,
                     NakCode::InvalidRequest => EventType::QpReqErr,
@@ -402,6 +418,7 @@ impl Responder {
             atomics: VecDeque::new(),
             sr_peer: false,
             reorder: Reorder::default(),
+            counts: Counters::default(),
         }
     }
 
@@ -872,6 +889,8 @@ impl Responder {
                 };
                 if self.supersede(reply.first_psn, reply.end(q.mtu), q.mtu) {
                     self.replies.push_back(Reply::Read(reply));
+                } else {
+                    self.counts.bump(Counter::DuplicateReadLimited);
                 }
             }
             Operation::CompareSwap | Operation::FetchAdd => {
@@ -1015,5 +1034,36 @@ impl Responder {
             self.replies.pop_front();
         }
         Some(finish_packet(buf, hlen, n, hashed))
+    }
+}
+
+/// Why a request was NAKed with a remote access error (the data path does not keep the
+/// cause: it is found again here, only on the error's path): the QP or the key does not
+/// allow the operation, the key names nothing this QP may use, or the access falls
+/// outside what it names (a WRITE's later packets: past the first packet's range).
+fn access_fault(mrs: &MrTable, q: &QpView, pkt: &PacketRepr<'_>, op: Operation) -> Counter {
+    let need = match op {
+        Operation::Write | Operation::WriteWithImm => Access::REMOTE_WRITE,
+        Operation::ReadRequest => Access::REMOTE_READ,
+        _ => Access::REMOTE_ATOMIC,
+    };
+    let (rkey, va, len) = match (pkt.ext.reth, pkt.ext.atomic_eth) {
+        (Some(r), _) => (r.rkey, r.virtual_address, u64::from(r.dma_length)),
+        (None, Some(a)) => (a.rkey, a.virtual_address, 8),
+        (None, None) => return Counter::OutOfBounds,
+    };
+    if !q.access.contains(need) {
+        return Counter::AccessDenied;
+    }
+    match mrs.remote_range(q.pd, q.qpn, rkey, need) {
+        Some(r) if r.at(va, len).is_none() => Counter::OutOfBounds,
+        Some(_) => Counter::AccessDenied,
+        None if mrs
+            .remote_range(q.pd, q.qpn, rkey, Access::empty())
+            .is_some() =>
+        {
+            Counter::AccessDenied
+        }
+        None => Counter::BadRkey,
     }
 }

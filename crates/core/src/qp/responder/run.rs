@@ -15,7 +15,7 @@ use oxrdma_wire::{PacketRepr, Run};
 
 impl Qp {
     /// Executes the packets at the front of `packets` that continue `run` on this QP, as
-    /// `handle_request` would; returns how many it took. It stops, leaving the packet in
+    /// `handle_request` would; returns how many it took and their bytes. It stops, leaving the packet in
     /// `packets`, at the first that is not of the run or not the plain case.
     pub(crate) fn write_run<'a, I: Iterator<Item = &'a [u8]>>(
         &mut self,
@@ -23,10 +23,10 @@ impl Qp {
         mrs: &MrTable,
         run: &Run,
         packets: &mut std::iter::Peekable<I>,
-    ) -> u64 {
+    ) -> (u64, usize) {
         let view = self.view();
         let mut range = None;
-        let mut taken = 0;
+        let (mut taken, mut bytes) = (0, 0);
         while let Some(pkt) = packets.peek().and_then(|p| run.next(p)) {
             if !self
                 .resp
@@ -34,7 +34,7 @@ impl Qp {
             {
                 break;
             }
-            packets.next();
+            bytes += packets.next().map_or(0, <[u8]>::len);
             taken += 1;
         }
         if taken > 0 {
@@ -43,7 +43,7 @@ impl Qp {
             // true through the run (a newer ACK replaces an older one).
             self.hold_ack(now);
         }
-        taken
+        (taken, bytes)
     }
 }
 
