@@ -87,24 +87,21 @@ fn read(a: &StatsArgs) -> anyhow::Result<Vec<DeviceStats>> {
         .collect())
 }
 
-/// Per device (by pid and address): each counter's rate per second between `old` and
+/// Per device (by process and engine thread): each counter's rate per second between `old` and
 /// `new`, `secs` apart (a device that was not there before has none).
-type Rates = HashMap<(u32, IpAddr), Vec<f64>>;
+type Rates = HashMap<(u32, i32), Vec<f64>>;
 
 fn rates_of(old: &[DeviceStats], new: &[DeviceStats], secs: f64) -> Rates {
     let mut rates = Rates::new();
     for d in new {
-        let Some(o) = old
-            .iter()
-            .find(|o| (o.pid, o.address) == (d.pid, d.address))
-        else {
+        let Some(o) = old.iter().find(|o| (o.pid, o.thread) == (d.pid, d.thread)) else {
             continue;
         };
         let r = Counter::ALL
             .iter()
             .map(|&c| d.counters[c].saturating_sub(o.counters[c]) as f64 / secs)
             .collect();
-        rates.insert((d.pid, d.address), r);
+        rates.insert((d.pid, d.thread), r);
     }
     rates
 }
@@ -117,7 +114,7 @@ pub fn render(a: &StatsArgs, devices: &[DeviceStats], rates: Option<&Rates>) -> 
         return out;
     }
     for d in devices {
-        let r = rates.and_then(|r| r.get(&(d.pid, d.address)));
+        let r = rates.and_then(|r| r.get(&(d.pid, d.thread)));
         if a.json {
             json(&mut out, d, r, a.all);
         } else {

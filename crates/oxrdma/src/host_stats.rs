@@ -1,11 +1,12 @@
 //! Every live oxrdma device of this host shows its counters to other processes, without
-//! root: its engine thread writes them to `<dir>/<pid>-<address>` at most every
-//! `EVERY` (100 ms) when they changed (written aside, then renamed into place, so a reader sees a
-//! whole file), and holds `<dir>/<pid>-<address>.lock` locked while the device is open;
+//! root: its engine thread writes them to `<dir>/<pid>-<tid>-<address>` at most every
+//! `EVERY` (100 ms) when they changed (written aside, then renamed into place, so a reader
+//! sees a whole file), and holds `<dir>/<pid>-<tid>-<address>.lock` locked while the
+//! device is open;
 //! `oxrdma stats` reads them ([`read`]). `<dir>` is `$TMPDIR/oxrdma-stats/<network
 //! namespace>`, shared by every user (sticky, like /tmp), as the CM's rendezvous is.
 //!
-//! The file is text: a header (`oxrdma-stats 1`, then `pid`, `device`, `address`,
+//! The file is text: a header (`oxrdma-stats 1`, then `pid`, `thread`, `device`, `address`,
 //! `unix_ns` lines) and one `<counter> <count>` line per counter.
 
 use oxrdma_core::{Counter, Counters, Nanos};
@@ -40,11 +41,12 @@ pub(crate) struct Publisher {
 }
 
 impl Publisher {
-    /// Starts showing the device named `device` with address `address`. None if the
+    /// Starts showing the device named `device` with address `address`, whose engine
+    /// thread is `tid` (two devices of one process may share an address). None if the
     /// directory cannot be had (counters are then only readable in the process).
-    pub fn new(device: &str, address: IpAddr) -> Option<Publisher> {
+    pub fn new(device: &str, address: IpAddr, tid: i32) -> Option<Publisher> {
         let dir = dir().ok()?;
-        let base = format!("{}-{address}", std::process::id());
+        let base = format!("{}-{tid}-{address}", std::process::id());
         let lock_path = dir.join(format!("{base}.lock"));
         let lock = OpenOptions::new()
             .create(true)
@@ -60,7 +62,7 @@ impl Publisher {
             lock_path,
             _lock: lock,
             header: format!(
-                "{MAGIC}\npid {}\ndevice {device}\naddress {address}\n",
+                "{MAGIC}\npid {}\nthread {tid}\ndevice {device}\naddress {address}\n",
                 std::process::id()
             ),
             last: None,
@@ -95,8 +97,7 @@ impl Publisher {
             text.push_str(&n.to_string());
             text.push('\n');
         }
-        // `<pid>-<address>.new` (`with_extension` would replace an IPv4 address's last
-        // number).
+        // `<name>.new` (`with_extension` would replace an IPv4 address's last number).
         let mut aside = self.path.clone().into_os_string();
         aside.push(".new");
         let mut f = OpenOptions::new()
@@ -137,6 +138,8 @@ fn clean(dir: &Path) {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceStats {
     pub pid: u32,
+    /// Its engine thread (two devices of one process may share an address).
+    pub thread: i32,
     /// The device's name (its engine thread's, `nic-<address>` or `nic-<interface>`).
     pub device: String,
     pub address: IpAddr,
@@ -163,7 +166,7 @@ pub fn read() -> io::Result<Vec<DeviceStats>> {
             out.extend(parse(&text));
         }
     }
-    out.sort_by_key(|a| (a.pid, a.address));
+    out.sort_by_key(|a| (a.pid, a.address, a.thread));
     Ok(out)
 }
 
@@ -173,12 +176,13 @@ pub fn parse(text: &str) -> Option<DeviceStats> {
     if lines.next()? != MAGIC {
         return None;
     }
-    let (mut pid, mut device, mut address, mut at) = (None, None, None, None);
+    let (mut pid, mut thread, mut device, mut address, mut at) = (None, None, None, None, None);
     let mut counters = Counters::default();
     for line in lines {
         let (key, value) = line.split_once(' ')?;
         match key {
             "pid" => pid = value.parse().ok(),
+            "thread" => thread = value.parse().ok(),
             "device" => device = Some(value.to_string()),
             "address" => address = value.parse().ok(),
             "unix_ns" => {
@@ -195,6 +199,7 @@ pub fn parse(text: &str) -> Option<DeviceStats> {
     }
     Some(DeviceStats {
         pid: pid?,
+        thread: thread?,
         device: device?,
         address: address?,
         at: at?,
@@ -212,7 +217,7 @@ mod tests {
         c[Counter::SentPkts] = 12;
         c[Counter::BadRkey] = 3;
         let text = format!(
-            "{MAGIC}\npid 42\ndevice nic-127.0.0.2\naddress 127.0.0.2\nunix_ns 5\n\
+            "{MAGIC}\npid 42\nthread 7\ndevice nic-127.0.0.2\naddress 127.0.0.2\nunix_ns 5\n\
              sent_pkts 12\nresp_bad_rkey 3\nfuture_counter 9\n"
         );
         let d = parse(&text).unwrap();

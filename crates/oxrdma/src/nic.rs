@@ -36,7 +36,7 @@ pub(crate) fn engine_thread(shared: &Shared) {
     let mut cores = Cores::new();
     let name = std::thread::current().name().unwrap_or("nic").to_string();
     let address = shared.facts.gids.first().copied().unwrap_or_default().ip();
-    let mut show = Publisher::new(&name, address);
+    let mut show = Publisher::new(&name, address, tid);
     while !shared.stop.load(Ordering::Acquire) {
         let now = shared.now_ns();
         if let Some(show) = show.as_mut().filter(|s| s.due(now)) {
