@@ -57,7 +57,7 @@ impl Guesses {
         let seed = std::env::var("OXRDMA_ATTACK_SEED")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| u64::from(std::process::id()) * 0x9e37_79b9 | 1);
+            .unwrap_or_else(|| (u64::from(std::process::id()) * 0x9e37_79b9) | 1);
         println!("{test}: seed {seed} (OXRDMA_ATTACK_SEED={seed} replays it)");
         Guesses(seed)
     }
