@@ -144,6 +144,9 @@ counters! {
     SentSeqNak = "sent_seq_nak", qp, None, None;
     /// RNR NAKs sent (a SEND came with no receive posted).
     SendRnrErr = "send_rnr_err", qp, Some("send_rnr_err"), None;
+    /// Requests that found no receive again before the RNR timer of the NAK sent for them
+    /// ran out: dropped unanswered (an RNR storm is not reflected packet for packet).
+    RnrNakLimited = "rnr_nak_limited", qp, None, None;
     /// Remote access error NAKs sent (the three causes below).
     RespRemoteAccessErrors = "resp_remote_access_errors", qp, None, Some("resp_remote_access_errors");
     /// Of those: the rkey names no region or window this QP may use.

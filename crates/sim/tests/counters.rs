@@ -268,3 +268,53 @@ fn drops_are_counted_by_reason_and_destroyed_qps_still_count() {
     assert_eq!(before, after);
     assert!(after[Counter::SentWrite] >= 4);
 }
+
+#[test]
+fn a_request_repeated_within_its_rnr_wait_is_not_naked_again() {
+    // Every SEND arrives twice (the network duplicates it): one RNR NAK per try, not two.
+    let mut p = Pair::new(&PairOptions {
+        rnr_retry: 2,
+        ..PairOptions::default()
+    });
+    p.world.tap = Some(Tap(Box::new(|d| {
+        let pkt = PacketRepr::parse(&d.data).unwrap();
+        if d.from == 0 && pkt.bth.opcode == Opcode::RC_SEND_ONLY {
+            TapAction::Duplicate
+        } else {
+            TapAction::Pass
+        }
+    })));
+    p.post_send(
+        0,
+        SendWr::new(
+            1,
+            WrOpcode::Send,
+            SendData::Sges(vec![p.a.sge(0, 8)].into()),
+        ),
+    );
+    p.run();
+    assert_eq!(p.wcs(0)[0].status, WcStatus::RnrRetryExcErr);
+    let (a, _) = counters(&p, 0);
+    let (b, _) = counters(&p, 1);
+    assert_eq!(b[Counter::SendRnrErr], 3, "{:?}", nonzero(&b));
+    assert_eq!(b[Counter::RnrNakLimited], 3, "{:?}", nonzero(&b));
+    assert_eq!(a[Counter::RcvdRnrErr], 3, "{:?}", nonzero(&a));
+    // A receive posted, the next try lands.
+    let mut p = Pair::new(&PairOptions::default());
+    p.post_send(
+        0,
+        SendWr::new(
+            1,
+            WrOpcode::Send,
+            SendData::Sges(vec![p.a.sge(0, 8)].into()),
+        ),
+    );
+    let soon = p.world.now + 100_000;
+    p.world.run_until_idle(soon);
+    let sge = p.b.sge(0, 64);
+    p.post_recv(1, 9, vec![sge]);
+    p.run();
+    assert_eq!(p.wcs(1)[0].status, WcStatus::Success);
+    let (b, _) = counters(&p, 1);
+    assert!(b[Counter::SendRnrErr] >= 1, "{:?}", nonzero(&b));
+}

@@ -11,7 +11,8 @@ use crate::mr::{scatter, Segment};
 use crate::qp::post::QpPost;
 use crate::verbs::{Access, EventType, Mtu, QpState, WcOpcode, WcStatus};
 use crate::wr::{RecvWr, WorkCompletion};
-use oxrdma_wire::aeth::INVALID_CREDIT;
+use crate::Nanos;
+use oxrdma_wire::aeth::{rnr_timer_micros, INVALID_CREDIT};
 use oxrdma_wire::sack;
 use oxrdma_wire::{
     AethRepr, AtomicAckEthRepr, ExtHeaders, NakCode, Opcode, OpcodeInfo, Operation, PacketRepr,
@@ -134,6 +135,9 @@ pub(crate) struct Responder {
     reorder: Reorder,
     /// What it counts: duplicates, requests out of sequence, the NAKs it sends and why.
     pub counts: Counters,
+    /// The PSN of the last RNR NAK sent, and when: the same request again before the RNR
+    /// timer it named has run out gets no second NAK (an RNR storm is not reflected).
+    rnr_naked: Option<(Psn, Nanos)>,
 }
 
 /// What the responder needs of its QP, read afresh for each event.
@@ -360,6 +364,16 @@ impl Responder {
                 r.accepted(psn, pkt.bth.ack_req && !replies_itself);
             }
             Ok(Outcome::Rnr) => {
+                // A requester waits out the timer an RNR NAK names before it sends again:
+                // the same request sooner is a copy or a storm, and is dropped unanswered.
+                let wait = Nanos::from(rnr_timer_micros(q.min_rnr_timer)) * 1000;
+                if r.rnr_naked
+                    .is_some_and(|(p, at)| p == psn && ctx.now < at + wait)
+                {
+                    r.counts.bump(Counter::RnrNakLimited);
+                    return Ok(None);
+                }
+                r.rnr_naked = Some((psn, ctx.now));
                 r.counts.bump(Counter::SendRnrErr);
                 let msn = r.msn;
                 r.push_ack(
@@ -419,6 +433,7 @@ impl Responder {
             sr_peer: false,
             reorder: Reorder::default(),
             counts: Counters::default(),
+            rnr_naked: None,
         }
     }
 
