@@ -52,6 +52,7 @@ fuzz_target!(|data: &[u8]| {
                 calls += 1;
                 let p = ConnectParams {
                     dest: peers[usize::from(op) % 2],
+                    source: me,
                     service_id: SID,
                     transport: CmTransport::Rc,
                     qpn: 0x11,

@@ -39,7 +39,7 @@ pub fn connect(t: QpType, peer: Gid) -> Vec<QpAttr> {
     } else {
         QpAttr {
             qp_state: Some(QpState::Rtr),
-            ah_attr: Some(AddressVector { dgid: peer }),
+            ah_attr: Some(AddressVector { dgid: peer, ..Default::default() }),
             path_mtu: Some(Mtu::Mtu256),
             dest_qp_num: Some(0x22),
             rq_psn: Some(0),
@@ -65,10 +65,11 @@ pub fn target(kind: u8) -> Target {
     let t = [QpType::Rc, QpType::Uc, QpType::Ud][usize::from(kind % 3)];
     let peer = peer();
     let cfg = EngineConfig {
-        gid: Gid::from(Ipv4Addr::new(10, 0, 0, 1)),
+        gids: vec![Gid::from(Ipv4Addr::new(10, 0, 0, 1))],
         max_mtu: Mtu::Mtu4096,
         attr: DeviceAttr::default(),
         selective_repeat: true,
+        slot: None,
     };
     let mut e = Engine::new(cfg, [7; 32]);
     let pd = e.alloc_pd().unwrap();
