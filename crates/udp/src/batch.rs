@@ -39,6 +39,10 @@ pub struct TxBatch {
     /// Whether each packet's ICRC field holds its transport part (`icrc_part`), which
     /// the port completes, rather than nothing, which it fills whole.
     pub part: [bool; BATCH],
+    /// Each such packet's transport part as the engine left it: sealing overwrites it
+    /// with the whole ICRC, and a packet sealed again (the rest of a system call after a
+    /// skipped message, with fresh IPv4 IDs) must start from the part, not from that.
+    parts: [u32; BATCH],
     pub count: usize,
 }
 
@@ -52,6 +56,7 @@ impl Default for TxBatch {
             dest: [None; BATCH],
             src: [0; BATCH],
             part: [false; BATCH],
+            parts: [0; BATCH],
             count: 0,
         }
     }
@@ -96,12 +101,28 @@ impl TxBatch {
         (self.len[i], self.dest[i], self.src[i]) = (len, Some(dest), src);
         self.part[i] = part;
         self.off[i] = self.used;
+        if part {
+            let p = &self.buf[self.used..self.used + len];
+            self.parts[i] = icrc::carried(p).unwrap_or(0);
+        }
         self.used += len;
         self.count += 1;
     }
     /// Packet `i`, mutable (the port fills in its ICRC).
     pub fn packet_mut(&mut self, i: usize) -> &mut [u8] {
         &mut self.buf[self.off[i]..self.off[i] + self.len[i]]
+    }
+
+    /// Packet `i`, ready to be sealed (again): a packet that carries its transport part
+    /// gets it back in its ICRC field.
+    pub fn to_seal(&mut self, i: usize) -> &mut [u8] {
+        let (part, carried) = (self.part[i], self.parts[i]);
+        let p = self.packet_mut(i);
+        if part {
+            let end = p.len() - icrc::ICRC_LEN;
+            p[end..].copy_from_slice(&carried.to_le_bytes());
+        }
+        p
     }
 
     /// Sends `runs` with one `sendmmsg`: each a range of positions in `order` (which

@@ -578,7 +578,7 @@ impl UdpPort {
         for (i, id) in numbered(order, runs, ids) {
             let dst = batch.dest[i].expect("pushed slots have a destination");
             let part = batch.part[i];
-            self.seal_as(&mut last, from[i], dst, batch.packet_mut(i), id, part)?;
+            self.seal_as(&mut last, from[i], dst, batch.to_seal(i), id, part)?;
         }
         Ok(())
     }
