@@ -121,6 +121,10 @@ int main(int argc, char **argv)
 	struct timeval tv = { 5, 0 };
 	CHECK(rselect(s + 1, &rd, NULL, NULL, &tv) == 1 && FD_ISSET(s, &rd), "rselect: readable");
 	CHECK(rrecv(s, buf, 2, MSG_PEEK) == 2 && !memcmp(buf, "ab", 2), "MSG_PEEK");
+	/* A stream: the 6 bytes may come in more than one piece (as over TCP); wait for all
+	 * of them before asking for them in one call. */
+	for (int i = 0; i < 5000 && rrecv(s, buf, 6, MSG_PEEK | MSG_DONTWAIT) < 6; i++)
+		usleep(1000);
 	char x[3], y[3];
 	struct iovec in[2] = { { x, 3 }, { y, 3 } };
 	struct msghdr mi = { .msg_iov = in, .msg_iovlen = 2 };

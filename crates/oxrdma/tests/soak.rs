@@ -184,7 +184,12 @@ fn a_thousand_qps_soak() {
         end >> 20
     );
     assert!(completed > QPS as u64 * DEPTH, "{completed}");
-    // Flat: within 10 % and 16 MiB of what it was once warm.
+    // Flat: within 10 % and 16 MiB of what it was once warm. Not in a debug build: CI's
+    // AddressSanitizer run is one, and its quarantine keeps freed memory for a while
+    // (307 to 445 MiB in 15 s); the release run checks it.
+    if cfg!(debug_assertions) {
+        return;
+    }
     assert!(
         end <= mem_warm + mem_warm / 10 + (16 << 20),
         "memory grew from {} to {} MiB",
