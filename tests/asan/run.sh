@@ -18,6 +18,8 @@ if ! cargo +nightly --version >/dev/null 2>&1; then
 fi
 target=x86_64-unknown-linux-gnu
 export CARGO_TARGET_DIR=$PWD/target/asan
+# A one-off build: incremental state would only take disk (CI once ran out of it here).
+export CARGO_INCREMENTAL=0
 lib=$CARGO_TARGET_DIR/$target/debug
 rt=$(gcc -print-file-name=libasan.so)
 [ -e "$rt" ] || { echo "asan: gcc has no libasan.so" >&2; exit 1; }
