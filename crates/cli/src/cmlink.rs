@@ -47,6 +47,7 @@ fn decode(b: &[u8], gid: oxrdma::Gid) -> anyhow::Result<PeerInfo> {
             gid,
             qpn: u32_at(0),
             psn: 0,
+            key: None,
         },
         addr: u64_at(4),
         rkey: u32_at(12),

@@ -42,6 +42,7 @@ pub fn parse(m: &[u8], tool: &str) -> anyhow::Result<Endpoint> {
         gid: Gid(gid),
         qpn: qpn & 0xff_ffff,
         psn: psn & 0xff_ffff,
+        key: None,
     })
 }
 

@@ -183,6 +183,7 @@ mod tests {
             gid: Gid::from(std::net::Ipv4Addr::new(10, 77, 0, 1)),
             qpn: 0x11,
             psn: 0x8f5a82,
+            key: None,
         };
         let m = wire(&e);
         let text = std::str::from_utf8(&m[..51]).unwrap();

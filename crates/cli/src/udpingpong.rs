@@ -175,6 +175,7 @@ mod tests {
             gid: Gid::from(std::net::Ipv4Addr::new(10, 77, 0, 2)),
             qpn: 0x14,
             psn: 0x533809,
+            key: None,
         };
         let m = wire(&e);
         let text = std::str::from_utf8(&m[..51]).unwrap();

@@ -125,8 +125,17 @@ counters! {
     UcIncomplete = "drop_uc_incomplete", dev, None, None;
     /// Dropped: a UC or UD request the QP may not execute.
     Invalid = "drop_invalid", dev, None, None;
+    /// Dropped: a packet for a secure QP whose tag did not verify (tampered, forged,
+    /// sent in the clear or under another key).
+    AuthFailed = "drop_auth_failed", dev, None, None;
+    /// Dropped: a packet for a secure QP whose sequence number was seen already (a replay).
+    Replayed = "drop_replayed", dev, None, None;
     /// Dropped: a connection management MAD the CM ignored.
     Mad = "drop_mad", dev, None, None;
+    /// Of those: connection requests a listener's full backlog turned away.
+    CmBacklogFull = "cm_backlog_full", dev, None, None;
+    /// Of those: connection requests beyond their peer's limits (`PeerLimits`).
+    CmPeerLimited = "cm_peer_limited", dev, None, None;
     /// Dropped by the kernel: the socket's receive buffer was full (`SO_RXQ_OVFL`).
     RxqOverflow = "drop_rxq_overflow", dev, None, None;
     /// Packets the kernel refused to send.
@@ -137,8 +146,9 @@ counters! {
     DuplicateRequest = "duplicate_request", qp, Some("duplicate_request"), None;
     /// Requests beyond the expected PSN (a packet before them was lost).
     OutOfSeqRequest = "out_of_seq_request", qp, Some("out_of_seq_request"), Some("out_of_sequence");
-    /// Duplicate READ requests not answered: their responses were already queued (a
-    /// duplicate-READ flood is bounded).
+    /// Duplicate READ requests not answered: their responses were already queued, or
+    /// the QP's budget for answering READs again was spent (a duplicate-READ flood is
+    /// bounded: `PeerLimits::dup_read_bytes_per_sec`).
     DuplicateReadLimited = "duplicate_read_limited", qp, None, None;
     /// PSN-sequence NAKs sent.
     SentSeqNak = "sent_seq_nak", qp, None, None;
@@ -246,6 +256,8 @@ impl Counters {
             RxDrop::UcIncomplete => Counter::UcIncomplete,
             RxDrop::Invalid => Counter::Invalid,
             RxDrop::Mad => Counter::Mad,
+            RxDrop::AuthFailed => Counter::AuthFailed,
+            RxDrop::Replayed => Counter::Replayed,
         }
     }
 }

@@ -17,6 +17,7 @@ pub(crate) struct Ctx<'a> {
     pub srqs: &'a mut BTreeMap<u32, crate::srq::Srq>,
     pub events: &'a mut VecDeque<AsyncEvent>,
     pub drops: &'a mut RxDrops,
+    pub limits: &'a crate::limits::PeerLimits,
 }
 
 impl Ctx<'_> {

@@ -37,11 +37,15 @@ pub enum RxDrop {
     /// A MAD to QP1 the connection manager ignored (malformed, unknown comm ID, wrong
     /// state, backlog full).
     Mad,
+    /// A packet for a secure QP whose tag did not verify.
+    AuthFailed,
+    /// A packet for a secure QP whose sequence number was seen already.
+    Replayed,
 }
 
 impl RxDrop {
     /// Every reason, in counter order.
-    pub const ALL: [RxDrop; 13] = [
+    pub const ALL: [RxDrop; 15] = [
         RxDrop::Malformed,
         RxDrop::UnknownQp,
         RxDrop::WrongPeer,
@@ -55,6 +59,8 @@ impl RxDrop {
         RxDrop::UcIncomplete,
         RxDrop::Invalid,
         RxDrop::Mad,
+        RxDrop::AuthFailed,
+        RxDrop::Replayed,
     ];
 
     pub fn describe(self) -> &'static str {
@@ -72,6 +78,8 @@ impl RxDrop {
             RxDrop::UcIncomplete => "UC message incomplete or duplicate",
             RxDrop::Invalid => "invalid request",
             RxDrop::Mad => "MAD the CM ignored",
+            RxDrop::AuthFailed => "secure QP: tag did not verify",
+            RxDrop::Replayed => "secure QP: replayed",
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Exchanging endpoints and memory keys over TCP, so two programs connect in a few lines.
 //!
 //! Each side writes one line, `oxrdma1 <gid> <qpn> <psn> <addr> <rkey> <len>` (numbers in
-//! hex), and reads the other's.
+//! hex), and `key=<64 hex digits>` after them when its QP offers to be secure (its X25519
+//! public key), and reads the other's.
 
 use crate::error::{Error, Result};
 use crate::qp::Endpoint;
@@ -20,8 +21,12 @@ pub struct PeerInfo {
 
 fn line(p: &PeerInfo) -> String {
     let e = p.endpoint;
+    let key = e.key.map_or(String::new(), |k| {
+        let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+        format!(" key={hex}")
+    });
     format!(
-        "oxrdma1 {} {:x} {:x} {:x} {:x} {:x}\n",
+        "oxrdma1 {} {:x} {:x} {:x} {:x} {:x}{key}\n",
         Ipv6Addr::from(e.gid.0),
         e.qpn,
         e.psn,
@@ -31,12 +36,29 @@ fn line(p: &PeerInfo) -> String {
     )
 }
 
+/// `key=<64 hex digits>`.
+fn parse_key(f: &str) -> Option<[u8; 32]> {
+    let hex = f.strip_prefix("key=")?;
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut k = [0u8; 32];
+    for (i, b) in k.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(k)
+}
+
 fn parse(l: &str) -> Result<PeerInfo> {
     let bad = || Error::BadPeer(l.trim().to_string());
     let f: Vec<&str> = l.split_whitespace().collect();
-    if f.len() != 7 || f[0] != "oxrdma1" {
+    if !(7..=8).contains(&f.len()) || f[0] != "oxrdma1" {
         return Err(bad());
     }
+    let key = match f.get(7) {
+        Some(k) => Some(parse_key(k).ok_or_else(bad)?),
+        None => None,
+    };
     let gid: Ipv6Addr = f[1].parse().map_err(|_| bad())?;
     let h = |s: &str| u64::from_str_radix(s, 16).map_err(|_| bad());
     let (qpn, psn) = (h(f[2])?, h(f[3])?);
@@ -48,6 +70,7 @@ fn parse(l: &str) -> Result<PeerInfo> {
             gid: Gid(gid.octets()),
             qpn: qpn as u32,
             psn: psn as u32,
+            key,
         },
         addr: h(f[4])?,
         rkey: u32::try_from(h(f[5])?).map_err(|_| bad())?,
@@ -82,12 +105,20 @@ mod tests {
                 gid: Gid::from(std::net::Ipv4Addr::new(127, 0, 0, 2)),
                 qpn: 0xabcdef,
                 psn: 0x123,
+                key: None,
             },
             addr: 0x7f00_1234_0000,
             rkey: 0xdead_beef,
             len: 4096,
         };
         assert_eq!(parse(&line(&p)).unwrap(), p);
+        let mut secure = p;
+        secure.endpoint.key = Some(std::array::from_fn(|i| i as u8 * 7));
+        let l = line(&secure);
+        assert!(l.len() <= 256, "{l}");
+        assert_eq!(parse(&l).unwrap(), secure);
+        assert!(parse(&l.replace("key=00", "key=0")).is_err(), "a short key");
+        assert!(parse(&l.replace("key=", "kee=")).is_err());
         assert!(parse("oxrdma1 ::1 1000000 0 0 0 0").is_err());
         assert!(parse("hello").is_err());
         assert!(parse("oxrdma1 ::1 1 2 3 100000000 5").is_err());

@@ -2,11 +2,24 @@
 //! the link that moves its packets (the UDP driver). The engine is ours; the link only
 //! drives it when asked.
 
-use oxrdma_core::{Counter, Counters, Engine, Nanos};
-use oxrdma_udp::{BindError, Link, RxDropReport};
+use crate::{Error, Result};
+use oxrdma_core::{Counter, Counters, Engine, EngineConfig, Nanos};
+use oxrdma_udp::{Link, RxDropReport};
 use std::io;
 use std::net::IpAddr;
 use std::time::Duration;
+
+/// What the engine behind `link` is, with the limits `OXRDMA_LIMITS` sets
+/// (`oxrdma_core::apply_limits`).
+fn configured(link: &Link) -> Result<EngineConfig> {
+    let mut c = link.engine_config();
+    if let Some(text) = std::env::var_os("OXRDMA_LIMITS") {
+        let text = text.to_string_lossy();
+        oxrdma_core::apply_limits(&text, &mut c.attr, &mut c.peer_limits)
+            .map_err(|e| Error::Config(format!("OXRDMA_LIMITS: {e}")))?;
+    }
+    Ok(c)
+}
 
 #[derive(Debug)]
 pub struct Device {
@@ -17,9 +30,9 @@ pub struct Device {
 impl Device {
     /// Opens the device for `ip` (port 4791; this process's alone if `alone`). `seed`
     /// feeds the engine's CSPRNG.
-    pub fn open(ip: IpAddr, alone: bool, seed: [u8; 32]) -> Result<Device, BindError> {
+    pub fn open(ip: IpAddr, alone: bool, seed: [u8; 32]) -> Result<Device> {
         let link = Link::open(ip, alone)?;
-        let engine = Engine::new(link.engine_config(), seed);
+        let engine = Engine::new(configured(&link)?, seed);
         Ok(Device { engine, link })
     }
 
@@ -28,9 +41,9 @@ impl Device {
     pub fn open_interface(
         iface: &oxrdma_udp::interfaces::Interface,
         seed: [u8; 32],
-    ) -> Result<Device, BindError> {
+    ) -> Result<Device> {
         let link = Link::open_interface(iface)?;
-        let engine = Engine::new(link.engine_config(), seed);
+        let engine = Engine::new(configured(&link)?, seed);
         Ok(Device { engine, link })
     }
 

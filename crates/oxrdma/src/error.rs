@@ -21,6 +21,9 @@ pub enum Error {
     /// A device asked for on a network interface this host (namespace) does not have.
     #[error("no network interface {0}")]
     NoInterface(String),
+    /// A setting from the environment or a configuration file that does not parse.
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -27,6 +27,7 @@ mod nic;
 mod pd;
 mod qp;
 pub mod rsocket;
+mod secure;
 mod shared;
 mod sleeper;
 
@@ -40,11 +41,13 @@ pub mod raw {
 pub use cq::CompletionQueue;
 pub use error::{Error, Result};
 pub use oxrdma_core::cm::CmError;
+pub use oxrdma_core::secure::Suite;
 pub use oxrdma_udp::{interfaces, BindError, RxDropReport};
 pub use pd::{
     AddressHandle, MemoryRegion, MemoryWindow, ProtectionDomain, QpInit, SharedReceiveQueue,
 };
 pub use qp::{ConnectOptions, Endpoint, PostList, QueuePair};
+pub use secure::PublicKey;
 
 /// `enum ibv_qp_attr_mask` bits (what a [`QpAttr`] sets is its `mask()`).
 pub use oxrdma_core::mask as qp_attr_mask;

@@ -1,8 +1,10 @@
 //! Queue pairs.
 
 use crate::context::Context;
-use crate::error::Result;
-use oxrdma_core::{AddressVector, Gid, Mtu, QpAttr, QpPost, QpState, RecvWr, SendWr};
+use crate::error::{Error, Result};
+use crate::secure::{self, Offer, PublicKey};
+use oxrdma_core::secure::{End, Suite};
+use oxrdma_core::{AddressVector, Gid, Mtu, QpAttr, QpPost, QpState, RecvWr, SendWr, VerbsError};
 use std::sync::Arc;
 
 /// What the other side needs to connect to a QP (exchanged out of band).
@@ -11,6 +13,10 @@ pub struct Endpoint {
     pub gid: Gid,
     pub qpn: u32,
     pub psn: u32,
+    /// The X25519 public key of a QP that offers to be secure
+    /// ([`QueuePair::secure_endpoint`]); None from a peer that does not (rxe, or a plain
+    /// oxrdma QP).
+    pub key: Option<PublicKey>,
 }
 
 /// Connection parameters; `Default` suits most programs.
@@ -26,6 +32,16 @@ pub struct ConnectOptions {
     /// Which of the device's GIDs the QP sends from (None: the one
     /// [`Context::gid_index_for`] picks for the remote GID).
     pub gid_index: Option<u8>,
+    /// Refuse to connect unless the QP becomes secure: both endpoints carry keys, or
+    /// `psk` is set. Without it, a QP that offered keys to a peer that did not stays plain
+    /// (both ends see both endpoints, so both decide alike).
+    pub require_secure: bool,
+    /// A key both ends were given (configuration): the QP is secure with it, mixed with
+    /// the X25519 agreement if both ends offered keys. The peer must be oxrdma with the
+    /// same key.
+    pub psk: Option<[u8; 32]>,
+    /// The AEAD of a secure QP (both ends must name the same).
+    pub suite: Suite,
 }
 
 impl Default for ConnectOptions {
@@ -39,6 +55,9 @@ impl Default for ConnectOptions {
             min_rnr_timer: 12,
             max_rd_atomic: 16,
             gid_index: None,
+            require_secure: false,
+            psk: None,
+            suite: Suite::Aes256Gcm,
         }
     }
 }
@@ -67,7 +86,27 @@ impl QueuePair {
             gid: self.ctx.gid(),
             qpn: self.qpn,
             psn,
+            key: None,
         }
+    }
+
+    /// [`Self::endpoint`] offering to be secure: it carries a fresh X25519 public key,
+    /// whose private half the QP keeps until [`Self::connect`]. If the peer's endpoint
+    /// carries one too, every packet between them is encrypted and authenticated
+    /// (`oxrdma_core::secure`). An RC QP's; `psn` must be the one `connect` is given.
+    pub fn secure_endpoint(&self, psn: u32) -> Result<Endpoint> {
+        if self.qp_type != oxrdma_core::QpType::Rc {
+            return Err(VerbsError::InvalidArgument("only RC QPs are secure").into());
+        }
+        let gid = self.ctx.gid();
+        let (offer, key) = Offer::new(gid, psn)?;
+        self.offers().insert(self.qpn, offer);
+        Ok(Endpoint {
+            gid,
+            qpn: self.qpn,
+            psn,
+            key: Some(key),
+        })
     }
 
     /// This QP's endpoint at the device's GID `gid_index` (a device on an interface has
@@ -78,7 +117,18 @@ impl QueuePair {
             gid,
             qpn: self.qpn,
             psn,
+            key: None,
         })
+    }
+
+    /// The secure endpoints offered on this device (the key pair of ours, until it
+    /// connects).
+    fn offers(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u32, Offer>> {
+        self.ctx
+            .shared()
+            .offers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// `ibv_modify_qp`.
@@ -117,6 +167,22 @@ impl QueuePair {
     pub fn connect(&self, my_psn: u32, remote: &Endpoint, o: &ConnectOptions) -> Result<()> {
         let rc = self.qp_type == oxrdma_core::QpType::Rc;
         let rc_only = |v| if rc { Some(v) } else { None };
+        let sgid_index = o
+            .gid_index
+            .unwrap_or_else(|| self.ctx.gid_index_for(remote.gid));
+        let offer = self.offers().remove(&self.qpn);
+        if offer.as_ref().is_some_and(|f| f.psn != my_psn) {
+            return Err(VerbsError::InvalidArgument(
+                "the PSN differs from the one the secure endpoint was made with",
+            )
+            .into());
+        }
+        let secure = (offer.is_some() && remote.key.is_some()) || o.psk.is_some();
+        if o.require_secure && !secure {
+            return Err(Error::BadPeer(
+                "the peer offered no key and no PSK is set: not secure".into(),
+            ));
+        }
         self.modify(&QpAttr {
             qp_state: Some(QpState::Init),
             pkey_index: Some(0),
@@ -124,13 +190,37 @@ impl QueuePair {
             qp_access_flags: Some(o.access),
             ..Default::default()
         })?;
+        if secure {
+            let local = End {
+                gid: self
+                    .ctx
+                    .gids()
+                    .get(usize::from(sgid_index))
+                    .copied()
+                    .unwrap_or_default(),
+                qpn: self.qpn,
+                psn: my_psn,
+            };
+            let far = End {
+                gid: remote.gid,
+                qpn: remote.qpn,
+                psn: remote.psn,
+            };
+            let keys = secure::keys(
+                o.suite,
+                offer,
+                local,
+                far,
+                remote.key.as_ref(),
+                o.psk.as_ref(),
+            )?;
+            self.ctx.shared().lock().engine.secure_qp(self.qpn, &keys)?;
+        }
         self.modify(&QpAttr {
             qp_state: Some(QpState::Rtr),
             ah_attr: Some(AddressVector {
                 dgid: remote.gid,
-                sgid_index: o
-                    .gid_index
-                    .unwrap_or_else(|| self.ctx.gid_index_for(remote.gid)),
+                sgid_index,
             }),
             path_mtu: Some(o.mtu),
             dest_qp_num: Some(remote.qpn),
@@ -265,6 +355,7 @@ impl Drop for PostList<'_> {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        self.offers().remove(&self.qpn);
         let mut dev = self.ctx.shared().lock();
         // Send what is queued first (the ACK for the peer's last message, above all, held
         // or not), so a program that exits right after its last completion does not leave

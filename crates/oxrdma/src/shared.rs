@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     /// Sleeps begun on a completion channel: the engine thread sees whether the program
     /// still waits on its channels.
     waits: AtomicU64,
+    /// The key pairs of secure endpoints offered by QPs not yet connected, by QPN.
+    pub(crate) offers: Mutex<std::collections::HashMap<u32, crate::secure::Offer>>,
     /// When the last waiter woke (ns since `epoch`; 0: never).
     waiter_left_at: AtomicU64,
     /// The engine thread sleeps longer than `waiters::LOOK` (a long nap while the program
@@ -158,6 +160,7 @@ impl Shared {
             app_called: AtomicBool::new(false),
             waiters: AtomicU32::new(0),
             waits: AtomicU64::new(0),
+            offers: Mutex::new(std::collections::HashMap::new()),
             waiter_left_at: AtomicU64::new(0),
             dozing: AtomicBool::new(false),
             handoff: Handoff::default(),

@@ -4,7 +4,7 @@
 //! timewait; rejections, SIDR for UD, a connection whose caller moves its own QP.
 
 mod common;
-use common::wait;
+use common::{next_event as next, wait};
 
 use oxrdma::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use oxrdma::{
@@ -19,18 +19,6 @@ fn ctx(last: u8) -> Context {
 
 fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
-}
-
-/// The next event on `ch` (within 10 s).
-fn next(ch: &EventChannel) -> CmEvent {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(e) = ch.try_event() {
-            return e;
-        }
-        assert!(Instant::now() < deadline, "no CM event in 10 s");
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 fn expect(ch: &EventChannel, what: CmEventType) -> CmEvent {

@@ -115,6 +115,7 @@ fn setup() -> (Victim, Side) {
         gid: Gid::from(ip(ATTACKER)),
         qpn: ATT_QPN,
         psn: ATT_PSN,
+        key: None,
     };
     attacked
         .connect(v.random_psn(), &attacker, &ConnectOptions::default())
@@ -176,7 +177,7 @@ fn moved(before: &Counters, after: &Counters, c: Counter) -> u64 {
     after[c] - before[c]
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Flood {
     /// Packets that do not parse, or name no QP.
     Junk,
@@ -236,6 +237,7 @@ fn floods_are_counted_and_legitimate_writes_go_on() {
     );
     for flood in [Flood::Junk, Flood::RnrStorm, Flood::DuplicateReads] {
         let packets = flood.packets(&victim);
+        let started = Instant::now();
         let before = victim.side.ctx.counters();
         let qp_before = victim.attacked.counters().unwrap();
         let done = Arc::new(AtomicBool::new(false));
@@ -281,6 +283,20 @@ fn floods_are_counted_and_legitimate_writes_go_on() {
             counted + overflow >= FLOOD,
             "{flood:?}: {counted} + {overflow}"
         );
+        if flood == Flood::DuplicateReads {
+            // Answered again from the QP's budget (PeerLimits::dup_read_bytes_per_sec,
+            // 16 MiB/s, a second's worth at first): not 100,000 times 64 KiB. Responses
+            // are 4096 B (the connection's MTU).
+            let answered = moved(&before, &after, Counter::SentReadResponse) * 4096;
+            let secs = started.elapsed().as_secs_f64();
+            let budget = (16 << 20) as f64 * (1.0 + secs) + 2.0 * f64::from(READ_LEN);
+            println!(
+                "  duplicate READs answered: {} KiB in {secs:.2} s (budget {} KiB)",
+                answered >> 10,
+                budget as u64 >> 10
+            );
+            assert!(answered as f64 <= budget, "{answered} B answered again");
+        }
         // A legitimate request waits behind the flood's backlog in the socket, never
         // longer than its retries allow (each completed: `writes`).
         assert!(worst < 7_000_000, "{flood:?}: a WRITE waited {worst} us");

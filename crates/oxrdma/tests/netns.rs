@@ -330,6 +330,7 @@ fn a_qp_to_an_unreachable_peer_ends_in_retry_exc_and_the_device_goes_on() {
             gid: oxrdma::Gid::from(far.parse::<std::net::IpAddr>().unwrap()),
             qpn: 0x1234,
             psn: 0,
+            key: None,
         };
         // 4.096 us x 2^10 = 4 ms an attempt, 3 retries.
         let o = ConnectOptions {

@@ -68,7 +68,8 @@ pub fn accept_params(qpn: u32) -> AcceptParams {
     }
 }
 
-/// Two nodes and the events their CMs handed up, by node, in order, with the time.
+/// Nodes (two unless made `with_nodes`) and the events their CMs handed up, by node, in
+/// order, with the time.
 #[derive(Debug)]
 pub struct CmWorld {
     pub world: World,
@@ -77,9 +78,13 @@ pub struct CmWorld {
 
 impl CmWorld {
     pub fn new(net: NetConfig, seed: u64) -> CmWorld {
+        CmWorld::with_nodes(2, net, seed)
+    }
+
+    pub fn with_nodes(n: usize, net: NetConfig, seed: u64) -> CmWorld {
         CmWorld {
-            world: World::new(2, net, seed),
-            log: vec![Vec::new(), Vec::new()],
+            world: World::new(n, net, seed),
+            log: vec![Vec::new(); n],
         }
     }
 
@@ -98,7 +103,12 @@ impl CmWorld {
 
     /// Node `n` connects to the other node's `sid` at time `at`, for its QP `qpn`.
     pub fn connect(&mut self, n: usize, at: Nanos, sid: u64, qpn: u32) -> CmId {
-        let (source, dest) = (self.gid(n), self.gid(1 - n));
+        self.connect_to(n, 1 - n, at, sid, qpn)
+    }
+
+    /// Node `n` connects to node `to`'s `sid` at time `at`, for its QP `qpn`.
+    pub fn connect_to(&mut self, n: usize, to: usize, at: Nanos, sid: u64, qpn: u32) -> CmId {
+        let (source, dest) = (self.gid(n), self.gid(to));
         self.world.nodes[n]
             .engine
             .cm_mut()
@@ -109,7 +119,7 @@ impl CmWorld {
     /// Runs until `until`, handing each event to `react(world, node, event)` as it comes.
     pub fn run(&mut self, until: Nanos, mut react: impl FnMut(&mut World, usize, &CmEvent)) {
         loop {
-            for n in 0..2 {
+            for n in 0..self.log.len() {
                 while let Some(e) = self.world.nodes[n].engine.poll_cm_event() {
                     react(&mut self.world, n, &e);
                     self.log[n].push((self.world.now, e));

@@ -35,6 +35,10 @@ pub struct PairOptions {
     pub selective_repeat: [bool; 2],
     /// Each end's first PSN, instead of a random one.
     pub sq_psn: Option<[u32; 2]>,
+    /// Whether each end (a, b) is secure (`oxrdma_core::secure`), with keys both derive
+    /// from one secret: a pair works only if both are.
+    pub secure: [bool; 2],
+    pub suite: oxrdma_core::secure::Suite,
 }
 
 impl Default for PairOptions {
@@ -58,6 +62,8 @@ impl Default for PairOptions {
             qkey: 0x1111_1111,
             selective_repeat: [true; 2],
             sq_psn: None,
+            secure: [false; 2],
+            suite: oxrdma_core::secure::Suite::Aes256Gcm,
         }
     }
 }
@@ -223,17 +229,29 @@ pub fn connect_attrs(
 pub fn connect(world: &mut World, o: &PairOptions, a: &mut End, b: &mut End) {
     let gid = |w: &World, n: usize| Gid::from(w.nodes[n].ip);
     let (ga, gb) = (gid(world, a.node), gid(world, b.node));
-    for attr in connect_attrs(o, gb, b.qpn, b.sq_psn, a.sq_psn) {
-        world.nodes[a.node]
-            .engine
-            .modify_qp(a.qpn, &attr)
-            .expect("modify a");
-    }
-    for attr in connect_attrs(o, ga, a.qpn, a.sq_psn, b.sq_psn) {
-        world.nodes[b.node]
-            .engine
-            .modify_qp(b.qpn, &attr)
-            .expect("modify b");
+    let ends = [(&*a, ga, &*b, gb), (&*b, gb, &*a, ga)];
+    for (i, (me, my_gid, peer, peer_gid)) in ends.into_iter().enumerate() {
+        let engine = &mut world.nodes[me.node].engine;
+        let attrs = connect_attrs(o, peer_gid, peer.qpn, peer.sq_psn, me.sq_psn);
+        for (n, attr) in attrs.iter().enumerate() {
+            // Keys go in between INIT and RTR.
+            if n == 1 && o.secure[i] {
+                use oxrdma_core::secure::{derive, End as KeyEnd};
+                let end = |gid, e: &End| KeyEnd {
+                    gid,
+                    qpn: e.qpn,
+                    psn: e.sq_psn,
+                };
+                let keys = derive(
+                    o.suite,
+                    b"pair secret",
+                    &end(my_gid, me),
+                    &end(peer_gid, peer),
+                );
+                engine.secure_qp(me.qpn, &keys).expect("secure_qp");
+            }
+            engine.modify_qp(me.qpn, attr).expect("modify");
+        }
     }
     if o.qp_type == QpType::Ud {
         let av = |g| AddressVector::to(g);

@@ -117,6 +117,7 @@ impl World {
                     attr: DeviceAttr::default(),
                     selective_repeat: true,
                     slot: None,
+                    peer_limits: Default::default(),
                 };
                 Node {
                     engine: Engine::new(config, key),
@@ -163,6 +164,16 @@ impl World {
             };
         }
         w
+    }
+
+    /// Gives node `n` a new engine made with its config as `change` leaves it (before the
+    /// node has done anything: what the old engine held is gone).
+    pub fn reconfigure(&mut self, n: usize, change: impl FnOnce(&mut EngineConfig)) {
+        let mut config = self.nodes[n].engine.config().clone();
+        change(&mut config);
+        let mut seed = [0u8; 32];
+        seed[..8].copy_from_slice(&(n as u64 ^ 0x5eed).to_le_bytes());
+        self.nodes[n].engine = Engine::new(config, seed);
     }
 
     /// The node that takes `data` sent to `gid`: the one at that address, or among the

@@ -32,6 +32,7 @@ fn tiny() -> Engine {
         attr,
         selective_repeat: true,
         slot: None,
+        peer_limits: Default::default(),
     };
     Engine::new(config, [3; 32])
 }

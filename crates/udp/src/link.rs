@@ -224,6 +224,7 @@ impl Link {
             attr: DeviceAttr::default(),
             selective_repeat: selective_repeat_enabled(),
             slot: self.port().slot(),
+            peer_limits: Default::default(),
         }
     }
 

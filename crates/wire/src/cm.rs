@@ -288,6 +288,8 @@ pub struct Rej {
 
 impl Rej {
     pub const PRIVATE_DATA: usize = 148;
+    /// The passive side has no resources for the connection.
+    pub const NO_RESOURCES: u16 = 3;
     /// The active side gave up on its REQ (its ARI is its node GUID).
     pub const TIMEOUT: u16 = 4;
     /// No listener for the service ID.

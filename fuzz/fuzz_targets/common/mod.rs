@@ -6,6 +6,7 @@ use oxrdma_core::{
     Access, AddressVector, DeviceAttr, Engine, EngineConfig, Gid, Mtu, MwBind, MwType, QpAttr,
     QpCap, QpInitAttr, QpState, QpType, RecvWr, SendData, SendWr, SharedBuffer, Sge, WrOpcode,
 };
+use oxrdma_core::secure::{derive, End, QpKeys, Suite};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -60,8 +61,23 @@ pub fn connect(t: QpType, peer: Gid) -> Vec<QpAttr> {
     vec![init, rtr, rts]
 }
 
+/// The keys of the target's QP and of its peer, when the QP is secure.
+#[allow(dead_code)] // Not every target is secure.
+pub fn secure_keys(qpn: u32) -> (QpKeys, QpKeys) {
+    let ours = End { gid: Gid::from(Ipv4Addr::new(10, 0, 0, 1)), qpn, psn: 0 };
+    let theirs = End { gid: peer(), qpn: 0x22, psn: 0 };
+    let k = |a: &End, b: &End| derive(Suite::Aes256Gcm, b"fuzz", a, b);
+    (k(&ours, &theirs), k(&theirs, &ours))
+}
+
 /// A fresh target for input byte `kind` (always the same for the same byte).
+#[allow(dead_code)] // Not every target uses it.
 pub fn target(kind: u8) -> Target {
+    target_with(kind, false)
+}
+
+/// [`target`], its QP secure (`secure_keys`) if `secure` and RC.
+pub fn target_with(kind: u8, secure: bool) -> Target {
     let t = [QpType::Rc, QpType::Uc, QpType::Ud][usize::from(kind % 3)];
     let peer = peer();
     let cfg = EngineConfig {
@@ -70,6 +86,7 @@ pub fn target(kind: u8) -> Target {
         attr: DeviceAttr::default(),
         selective_repeat: true,
         slot: None,
+        peer_limits: Default::default(),
     };
     let mut e = Engine::new(cfg, [7; 32]);
     let pd = e.alloc_pd().unwrap();
@@ -87,8 +104,11 @@ pub fn target(kind: u8) -> Target {
     let buf = Arc::new(SharedBuffer::new(8192).unwrap());
     // iova 0 so fuzzed RETHs can hit the region.
     let mr = e.reg_mr(pd, buf.clone(), Some(0), Access::ALL).unwrap();
-    for a in connect(t, peer) {
-        e.modify_qp(qpn, &a).unwrap();
+    for (i, a) in connect(t, peer).iter().enumerate() {
+        if i == 1 && secure && t == QpType::Rc {
+            e.secure_qp(qpn, &secure_keys(qpn).0).unwrap();
+        }
+        e.modify_qp(qpn, a).unwrap();
     }
     for i in 0..2 {
         let wr = RecvWr { wr_id: i, sges: vec![Sge { addr: 1024 * i, length: 1024, lkey: mr.lkey }].into() };

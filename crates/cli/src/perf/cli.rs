@@ -114,6 +114,29 @@ pub struct PerfCli {
     /// CM port -p; the control connection only paces the runs.
     #[arg(short = 'R', long = "rdma-cm", alias = "rdma_cm")]
     rdma_cm: bool,
+    /// Encrypt and authenticate every packet (RC, between oxrdma peers: both sides give
+    /// it): keys agreed by X25519 in the endpoint exchange, AES-256-GCM unless another
+    /// AEAD is named.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "aes-256-gcm")]
+    secure: Option<SuiteArg>,
+}
+
+/// The AEAD `--secure` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SuiteArg {
+    #[value(name = "aes-256-gcm")]
+    Aes256Gcm,
+    #[value(name = "chacha20-poly1305")]
+    ChaCha20Poly1305,
+}
+
+impl From<SuiteArg> for oxrdma::Suite {
+    fn from(s: SuiteArg) -> oxrdma::Suite {
+        match s {
+            SuiteArg::Aes256Gcm => oxrdma::Suite::Aes256Gcm,
+            SuiteArg::ChaCha20Poly1305 => oxrdma::Suite::ChaCha20Poly1305,
+        }
+    }
 }
 
 impl PerfCli {
@@ -171,6 +194,7 @@ impl PerfCli {
             report_gbits: self.report_gbits,
             cpu_util: self.cpu_util,
             events: self.events,
+            secure: self.secure.map(Into::into),
         };
         if a.perftest {
             super::perftest::check(&a)?;

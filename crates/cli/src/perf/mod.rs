@@ -114,6 +114,8 @@ pub struct PerfArgs {
     pub events: bool,
     /// Connect the QPs through the RDMA CM (`-R`).
     pub rdma_cm: bool,
+    /// Secure QPs with this AEAD (`--secure`).
+    pub secure: Option<oxrdma::Suite>,
 }
 
 impl PerfArgs {
@@ -176,6 +178,12 @@ impl PerfArgs {
         }
         if self.rdma_cm && self.perftest {
             bail!("-R connects two oxrdma sides through the RDMA CM; with --perftest it is not supported yet");
+        }
+        if self.secure.is_some() && (self.conn != Conn::Rc || self.perftest || self.rdma_cm) {
+            bail!(
+                "--secure is for RC QPs between two oxrdma sides connected by the TCP \
+                 exchange (not -c UC/UD, --perftest or -R yet)"
+            );
         }
         if self.cpu_util && (self.kind != Kind::Bw || self.perftest) {
             bail!("--cpu-util measures the bandwidth tests between two oxrdma sides");

@@ -64,6 +64,8 @@ impl Side {
         };
         let opts = ConnectOptions {
             mtu,
+            require_secure: args.secure.is_some(),
+            suite: args.secure.unwrap_or(oxrdma::Suite::Aes256Gcm),
             ..Default::default()
         };
         let (mut qps, mut peers, mut index) = (Vec::new(), Vec::new(), HashMap::new());
@@ -71,8 +73,12 @@ impl Side {
         for i in 0..args.qps as usize {
             let qp = pd.create_qp(&cq, &cq, args.conn.qp_type(), cap)?;
             let psn = ctx.random_psn();
+            let endpoint = match args.secure {
+                Some(_) => qp.secure_endpoint(psn)?,
+                None => qp.endpoint(psn),
+            };
             let me = PeerInfo {
-                endpoint: qp.endpoint(psn),
+                endpoint,
                 addr: mr.addr() + (i * slot) as u64,
                 rkey: mr.rkey(),
                 len: slot as u64,

@@ -56,6 +56,8 @@ pub(super) struct Conn {
     pub detached: bool,
     /// Passive and not yet answered: counts against this listener's backlog.
     pub pending_on: Option<u64>,
+    /// A passive connection that counts against its peer's limits (`Cm::peer_counts`).
+    pub counted: bool,
     /// DISCONNECTED was handed up (once per connection).
     pub disconnected: bool,
     /// When the first REQ went (for `CmConfig::listen_grace`).

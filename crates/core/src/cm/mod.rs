@@ -40,6 +40,10 @@ pub struct CmConfig {
     /// Where the device shares its address: the slot its comm IDs (and SIDR request IDs)
     /// come from, so that the kernel hands their answers to this process.
     pub slot: Option<crate::Slot>,
+    /// Unanswered requests from one peer, at most (`PeerLimits::cm_pending_per_peer`).
+    pub pending_per_peer: u32,
+    /// Passive connections from one peer, at most (`PeerLimits::cm_conns_per_peer`).
+    pub conns_per_peer: u32,
 }
 
 impl CmConfig {
@@ -56,6 +60,8 @@ impl CmConfig {
             ack_delay: 15,
             listen_grace: 100_000_000,
             slot: None,
+            pending_per_peer: crate::PeerLimits::default().cm_pending_per_peer,
+            conns_per_peer: crate::PeerLimits::default().cm_conns_per_peer,
         }
     }
 }
@@ -66,6 +72,15 @@ struct Listener {
     backlog: usize,
     /// Requests handed up and not yet answered.
     pending: usize,
+}
+
+/// A peer's passive connections that count against `CmConfig`'s per-peer limits.
+#[derive(Debug, Clone, Copy, Default)]
+struct PeerCount {
+    /// Connections not in timewait.
+    live: u32,
+    /// Of those, requests the application has not answered.
+    pending: u32,
 }
 
 /// How soon a REQ refused for want of a listener goes again (within `listen_grace`).
@@ -86,6 +101,8 @@ pub struct Cm {
     /// Passive connections by the peer and its comm ID (repeated REQs find theirs).
     by_remote: HashMap<(Gid, u32), u32>,
     listeners: HashMap<u64, Listener>,
+    /// Passive connections by peer: how many count against its limits.
+    peers: HashMap<Gid, PeerCount>,
     timers: BTreeSet<(Nanos, u32)>,
     out: VecDeque<(Gid, [u8; MAD_LEN])>,
     events: VecDeque<CmEvent>,
@@ -118,6 +135,7 @@ impl Cm {
             conns: HashMap::new(),
             by_remote: HashMap::new(),
             listeners: HashMap::new(),
+            peers: HashMap::new(),
             timers: BTreeSet::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -484,6 +502,7 @@ impl Cm {
             deadline: None,
             detached: false,
             pending_on: None,
+            counted: false,
             disconnected: false,
             first_sent: 0,
         }
@@ -574,6 +593,47 @@ impl Cm {
             if let Some(l) = self.listeners.get_mut(&sid) {
                 l.pending = l.pending.saturating_sub(1);
             }
+            if let Some(p) = self.peers.get_mut(&c.peer) {
+                p.pending = p.pending.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Whether a new request from `peer` stays within its limits: else why not.
+    fn peer_admits(&self, peer: Gid) -> Result<(), CmDrop> {
+        let p = self.peers.get(&peer).copied().unwrap_or_default();
+        if p.pending >= self.config.pending_per_peer {
+            Err(CmDrop::PeerPending)
+        } else if p.live >= self.config.conns_per_peer {
+            Err(CmDrop::PeerConnections)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A passive connection from `peer`, unanswered, now counts against its limits.
+    fn peer_counts(&mut self, id: u32) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.counted = true;
+            let p = self.peers.entry(c.peer).or_default();
+            p.live += 1;
+            p.pending += u32::from(c.pending_on.is_some());
+        }
+    }
+
+    /// The connection `id` no longer counts against its peer's live connections.
+    fn peer_release(&mut self, id: u32) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if !std::mem::take(&mut c.counted) {
+            return;
+        }
+        if let Some(p) = self.peers.get_mut(&c.peer) {
+            p.live = p.live.saturating_sub(1);
+            if p.live == 0 {
+                self.peers.remove(&c.peer);
+            }
         }
     }
 
@@ -586,6 +646,7 @@ impl Cm {
         }
         c.state = State::TimeWait;
         let at = now + iba_time(c.ack_timeout);
+        self.peer_release(id);
         self.timewait += 1;
         if self.timewait > MAX_TIMEWAIT {
             // Bounded: end the oldest timewait now (Linux bounds it by memory).
@@ -602,6 +663,7 @@ impl Cm {
 
     fn remove(&mut self, id: u32) {
         self.answered(id);
+        self.peer_release(id);
         self.stop_timer(id);
         if let Some(c) = self.conns.remove(&id) {
             if c.state == State::TimeWait {

@@ -17,8 +17,11 @@ impl Cm {
     pub fn handle_mad(&mut self, now: Nanos, src: Gid, mad: &[u8]) -> Handled {
         self.stats.received += 1;
         let result = self.dispatch(now, src, mad);
-        if result.is_err() {
+        if let Err(why) = result {
             self.stats.ignored += 1;
+            self.stats.backlog_full += u64::from(why == CmDrop::Backlog);
+            self.stats.peer_limited +=
+                u64::from(matches!(why, CmDrop::PeerPending | CmDrop::PeerConnections));
         }
         result
     }
@@ -74,13 +77,22 @@ impl Cm {
                 _ => Err(CmDrop::State),
             };
         }
-        let Some(l) = self.listeners.get_mut(&req.service_id) else {
-            self.reject_unknown(src, tid, req.local_comm_id, 0);
+        let Some(l) = self.listeners.get(&req.service_id) else {
+            self.reject_request(src, tid, req.local_comm_id, Rej::INVALID_SERVICE_ID);
             return Ok(());
         };
         if l.pending >= l.backlog {
             return Err(CmDrop::Backlog);
         }
+        if let Err(why) = self.peer_admits(src) {
+            if why == CmDrop::PeerConnections {
+                self.reject_request(src, tid, req.local_comm_id, Rej::NO_RESOURCES);
+            }
+            return Err(why);
+        }
+        let Some(l) = self.listeners.get_mut(&req.service_id) else {
+            return Err(CmDrop::State);
+        };
         l.pending += 1;
         let id = self.new_id();
         let timeout = iba_time(req.local_cm_response_timeout);
@@ -91,20 +103,21 @@ impl Cm {
         c.pending_on = Some(req.service_id);
         self.conns.insert(id, c);
         self.by_remote.insert((src, req.local_comm_id), id);
+        self.peer_counts(id);
         let req = Box::new(req);
         self.event(id, CmEventKind::ConnectRequest { peer: src, req });
         Ok(())
     }
 
-    /// REJ "invalid service ID" to a request nobody listens for: local comm ID 0, the
-    /// request's TID, as Linux sends it.
-    fn reject_unknown(&mut self, src: Gid, tid: u64, remote_id: u32, rejected: u8) {
+    /// REJ of a REQ that made no connection here (nobody listens for it, or its peer has
+    /// too many): local comm ID 0, the request's TID, as Linux sends "invalid service ID".
+    fn reject_request(&mut self, src: Gid, tid: u64, remote_id: u32, reason: u16) {
         let rej = Rej {
             local_comm_id: 0,
             remote_comm_id: remote_id,
-            message_rejected: rejected,
+            message_rejected: 0,
             ari_length: 0,
-            reason: Rej::INVALID_SERVICE_ID,
+            reason,
             ari: [0; 72],
             private_data: [0; Rej::PRIVATE_DATA],
         };
@@ -287,6 +300,10 @@ impl Cm {
         if l.pending >= l.backlog {
             return Err(CmDrop::Backlog);
         }
+        self.peer_admits(src)?;
+        let Some(l) = self.listeners.get_mut(&req.service_id) else {
+            return Err(CmDrop::State);
+        };
         l.pending += 1;
         let id = self.new_id();
         let mut c = self.conn(State::SidrReqRcvd, src, tid, 0, 0);
@@ -294,6 +311,7 @@ impl Cm {
         c.pending_on = Some(req.service_id);
         self.conns.insert(id, c);
         self.by_remote.insert((src, req.request_id), id);
+        self.peer_counts(id);
         let req = Box::new(req);
         self.event(id, CmEventKind::SidrRequest { peer: src, req });
         Ok(())

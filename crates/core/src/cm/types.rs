@@ -128,6 +128,12 @@ pub enum CmDrop {
     State,
     /// A listener's backlog of unanswered requests is full (the peer will retry).
     Backlog,
+    /// The peer has as many unanswered requests as `CmConfig::pending_per_peer` allows (it
+    /// will retry).
+    PeerPending,
+    /// The peer has as many connections as `CmConfig::conns_per_peer` allows (rejected
+    /// with "no resources").
+    PeerConnections,
     /// LAP, APR or an attribute the CM does not define.
     Unsupported,
 }
@@ -139,4 +145,9 @@ pub struct CmStats {
     pub sent: u64,
     pub retransmitted: u64,
     pub ignored: u64,
+    /// Of those: requests a listener's full backlog turned away.
+    pub backlog_full: u64,
+    /// Of those: requests beyond their peer's limits (`CmConfig::pending_per_peer`,
+    /// `conns_per_peer`).
+    pub peer_limited: u64,
 }

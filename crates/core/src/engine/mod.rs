@@ -10,13 +10,15 @@ use crate::drops::{RxDrop, RxDrops};
 use crate::error::VerbsError;
 use crate::gid::Gid;
 use crate::keys::MrTable;
-use crate::limits::{DeviceAttr, MAX_PACKET};
-use crate::qp::{Ctx, Doorbells, Qp};
+use crate::limits::{DeviceAttr, PeerLimits, MAX_PACKET};
+use crate::qp::{Ctx, Doorbells, Qp, ReorderPool};
+use crate::secure::OpenError;
 use crate::srq::Srq;
 use crate::timers::TimerQueue;
 use crate::verbs::{AsyncEvent, Mtu, QpType};
 use crate::Nanos;
-use oxrdma_wire::{Operation, PacketRepr, Run, Transport};
+use oxrdma_wire::bth::Bth;
+use oxrdma_wire::{BthRepr, Operation, PacketRepr, Run, Transport};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use share::Sharing;
@@ -39,6 +41,8 @@ pub struct EngineConfig {
     /// Where the device shares its address with other processes: the slot it owns, which
     /// its QPNs and comm IDs are drawn from (`slot.rs`). None: every number is its own.
     pub slot: Option<crate::Slot>,
+    /// What remote peers may make the device spend.
+    pub peer_limits: PeerLimits,
 }
 
 /// A packet `poll_transmit` wrote: `len` bytes at the start of the caller's buffer, to go to
@@ -114,6 +118,10 @@ pub struct Engine {
     counts: Counters,
     /// The per-QP counts of QPs destroyed, so the device's sums never go back.
     retired: Counters,
+    /// What its QPs keep ahead of gaps, together.
+    reorder_pool: Arc<ReorderPool>,
+    /// Where a secure QP's packet is opened (`crate::secure`).
+    opened: Box<[u8]>,
 }
 
 /// The context a QP works in, borrowed field by field from the engine (so a QP borrowed
@@ -127,6 +135,7 @@ macro_rules! ctx {
             srqs: &mut $e.srqs,
             events: &mut $e.events,
             drops: &mut $e.stats.rx_drops,
+            limits: &$e.config.peer_limits,
         }
     };
 }
@@ -180,10 +189,13 @@ impl Engine {
         let cm = Cm::new(
             CmConfig {
                 slot: config.slot,
+                pending_per_peer: config.peer_limits.cm_pending_per_peer,
+                conns_per_peer: config.peer_limits.cm_conns_per_peer,
                 ..CmConfig::new(config.gids.first().copied().unwrap_or_default())
             },
             rng.next_u32(),
         );
+        let config_reorder_bytes = config.peer_limits.reorder_bytes;
         Engine {
             config,
             rng,
@@ -210,6 +222,8 @@ impl Engine {
             stats: Stats::default(),
             counts: Counters::default(),
             retired: Counters::default(),
+            reorder_pool: ReorderPool::new(config_reorder_bytes),
+            opened: vec![0; MAX_PACKET].into_boxed_slice(),
         }
     }
 
@@ -242,6 +256,9 @@ impl Engine {
         for &why in &RxDrop::ALL {
             c[Counters::drop_counter(why)] += self.stats.rx_drops.get(why);
         }
+        let cm = self.cm.stats();
+        c[Counter::CmBacklogFull] += cm.backlog_full;
+        c[Counter::CmPeerLimited] += cm.peer_limited;
         c.add(&self.retired, Counter::per_qp);
         for qp in self.qps.values() {
             c.add(&qp.counters(), Counter::per_qp);
@@ -303,18 +320,30 @@ impl Engine {
         count_traffic(&mut self.counts, Counter::RcvdPkts, class, 1, data.len());
         self.counts[Counter::EcnMarked] += u64::from(ce);
         let drops = &mut self.stats.rx_drops;
-        let Ok(pkt) = PacketRepr::parse(data) else {
-            return drops.count(RxDrop::Malformed);
+        // A secure QP's packet parses only once opened: its BTH says which QP it is for.
+        let parsed = PacketRepr::parse(data);
+        let bth = match &parsed {
+            Ok(p) => p.bth,
+            Err(_) => match Bth::new_checked(data).and_then(|b| BthRepr::parse(&b)) {
+                Ok(b) => b,
+                Err(_) => return drops.count(RxDrop::Malformed),
+            },
         };
-        if pkt.bth.dest_qpn == gsi::GSI_QPN {
+        if bth.dest_qpn == gsi::GSI_QPN {
+            let Ok(pkt) = parsed else {
+                return drops.count(RxDrop::Malformed);
+            };
             return self.handle_gsi(now, src, &pkt);
         }
-        let Some(qp) = self.qps.get_mut(&pkt.bth.dest_qpn) else {
-            return drops.count(RxDrop::UnknownQp);
+        let qp = match self.qps.get_mut(&bth.dest_qpn) {
+            Some(qp) if parsed.is_ok() || qp.secure.is_some() => qp,
+            Some(_) => return drops.count(RxDrop::Malformed),
+            None if parsed.is_err() => return drops.count(RxDrop::Malformed),
+            None => return drops.count(RxDrop::UnknownQp),
         };
         count_traffic(&mut qp.counts, Counter::RcvdPkts, class, 1, data.len());
         qp.counts[Counter::EcnMarked] += u64::from(ce);
-        let Ok(info) = pkt.bth.opcode.info() else {
+        let Ok(info) = bth.opcode.info() else {
             return qp.dropped(drops, RxDrop::Malformed);
         };
         match (info.transport, qp.qp_type) {
@@ -326,6 +355,22 @@ impl Engine {
             (Transport::Ud, QpType::Ud) => {}
             _ => return qp.dropped(drops, RxDrop::WrongTransport),
         }
+        // A secure QP's packet is opened into `opened`, and taken from there.
+        let (data, pkt) = match (qp.secure.as_mut(), parsed) {
+            (None, Ok(pkt)) => (data, pkt),
+            (None, Err(_)) => return qp.dropped(drops, RxDrop::Malformed),
+            (Some(s), _) => match s.open(data, &mut self.opened) {
+                Ok(n) => {
+                    let data = &self.opened[..n];
+                    match PacketRepr::parse(data) {
+                        Ok(pkt) => (data, pkt),
+                        Err(_) => return qp.dropped(drops, RxDrop::Malformed),
+                    }
+                }
+                Err(OpenError::Auth) => return qp.dropped(drops, RxDrop::AuthFailed),
+                Err(OpenError::Replayed) => return qp.dropped(drops, RxDrop::Replayed),
+            },
+        };
         if info.transport == Transport::Cnp {
             self.stats.cnps_received += 1;
             return qp.handle_cnp();
@@ -393,7 +438,9 @@ impl Engine {
             let Some(qp) = self.qps.get_mut(&run.dest_qpn()) else {
                 continue;
             };
-            if qp.qp_type != QpType::Rc || qp.av.map(|a| a.dgid) != Some(src) {
+            // A secure QP's packets are opened one by one.
+            if qp.qp_type != QpType::Rc || qp.av.map(|a| a.dgid) != Some(src) || qp.secure.is_some()
+            {
                 continue;
             }
             let ((taken, bytes), class) = if run.requests() {
@@ -508,6 +555,10 @@ impl Engine {
                 let Some(len) = len else {
                     break false;
                 };
+                let len = match qp.secure.as_mut() {
+                    Some(s) => s.seal(&mut slots[at..at + MAX_PACKET], len),
+                    None => len,
+                };
                 // The middle packets that follow a request at once, built in one call, up
                 // to where the room or the QP's burst ends (`request_run.rs`).
                 let limit = (max - n - 1).min(after.map_or(usize::MAX, |a| a as usize));
@@ -516,6 +567,10 @@ impl Engine {
                     qp.next_request_run(&mut ctx, &mut slots[at + len..], limit)
                 } else {
                     (0, 0)
+                };
+                let run_len = match qp.secure.as_mut() {
+                    Some(s) if run > 0 => seal_run(s, &mut slots[at + len..], run, run_len),
+                    _ => run_len,
                 };
                 (self.burst, self.burst_qpn) = (burst + run as u32, qpn);
                 self.stats.tx_packets += 1 + run as u64;
@@ -583,6 +638,19 @@ impl Engine {
     pub fn poll_cm_event(&mut self) -> Option<CmEvent> {
         self.cm.poll_event()
     }
+}
+
+/// Seals the `run` packets of `len` bytes written back to back at the start of `slots`,
+/// spreading them out first to make room for each one's trailer; returns their new length.
+fn seal_run(s: &mut crate::secure::Secured, slots: &mut [u8], run: usize, len: usize) -> usize {
+    let sealed = len + crate::secure::TRAILER;
+    for k in (1..run).rev() {
+        slots.copy_within(k * len..(k + 1) * len, k * sealed);
+    }
+    for k in 0..run {
+        s.seal(&mut slots[k * sealed..], len);
+    }
+    sealed
 }
 
 fn earliest(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {

@@ -5,6 +5,7 @@ use super::{touched, Engine};
 use crate::attr::{validate, AttrLimits, QpAttr, QpCap, QpInitAttr};
 use crate::error::{Result, VerbsError};
 use crate::qp::{Ctx, Qp, QpPost, QpTransport};
+use crate::secure::{QpKeys, Secured};
 use crate::verbs::{Mtu, MwType, QpState, QpType, WrOpcode};
 use crate::wr::{MwBind, RecvWr, SendData, SendWr};
 use rand_core::RngCore;
@@ -82,7 +83,7 @@ impl Engine {
             pd,
             init,
             Arc::new(post),
-            self.config.selective_repeat,
+            (self.config.selective_repeat, self.reorder_pool.clone()),
             mtu,
         );
         self.qps.insert(qpn, qp);
@@ -163,6 +164,28 @@ impl Engine {
         let mut ctx = ctx!(self, 0);
         qp.modify(&mut ctx, attr, to);
         touched(&mut self.active, &mut self.timers, &mut self.sharing, qp);
+        Ok(())
+    }
+
+    /// Makes an RC QP secure with `keys` (`crate::secure`): from now on it seals every
+    /// packet it sends and opens every packet it takes. Before it connects (RESET or INIT);
+    /// a reset forgets the keys.
+    pub fn secure_qp(&mut self, qpn: u32, keys: &QpKeys) -> Result<()> {
+        let qp = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or(VerbsError::NotFound("queue pair"))?;
+        if qp.qp_type != QpType::Rc {
+            return Err(VerbsError::InvalidArgument("only RC QPs are secure"));
+        }
+        if !matches!(qp.state, QpState::Reset | QpState::Init) {
+            return Err(VerbsError::BadState {
+                qpn,
+                state: qp.state,
+                what: "keys are set before the QP connects",
+            });
+        }
+        qp.secure = Some(Box::new(Secured::new(keys)));
         Ok(())
     }
 

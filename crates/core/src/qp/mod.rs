@@ -19,6 +19,7 @@ use completer::Completer;
 use oxrdma_wire::{PacketRepr, Psn};
 pub use post::{Doorbells, QpPost};
 use requester::Requester;
+pub(crate) use responder::ReorderPool;
 use responder::{Fatal, QpView, Responder};
 use send_queue::SendQueue;
 use std::sync::Arc;
@@ -205,17 +206,20 @@ pub(crate) struct Qp {
     /// What this QP counts itself (traffic, drops, held ACKs); its responder and
     /// completer count the rest (`counters`).
     pub counts: Counters,
+    /// Its keys, if it is secure (`crate::secure`): every packet sealed and opened.
+    pub secure: Option<Box<crate::secure::Secured>>,
 }
 
 impl Qp {
-    /// A QP in RESET; `selective_repeat`: the device speaks it; `mtu`: the path MTU until
-    /// modify sets one (a UD QP's for good: its messages are one packet of up to it).
-    pub fn new(
+    /// A QP in RESET; `selective_repeat`: the device speaks it (keeping packets ahead of
+    /// a gap in `pool`); `mtu`: the path MTU until modify sets one (a UD QP's for good:
+    /// its messages are one packet of up to it).
+    pub(crate) fn new(
         qpn: u32,
         pd: u32,
         init: &QpInitAttr,
         post: Arc<QpPost>,
-        selective_repeat: bool,
+        (selective_repeat, pool): (bool, Arc<ReorderPool>),
         mtu: Mtu,
     ) -> Qp {
         let mut qp = Qp {
@@ -244,7 +248,7 @@ impl Qp {
             comp: Completer::default(),
             ack: AckHold::default(),
             ecn: ecn::Notifier::default(),
-            resp: Responder::new(post.clone()),
+            resp: Responder::new(post.clone(), pool),
             post,
             scheduled: false,
             queued_deadline: None,
@@ -252,6 +256,7 @@ impl Qp {
             drain_pending: false,
             selective_repeat,
             counts: Counters::default(),
+            secure: None,
             // Placeholders: `refresh_views` below builds both from the fields above.
             rview: requester::ReqView {
                 state: QpState::Reset,
@@ -604,6 +609,8 @@ impl Qp {
     /// Back to RESET: queues are emptied without completions, as libibverbs specifies.
     pub fn reset(&mut self) {
         self.set_state(QpState::Reset);
+        // A new connection needs new keys: its sequence numbers start again.
+        self.secure = None;
         self.discard_send_queue();
         // The counts outlive the connection.
         self.counts = self.counters();

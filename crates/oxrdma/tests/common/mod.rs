@@ -19,6 +19,19 @@ pub fn wait(cq: &CompletionQueue, n: usize) -> Vec<WorkCompletion> {
     wcs
 }
 
+/// The next event on `ch` (within 10 s).
+#[allow(dead_code)]
+pub fn next_event(ch: &oxrdma::cm::EventChannel) -> oxrdma::cm::CmEvent {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(e) = ch.try_event() {
+            return e;
+        }
+        assert!(Instant::now() < deadline, "no CM event in 10 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// One end of an RC connection between two devices: its context, a completion channel, a
 /// CQ (send and receive), the QP and a 4 KiB region with every access.
 #[allow(dead_code)] // Not every test file uses every field.

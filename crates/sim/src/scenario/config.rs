@@ -44,6 +44,9 @@ pub struct ScenarioConfig {
     /// The share of QP ends that speak selective repeat (a pair uses it only where both
     /// do; the others go back N, as rxe).
     pub selective_repeat: f64,
+    /// The share of QP pairs that are secure (`oxrdma_core::secure`: every packet sealed;
+    /// the suite alternates between pairs).
+    pub secure: f64,
 }
 
 impl ScenarioConfig {
@@ -66,6 +69,7 @@ impl ScenarioConfig {
             per_packet: false,
             tx_slots: 1,
             selective_repeat: 0.8,
+            secure: 0.0,
         }
     }
 }

@@ -264,10 +264,16 @@ fn register_buffers(
 
 /// Takes every QP to RTS, aimed at its pair.
 fn connect_pairs(cfg: &ScenarioConfig, world: &mut World, sides: &[Side], rng: &mut ChaCha8Rng) {
+    // Which pairs are secure, drawn apart from `rng` (which the rest follows).
+    let mut sec = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5ec0_7e5e);
+    let secure: Vec<bool> = (0..sides.len() / 2)
+        .map(|_| sec.random_bool(cfg.secure))
+        .collect();
     // Connect every pair.
     for i in 0..sides.len() {
         let (me, peer) = (&sides[i], &sides[sides[i].peer]);
         let peer_gid = Gid::from(world.nodes[peer.node].ip);
+        let my_gid = Gid::from(world.nodes[me.node].ip);
         let e = &mut world.nodes[me.node].engine;
         let steps = [
             QpAttr {
@@ -297,7 +303,20 @@ fn connect_pairs(cfg: &ScenarioConfig, world: &mut World, sides: &[Side], rng: &
                 ..Default::default()
             },
         ];
-        for a in &steps {
+        for (n, a) in steps.iter().enumerate() {
+            let pair = i.min(me.peer) / 2;
+            if n == 1 && secure[pair] {
+                use oxrdma_core::secure::{derive, End, Suite};
+                let suite = [Suite::Aes256Gcm, Suite::ChaCha20Poly1305][pair % 2];
+                let secret = (cfg.seed ^ pair as u64).to_le_bytes();
+                let end = |gid, s: &Side| End {
+                    gid,
+                    qpn: s.qpn,
+                    psn: s.sq_psn,
+                };
+                let keys = derive(suite, &secret, &end(my_gid, me), &end(peer_gid, peer));
+                e.secure_qp(me.qpn, &keys).expect("secure_qp");
+            }
             e.modify_qp(me.qpn, a).expect("modify_qp");
         }
     }

@@ -18,16 +18,19 @@ use oxrdma_wire::{
     AethRepr, AtomicAckEthRepr, ExtHeaders, NakCode, Opcode, OpcodeInfo, Operation, PacketRepr,
     Psn, Syndrome,
 };
+use read_budget::ReadBudget;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+mod read_budget;
 mod reorder;
 mod run;
 mod uc;
 mod ud;
 
 use reorder::Reorder;
+pub(crate) use reorder::ReorderPool;
 pub(crate) use reorder::MAX_SPAN;
 
 /// Atomic results remembered for replaying duplicate atomics: twice the most a requester
@@ -138,6 +141,8 @@ pub(crate) struct Responder {
     /// The PSN of the last RNR NAK sent, and when: the same request again before the RNR
     /// timer it named has run out gets no second NAK (an RNR storm is not reflected).
     rnr_naked: Option<(Psn, Nanos)>,
+    /// What duplicate READs may still cost.
+    read_budget: ReadBudget,
 }
 
 /// What the responder needs of its QP, read afresh for each event.
@@ -418,7 +423,7 @@ impl Responder {
     }
 
     /// A responder taking receives from `post`'s queue.
-    pub(crate) fn new(post: Arc<QpPost>) -> Self {
+    pub(crate) fn new(post: Arc<QpPost>, pool: Arc<ReorderPool>) -> Self {
         Responder {
             post,
             returned: VecDeque::new(),
@@ -431,9 +436,10 @@ impl Responder {
             replies: VecDeque::new(),
             atomics: VecDeque::new(),
             sr_peer: false,
-            reorder: Reorder::default(),
+            reorder: Reorder::new(pool),
             counts: Counters::default(),
             rnr_naked: None,
+            read_budget: ReadBudget::default(),
         }
     }
 
@@ -442,7 +448,7 @@ impl Responder {
         let held = self.returned.len() + usize::from(self.recv.is_some());
         self.post.rq.discard();
         self.post.rq.retire(held);
-        *self = Responder::new(self.post.clone());
+        *self = Responder::new(self.post.clone(), self.reorder.pool());
     }
 
     /// A receive WQE of the QP's own queue is finished (its completion follows at once):
@@ -841,6 +847,8 @@ impl Responder {
         let msn = self.next_msn();
         let mut reply = self.read_reply(ctx, q, pkt, msn)?;
         reply.original = true;
+        let rate = ctx.limits.dup_read_bytes_per_sec;
+        self.read_budget.earn(ctx.now, rate, reply.len as u64);
         let npkts = packets_for(reply.len as u64, q.mtu);
         self.msn = msn;
         self.replies.push_back(Reply::Read(reply));
@@ -902,7 +910,13 @@ impl Responder {
                 let Ok(reply) = self.read_reply(ctx, q, pkt, msn) else {
                     return;
                 };
+                let rate = ctx.limits.dup_read_bytes_per_sec;
+                if !self.read_budget.affords(ctx.now, rate) {
+                    self.counts.bump(Counter::DuplicateReadLimited);
+                    return;
+                }
                 if self.supersede(reply.first_psn, reply.end(q.mtu), q.mtu) {
+                    self.read_budget.pay(reply.len as u64);
                     self.replies.push_back(Reply::Read(reply));
                 } else {
                     self.counts.bump(Counter::DuplicateReadLimited);

@@ -6,6 +6,8 @@
 
 use oxrdma_wire::Psn;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// PSNs past the expected one that may be kept, at most.
 pub(crate) const MAX_SPAN: u32 = 1 << 16;
@@ -13,15 +15,78 @@ pub(crate) const MAX_SPAN: u32 = 1 << 16;
 /// under 4 MiB).
 const MAX_BYTES: usize = 32 << 20;
 
+/// Bytes kept ahead of gaps over all of a device's QPs, and the most there may be
+/// (`PeerLimits::reorder_bytes`): peers that open gaps on many QPs and never fill them
+/// cannot take the host's memory.
+#[derive(Debug)]
+pub(crate) struct ReorderPool {
+    held: AtomicUsize,
+    max: usize,
+}
+
+impl ReorderPool {
+    pub(crate) fn new(max: usize) -> Arc<ReorderPool> {
+        Arc::new(ReorderPool {
+            held: AtomicUsize::new(0),
+            max,
+        })
+    }
+
+    /// Takes `n` bytes if they fit.
+    fn take(&self, n: usize) -> bool {
+        self.held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                h.checked_add(n).filter(|&t| t <= self.max)
+            })
+            .is_ok()
+    }
+
+    fn give(&self, n: usize) {
+        self.held.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Bytes held now.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+}
+
 /// Packets by PSN from `base` (the responder's expected PSN, once `take` has caught up).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Reorder {
     base: Psn,
     slots: VecDeque<Option<Box<[u8]>>>,
     bytes: usize,
+    pool: Arc<ReorderPool>,
+}
+
+impl Drop for Reorder {
+    fn drop(&mut self) {
+        self.pool.give(self.bytes);
+    }
 }
 
 impl Reorder {
+    pub(crate) fn new(pool: Arc<ReorderPool>) -> Reorder {
+        Reorder {
+            base: Psn::default(),
+            slots: VecDeque::new(),
+            bytes: 0,
+            pool,
+        }
+    }
+
+    /// The pool it takes from.
+    pub(crate) fn pool(&self) -> Arc<ReorderPool> {
+        self.pool.clone()
+    }
+
+    fn freed(&mut self, n: usize) {
+        self.bytes -= n;
+        self.pool.give(n);
+    }
+
     /// Keeps `packet`, whose PSN is `psn`, while `epsn` is expected; false if there is no
     /// room for it (too far ahead, or too many bytes kept): the requester will send it again.
     /// A copy already kept stays.
@@ -32,13 +97,17 @@ impl Reorder {
             return false;
         }
         let i = i as usize;
+        if self.slots.get(i).is_some_and(Option::is_some) {
+            return true;
+        }
+        if !self.pool.take(packet.len()) {
+            return false;
+        }
         if self.slots.len() <= i {
             self.slots.resize(i + 1, None);
         }
-        if self.slots[i].is_none() {
-            self.bytes += packet.len();
-            self.slots[i] = Some(packet.into());
-        }
+        self.bytes += packet.len();
+        self.slots[i] = Some(packet.into());
         true
     }
 
@@ -51,13 +120,15 @@ impl Reorder {
         self.slots.front()?.as_ref()?;
         let p = self.slots.pop_front().flatten()?;
         self.base = self.base.next();
-        self.bytes -= p.len();
+        self.freed(p.len());
         Some(p)
     }
 
     /// Puts back the packet `take` gave for `epsn` (it could not be executed yet).
     pub(crate) fn put_back(&mut self, epsn: Psn, packet: Box<[u8]>) {
         self.catch_up(epsn);
+        // What `take` just gave back, held again even if others took the room meanwhile.
+        self.pool.held.fetch_add(packet.len(), Ordering::Relaxed);
         self.bytes += packet.len();
         match self.slots.front_mut() {
             Some(slot) => *slot = Some(packet),
@@ -84,7 +155,7 @@ impl Reorder {
 
     /// Forgets everything (the QP was reset or failed).
     pub(crate) fn clear(&mut self) {
-        *self = Reorder::default();
+        *self = Reorder::new(self.pool.clone());
     }
 
     /// Moves `base` up to `epsn`, dropping what lies before it.
@@ -94,9 +165,8 @@ impl Reorder {
             return;
         }
         let n = (self.base.distance_to(epsn) as usize).min(self.slots.len());
-        for p in self.slots.drain(..n).flatten() {
-            self.bytes -= p.len();
-        }
+        let freed: usize = self.slots.drain(..n).flatten().map(|p| p.len()).sum();
+        self.freed(freed);
         self.base = epsn;
     }
 }
@@ -107,7 +177,7 @@ mod tests {
 
     #[test]
     fn keeps_packets_ahead_and_gives_them_back_in_order() {
-        let mut r = Reorder::default();
+        let mut r = Reorder::new(ReorderPool::new(usize::MAX));
         let e = Psn::new(0xff_fffe);
         assert!(r.hold(e, e.add(2), b"c"));
         assert!(r.hold(e, e.add(3), b"d"));
@@ -134,7 +204,7 @@ mod tests {
 
     #[test]
     fn forgets_what_the_expected_psn_passed_and_bounds_what_it_keeps() {
-        let mut r = Reorder::default();
+        let mut r = Reorder::new(ReorderPool::new(usize::MAX));
         assert!(r.hold(Psn::new(10), Psn::new(12), &[0; 100]));
         // A READ of 5 responses at 10 moved ePSN to 15 past the slot of 12.
         assert!(r.take(Psn::new(15)).is_none());
@@ -143,5 +213,27 @@ mod tests {
         assert!(r.hold(Psn::new(0), Psn::new(MAX_SPAN - 1), &[0]));
         let big = vec![0; MAX_BYTES];
         assert!(!r.hold(Psn::new(0), Psn::new(1), &big));
+    }
+
+    #[test]
+    fn a_device_keeps_no_more_than_its_pool_over_all_its_qps() {
+        let pool = ReorderPool::new(250);
+        let (mut a, mut b) = (Reorder::new(pool.clone()), Reorder::new(pool.clone()));
+        let e = Psn::new(7);
+        assert!(a.hold(e, e.add(1), &[1; 100]));
+        assert!(a.hold(e, e.add(2), &[2; 100]));
+        assert!(!b.hold(e, e.add(1), &[3; 100]), "the pool is spent");
+        assert!(b.hold(e, e.add(1), &[3; 50]));
+        assert_eq!(pool.held(), 250);
+        // The gap fills: a gives its first packet back, then its QP is reset.
+        assert!(a.take(e.add(1)).is_some());
+        assert_eq!(pool.held(), 150);
+        a.clear();
+        assert_eq!(pool.held(), 50);
+        assert!(a.hold(e, e.add(1), &[4; 200]));
+        // A destroyed QP returns what it kept.
+        drop(b);
+        drop(a);
+        assert_eq!(pool.held(), 0);
     }
 }
