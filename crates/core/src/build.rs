@@ -55,6 +55,15 @@ pub(crate) fn finish_packet(buf: &mut [u8], hlen: usize, n: usize, hashed: Optio
     end
 }
 
+/// The pad and a zero ICRC field of a secure QP's packet: sealing takes the ICRC part
+/// (`Secured::seal`), so none is hashed while the payload is copied. Returns the length.
+pub(crate) fn finish_sealed(buf: &mut [u8], hlen: usize, n: usize) -> usize {
+    let pad = usize::from(oxrdma_wire::packet::pad_for(n));
+    let end = hlen + n + pad + ICRC_LEN;
+    buf[hlen + n..end].fill(0);
+    end
+}
+
 /// PSNs a message of `len` bytes takes at path MTU `mtu` (at least one).
 pub(crate) fn packets_for(len: u64, mtu: Mtu) -> u32 {
     len.div_ceil(mtu.bytes() as u64).max(1) as u32

@@ -186,6 +186,7 @@ impl Engine {
             });
         }
         qp.secure = Some(Box::new(Secured::new(keys)));
+        qp.refresh_views();
         Ok(())
     }
 

@@ -31,6 +31,7 @@ impl Qp {
             qkey: self.qkey,
             max_rd_atomic: self.max_rd_atomic,
             selective_repeat: self.selective_repeat,
+            sealed: self.secure.is_some(),
         }
     }
 

@@ -268,6 +268,7 @@ impl Qp {
                 qkey: 0,
                 max_rd_atomic: 1,
                 selective_repeat,
+                sealed: false,
             },
             cview: completer::CompView {
                 state: QpState::Reset,
@@ -435,6 +436,7 @@ impl Qp {
             qkey: self.qkey,
             max_dest_rd_atomic: self.max_dest_rd_atomic,
             min_rnr_timer: self.min_rnr_timer,
+            sealed: self.secure.is_some(),
         }
     }
 
@@ -608,9 +610,9 @@ impl Qp {
 
     /// Back to RESET: queues are emptied without completions, as libibverbs specifies.
     pub fn reset(&mut self) {
-        self.set_state(QpState::Reset);
         // A new connection needs new keys: its sequence numbers start again.
         self.secure = None;
+        self.set_state(QpState::Reset);
         self.discard_send_queue();
         // The counts outlive the connection.
         self.counts = self.counters();

@@ -3,7 +3,7 @@
 //! flight (`InFlight`), says what it sent (`Sent`) and goes back when the completer asks
 //! (`ReqCmd`); the QP carries each between them.
 
-use crate::build::{bth, finish_packet, packets_for, part_for};
+use crate::build::{bth, finish_packet, finish_sealed, packets_for, part_for};
 use crate::limits::MAX_PACKET;
 use crate::mr::gather;
 use crate::qp::handoff::{Cursor, InFlight, ReqCmd, RunSent, Sent};
@@ -174,6 +174,8 @@ pub(crate) struct ReqView {
     pub max_rd_atomic: u8,
     /// The device speaks selective repeat: RC requests offer it.
     pub selective_repeat: bool,
+    /// The QP is secure: its packets are sealed once built, and their ICRC part taken then.
+    pub sealed: bool,
 }
 
 /// The requester at work for one call: itself, its QP's attributes, the send queue, and
@@ -490,10 +492,19 @@ impl Sender<'_> {
             }
             // Bounds were checked when the WQE started; the buffer cannot shrink.
             // Copied and hashed for the ICRC in one pass (`crc_copy.rs`).
-            let mut hashed = part_for(&buf[..hlen], n);
+            let sealed = self.q.sealed;
+            let mut hashed = if sealed {
+                None
+            } else {
+                part_for(&buf[..hlen], n)
+            };
             let ok = gather(&w.segs, off as usize, &mut buf[hlen..hlen + n], &mut hashed);
             debug_assert!(ok);
-            len = finish_packet(buf, hlen, n, hashed);
+            len = if sealed {
+                finish_sealed(buf, hlen, n)
+            } else {
+                finish_packet(buf, hlen, n, hashed)
+            };
             since = if ack { 0 } else { since + 1 };
             if ack && first_ask.is_none() {
                 first_ask = Some(psn);
@@ -743,12 +754,18 @@ impl Sender<'_> {
             SendData::Sges(_) => {
                 // Copied and hashed for the ICRC in one pass (`crc_copy.rs`). Bounds were
                 // checked when the WQE started; the buffer cannot shrink.
-                hashed = part_for(&buf[..hlen], n);
+                if !self.q.sealed {
+                    hashed = part_for(&buf[..hlen], n);
+                }
                 let ok = gather(&w.segs, off as usize, &mut buf[hlen..hlen + n], &mut hashed);
                 debug_assert!(ok);
             }
         }
-        let total = finish_packet(buf, hlen, n, hashed);
+        let total = if self.q.sealed {
+            finish_sealed(buf, hlen, n)
+        } else {
+            finish_packet(buf, hlen, n, hashed)
+        };
         let (first, npkts) = (w.first_psn, w.npkts);
         let sent = Sent {
             psn: self.r.next_psn,

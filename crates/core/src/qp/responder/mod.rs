@@ -1,7 +1,7 @@
 //! The responder: accepts requests in PSN order, executes them against registered memory,
 //! consumes receive WQEs, and queues ACKs, NAKs, READ responses and atomic ACKs.
 
-use crate::build::{bth, finish_packet, packets_for, part_for};
+use crate::build::{bth, finish_packet, finish_sealed, packets_for, part_for};
 use crate::counters::{Counter, Counters};
 use crate::ctx::Ctx;
 use crate::drops::RxDrop;
@@ -159,6 +159,8 @@ pub(crate) struct QpView {
     pub qkey: u32,
     pub max_dest_rd_atomic: u8,
     pub min_rnr_timer: u8,
+    /// The QP is secure: its packets are sealed once built, and their ICRC part taken then.
+    pub sealed: bool,
 }
 
 /// A request the responder failed: its QP must go to ERR, raising this event.
@@ -1049,7 +1051,9 @@ impl Responder {
             if let Some(seg) = &r.seg {
                 // The payload copied and its ICRC part taken in one pass (`crc_copy.rs`).
                 let at = seg.offset + r.sent;
-                hashed = part_for(&buf[..hlen], n);
+                if !q.sealed {
+                    hashed = part_for(&buf[..hlen], n);
+                }
                 let to = &mut buf[hlen..hlen + n];
                 match hashed {
                     Some(h) => hashed = seg.buffer.read_hashing(at, to, h),
@@ -1061,6 +1065,9 @@ impl Responder {
         }
         if done {
             self.replies.pop_front();
+        }
+        if q.sealed {
+            return Some(finish_sealed(buf, hlen, n));
         }
         Some(finish_packet(buf, hlen, n, hashed))
     }
