@@ -383,6 +383,66 @@ fn ibv_rc_pingpong_runs_between_two_processes() {
     pingpong("ibv_rc_pingpong", 18601, &["-g", "0", "-n", "200"]);
 }
 
+/// The captures `ibv_rc_pingpong` made (a file per process, `OXRDMA_PCAP` with `%p`) with
+/// `env` set for both sides, read and removed.
+fn pingpong_captures(port: u16, name: &str, env: &[(&'static str, &'static str)]) -> Vec<Vec<u8>> {
+    let prefix = format!("oxrdma-pingpong-{name}-{}-", std::process::id());
+    let pcap = std::env::temp_dir().join(format!("{prefix}%p.pcap"));
+    let pcap: &'static str = Box::leak(pcap.to_string_lossy().into_owned().into_boxed_str());
+    let mut all = env.to_vec();
+    all.push(("OXRDMA_PCAP", pcap));
+    let all: &'static [(&'static str, &'static str)] = Box::leak(all.into_boxed_slice());
+    let (s, _) = pingpong_with("ibv_rc_pingpong", port, &["-g", "0", "-n", "50"], all);
+    if s.is_empty() {
+        return Vec::new(); // skipped
+    }
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            files.push(std::fs::read(e.path()).unwrap());
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    // A client that started before the server listened left one with no packet.
+    assert!(files.len() >= 2, "a capture per process");
+    files
+}
+
+/// `OXRDMA_SECURE_KEY` on both sides secures an unmodified program's RC QPs: the
+/// pingpong runs, and its payload (ibv_rc_pingpong fills its buffer with 0x7b) is on the
+/// wire in the clear without the key and nowhere with it.
+#[test]
+fn ibv_rc_pingpong_with_a_pre_shared_key_runs_sealed() {
+    let shows_payload = |pcap: &Vec<u8>| pcap.windows(32).any(|w| w.iter().all(|&b| b == 0x7b));
+    let plain = pingpong_captures(18613, "plain", &[]);
+    if plain.is_empty() {
+        return;
+    }
+    let showing = plain.iter().filter(|p| shows_payload(p)).count();
+    assert!(
+        showing >= 2,
+        "the server's and the client's plain captures show the payload"
+    );
+    let key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    let sealed = pingpong_captures(18614, "sealed", &[("OXRDMA_SECURE_KEY", key)]);
+    assert!(
+        !sealed.iter().any(shows_payload),
+        "a sealed capture shows the payload"
+    );
+    // A malformed key is one clear error when the device opens, not a plain connection.
+    let out = run(
+        "ibv_rc_pingpong",
+        &["-g", "0", "-p", "18615", "localhost"],
+        &[("OXRDMA_SECURE_KEY", "12ab")],
+    )
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("OXRDMA_SECURE_KEY: not 64 hex digits"),
+        "{err}"
+    );
+}
+
 #[test]
 fn ibv_rc_pingpong_with_completion_events_and_small_messages() {
     pingpong(

@@ -38,15 +38,7 @@ fn line(p: &PeerInfo) -> String {
 
 /// `key=<64 hex digits>`.
 fn parse_key(f: &str) -> Option<[u8; 32]> {
-    let hex = f.strip_prefix("key=")?;
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut k = [0u8; 32];
-    for (i, b) in k.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(k)
+    crate::secure::parse_key(f.strip_prefix("key=")?)
 }
 
 fn parse(l: &str) -> Result<PeerInfo> {

@@ -10,8 +10,10 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 /// What the engine behind `link` is, with the limits `OXRDMA_LIMITS` sets
-/// (`oxrdma_core::apply_limits`).
+/// (`oxrdma_core::apply_limits`). A malformed `OXRDMA_SECURE_KEY` fails here too, before
+/// any QP could go unkeyed.
 fn configured(link: &Link) -> Result<EngineConfig> {
+    crate::secure::configured_psk()?;
     let mut c = link.engine_config();
     if let Some(text) = std::env::var_os("OXRDMA_LIMITS") {
         let text = text.to_string_lossy();

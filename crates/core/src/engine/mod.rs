@@ -535,6 +535,11 @@ impl Engine {
                 continue;
             };
             qp.scheduled = false;
+            // A secure QP without its send key yet sends nothing (`secure_qp_send`
+            // schedules it again).
+            if qp.secure.as_ref().is_some_and(|s| !s.can_send()) {
+                continue;
+            }
             // This QP's packets until it has none, the room is used up, or its burst ends
             // with another QP waiting (alone, it is its own next).
             let more = loop {

@@ -1,11 +1,11 @@
 //! Queue-pair verbs: create, modify (the transition rules are in `attr.rs`), destroy, and
 //! posting, with every argument checked before anything is queued.
 
-use super::{touched, Engine};
+use super::{schedule, touched, Engine};
 use crate::attr::{validate, AttrLimits, QpAttr, QpCap, QpInitAttr};
 use crate::error::{Result, VerbsError};
 use crate::qp::{Ctx, Qp, QpPost, QpTransport};
-use crate::secure::{QpKeys, Secured};
+use crate::secure::{DirectionKey, QpKeys, Secured, Suite};
 use crate::verbs::{Mtu, MwType, QpState, QpType, WrOpcode};
 use crate::wr::{MwBind, RecvWr, SendData, SendWr};
 use rand_core::RngCore;
@@ -168,9 +168,13 @@ impl Engine {
     }
 
     /// Makes an RC QP secure with `keys` (`crate::secure`): from now on it seals every
-    /// packet it sends and opens every packet it takes. Before it connects (RESET or INIT);
-    /// a reset forgets the keys.
+    /// packet it sends and opens every packet it takes. Before it sends (RESET, INIT or
+    /// RTR); a reset forgets the keys.
     pub fn secure_qp(&mut self, qpn: u32, keys: &QpKeys) -> Result<()> {
+        self.secure_qp_with(qpn, Secured::new(keys))
+    }
+
+    fn secure_qp_with(&mut self, qpn: u32, secured: Secured) -> Result<()> {
         let qp = self
             .qps
             .get_mut(&qpn)
@@ -178,16 +182,50 @@ impl Engine {
         if qp.qp_type != QpType::Rc {
             return Err(VerbsError::InvalidArgument("only RC QPs are secure"));
         }
-        if !matches!(qp.state, QpState::Reset | QpState::Init) {
+        if !matches!(qp.state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(VerbsError::BadState {
                 qpn,
                 state: qp.state,
-                what: "keys are set before the QP connects",
+                what: "keys are set before the QP sends (RESET, INIT or RTR)",
             });
         }
-        qp.secure = Some(Box::new(Secured::new(keys)));
+        qp.secure = Some(Box::new(secured));
         qp.refresh_views();
         Ok(())
+    }
+
+    /// An RC QP's receive key alone (`crate::secure`), as a QP keyed from a pre-shared key
+    /// takes it on its way to RTR: it opens every packet it takes from now on, and sends
+    /// nothing (its ACKs wait) until [`Self::secure_qp_send`].
+    pub fn secure_qp_recv(&mut self, qpn: u32, suite: Suite, recv: &DirectionKey) -> Result<()> {
+        self.secure_qp_with(qpn, Secured::receiving(suite, recv))
+    }
+
+    /// The send key of a QP that has its receive key (`secure_qp_recv`): what it held back
+    /// goes now.
+    pub fn secure_qp_send(&mut self, qpn: u32, send: &DirectionKey) -> Result<()> {
+        let qp = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or(VerbsError::NotFound("queue pair"))?;
+        let Some(s) = qp.secure.as_mut().filter(|s| !s.can_send()) else {
+            return Err(VerbsError::InvalidArgument(
+                "a send key goes to a QP that has its receive key alone",
+            ));
+        };
+        s.add_send(send);
+        touched(&mut self.active, &mut self.timers, &mut self.sharing, qp);
+        schedule(&mut self.active, qp);
+        Ok(())
+    }
+
+    /// Whether a QP is secure (None: plain) and, if so, whether it has its send key.
+    pub fn qp_secure(&self, qpn: u32) -> Result<Option<bool>> {
+        let qp = self
+            .qps
+            .get(&qpn)
+            .ok_or(VerbsError::NotFound("queue pair"))?;
+        Ok(qp.secure.as_ref().map(|s| s.can_send()))
     }
 
     /// The posting side of `qpn`: application threads post through it without the engine

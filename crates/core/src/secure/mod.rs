@@ -11,8 +11,10 @@
 //! ```
 //!
 //! Keys are one per direction per connection, derived by HKDF-SHA256 from a secret both
-//! ends hold (an X25519 agreement, a pre-shared key, or both) and both ends' GIDs, QPNs and
-//! initial PSNs. The nonce is the direction's IV with the sequence number folded in: a
+//! ends hold (an X25519 agreement, a pre-shared key, or both), both ends' GIDs and QPNs and
+//! the sender's first PSN (what both ends know of a direction by the time the receiver
+//! enters RTR: a QP keyed from a pre-shared key takes its receive key then and its send
+//! key at RTS, and holds back what it would send until it has it). The nonce is the direction's IV with the sequence number folded in: a
 //! sender never uses a number twice (retransmissions are new packets), and the receiver's
 //! window ([`replay`]) takes each number once. A packet that fails is dropped and counted
 //! before anything of it is read.
@@ -62,7 +64,7 @@ impl Suite {
 pub struct End {
     pub gid: Gid,
     pub qpn: u32,
-    /// The PSN it sends from first.
+    /// The PSN it sends from first (a direction's key takes its sender's).
     pub psn: u32,
 }
 
@@ -95,16 +97,22 @@ impl hkdf::KeyType for Len {
     }
 }
 
+fn prk(secret: &[u8]) -> hkdf::Prk {
+    hkdf::Salt::new(hkdf::HKDF_SHA256, b"oxrdma secure QP 1").extract(secret)
+}
+
 /// The key and IV for packets from `from` to `to`.
 fn direction(suite: Suite, prk: &hkdf::Prk, from: &End, to: &End) -> DirectionKey {
-    let num = |e: &End| {
+    let num = |e: &End, psn: bool| {
         let mut b = [0u8; 24];
         b[..16].copy_from_slice(&e.gid.0);
         b[16..20].copy_from_slice(&e.qpn.to_be_bytes());
-        b[20..].copy_from_slice(&e.psn.to_be_bytes());
+        if psn {
+            b[20..].copy_from_slice(&e.psn.to_be_bytes());
+        }
         b
     };
-    let (f, t) = (num(from), num(to));
+    let (f, t) = (num(from, true), num(to, false));
     let info: [&[u8]; 4] = [b"oxrdma packets", suite.label(), &f, &t];
     let mut out = [0u8; 44];
     prk.expand(&info, Len(44))
@@ -120,12 +128,18 @@ fn direction(suite: Suite, prk: &hkdf::Prk, from: &End, to: &End) -> DirectionKe
 /// secret, a pre-shared key, or the two one after the other): the same secret at the other
 /// end gives it the same keys, send and receive swapped.
 pub fn derive(suite: Suite, secret: &[u8], local: &End, remote: &End) -> QpKeys {
-    let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"oxrdma secure QP 1").extract(secret);
+    let prk = prk(secret);
     QpKeys {
         suite,
         send: direction(suite, &prk, local, remote),
         recv: direction(suite, &prk, remote, local),
     }
+}
+
+/// The key of one direction alone, from `secret`: packets from `from` to `to` (`to`'s PSN
+/// does not enter it).
+pub fn derive_direction(suite: Suite, secret: &[u8], from: &End, to: &End) -> DirectionKey {
+    direction(suite, &prk(secret), from, to)
 }
 
 /// Why a received packet was not opened.
@@ -142,8 +156,9 @@ pub enum OpenError {
 /// receives with. The engine keeps one per secure QP; a test's hostile peer, a fuzz
 /// target or a decoder given the keys may keep their own.
 pub struct Secured {
-    send: LessSafeKey,
-    send_iv: [u8; 12],
+    suite: Suite,
+    /// None until the QP has its send key (`add_send`): it sends nothing meanwhile.
+    send: Option<(LessSafeKey, [u8; 12])>,
     next: u64,
     recv: LessSafeKey,
     recv_iv: [u8; 12],
@@ -173,39 +188,52 @@ fn aad(bth: &[u8], seq: u64) -> [u8; BTH_LEN + SEQ_LEN] {
     a
 }
 
+fn key(suite: Suite, k: &DirectionKey) -> LessSafeKey {
+    LessSafeKey::new(UnboundKey::new(suite.algorithm(), &k.key).expect("a 32-byte key"))
+}
+
 impl Secured {
     pub fn new(keys: &QpKeys) -> Secured {
-        let key = |k: &DirectionKey| {
-            LessSafeKey::new(
-                UnboundKey::new(keys.suite.algorithm(), &k.key).expect("a 32-byte key"),
-            )
-        };
+        let mut s = Secured::receiving(keys.suite, &keys.recv);
+        s.add_send(&keys.send);
+        s
+    }
+
+    /// A QP that can open what it receives but has no send key yet.
+    pub fn receiving(suite: Suite, recv: &DirectionKey) -> Secured {
         Secured {
-            send: key(&keys.send),
-            send_iv: keys.send.iv,
+            suite,
+            send: None,
             next: 0,
-            recv: key(&keys.recv),
-            recv_iv: keys.recv.iv,
+            recv: key(suite, recv),
+            recv_iv: recv.iv,
             window: Replay::default(),
         }
+    }
+
+    /// Its send key: from now on it seals what it sends.
+    pub fn add_send(&mut self, send: &DirectionKey) {
+        self.send = Some((key(self.suite, send), send.iv));
+    }
+
+    /// Whether it has its send key.
+    pub fn can_send(&self) -> bool {
+        self.send.is_some()
     }
 
     /// Seals the packet of `len` bytes (ICRC included, last) at the start of `buf`, in
     /// place; returns its new length (`len + TRAILER`), the ICRC field still last and, in
     /// a packet long enough, holding the transport bytes' part of the ICRC for the driver
     /// to finish (`oxrdma_wire::icrc_part`), as every packet the engine writes.
+    /// Only with its send key (`can_send`).
     pub fn seal(&mut self, buf: &mut [u8], len: usize) -> usize {
         let body_end = len - ICRC_LEN;
         let seq = self.next;
         self.next += 1;
         let a = aad(buf, seq);
-        let tag = self
-            .send
-            .seal_in_place_separate_tag(
-                nonce(&self.send_iv, seq),
-                Aad::from(a),
-                &mut buf[BTH_LEN..body_end],
-            )
+        let (send, iv) = self.send.as_ref().expect("sealing needs the send key");
+        let tag = send
+            .seal_in_place_separate_tag(nonce(iv, seq), Aad::from(a), &mut buf[BTH_LEN..body_end])
             .expect("a packet is far below the AEAD's limit");
         buf[body_end..body_end + SEQ_LEN].copy_from_slice(&seq.to_be_bytes());
         buf[body_end + SEQ_LEN..body_end + TRAILER].copy_from_slice(tag.as_ref());
@@ -340,6 +368,39 @@ mod tests {
         );
         // Failures leave the window alone: the genuine packet still opens once.
         assert!(b.open(&buf[..n], &mut out).is_ok());
+    }
+
+    #[test]
+    fn each_direction_is_derived_alone_from_what_its_receiver_knows_at_rtr() {
+        let (a, b) = ends();
+        let k = derive(Suite::Aes256Gcm, b"psk", &a, &b);
+        // The receiver's own first PSN does not enter its receive key.
+        let (a_later, b_later) = (End { psn: 0x41, ..a }, End { psn: 0x42, ..b });
+        assert_eq!(
+            derive_direction(Suite::Aes256Gcm, b"psk", &b, &a_later),
+            k.recv
+        );
+        assert_eq!(
+            derive_direction(Suite::Aes256Gcm, b"psk", &a, &b_later),
+            k.send
+        );
+        let other = End { psn: 0x43, ..a };
+        assert_ne!(
+            derive_direction(Suite::Aes256Gcm, b"psk", &other, &b),
+            k.send
+        );
+        // A QP with its receive key opens; it seals once it has its send key.
+        let mut rx = Secured::receiving(Suite::Aes256Gcm, &k.send);
+        assert!(!rx.can_send());
+        let mut tx = Secured::new(&k);
+        let plain = packet(&[3; 32]);
+        let mut buf = plain.clone();
+        buf.resize(plain.len() + TRAILER, 0);
+        let n = tx.seal(&mut buf, plain.len());
+        let mut out = vec![0u8; 4200];
+        assert!(rx.open(&buf[..n], &mut out).is_ok());
+        rx.add_send(&k.recv);
+        assert!(rx.can_send());
     }
 
     #[test]
