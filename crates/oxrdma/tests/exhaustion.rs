@@ -1,8 +1,9 @@
 //! ReDMArk's A4 on real sockets: a server that accepts every connection request, making a
 //! QP for each (as a program on the RDMA CM does), is asked for connections without end by
-//! one peer. With `OXRDMA_LIMITS=cm_conns_per_peer=16` that peer gets 16 and "no
+//! one peer. With `OXRDMA_LIMITS=cm_conns_per_peer=16,max_qp=128` that peer gets 16 and "no
 //! resources" for the rest, counted; another peer still connects; the server spent a QP
-//! per connection it made and no more. Alone in its test binary: it sets the limits in the
+//! per connection it made and no more. With `max_qp=128` a device of the process makes
+//! 128 QPs and no more. Alone in its test binary: it sets the limits in the
 //! environment before any device opens.
 
 mod common;
@@ -18,6 +19,8 @@ const ATTACKER: &str = "127.0.0.162";
 const OTHER: &str = "127.0.0.163";
 const LIMIT: usize = 16;
 const ASKED: usize = 100;
+/// QPs a device of this process may hold (`OXRDMA_LIMITS=max_qp=`).
+const MAX_QP: usize = 128;
 /// IBA's REJ reason "no resources".
 const NO_RESOURCES: i32 = 3;
 
@@ -41,7 +44,10 @@ fn resolved(ch: &EventChannel, c: &Context, dst: SocketAddr, qp: &oxrdma::QueueP
 
 #[test]
 fn one_peer_cannot_take_every_connection_a_server_would_accept() {
-    std::env::set_var("OXRDMA_LIMITS", format!("cm_conns_per_peer={LIMIT}"));
+    std::env::set_var(
+        "OXRDMA_LIMITS",
+        format!("cm_conns_per_peer={LIMIT},max_qp={MAX_QP}"),
+    );
     let server = ctx(SERVER);
     let dst: SocketAddr = format!("{SERVER}:47161").parse().unwrap();
     let chs = EventChannel::new().unwrap();
@@ -124,4 +130,16 @@ fn one_peer_cannot_take_every_connection_a_server_would_accept() {
         LIMIT + 1,
         "a QP per connection made, no more"
     );
+    // The process's own limit: a program that makes QPs without end gets `max_qp` of
+    // them on a device (the other peer's device has one already), then a clear error.
+    let mut more = Vec::new();
+    let err = loop {
+        match pdo.create_qp(&cqo, &cqo, QpType::Rc, QpCap::default()) {
+            Ok(q) => more.push(q),
+            Err(e) => break e,
+        }
+        assert!(more.len() < 10 * MAX_QP, "no limit");
+    };
+    assert_eq!(more.len() + 1, MAX_QP, "{err}");
+    assert!(err.to_string().contains("resource exhausted"), "{err}");
 }
