@@ -206,6 +206,18 @@ impl QueuePair {
         Ok(self.ctx.shared().lock().engine.qp_counters(self.qpn)?)
     }
 
+    /// Whether the QP is secure: it seals every packet it sends and opens every packet it
+    /// takes (`oxrdma_core::secure`).
+    pub fn is_secure(&self) -> Result<bool> {
+        Ok(self
+            .ctx
+            .shared()
+            .lock()
+            .engine
+            .qp_secure(self.qpn)?
+            .is_some())
+    }
+
     /// The QP's current state (read without the device lock).
     pub fn state(&self) -> Result<QpState> {
         Ok(self.post.state())
