@@ -410,7 +410,8 @@ fn pingpong_captures(port: u16, name: &str, env: &[(&'static str, &'static str)]
 
 /// `OXRDMA_SECURE_KEY` on both sides secures an unmodified program's RC QPs: the
 /// pingpong runs, and its payload (ibv_rc_pingpong fills its buffer with 0x7b) is on the
-/// wire in the clear without the key and nowhere with it.
+/// wire in the clear without the key and nowhere with it; `OXRDMA_SECURE_PEERS` keeps
+/// the peers outside it plain.
 #[test]
 fn ibv_rc_pingpong_with_a_pre_shared_key_runs_sealed() {
     let shows_payload = |pcap: &Vec<u8>| pcap.windows(32).any(|w| w.iter().all(|&b| b == 0x7b));
@@ -429,6 +430,27 @@ fn ibv_rc_pingpong_with_a_pre_shared_key_runs_sealed() {
         !sealed.iter().any(shows_payload),
         "a sealed capture shows the payload"
     );
+    // Peers outside OXRDMA_SECURE_PEERS (rxe hosts, say) are spoken to in the clear; those
+    // inside, sealed.
+    let outside = pingpong_captures(
+        18616,
+        "outside",
+        &[
+            ("OXRDMA_SECURE_KEY", key),
+            ("OXRDMA_SECURE_PEERS", "10.0.0.0/8,fd00::/16"),
+        ],
+    );
+    let showing = outside.iter().filter(|p| shows_payload(p)).count();
+    assert!(showing >= 2, "a peer outside OXRDMA_SECURE_PEERS is plain");
+    let inside = pingpong_captures(
+        18617,
+        "inside",
+        &[
+            ("OXRDMA_SECURE_KEY", key),
+            ("OXRDMA_SECURE_PEERS", "10.0.0.0/8,127.0.0.0/8"),
+        ],
+    );
+    assert!(!inside.iter().any(shows_payload), "a peer inside is sealed");
     // A malformed key is one clear error when the device opens, not a plain connection.
     let out = run(
         "ibv_rc_pingpong",

@@ -132,7 +132,8 @@ impl QueuePair {
     }
 
     /// `ibv_modify_qp`. With `OXRDMA_SECURE_KEY` set, an RC QP [`Self::connect`] did not
-    /// key is keyed from it on the way: its receive key with RTR, its send key with RTS.
+    /// key is keyed from it on the way (if its peer is among `OXRDMA_SECURE_PEERS`, where
+    /// that is set): its receive key with RTR, its send key with RTS.
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
         let shared = self.ctx.shared();
         let mut dev = shared.lock();
@@ -160,6 +161,9 @@ impl QueuePair {
         let (Some(av), Some(dest)) = (now.ah_attr, now.dest_qp_num) else {
             return Ok(());
         };
+        if !secure::psk_peer(av.dgid)? {
+            return Ok(());
+        }
         let gid = self.ctx.gids().get(usize::from(av.sgid_index)).copied();
         let me = |psn| End {
             gid: gid.unwrap_or_default(),

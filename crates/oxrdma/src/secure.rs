@@ -100,6 +100,77 @@ pub(crate) fn configured_psk() -> Result<Option<[u8; 32]>> {
     .map_err(Error::Config)
 }
 
+/// The peers `OXRDMA_SECURE_PEERS` names (`10.0.0.0/8,fd00::/16,192.0.2.7`): a QP keyed
+/// from `OXRDMA_SECURE_KEY` is keyed only if its peer is among them, and stays plain RoCEv2
+/// to the rest (rxe hosts, say). Unset: every peer. Read once.
+pub(crate) fn psk_peer(gid: Gid) -> Result<bool> {
+    static PEERS: OnceLock<std::result::Result<Option<Vec<Net>>, String>> = OnceLock::new();
+    let peers = PEERS
+        .get_or_init(|| match std::env::var("OXRDMA_SECURE_PEERS") {
+            Err(_) => Ok(None),
+            Ok(v) => v
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    Net::parse(s).ok_or_else(|| {
+                        format!("OXRDMA_SECURE_PEERS: `{s}` is not an address or a prefix")
+                    })
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map(Some),
+        })
+        .clone()
+        .map_err(Error::Config)?;
+    Ok(peers.is_none_or(|p| p.iter().any(|n| n.holds(gid.ip()))))
+}
+
+/// An address prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Net {
+    addr: std::net::IpAddr,
+    bits: u8,
+}
+
+impl Net {
+    /// `a.b.c.d/n`, `x::y/n`, or an address alone.
+    pub(crate) fn parse(s: &str) -> Option<Net> {
+        let (a, bits) = match s.split_once('/') {
+            Some((a, b)) => (a, Some(b.parse::<u8>().ok()?)),
+            None => (s, None),
+        };
+        let addr: std::net::IpAddr = a.parse().ok()?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let bits = bits.unwrap_or(max);
+        (bits <= max).then_some(Net { addr, bits })
+    }
+
+    /// Whether `ip` is in it (an IPv4 address given as IPv4-mapped IPv6 too).
+    pub(crate) fn holds(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr::{V4, V6};
+        let ip = match ip {
+            V6(v6) => v6.to_ipv4_mapped().map_or(ip, V4),
+            v4 => v4,
+        };
+        let (a, b, len) = match (self.addr, ip) {
+            (V4(a), V4(b)) => (
+                u128::from(u32::from(a)) << 96,
+                u128::from(u32::from(b)) << 96,
+                32,
+            ),
+            (V6(a), V6(b)) => (u128::from(a), u128::from(b), 128),
+            _ => return false,
+        };
+        let bits = u32::from(self.bits.min(len));
+        let mask = if bits == 0 {
+            0
+        } else {
+            u128::MAX << (128 - bits)
+        };
+        a & mask == b & mask
+    }
+}
+
 /// 64 hex digits.
 pub(crate) fn parse_key(hex: &str) -> Option<[u8; 32]> {
     if hex.len() != 64 {
@@ -122,6 +193,23 @@ pub(crate) fn psk_direction(psk: &[u8; 32], from: End, to: End) -> DirectionKey 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peers_are_addresses_and_prefixes() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let n = Net::parse("10.0.0.0/8").unwrap();
+        assert!(n.holds(ip("10.200.1.2")) && !n.holds(ip("11.0.0.1")));
+        assert!(n.holds(ip("::ffff:10.1.2.3")), "an IPv4 GID");
+        assert!(!n.holds(ip("fd00::1")));
+        let one = Net::parse("192.0.2.7").unwrap();
+        assert!(one.holds(ip("192.0.2.7")) && !one.holds(ip("192.0.2.8")));
+        let v6 = Net::parse("fd00::/16").unwrap();
+        assert!(v6.holds(ip("fd00:1::5")) && !v6.holds(ip("fe80::1")));
+        assert!(Net::parse("0.0.0.0/0").unwrap().holds(ip("1.2.3.4")));
+        for bad in ["10.0.0.0/33", "fd00::/129", "10.0.0", "x/8", "10.0.0.0/"] {
+            assert!(Net::parse(bad).is_none(), "{bad}");
+        }
+    }
 
     #[test]
     fn a_key_is_64_hex_digits() {
