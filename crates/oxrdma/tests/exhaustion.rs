@@ -14,9 +14,9 @@ use oxrdma::{Context, Counter, QpCap, QpType};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-const SERVER: &str = "127.0.0.161";
-const ATTACKER: &str = "127.0.0.162";
-const OTHER: &str = "127.0.0.163";
+const SERVER: &str = "127.0.0.164";
+const ATTACKER: &str = "127.0.0.165";
+const OTHER: &str = "127.0.0.166";
 const LIMIT: usize = 16;
 const ASKED: usize = 100;
 /// QPs a device of this process may hold (`OXRDMA_LIMITS=max_qp=`).
