@@ -46,7 +46,9 @@ pub use verbs::{
     Access, AsyncEvent, EventType, Mtu, MwType, QpState, QpType, SendFlags, WcOpcode, WcStatus,
     WrOpcode,
 };
-pub use wr::{InlineData, MwBind, RecvWr, SendData, SendWr, Sge, SgeList, UdDest, WorkCompletion};
+pub use wr::{
+    InlineData, MwBind, RecvWr, SendData, SendWr, Sge, SgeList, UdDest, WcError, WorkCompletion,
+};
 
 /// Time in nanoseconds on the driver's clock (virtual in the simulator).
 pub type Nanos = u64;

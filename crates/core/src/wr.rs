@@ -132,7 +132,27 @@ pub struct WorkCompletion {
     pub invalidated_rkey: Option<u32>,
 }
 
+/// A work request that completed in error: its ID and status (`WorkCompletion::result`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("work request {wr_id} completed with {status} ({status:?})")]
+pub struct WcError {
+    pub wr_id: u64,
+    pub status: crate::WcStatus,
+}
+
 impl WorkCompletion {
+    /// The completion if its work request succeeded, else the error (its ID and status),
+    /// so `?` ends a caller's work at the first failure.
+    pub fn result(self) -> Result<WorkCompletion, WcError> {
+        match self.status {
+            crate::WcStatus::Success => Ok(self),
+            status => Err(WcError {
+                wr_id: self.wr_id,
+                status,
+            }),
+        }
+    }
+
     /// The completion of `wr_id` on QP `qp_num`, with no length, immediate or source; set
     /// those with struct update syntax.
     pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> WorkCompletion {
@@ -147,5 +167,24 @@ impl WorkCompletion {
             src_gid: None,
             invalidated_rkey: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod result_tests {
+    use super::*;
+    use crate::{WcOpcode, WcStatus};
+
+    #[test]
+    fn a_completion_in_error_is_an_err_naming_its_request() {
+        let ok = WorkCompletion::new(7, WcStatus::Success, WcOpcode::Send, 1);
+        assert_eq!(ok.result().map(|w| w.wr_id), Ok(7));
+        let bad = WorkCompletion::new(9, WcStatus::RetryExcErr, WcOpcode::RdmaWrite, 1);
+        let e = bad.result().unwrap_err();
+        assert_eq!((e.wr_id, e.status), (9, WcStatus::RetryExcErr));
+        assert_eq!(
+            e.to_string(),
+            "work request 9 completed with transport retry counter exceeded (RetryExcErr)"
+        );
     }
 }

@@ -27,3 +27,74 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// An error as `std::io` code expects one: its kind says what went wrong (an argument,
+/// a missing object, an exhausted resource, an address in use), the message is this
+/// error's, and an I/O error is itself.
+impl From<Error> for std::io::Error {
+    fn from(e: Error) -> std::io::Error {
+        use oxrdma_core::cm::CmError;
+        use oxrdma_core::VerbsError as V;
+        use std::io::ErrorKind as K;
+        let kind = match &e {
+            Error::Io(_) => {
+                let Error::Io(io) = e else { unreachable!() };
+                return io;
+            }
+            Error::Verbs(v) => match v {
+                V::InvalidArgument(_) | V::InvalidTransition { .. } | V::BadState { .. } => {
+                    K::InvalidInput
+                }
+                V::NotFound(_) => K::NotFound,
+                V::Exhausted(_) | V::OutOfMemory => K::OutOfMemory,
+                V::Busy(_) => K::ResourceBusy,
+                _ => K::Other,
+            },
+            Error::Bind(oxrdma_udp::BindError::InUse { .. }) | Error::Cm(CmError::InUse) => {
+                K::AddrInUse
+            }
+            Error::Bind(oxrdma_udp::BindError::NotLocal { .. }) => K::AddrNotAvailable,
+            Error::Bind(_) => K::Other,
+            Error::BadPeer(_) => K::InvalidData,
+            Error::Cm(CmError::UnknownId) | Error::NoInterface(_) => K::NotFound,
+            Error::Cm(_) | Error::CmState(_) | Error::Config(_) => K::InvalidInput,
+        };
+        std::io::Error::new(kind, e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::ErrorKind as K;
+
+    #[test]
+    fn errors_become_io_errors_of_the_kind_they_are() {
+        let io = |e: Error| std::io::Error::from(e);
+        let v = |e| io(Error::Verbs(e));
+        use oxrdma_core::VerbsError as V;
+        assert_eq!(v(V::InvalidArgument("x")).kind(), K::InvalidInput);
+        assert_eq!(v(V::NotFound("queue pair")).kind(), K::NotFound);
+        assert_eq!(v(V::Exhausted("QPs")).kind(), K::OutOfMemory);
+        assert_eq!(v(V::Busy("PD")).kind(), K::ResourceBusy);
+        assert_eq!(
+            io(Error::Cm(oxrdma_core::cm::CmError::InUse)).kind(),
+            K::AddrInUse
+        );
+        assert_eq!(io(Error::BadPeer("junk".into())).kind(), K::InvalidData);
+        let e = io(Error::Config("OXRDMA_LIMITS: no limit named `x`".into()));
+        assert_eq!(e.kind(), K::InvalidInput);
+        assert!(e.to_string().contains("OXRDMA_LIMITS"), "{e}");
+        let raw = std::io::Error::from_raw_os_error(libc_eagain());
+        let back = io(Error::Io(raw));
+        assert_eq!(
+            back.raw_os_error(),
+            Some(libc_eagain()),
+            "an I/O error is itself"
+        );
+    }
+
+    fn libc_eagain() -> i32 {
+        rustix::io::Errno::AGAIN.raw_os_error()
+    }
+}

@@ -54,6 +54,6 @@ pub use oxrdma_core::mask as qp_attr_mask;
 pub use oxrdma_core::{
     Access, AddressVector, AsyncEvent, Counter, Counters, DeviceAttr, EventType, Gid, InlineData,
     Mtu, MwBind, MwType, QpAttr, QpCap, QpState, QpType, RecvWr, RxDrop, RxDrops, SendData,
-    SendFlags, SendWr, Sge, SgeList, SrqAttr, UdDest, VerbsError, WcOpcode, WcStatus,
+    SendFlags, SendWr, Sge, SgeList, SrqAttr, UdDest, VerbsError, WcError, WcOpcode, WcStatus,
     WorkCompletion, WrOpcode,
 };
