@@ -306,6 +306,11 @@ impl RStream {
         let mut got = 0;
         loop {
             let mut f = self.ready_flow(flags.nonblock)?;
+            // Less than asked for is here: take in what has arrived since (a reader that
+            // peeks until a whole record is there must see it come).
+            if f.queued < (buf.len() - got) as u64 {
+                self.progress(&mut f);
+            }
             if f.rmsg.is_empty() {
                 drop(f);
                 f = match self.wait(flags.nonblock, |f, _| f.rdata_or_end()) {
