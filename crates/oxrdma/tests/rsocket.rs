@@ -1,4 +1,4 @@
-//! rsockets over real UDP between two devices of this host (127.0.0.120-129): a stream
+//! rsockets over real UDP between two devices of this host (127.0.0.120-131): a stream
 //! that moves data both ways in odd-sized pieces and ends with EOF, non-blocking calls and
 //! readiness, half-close, `riomap`/`riowrite`, and a refused connection.
 
@@ -209,7 +209,7 @@ fn non_blocking_calls_say_would_block_and_readiness_follows_the_data() {
 fn half_close_ends_one_direction_only() {
     let (c, s, _l) = pair(124, 47303, RsOptions::default());
     c.send(b"last words", false).unwrap();
-    c.shutdown(false, true).unwrap();
+    c.shutdown_std(std::net::Shutdown::Write).unwrap();
     let mut b = [0u8; 32];
     let flags = RecvFlags {
         waitall: true,
@@ -319,4 +319,29 @@ fn a_peek_that_finds_part_of_a_record_sees_the_rest_arrive() {
     };
     assert_eq!(s.recv(&mut all, f).unwrap(), 4);
     assert_eq!(&all, b"abcd");
+}
+
+/// An owned stream reads and writes as `std::io` streams do: `read_exact` and `write_all`
+/// on the `RStream` itself, errors as `io::Error`s.
+#[test]
+fn an_owned_stream_is_an_io_read_and_write() {
+    use std::io::{Read, Write};
+    let (mut c, mut s, _l) = pair(130, 47306, RsOptions::default());
+    let msg: Vec<u8> = (0..10_000).map(pattern).collect();
+    let writer = std::thread::spawn(move || {
+        c.write_all(&msg).unwrap();
+        c.flush().unwrap();
+        c
+    });
+    let mut got = vec![0u8; 10_000];
+    s.read_exact(&mut got).unwrap();
+    assert!(got.iter().enumerate().all(|(i, &b)| b == pattern(i)));
+    let c = writer.join().unwrap();
+    c.shutdown_std(std::net::Shutdown::Both).unwrap();
+    let mut rest = Vec::new();
+    assert_eq!(
+        s.read_to_end(&mut rest).unwrap(),
+        0,
+        "EOF after the peer's shutdown"
+    );
 }

@@ -332,6 +332,12 @@ impl RStream {
         }
     }
 
+    /// `shutdown(2)` as `std::net::TcpStream::shutdown` takes it.
+    pub fn shutdown_std(&self, how: std::net::Shutdown) -> Result<()> {
+        use std::net::Shutdown::{Both, Read, Write};
+        self.shutdown(matches!(how, Read | Both), matches!(how, Write | Both))
+    }
+
     /// `shutdown`: stops sending, receiving or both, telling the peer.
     pub fn shutdown(&self, read: bool, write: bool) -> Result<()> {
         let mut f = lock(&self.flow);
@@ -727,6 +733,22 @@ impl std::io::Read for &RStream {
 impl std::io::Write for &RStream {
     fn write(&mut self, buf: &[u8]) -> Result<usize> {
         self.send(buf, false)
+    }
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// As `&RStream` reads: a stream owned by one reader need not be borrowed to be read.
+impl std::io::Read for RStream {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
+        (&*self).read(buf)
+    }
+}
+
+impl std::io::Write for RStream {
+    fn write(&mut self, buf: &[u8]) -> Result<usize> {
+        (&*self).write(buf)
     }
     fn flush(&mut self) -> Result<()> {
         Ok(())
