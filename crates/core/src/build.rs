@@ -41,17 +41,15 @@ pub(crate) fn part_for(headers: &[u8], n: usize) -> Option<u32> {
 /// here while the payload is in the cache. The driver finishes it once it knows the IP
 /// and UDP headers. Returns the packet length.
 pub(crate) fn finish_packet(buf: &mut [u8], hlen: usize, n: usize, hashed: Option<u32>) -> usize {
-    let pad = usize::from(oxrdma_wire::packet::pad_for(n));
-    let end = hlen + n + pad + ICRC_LEN;
-    buf[hlen + n..end].fill(0);
-    if !icrc_part::carries_part(end - ICRC_LEN) {
-        return end;
+    let end = finish_sealed(buf, hlen, n);
+    match hashed {
+        Some(h) if icrc_part::carries_part(end - ICRC_LEN) => {
+            let pad = &buf[hlen + n..end - ICRC_LEN];
+            let part = icrc_part::part_end(icrc_part::hash_more(h, pad));
+            buf[end - ICRC_LEN..end].copy_from_slice(&part.to_le_bytes());
+        }
+        _ => put_icrc_field(buf, end),
     }
-    let part = match hashed {
-        Some(h) => icrc_part::part_end(icrc_part::hash_more(h, &buf[hlen + n..hlen + n + pad])),
-        None => icrc_part::transport_part(&buf[..end - ICRC_LEN]),
-    };
-    buf[end - ICRC_LEN..end].copy_from_slice(&part.to_le_bytes());
     end
 }
 
@@ -62,6 +60,18 @@ pub(crate) fn finish_sealed(buf: &mut [u8], hlen: usize, n: usize) -> usize {
     let end = hlen + n + pad + ICRC_LEN;
     buf[hlen + n..end].fill(0);
     end
+}
+
+/// Writes the ICRC field of the packet that ends at `end`: the transport bytes' part of
+/// the ICRC in a packet long enough (`icrc_part`), for the driver to finish; else zero.
+pub(crate) fn put_icrc_field(buf: &mut [u8], end: usize) {
+    let body = end - ICRC_LEN;
+    let part = if icrc_part::carries_part(body) {
+        icrc_part::transport_part(&buf[..body])
+    } else {
+        0
+    };
+    buf[body..end].copy_from_slice(&part.to_le_bytes());
 }
 
 /// PSNs a message of `len` bytes takes at path MTU `mtu` (at least one).

@@ -14,7 +14,7 @@ use std::time::Duration;
 /// any QP could go unkeyed.
 fn configured(link: &Link) -> Result<EngineConfig> {
     crate::secure::configured_psk()?;
-    crate::secure::psk_peer(oxrdma_core::Gid::default())?;
+    crate::secure::configured_peers()?;
     let mut c = link.engine_config();
     if let Some(text) = std::env::var_os("OXRDMA_LIMITS") {
         let text = text.to_string_lossy();

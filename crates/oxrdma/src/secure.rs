@@ -102,10 +102,11 @@ pub(crate) fn configured_psk() -> Result<Option<[u8; 32]>> {
 
 /// The peers `OXRDMA_SECURE_PEERS` names (`10.0.0.0/8,fd00::/16,192.0.2.7`): a QP keyed
 /// from `OXRDMA_SECURE_KEY` is keyed only if its peer is among them, and stays plain RoCEv2
-/// to the rest (rxe hosts, say). Unset: every peer. Read once.
-pub(crate) fn psk_peer(gid: Gid) -> Result<bool> {
+/// to the rest (rxe hosts, say). None: unset, every peer. Read once; a malformed one is an
+/// error at every use.
+pub(crate) fn configured_peers() -> Result<Option<&'static [Net]>> {
     static PEERS: OnceLock<std::result::Result<Option<Vec<Net>>, String>> = OnceLock::new();
-    let peers = PEERS
+    PEERS
         .get_or_init(|| match std::env::var("OXRDMA_SECURE_PEERS") {
             Err(_) => Ok(None),
             Ok(v) => v
@@ -120,9 +121,14 @@ pub(crate) fn psk_peer(gid: Gid) -> Result<bool> {
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map(Some),
         })
-        .clone()
-        .map_err(Error::Config)?;
-    Ok(peers.is_none_or(|p| p.iter().any(|n| n.holds(gid.ip()))))
+        .as_ref()
+        .map(Option::as_deref)
+        .map_err(|e| Error::Config(e.clone()))
+}
+
+/// Whether a QP to `gid` is keyed from `OXRDMA_SECURE_KEY` (`configured_peers`).
+pub(crate) fn psk_peer(gid: Gid) -> Result<bool> {
+    Ok(configured_peers()?.is_none_or(|p| p.iter().any(|n| n.holds(gid.ip()))))
 }
 
 /// An address prefix.

@@ -1,7 +1,7 @@
 //! Queue-pair verbs: create, modify (the transition rules are in `attr.rs`), destroy, and
 //! posting, with every argument checked before anything is queued.
 
-use super::{schedule, touched, Engine};
+use super::{touched, Engine};
 use crate::attr::{validate, AttrLimits, QpAttr, QpCap, QpInitAttr};
 use crate::error::{Result, VerbsError};
 use crate::qp::{Ctx, Qp, QpPost, QpTransport};
@@ -215,7 +215,6 @@ impl Engine {
         };
         s.add_send(send);
         touched(&mut self.active, &mut self.timers, &mut self.sharing, qp);
-        schedule(&mut self.active, qp);
         Ok(())
     }
 

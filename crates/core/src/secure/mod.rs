@@ -22,7 +22,6 @@
 mod replay;
 
 use crate::gid::Gid;
-use oxrdma_wire::icrc_part;
 use replay::Replay;
 use ring::aead::{self, Aad, LessSafeKey, Nonce, Tag, UnboundKey};
 use ring::hkdf;
@@ -238,12 +237,7 @@ impl Secured {
         buf[body_end..body_end + SEQ_LEN].copy_from_slice(&seq.to_be_bytes());
         buf[body_end + SEQ_LEN..body_end + TRAILER].copy_from_slice(tag.as_ref());
         let end = len + TRAILER;
-        let part = if icrc_part::carries_part(end - ICRC_LEN) {
-            icrc_part::transport_part(&buf[..end - ICRC_LEN])
-        } else {
-            0
-        };
-        buf[end - ICRC_LEN..end].copy_from_slice(&part.to_le_bytes());
+        crate::build::put_icrc_field(buf, end);
         end
     }
 
