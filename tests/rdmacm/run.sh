@@ -87,6 +87,32 @@ elif ! ls "$work"/sec-*.pcap >/dev/null 2>&1; then
 else
   row "  ... its captures hold no ping text" PASS
 fi
+# Secure QPs from keys agreed through the RDMA CM (X25519 in the private data): the client
+# offers, the server answers by default; the pings arrive and the captures hold no text.
+# A client that requires keys is refused by a server that answers none.
+sec="OXRDMA_PCAP=$work/cmkeys-%p.pcap"
+next; pair "rping -C 50, OXRDMA_SECURE=offer on the client" \
+  "$sec rping -s -p $port -C 50" "$sec OXRDMA_SECURE=offer rping -c -a 127.0.0.1 -p $port -v -C 50" \
+  "rdma-ping-49"
+if cat "$work"/cmkeys-*.pcap 2>/dev/null | grep -aq "rdma-ping"; then
+  row "  ... its captures hold no ping text" "FAIL"; fails=$((fails + 1))
+elif ! ls "$work"/cmkeys-*.pcap >/dev/null 2>&1; then
+  row "  ... its captures hold no ping text" "FAIL (no capture)"; fails=$((fails + 1))
+else
+  row "  ... its captures hold no ping text" PASS
+fi
+next
+OXRDMA_SECURE=off timeout 60 rping -s -p $port -C 1 >"$work/srv" 2>&1 &
+srv=$!
+sleep 0.5
+OXRDMA_SECURE=require timeout 60 rping -c -a 127.0.0.1 -p $port -C 1 >"$work/cli" 2>&1
+if grep -q "CONNECT_ERROR" "$work/cli" && grep -q "REJECTED" "$work/srv"; then
+  row "rping: OXRDMA_SECURE=require, server off" "PASS (refused)"
+else
+  row "rping: OXRDMA_SECURE=require, server off" "FAIL"; fails=$((fails + 1))
+  sed 's/^/    client: /' "$work/cli" | tail -5
+fi
+kill $srv 2>/dev/null; wait $srv 2>/dev/null
 next; pair "ucmatose, 4 connections" \
   "ucmatose -p $port -c 4" "ucmatose -s 127.0.0.1 -p $port -c 4" "test complete"
 # udaddy has no port option: RDMA_PS_UDP port 7174.

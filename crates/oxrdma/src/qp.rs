@@ -131,64 +131,23 @@ impl QueuePair {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `ibv_modify_qp`. With `OXRDMA_SECURE_KEY` set, an RC QP [`Self::connect`] did not
-    /// key is keyed from it on the way (if its peer is among `OXRDMA_SECURE_PEERS`, where
-    /// that is set): its receive key with RTR, its send key with RTS.
+    /// `ibv_modify_qp`. An RC QP [`Self::connect`] did not key is keyed on the way if it
+    /// is to be secure (keys agreed through the RDMA CM, or `OXRDMA_SECURE_KEY` with its
+    /// peer among `OXRDMA_SECURE_PEERS`, where that is set): its receive key with RTR, its
+    /// send key with RTS (`secure::key_as_moved`).
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
         let shared = self.ctx.shared();
+        let agreed = shared.agreed_for(self.qpn);
         let mut dev = shared.lock();
         dev.engine.modify_qp(self.qpn, attr)?;
-        if self.qp_type == oxrdma_core::QpType::Rc {
-            if let Some(psk) = secure::configured_psk()? {
-                self.key_from(&psk, &mut dev.engine, attr)?;
-            }
-        }
+        let keyed = if self.qp_type == oxrdma_core::QpType::Rc {
+            secure::key_as_moved(self.ctx.gids(), &mut dev.engine, self.qpn, agreed)
+        } else {
+            Ok(())
+        };
         drop(dev);
         shared.ring();
-        Ok(())
-    }
-
-    /// Keys the QP from `psk` as `attr` moved it (the device locked across both: no
-    /// packet comes or goes between the move and the key).
-    fn key_from(
-        &self,
-        psk: &[u8; 32],
-        engine: &mut oxrdma_core::Engine,
-        attr: &QpAttr,
-    ) -> Result<()> {
-        let secured = engine.qp_secure(self.qpn)?;
-        let (now, _, _) = engine.query_qp(self.qpn)?;
-        let (Some(av), Some(dest)) = (now.ah_attr, now.dest_qp_num) else {
-            return Ok(());
-        };
-        if !secure::psk_peer(av.dgid)? {
-            return Ok(());
-        }
-        let gid = self.ctx.gids().get(usize::from(av.sgid_index)).copied();
-        let me = |psn| End {
-            gid: gid.unwrap_or_default(),
-            qpn: self.qpn,
-            psn,
-        };
-        let peer = |psn| End {
-            gid: av.dgid,
-            qpn: dest,
-            psn,
-        };
-        match (attr.qp_state, secured) {
-            (Some(QpState::Rtr), None) => {
-                let psn = now.rq_psn.unwrap_or_default();
-                let key = secure::psk_direction(psk, peer(psn), me(0));
-                engine.secure_qp_recv(self.qpn, Suite::Aes256Gcm, &key)?;
-            }
-            (Some(QpState::Rts), Some(false)) => {
-                let psn = now.sq_psn.unwrap_or_default();
-                let key = secure::psk_direction(psk, me(psn), peer(0));
-                engine.secure_qp_send(self.qpn, &key)?;
-            }
-            _ => {}
-        }
-        Ok(())
+        keyed
     }
 
     /// `ibv_query_qp`: every attribute as it stands, the capacities, and whether every
@@ -421,6 +380,7 @@ impl Drop for PostList<'_> {
 impl Drop for QueuePair {
     fn drop(&mut self) {
         self.offers().remove(&self.qpn);
+        self.ctx.shared().forget_agreed(self.qpn);
         let mut dev = self.ctx.shared().lock();
         // Send what is queued first (the ACK for the peer's last message, above all, held
         // or not), so a program that exits right after its last completion does not leave

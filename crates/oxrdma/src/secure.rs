@@ -4,7 +4,7 @@
 //! derive from the agreement (and a pre-shared key, if the options name one).
 
 use crate::error::{Error, Result};
-use oxrdma_core::secure::{derive, derive_direction, DirectionKey, End, QpKeys, Suite};
+use oxrdma_core::secure::{derive, derive_direction, End, QpKeys, Suite};
 use oxrdma_core::Gid;
 use ring::agreement::{agree_ephemeral, EphemeralPrivateKey, UnparsedPublicKey, X25519};
 use ring::rand::SystemRandom;
@@ -100,6 +100,141 @@ pub(crate) fn configured_psk() -> Result<Option<[u8; 32]>> {
     .map_err(Error::Config)
 }
 
+/// Whether this process's RDMA CM connections offer, answer or insist on keys agreed in
+/// their private data (`cm/keys.rs`): `OXRDMA_SECURE=off|answer|offer|require`, or
+/// [`CmId::set_secure`](crate::cm::CmId::set_secure) for one id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SecureMode {
+    /// Neither offer keys nor answer a peer's offer: always plain RoCEv2 (unless
+    /// `OXRDMA_SECURE_KEY` keys the QP).
+    Off,
+    /// Answer a peer's offer (its QP and ours become secure); offer none. The default: an
+    /// oxrdma peer that asks gets its secure QP, and rxe peers never see an offer.
+    #[default]
+    Answer,
+    /// Offer keys in every request and answer offers; plain with a peer that does not
+    /// answer (rxe, or an oxrdma process with `off`).
+    Offer,
+    /// Offer and answer, and refuse a connection whose QP would not be secure (its QP's
+    /// move to RTR fails; the peer is rejected).
+    Require,
+}
+
+impl SecureMode {
+    /// Whether a connection's REQ carries an offer.
+    pub fn offers(self) -> bool {
+        matches!(self, SecureMode::Offer | SecureMode::Require)
+    }
+
+    /// `off`, `answer`, `offer` or `require`.
+    pub fn parse(s: &str) -> Option<SecureMode> {
+        Some(match s {
+            "off" | "0" => SecureMode::Off,
+            "answer" => SecureMode::Answer,
+            "offer" | "1" => SecureMode::Offer,
+            "require" => SecureMode::Require,
+            _ => return None,
+        })
+    }
+}
+
+/// `OXRDMA_SECURE` (`SecureMode`). Read once; a malformed one is an error at every use.
+pub(crate) fn configured_mode() -> Result<SecureMode> {
+    static MODE: OnceLock<std::result::Result<SecureMode, String>> = OnceLock::new();
+    MODE.get_or_init(|| match std::env::var("OXRDMA_SECURE") {
+        Err(_) => Ok(SecureMode::default()),
+        Ok(v) => SecureMode::parse(v.trim())
+            .ok_or_else(|| format!("OXRDMA_SECURE: `{v}` is not off, answer, offer or require")),
+    })
+    .clone()
+    .map_err(Error::Config)
+}
+
+/// What the RDMA CM agreed for a QP (`Shared::agreed`, by QPN), for its moves to key it.
+#[derive(Clone)]
+pub(crate) struct Agreed {
+    pub suite: Suite,
+    /// The X25519 shared secret, if both ends offered keys.
+    pub secret: Option<[u8; 32]>,
+    /// Refuse to be plain.
+    pub require: bool,
+}
+
+/// Keys QP `qpn` as it stands after a move, if it is to be secure: from what the RDMA CM
+/// agreed for it (`agreed`) and the configured PSK (if its peer is among
+/// `OXRDMA_SECURE_PEERS`), its receive key at RTR (its peer's first PSN is then known), its
+/// send key at RTS (its own). A QP that must be secure and cannot be goes to ERR, and the
+/// move is an error. Call with the device locked across the move and this, so no packet
+/// comes or goes between them.
+pub(crate) fn key_as_moved(
+    gids: &[Gid],
+    engine: &mut oxrdma_core::Engine,
+    qpn: u32,
+    agreed: Option<Agreed>,
+) -> Result<()> {
+    use oxrdma_core::QpState::{Rtr, Rts};
+    let secured = engine.qp_secure(qpn)?;
+    if secured == Some(true) {
+        return Ok(());
+    }
+    let (now, _, _) = engine.query_qp(qpn)?;
+    let (Some(state @ (Rtr | Rts)), Some(av), Some(dest)) =
+        (now.qp_state, now.ah_attr, now.dest_qp_num)
+    else {
+        return Ok(());
+    };
+    let mut secret = Vec::with_capacity(64);
+    let suite = agreed.as_ref().map_or(Suite::Aes256Gcm, |a| a.suite);
+    if let Some(s) = agreed.as_ref().and_then(|a| a.secret) {
+        secret.extend_from_slice(&s);
+    }
+    if let Some(psk) = configured_psk()? {
+        if psk_peer(av.dgid)? {
+            secret.extend_from_slice(&psk);
+        }
+    }
+    let require =
+        agreed.as_ref().is_some_and(|a| a.require) || configured_mode()? == SecureMode::Require;
+    // A QP takes its receive key before it sends (RTR), its send key after.
+    let keyable = matches!((state, secured), (Rtr, None) | (Rts, Some(false)));
+    if secret.is_empty() || !keyable {
+        if require && secured.is_none() {
+            let err = oxrdma_core::QpAttr {
+                qp_state: Some(oxrdma_core::QpState::Err),
+                ..Default::default()
+            };
+            let _ = engine.modify_qp(qpn, &err);
+            return Err(Error::BadPeer(
+                "not secure: the peer agreed no keys and no PSK names it (OXRDMA_SECURE=require)"
+                    .into(),
+            ));
+        }
+        return Ok(());
+    }
+    let gid = gids.get(usize::from(av.sgid_index)).copied();
+    let me = |psn| End {
+        gid: gid.unwrap_or_default(),
+        qpn,
+        psn,
+    };
+    let peer = |psn| End {
+        gid: av.dgid,
+        qpn: dest,
+        psn,
+    };
+    if secured.is_none() {
+        let psn = now.rq_psn.unwrap_or_default();
+        let key = derive_direction(suite, &secret, &peer(psn), &me(0));
+        engine.secure_qp_recv(qpn, suite, &key)?;
+    }
+    if state == Rts {
+        let psn = now.sq_psn.unwrap_or_default();
+        let key = derive_direction(suite, &secret, &me(psn), &peer(0));
+        engine.secure_qp_send(qpn, &key)?;
+    }
+    Ok(())
+}
+
 /// The peers `OXRDMA_SECURE_PEERS` names (`10.0.0.0/8,fd00::/16,192.0.2.7`): a QP keyed
 /// from `OXRDMA_SECURE_KEY` is keyed only if its peer is among them, and stays plain RoCEv2
 /// to the rest (rxe hosts, say). None: unset, every peer. Read once; a malformed one is an
@@ -187,13 +322,6 @@ pub(crate) fn parse_key(hex: &str) -> Option<[u8; 32]> {
         *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
     }
     Some(k)
-}
-
-/// The key of packets from `from` to `to` for a QP keyed from the configured PSK
-/// (`QueuePair::modify`): its receive key on the way to RTR (its peer's first PSN is then
-/// known), its send key on the way to RTS (its own).
-pub(crate) fn psk_direction(psk: &[u8; 32], from: End, to: End) -> DirectionKey {
-    derive_direction(Suite::Aes256Gcm, psk, &from, &to)
 }
 
 #[cfg(test)]

@@ -61,6 +61,9 @@ pub(crate) struct Shared {
     waits: AtomicU64,
     /// The key pairs of secure endpoints offered by QPs not yet connected, by QPN.
     pub(crate) offers: Mutex<std::collections::HashMap<u32, crate::secure::Offer>>,
+    /// What the RDMA CM agreed for QPs to be secure, by QPN, until their moves key them
+    /// (`secure::key_as_moved`) and they are destroyed.
+    agreed: Mutex<std::collections::HashMap<u32, crate::secure::Agreed>>,
     /// When the last waiter woke (ns since `epoch`; 0: never).
     waiter_left_at: AtomicU64,
     /// The engine thread sleeps longer than `waiters::LOOK` (a long nap while the program
@@ -161,6 +164,7 @@ impl Shared {
             waiters: AtomicU32::new(0),
             waits: AtomicU64::new(0),
             offers: Mutex::new(std::collections::HashMap::new()),
+            agreed: Mutex::new(std::collections::HashMap::new()),
             waiter_left_at: AtomicU64::new(0),
             dozing: AtomicBool::new(false),
             handoff: Handoff::default(),
@@ -169,6 +173,21 @@ impl Shared {
             owners: Owners::default(),
             cm: CmRoutes::default(),
         })
+    }
+
+    /// What the RDMA CM agreed for QP `qpn` to be secure, if anything.
+    pub(crate) fn agreed_for(&self, qpn: u32) -> Option<crate::secure::Agreed> {
+        lock(&self.agreed).get(&qpn).cloned()
+    }
+
+    /// Records what the RDMA CM agreed for QP `qpn` (taken at its next moves).
+    pub(crate) fn agree(&self, qpn: u32, agreed: crate::secure::Agreed) {
+        lock(&self.agreed).insert(qpn, agreed);
+    }
+
+    /// Forgets QP `qpn`'s agreement (it is destroyed).
+    pub(crate) fn forget_agreed(&self, qpn: u32) {
+        lock(&self.agreed).remove(&qpn);
     }
 
     /// The device (lock order: this before `armed`).

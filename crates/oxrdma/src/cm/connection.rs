@@ -2,6 +2,7 @@
 //! `rdma_reject`, `rdma_establish`, `rdma_disconnect`) and the QP attributes each step
 //! gives (`rdma_init_qp_attr`).
 
+use super::keys::{self, KeyPair};
 use super::machine::{self, Call, Plan, QpStep, Wire};
 use super::route;
 use super::state::{einval, errno as errno_error, qp_attr, CmId, State, ACK_TIMEOUT};
@@ -9,7 +10,9 @@ use super::steps::{self, Depths, TO_RTS};
 use super::{ConnParam, PortSpace, UDP_QKEY};
 use crate::error::{Error, Result};
 use crate::lock::lock;
+use crate::secure::{self, Agreed, SecureMode};
 use oxrdma_core::cm::{AcceptParams, CmId as CommId, CmTransport, ConnectParams, SidrReplyParams};
+use oxrdma_core::secure::Suite;
 use oxrdma_core::{Mtu, QpAttr, QpState, QpType};
 use oxrdma_wire::cma::{self, CmaHeader};
 use rustix::io::Errno;
@@ -44,6 +47,7 @@ impl CmId {
             data.extend_from_slice(&h);
         }
         data.extend_from_slice(&param.private_data);
+        let offered = self.offer(&st, &mut data)?;
         let sid = cma::service_id(ps.value(), dst.port());
         let asked = Depths {
             responder_resources: param.responder_resources,
@@ -57,6 +61,15 @@ impl CmId {
             dev.engine.cm_mut().sidr_request(now, peer, sid, &data)?
         } else {
             let qpn = st.qp.unwrap_or(param.qp_num);
+            if self.inner.qp_type == QpType::Rc {
+                let agreed = Agreed {
+                    suite: Suite::Aes256Gcm,
+                    secret: None,
+                    require: self.secure_mode(&st) == SecureMode::Require,
+                };
+                shared.agree(qpn, agreed);
+                st.offered = offered.map(|pair| (pair, qpn));
+            }
             let p = ConnectParams {
                 dest: peer,
                 source: own,
@@ -129,6 +142,10 @@ impl CmId {
         };
         st.depths = st.depths.accept(asked, self.device_depth());
         st.rnr_retry = param.rnr_retry_count.min(7);
+        let mut data = param.private_data.clone();
+        if self.inner.qp_type == QpType::Rc {
+            self.answer(&mut st, qpn, &mut data)?;
+        }
         if let Err(errno) = self.take_qp_step(&st, &plan) {
             plan = machine::qp_failed(plan, st.phase, errno);
             let _ = self.take_qp_step(&st, &plan);
@@ -143,7 +160,7 @@ impl CmId {
             flow_control: param.flow_control,
             rnr_retry_count: st.rnr_retry,
             srq: param.srq,
-            private_data: param.private_data.clone(),
+            private_data: data,
         };
         let mut dev = shared.lock();
         let now = dev.now();
@@ -244,9 +261,90 @@ impl CmId {
             return m.modify(attr);
         }
         let shared = self.inner.ctx.shared();
-        let r = shared.lock().engine.modify_qp(qpn, attr);
+        let agreed = shared.agreed_for(qpn);
+        let mut dev = shared.lock();
+        let r = dev.engine.modify_qp(qpn, attr).map_err(Error::from);
+        let r = r.and_then(|()| {
+            secure::key_as_moved(self.inner.ctx.gids(), &mut dev.engine, qpn, agreed)
+        });
+        drop(dev);
         shared.ring();
-        r.map_err(|_| Errno::INVAL.raw_os_error())
+        r.map_err(|e| match e {
+            Error::BadPeer(_) => Errno::PERM.raw_os_error(),
+            _ => Errno::INVAL.raw_os_error(),
+        })
+    }
+
+    /// How this id's connection is secured (`set_secure`, else `OXRDMA_SECURE`, which the
+    /// device's open checked).
+    pub(super) fn secure_mode(&self, st: &State) -> SecureMode {
+        st.secure
+            .unwrap_or_else(|| secure::configured_mode().unwrap_or_default())
+    }
+
+    /// Puts this side's offer of keys at the tail of the REQ's private data `data`, if the
+    /// connection offers (`SecureMode::offers`) and the application's data leaves room.
+    fn offer(&self, st: &State, data: &mut Vec<u8>) -> Result<Option<KeyPair>> {
+        let mode = self.secure_mode(st);
+        if self.inner.qp_type != QpType::Rc || !mode.offers() {
+            return Ok(None);
+        }
+        let (pair, offer) = KeyPair::new(Suite::Aes256Gcm)?;
+        if keys::place(data, keys::IN_REQ, &offer) {
+            return Ok(Some(pair));
+        }
+        if mode == SecureMode::Require && secure::configured_psk()?.is_none() {
+            let (room, given) = (
+                keys::IN_REQ - self.header_len(),
+                data.len() - self.header_len(),
+            );
+            return Err(Error::Config(format!(
+                "a secure connection's REQ carries {room} bytes of private data besides the \
+                 key offer; {given} were given"
+            )));
+        }
+        Ok(None)
+    }
+
+    /// Answers the peer's offer of keys (if any, and this side answers) at the tail of the
+    /// REP's private data `data`, and records what is agreed for QP `qpn`. A program that
+    /// moved its QP to RTR before accepting has it keyed now.
+    fn answer(&self, st: &mut State, qpn: u32, data: &mut Vec<u8>) -> Result<()> {
+        let mode = self.secure_mode(st);
+        let mut agreed = Agreed {
+            suite: Suite::Aes256Gcm,
+            secret: None,
+            require: mode == SecureMode::Require,
+        };
+        let shared = self.inner.ctx.shared();
+        let dev = shared.lock();
+        let (Ok(keyed), Ok((now, _, _))) = (dev.engine.qp_secure(qpn), dev.engine.query_qp(qpn))
+        else {
+            return Ok(()); // no such QP: accept says so
+        };
+        drop(dev);
+        // Keys are taken before the QP sends: not by one its program moved to RTS already.
+        let keyable = keyed.is_none() && now.qp_state != Some(QpState::Rts);
+        if let Some((suite, public)) = st.peer_offer.take() {
+            if mode != SecureMode::Off && keyable && data.len() <= keys::IN_REP {
+                let (pair, answer) = KeyPair::new(suite)?;
+                agreed.secret = Some(pair.agree(&public)?);
+                agreed.suite = suite;
+                keys::place(data, keys::IN_REP, &answer);
+            }
+        }
+        shared.agree(qpn, agreed.clone());
+        let mut dev = shared.lock();
+        secure::key_as_moved(self.inner.ctx.gids(), &mut dev.engine, qpn, Some(agreed))
+    }
+
+    /// The CMA header's length in this id's REQs.
+    fn header_len(&self) -> usize {
+        if self.inner.ps.has_header() {
+            CmaHeader::LEN
+        } else {
+            0
+        }
     }
 
     /// The attached QP through `states`, as `rdma_init_qp_attr` gives each (INIT with the

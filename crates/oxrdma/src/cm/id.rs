@@ -60,6 +60,13 @@ impl CmId {
         }
     }
 
+    /// How this id's connections are secured (`SecureMode`; without this call,
+    /// `OXRDMA_SECURE`): a listener's requests take its mode. Before `connect` or
+    /// `accept`; then [`QueuePair::is_secure`] tells what came of it.
+    pub fn set_secure(&self, mode: crate::secure::SecureMode) {
+        lock(&self.inner.st).secure = Some(mode);
+    }
+
     pub fn key(&self) -> CmIdKey {
         CmIdKey(self.inner.key)
     }

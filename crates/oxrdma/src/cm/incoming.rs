@@ -3,14 +3,16 @@
 //! and the RTU on a REP, ERR on a rejection).
 
 use super::channel::EventChannel;
+use super::keys::{self, KeyPair};
 use super::machine::{self, Event, Wire};
 use super::route;
 use super::state::{ChannelInner, CmId, IdInner, Phase, Raw, State, ACK_TIMEOUT, NEXT_KEY};
 use super::steps::Depths;
 use super::{CmEvent, CmEventType, CmIdKey, ConnParam, UdParam};
 use crate::lock::lock;
+use crate::secure::{Agreed, SecureMode};
 use oxrdma_core::cm::{CmEvent as CoreEvent, CmEventKind, CmId as CommId, SidrReplyParams};
-use oxrdma_core::{Gid, Mtu};
+use oxrdma_core::{Gid, Mtu, QpType};
 use oxrdma_wire::cm::{Rep, Req, SidrReq};
 use oxrdma_wire::cma::CmaHeader;
 use std::net::SocketAddr;
@@ -129,6 +131,7 @@ fn child(listener: &Arc<IdInner>, comm: CommId, peer: Gid, h: Option<CmaHeader>)
         seq_num: ctx.random_psn(),
         ack_timeout: ACK_TIMEOUT,
         mtu: Some(ctx.active_mtu()),
+        secure: lock(&listener.st).secure,
         ..State::default()
     };
     let inner = Arc::new(IdInner {
@@ -163,8 +166,14 @@ fn request(
         return None;
     };
     let new = child(&listener, comm, peer, h);
+    let mut private_data = req.private_data;
     {
         let mut st = lock(&new.inner.st);
+        // An oxrdma peer's offer is never the application's, answered or not.
+        if new.inner.qp_type == QpType::Rc {
+            let offer = keys::take(&mut private_data, keys::IN_REQ);
+            st.peer_offer = offer.filter(|_| new.secure_mode(&st) != SecureMode::Off);
+        }
         st.peer_qpn = req.local_qpn;
         st.peer_psn = req.starting_psn;
         // The passive side's view: its responder resources are the REQ's initiator depth.
@@ -182,7 +191,7 @@ fn request(
         listen_id: Some(CmIdKey(listener.key)),
         status: 0,
         conn: ConnParam {
-            private_data: req.private_data[skip..].to_vec(),
+            private_data: private_data[skip..].to_vec(),
             responder_resources: req.initiator_depth,
             initiator_depth: req.responder_resources,
             flow_control: req.e2e_flow_control,
@@ -297,12 +306,16 @@ impl CmId {
     /// A REP's part for the id (the peer's QP and PSN, the depths), and what the
     /// application's event says of it.
     fn take_reply(&self, st: &mut State, rep: &Rep) -> ConnParam {
+        let mut private_data = rep.private_data;
+        if let Some((pair, qpn)) = st.offered.take() {
+            self.take_answer(st, pair, qpn, &mut private_data);
+        }
         st.peer_qpn = rep.local_qpn;
         st.peer_psn = rep.starting_psn;
         st.depths = st.depths.after_reply(rep.responder_resources);
         st.rnr_retry = rep.rnr_retry_count;
         ConnParam {
-            private_data: rep.private_data.to_vec(),
+            private_data: private_data.to_vec(),
             responder_resources: rep.responder_resources,
             initiator_depth: rep.initiator_depth,
             flow_control: rep.e2e_flow_control,
@@ -311,6 +324,26 @@ impl CmId {
             srq: rep.srq,
             qp_num: rep.local_qpn,
         }
+    }
+
+    /// The peer's answer to this side's offer of keys for QP `qpn` (`keys`), taken from the
+    /// REP's private data: what is agreed is recorded for the QP's moves. An answer that
+    /// does not agree (another suite, a bad key) makes the QP refuse to be plain, as the
+    /// peer's is secure.
+    fn take_answer(&self, st: &State, pair: KeyPair, qpn: u32, private_data: &mut [u8]) {
+        let Some((suite, public)) = keys::take(private_data, keys::IN_REP) else {
+            return; // plain: the connection's record from `connect` stands
+        };
+        let require = self.secure_mode(st) == SecureMode::Require;
+        let secret = (suite == pair.suite)
+            .then(|| pair.agree(&public).ok())
+            .flatten();
+        let agreed = Agreed {
+            suite,
+            secret,
+            require: require || secret.is_none(),
+        };
+        self.inner.ctx.shared().agree(qpn, agreed);
     }
 }
 

@@ -10,12 +10,14 @@ mod channel;
 mod connection;
 mod id;
 mod incoming;
+mod keys;
 mod machine;
 mod rendezvous;
 mod route;
 mod state;
 mod steps;
 
+pub use crate::secure::SecureMode;
 pub(crate) use channel::CmRoutes;
 pub use channel::EventChannel;
 pub use state::CmId;

@@ -3,6 +3,7 @@
 //! and the QP attributes a state gives (`rdma_init_qp_attr`). The calls on them are in
 //! `id.rs` and `connection.rs`; events are taken in `incoming.rs`.
 
+use super::keys::KeyPair;
 pub(super) use super::machine::Phase;
 use super::machine::Plan;
 use super::rendezvous::Registration;
@@ -12,8 +13,10 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fdqueue::FdQueue;
 use crate::lock::lock;
+use crate::secure::SecureMode;
 use crate::shared::Shared;
 use oxrdma_core::cm::CmEvent as CoreEvent;
+use oxrdma_core::secure::Suite;
 use oxrdma_core::{Access, AddressVector, Gid, Mtu, QpAttr, QpState, QpType};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -44,6 +47,13 @@ pub(super) struct State {
     pub(super) rnr_retry: u8,
     pub(super) ack_timeout: u8,
     pub(super) mtu: Option<Mtu>,
+    /// How the connection is secured (None: `OXRDMA_SECURE`; a request's id takes its
+    /// listener's).
+    pub(super) secure: Option<SecureMode>,
+    /// Active: the key pair offered in the REQ and the QP it is for, until the REP.
+    pub(super) offered: Option<(KeyPair, u32)>,
+    /// Passive: the suite and public key the REQ offered, until accept.
+    pub(super) peer_offer: Option<(Suite, [u8; 32])>,
 }
 
 impl State {
