@@ -14,10 +14,13 @@
 //! ends hold (an X25519 agreement, a pre-shared key, or both), both ends' GIDs and QPNs and
 //! the sender's first PSN (what both ends know of a direction by the time the receiver
 //! enters RTR: a QP keyed from a pre-shared key takes its receive key then and its send
-//! key at RTS, and holds back what it would send until it has it). The nonce is the direction's IV with the sequence number folded in: a
-//! sender never uses a number twice (retransmissions are new packets), and the receiver's
-//! window ([`replay`]) takes each number once. A packet that fails is dropped and counted
-//! before anything of it is read.
+//! key at RTS, and holds back what it would send until it has it). The sequence number's
+//! high bits are the key epoch: every 2^24 packets a direction's key is replaced by one
+//! derived from it (a ratchet), and the receiver keeps the previous epoch's key only for
+//! packets still on their way. The nonce is the epoch's IV with the sequence number
+//! folded in: a sender never uses a number twice (retransmissions are new packets), and
+//! the receiver's window ([`replay`]) takes each number once. A packet that fails is
+//! dropped and counted before anything of it is read.
 
 mod replay;
 
@@ -151,16 +154,64 @@ pub enum OpenError {
     Replayed,
 }
 
+/// Packets a direction sends under one key: the sequence number's bits above these name
+/// its key epoch. 2^24 packets (64 GiB of 4 KiB packets) keeps each key well inside
+/// AES-GCM's bounds for the data one key may protect (TLS 1.3 rekeys at 2^24.5 records).
+const EPOCH_BITS: u32 = 24;
+
+/// A direction's key in one epoch. The next epoch's key is derived from this one's (a
+/// ratchet): once both ends have moved on and dropped it, a key taken later does not
+/// open what went before.
+struct EpochKey {
+    epoch: u64,
+    raw: DirectionKey,
+    aead: LessSafeKey,
+}
+
+impl EpochKey {
+    fn first(suite: Suite, k: &DirectionKey) -> EpochKey {
+        EpochKey {
+            epoch: 0,
+            raw: k.clone(),
+            aead: key(suite, k),
+        }
+    }
+
+    fn next(&self, suite: Suite) -> EpochKey {
+        let prk = hkdf::Prk::new_less_safe(hkdf::HKDF_SHA256, &self.raw.key);
+        let mut out = [0u8; 44];
+        prk.expand(&[b"oxrdma next epoch".as_slice()], Len(44))
+            .and_then(|okm| okm.fill(&mut out))
+            .expect("44 bytes are within HKDF-SHA256's reach");
+        let mut raw = DirectionKey {
+            key: [0; 32],
+            iv: [0; 12],
+        };
+        raw.key.copy_from_slice(&out[..32]);
+        raw.iv.copy_from_slice(&out[32..]);
+        EpochKey {
+            epoch: self.epoch + 1,
+            aead: key(suite, &raw),
+            raw,
+        }
+    }
+}
+
 /// A secure QP's state: the keys, the next sequence number it sends, the window it
 /// receives with. The engine keeps one per secure QP; a test's hostile peer, a fuzz
 /// target or a decoder given the keys may keep their own.
 pub struct Secured {
     suite: Suite,
     /// None until the QP has its send key (`add_send`): it sends nothing meanwhile.
-    send: Option<(LessSafeKey, [u8; 12])>,
+    send: Option<EpochKey>,
     next: u64,
-    recv: LessSafeKey,
-    recv_iv: [u8; 12],
+    /// The receive key of the newest epoch a packet was opened in (the first at first).
+    recv: EpochKey,
+    /// The epoch before it, for packets of that epoch still on their way.
+    prev: Option<EpochKey>,
+    /// The next epoch's, derived when a packet first claims it.
+    ahead: Option<EpochKey>,
+    epoch_bits: u32,
     window: Replay,
 }
 
@@ -204,15 +255,24 @@ impl Secured {
             suite,
             send: None,
             next: 0,
-            recv: key(suite, recv),
-            recv_iv: recv.iv,
+            recv: EpochKey::first(suite, recv),
+            prev: None,
+            ahead: None,
+            epoch_bits: EPOCH_BITS,
             window: Replay::default(),
         }
     }
 
     /// Its send key: from now on it seals what it sends.
     pub fn add_send(&mut self, send: &DirectionKey) {
-        self.send = Some((key(self.suite, send), send.iv));
+        self.send = Some(EpochKey::first(self.suite, send));
+    }
+
+    /// Short epochs, for tests of the change of keys (both ends must agree).
+    #[doc(hidden)]
+    pub fn with_epoch_bits(mut self, bits: u32) -> Secured {
+        self.epoch_bits = bits.clamp(1, 62);
+        self
     }
 
     /// Whether it has its send key.
@@ -230,9 +290,17 @@ impl Secured {
         let seq = self.next;
         self.next += 1;
         let a = aad(buf, seq);
-        let (send, iv) = self.send.as_ref().expect("sealing needs the send key");
+        let send = self.send.as_mut().expect("sealing needs the send key");
+        if seq >> self.epoch_bits != send.epoch {
+            *send = send.next(self.suite);
+        }
         let tag = send
-            .seal_in_place_separate_tag(nonce(iv, seq), Aad::from(a), &mut buf[BTH_LEN..body_end])
+            .aead
+            .seal_in_place_separate_tag(
+                nonce(&send.raw.iv, seq),
+                Aad::from(a),
+                &mut buf[BTH_LEN..body_end],
+            )
             .expect("a packet is far below the AEAD's limit");
         buf[body_end..body_end + SEQ_LEN].copy_from_slice(&seq.to_be_bytes());
         buf[body_end + SEQ_LEN..body_end + TRAILER].copy_from_slice(tag.as_ref());
@@ -253,12 +321,24 @@ impl Secured {
         if !self.window.fresh(seq) {
             return Err(OpenError::Replayed);
         }
+        let epoch = seq >> self.epoch_bits;
+        let k = if epoch == self.recv.epoch {
+            &self.recv
+        } else if epoch == self.recv.epoch + 1 {
+            let (suite, recv) = (self.suite, &self.recv);
+            self.ahead.get_or_insert_with(|| recv.next(suite))
+        } else {
+            match &self.prev {
+                Some(p) if p.epoch == epoch => p,
+                _ => return Err(OpenError::Auth),
+            }
+        };
         let mut tag = [0u8; TAG_LEN];
         tag.copy_from_slice(&trailer[SEQ_LEN..]);
         out[..body_end].copy_from_slice(&data[..body_end]);
-        self.recv
+        k.aead
             .open_in_place_separate_tag(
-                nonce(&self.recv_iv, seq),
+                nonce(&k.raw.iv, seq),
                 Aad::from(aad(data, seq)),
                 Tag::from(tag),
                 &mut out[BTH_LEN..body_end],
@@ -266,6 +346,12 @@ impl Secured {
             )
             .map_err(|_| OpenError::Auth)?;
         self.window.accept(seq);
+        // The first packet of the next epoch moves the keys on; the oldest is dropped.
+        if epoch == self.recv.epoch + 1 {
+            if let Some(next) = self.ahead.take() {
+                self.prev = Some(std::mem::replace(&mut self.recv, next));
+            }
+        }
         out[body_end..body_end + ICRC_LEN].fill(0);
         Ok(body_end + ICRC_LEN)
     }
@@ -395,6 +481,67 @@ mod tests {
         assert!(rx.open(&buf[..n], &mut out).is_ok());
         rx.add_send(&k.recv);
         assert!(rx.can_send());
+    }
+
+    #[test]
+    fn keys_move_on_each_epoch_and_the_old_ones_are_dropped() {
+        let (a, b) = ends();
+        let ka = derive(Suite::Aes256Gcm, b"s", &a, &b);
+        let kb = derive(Suite::Aes256Gcm, b"s", &b, &a);
+        // Four packets an epoch.
+        let mut tx = Secured::new(&ka).with_epoch_bits(2);
+        let mut rx = Secured::new(&kb).with_epoch_bits(2);
+        let sealed: Vec<Vec<u8>> = (0..16u8)
+            .map(|i| {
+                let plain = packet(&[i; 8]);
+                let mut buf = plain.clone();
+                buf.resize(plain.len() + TRAILER, 0);
+                let n = tx.seal(&mut buf, plain.len());
+                buf.truncate(n);
+                buf
+            })
+            .collect();
+        let mut out = vec![0u8; 4200];
+        // A receiver that never changes keys opens epoch 0 and nothing after: the keys did
+        // change.
+        let mut fixed = Secured::new(&kb);
+        assert!(fixed.open(&sealed[3], &mut out).is_ok());
+        assert_eq!(fixed.open(&sealed[4], &mut out), Err(OpenError::Auth));
+        // Across a change, in either order.
+        for i in [0, 1, 5, 2, 4, 3, 6] {
+            let m = rx.open(&sealed[i], &mut out).unwrap();
+            assert_eq!(out[12 + 16..m - 4], [i as u8; 8], "packet {i}");
+        }
+        // A forged packet that claims the next epoch moves nothing.
+        let mut forged = sealed[8].clone();
+        forged[20] ^= 1;
+        assert_eq!(rx.open(&forged, &mut out), Err(OpenError::Auth));
+        assert!(
+            rx.open(&sealed[7], &mut out).is_ok(),
+            "epoch 1 still current"
+        );
+        // Epoch 2 begins: epoch 1's key stays for late packets, epoch 0's is gone.
+        for (i, p) in sealed.iter().enumerate().take(12).skip(8) {
+            assert!(rx.open(p, &mut out).is_ok(), "packet {i}");
+        }
+        let mut late = Secured::new(&kb).with_epoch_bits(2);
+        assert!(
+            late.open(&sealed[1], &mut out).is_ok(),
+            "what rx opened once"
+        );
+        assert_eq!(
+            rx.open(&sealed[1], &mut out),
+            Err(OpenError::Replayed),
+            "seen, and its epoch's key dropped"
+        );
+        assert!(rx.open(&sealed[12], &mut out).is_ok());
+        // Two epochs back is beyond the keys kept, even were it new to the window.
+        let mut r2 = Secured::new(&kb).with_epoch_bits(2);
+        for i in [4, 8] {
+            assert!(r2.open(&sealed[i], &mut out).is_ok(), "packet {i}");
+        }
+        assert_eq!(r2.open(&sealed[0], &mut out), Err(OpenError::Auth));
+        assert!(r2.open(&sealed[5], &mut out).is_ok(), "the previous epoch");
     }
 
     #[test]
