@@ -386,13 +386,23 @@ fn ibv_rc_pingpong_runs_between_two_processes() {
 /// The captures `ibv_rc_pingpong` made (a file per process, `OXRDMA_PCAP` with `%p`) with
 /// `env` set for both sides, read and removed.
 fn pingpong_captures(port: u16, name: &str, env: &[(&'static str, &'static str)]) -> Vec<Vec<u8>> {
+    captures_of("ibv_rc_pingpong", port, name, env)
+}
+
+/// [`pingpong_captures`] of `tool`.
+fn captures_of(
+    tool: &str,
+    port: u16,
+    name: &str,
+    env: &[(&'static str, &'static str)],
+) -> Vec<Vec<u8>> {
     let prefix = format!("oxrdma-pingpong-{name}-{}-", std::process::id());
     let pcap = std::env::temp_dir().join(format!("{prefix}%p.pcap"));
     let pcap: &'static str = Box::leak(pcap.to_string_lossy().into_owned().into_boxed_str());
     let mut all = env.to_vec();
     all.push(("OXRDMA_PCAP", pcap));
     let all: &'static [(&'static str, &'static str)] = Box::leak(all.into_boxed_slice());
-    let (s, _) = pingpong_with("ibv_rc_pingpong", port, &["-g", "0", "-n", "50"], all);
+    let (s, _) = pingpong_with(tool, port, &["-g", "0", "-n", "50"], all);
     if s.is_empty() {
         return Vec::new(); // skipped
     }
@@ -451,6 +461,22 @@ fn ibv_rc_pingpong_with_a_pre_shared_key_runs_sealed() {
         ],
     );
     assert!(!inside.iter().any(shows_payload), "a peer inside is sealed");
+    // UC QPs too.
+    let uc = captures_of("ibv_uc_pingpong", 18618, "uc-plain", &[]);
+    assert!(
+        uc.iter().filter(|p| shows_payload(p)).count() >= 2,
+        "plain UC"
+    );
+    let uc = captures_of(
+        "ibv_uc_pingpong",
+        18619,
+        "uc",
+        &[("OXRDMA_SECURE_KEY", key)],
+    );
+    assert!(
+        !uc.iter().any(shows_payload),
+        "a sealed UC capture shows the payload"
+    );
     // A malformed key is one clear error when the device opens, not a plain connection.
     let out = run(
         "ibv_rc_pingpong",

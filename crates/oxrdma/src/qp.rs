@@ -72,6 +72,14 @@ pub struct QueuePair {
 }
 
 impl QueuePair {
+    /// RC or UC: the types that can be secure.
+    fn connected(&self) -> bool {
+        matches!(
+            self.qp_type,
+            oxrdma_core::QpType::Rc | oxrdma_core::QpType::Uc
+        )
+    }
+
     pub fn qpn(&self) -> u32 {
         self.qpn
     }
@@ -93,10 +101,10 @@ impl QueuePair {
     /// [`Self::endpoint`] offering to be secure: it carries a fresh X25519 public key,
     /// whose private half the QP keeps until [`Self::connect`]. If the peer's endpoint
     /// carries one too, every packet between them is encrypted and authenticated
-    /// (`oxrdma_core::secure`). An RC QP's; `psn` must be the one `connect` is given.
+    /// (`oxrdma_core::secure`). An RC or UC QP's; `psn` must be the one `connect` is given.
     pub fn secure_endpoint(&self, psn: u32) -> Result<Endpoint> {
-        if self.qp_type != oxrdma_core::QpType::Rc {
-            return Err(VerbsError::InvalidArgument("only RC QPs are secure").into());
+        if !self.connected() {
+            return Err(VerbsError::InvalidArgument("only RC and UC QPs are secure").into());
         }
         let gid = self.ctx.gid();
         let (offer, key) = Offer::new(gid, psn)?;
@@ -140,7 +148,7 @@ impl QueuePair {
         let agreed = shared.agreed_for(self.qpn);
         let mut dev = shared.lock();
         dev.engine.modify_qp(self.qpn, attr)?;
-        let keyed = if self.qp_type == oxrdma_core::QpType::Rc {
+        let keyed = if self.connected() {
             secure::key_as_moved(self.ctx.gids(), &mut dev.engine, self.qpn, agreed)
         } else {
             Ok(())

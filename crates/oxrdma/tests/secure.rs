@@ -20,6 +20,17 @@ fn pair(
     offer: [bool; 2],
     opts: [ConnectOptions; 2],
 ) -> oxrdma::Result<[bool; 2]> {
+    pair_of(QpType::Rc, ip_a, ip_b, offer, opts)
+}
+
+/// [`pair`] of QPs of type `t`.
+fn pair_of(
+    t: QpType,
+    ip_a: &str,
+    ip_b: &str,
+    offer: [bool; 2],
+    opts: [ConnectOptions; 2],
+) -> oxrdma::Result<[bool; 2]> {
     let ctx = [
         Context::open(ip_a.parse().unwrap()).unwrap(),
         Context::open(ip_b.parse().unwrap()).unwrap(),
@@ -29,7 +40,7 @@ fn pair(
     let qp: Vec<_> = (0..2)
         .map(|i| {
             pd[i]
-                .create_qp(&cq[i], &cq[i], QpType::Rc, QpCap::default())
+                .create_qp(&cq[i], &cq[i], t, QpCap::default())
                 .unwrap()
         })
         .collect();
@@ -132,5 +143,32 @@ fn a_pre_shared_key_secures_a_pair_with_or_without_offers() {
     assert_eq!(
         pair("127.0.0.205", "127.0.0.206", [true, true], [psk, psk]).unwrap(),
         [true; 2]
+    );
+}
+
+#[test]
+fn uc_qps_are_secure_too() {
+    let o = ConnectOptions::default();
+    assert_eq!(
+        pair_of(
+            QpType::Uc,
+            "127.0.0.207",
+            "127.0.0.208",
+            [true, true],
+            [o, o]
+        )
+        .unwrap(),
+        [true; 2]
+    );
+    assert_eq!(
+        pair_of(
+            QpType::Uc,
+            "127.0.0.207",
+            "127.0.0.208",
+            [true, false],
+            [o, o]
+        )
+        .unwrap(),
+        [false; 2]
     );
 }

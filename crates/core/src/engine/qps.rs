@@ -167,7 +167,7 @@ impl Engine {
         Ok(())
     }
 
-    /// Makes an RC QP secure with `keys` (`crate::secure`): from now on it seals every
+    /// Makes an RC or UC QP secure with `keys` (`crate::secure`): from now on it seals every
     /// packet it sends and opens every packet it takes. Before it sends (RESET, INIT or
     /// RTR); a reset forgets the keys.
     pub fn secure_qp(&mut self, qpn: u32, keys: &QpKeys) -> Result<()> {
@@ -179,8 +179,10 @@ impl Engine {
             .qps
             .get_mut(&qpn)
             .ok_or(VerbsError::NotFound("queue pair"))?;
-        if qp.qp_type != QpType::Rc {
-            return Err(VerbsError::InvalidArgument("only RC QPs are secure"));
+        if !matches!(qp.qp_type, QpType::Rc | QpType::Uc) {
+            return Err(VerbsError::InvalidArgument(
+                "only connected (RC and UC) QPs are secure",
+            ));
         }
         if !matches!(qp.state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(VerbsError::BadState {

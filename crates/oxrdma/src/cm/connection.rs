@@ -61,7 +61,7 @@ impl CmId {
             dev.engine.cm_mut().sidr_request(now, peer, sid, &data)?
         } else {
             let qpn = st.qp.unwrap_or(param.qp_num);
-            if self.inner.qp_type == QpType::Rc {
+            if self.inner.qp_type != QpType::Ud {
                 let agreed = Agreed {
                     suite: Suite::Aes256Gcm,
                     secret: None,
@@ -143,7 +143,7 @@ impl CmId {
         st.depths = st.depths.accept(asked, self.device_depth());
         st.rnr_retry = param.rnr_retry_count.min(7);
         let mut data = param.private_data.clone();
-        if self.inner.qp_type == QpType::Rc {
+        if self.inner.qp_type != QpType::Ud {
             self.answer(&mut st, qpn, &mut data)?;
         }
         if let Err(errno) = self.take_qp_step(&st, &plan) {
@@ -286,7 +286,7 @@ impl CmId {
     /// connection offers (`SecureMode::offers`) and the application's data leaves room.
     fn offer(&self, st: &State, data: &mut Vec<u8>) -> Result<Option<KeyPair>> {
         let mode = self.secure_mode(st);
-        if self.inner.qp_type != QpType::Rc || !mode.offers() {
+        if self.inner.qp_type == QpType::Ud || !mode.offers() {
             return Ok(None);
         }
         let (pair, offer) = KeyPair::new(Suite::Aes256Gcm)?;

@@ -170,7 +170,7 @@ fn request(
     {
         let mut st = lock(&new.inner.st);
         // An oxrdma peer's offer is never the application's, answered or not.
-        if new.inner.qp_type == QpType::Rc {
+        if new.inner.qp_type != QpType::Ud {
             let offer = keys::take(&mut private_data, keys::IN_REQ);
             st.peer_offer = offer.filter(|_| new.secure_mode(&st) != SecureMode::Off);
         }
