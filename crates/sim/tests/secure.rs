@@ -214,7 +214,7 @@ fn a_plain_end_and_a_secure_end_exchange_nothing() {
 fn a_secure_uc_pair_places_what_arrives_whole_and_nothing_tampered() {
     // UC: no ACKs and no retransmission; what is lost or corrupted is a message lost, and a
     // tampered packet must not be placed where a plain UC QP would have placed it.
-    for seed in seeds(0x5ec0_0c, 8) {
+    for seed in seeds(0x5ec00c, 8) {
         let mut p = Pair::new(&PairOptions {
             seed,
             qp_type: oxrdma_core::QpType::Uc,
