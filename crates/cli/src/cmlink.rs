@@ -48,6 +48,7 @@ fn decode(b: &[u8], gid: oxrdma::Gid) -> anyhow::Result<PeerInfo> {
             qpn: u32_at(0),
             psn: 0,
             key: None,
+            buffers: Vec::new(),
         },
         addr: u64_at(4),
         rkey: u32_at(12),

@@ -43,6 +43,7 @@ pub fn parse(m: &[u8], tool: &str) -> anyhow::Result<Endpoint> {
         qpn: qpn & 0xff_ffff,
         psn: psn & 0xff_ffff,
         key: None,
+        buffers: Vec::new(),
     })
 }
 

@@ -87,8 +87,7 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
     let _cm = if a.cm {
         Some(connect_cm(a, &ctx, &qp, &mr, &post_recv)?)
     } else {
-        let psn = ctx.random_psn();
-        let me = qp.endpoint(psn);
+        let me = qp.endpoint();
         let peer = exchange(a.server.as_deref(), a.port, &me, TOOL, &mut |_| Ok(()))?;
         let o = ConnectOptions {
             mtu: a.mtu,
@@ -99,7 +98,7 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
             max_rd_atomic: 1,
             ..Default::default()
         };
-        qp.connect(psn, &peer, &o)?;
+        qp.connect(&peer, &o)?;
         for _ in 0..a.rx_depth {
             post_recv()?;
         }
@@ -162,7 +161,7 @@ fn connect_cm(
         None => CmLink::listen(ctx, a.port, false)?,
     };
     let me = oxrdma::PeerInfo {
-        endpoint: qp.endpoint(0),
+        endpoint: qp.endpoint(),
         addr: mr.addr(),
         rkey: mr.rkey(),
         len: a.size as u64,
@@ -184,6 +183,7 @@ mod tests {
             qpn: 0x11,
             psn: 0x8f5a82,
             key: None,
+            buffers: Vec::new(),
         };
         let m = wire(&e);
         let text = std::str::from_utf8(&m[..51]).unwrap();

@@ -70,10 +70,9 @@ fn lanes(a: &Context, b: &Context, n: usize, size: usize) -> anyhow::Result<Vec<
         );
         let qa = pa.create_qp(&ca, &ca, QpType::Rc, QpCap::default())?;
         let qb = pb.create_qp(&cb, &cb, QpType::Rc, QpCap::default())?;
-        let (sa, sb) = (a.random_psn(), b.random_psn());
         let o = ConnectOptions::default();
-        qa.connect(sa, &qb.endpoint(sb), &o)?;
-        qb.connect(sb, &qa.endpoint(sa), &o)?;
+        qa.connect(&qb.endpoint(), &o)?;
+        qb.connect(&qa.endpoint(), &o)?;
         out.push(Lane {
             remote: (mb.addr(), mb.rkey()),
             qp: qa,

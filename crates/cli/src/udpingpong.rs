@@ -92,8 +92,7 @@ pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
         max_inline_data: 64,
     };
     let qp = pd.create_qp(&cq, &cq, QpType::Ud, cap)?;
-    let psn = ctx.random_psn();
-    qp.ready_ud(crate::UD_QKEY, psn)?;
+    qp.ready_ud(crate::UD_QKEY, qp.psn())?;
     // Receives go up before the exchange: the client sends as soon as it has our QPN.
     let post_recv = || {
         qp.post_recv(RecvWr {
@@ -104,7 +103,7 @@ pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
     for _ in 0..a.rx_depth {
         post_recv()?;
     }
-    let me = qp.endpoint(psn);
+    let me = qp.endpoint();
     println!("{}", address_line("local address: ", ':', &me));
     // The server makes its AH before answering: the client's first send may follow at once.
     let mut ah = None;
@@ -176,6 +175,7 @@ mod tests {
             qpn: 0x14,
             psn: 0x533809,
             key: None,
+            buffers: Vec::new(),
         };
         let m = wire(&e);
         let text = std::str::from_utf8(&m[..51]).unwrap();

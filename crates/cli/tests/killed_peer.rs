@@ -91,8 +91,7 @@ fn round() -> (Duration, u64, u64) {
         ..QpCap::default()
     };
     let qp = pd.create_qp(&cq, &cq, QpType::Rc, cap).unwrap();
-    let psn = ctx.random_psn();
-    let peer = exchange(&port, &qp.endpoint(psn));
+    let peer = exchange(&port, &qp.endpoint());
     let o = ConnectOptions {
         // The server's (ibv_rc_pingpong's default path MTU).
         mtu: oxrdma::Mtu::Mtu1024,
@@ -100,7 +99,7 @@ fn round() -> (Duration, u64, u64) {
         retry_cnt: RETRY_CNT,
         ..ConnectOptions::default()
     };
-    qp.connect(psn, &peer, &o).unwrap();
+    qp.connect(&peer, &o).unwrap();
     for i in 0..RECVS {
         qp.post_recv(RecvWr {
             wr_id: 1000 + i,

@@ -37,22 +37,18 @@ fn exchange(secure: bool, pcap: &Path, last: u8) -> Secrets {
     let qb = pb
         .create_qp(&cb, &cb, QpType::Rc, QpCap::default())
         .unwrap();
-    let (sa, sb) = (a.random_psn(), b.random_psn());
     let (ea, eb) = if secure {
-        (
-            qa.secure_endpoint(sa).unwrap(),
-            qb.secure_endpoint(sb).unwrap(),
-        )
+        (qa.secure_endpoint().unwrap(), qb.secure_endpoint().unwrap())
     } else {
-        (qa.endpoint(sa), qb.endpoint(sb))
+        (qa.endpoint(), qb.endpoint())
     };
     let o = ConnectOptions {
         require_secure: secure,
         mtu: oxrdma::Mtu::Mtu1024,
         ..ConnectOptions::default()
     };
-    qa.connect(sa, &eb, &o).unwrap();
-    qb.connect(sb, &ea, &o).unwrap();
+    qa.connect(&eb, &o).unwrap();
+    qb.connect(&ea, &o).unwrap();
     let ma = pa.register(3 * LEN, Access::ALL).unwrap();
     let mb = pb.register(3 * LEN, Access::ALL).unwrap();
     // Not a repeating pattern: any 16 bytes of it name their place.

@@ -33,15 +33,14 @@ fn server(listener: TcpListener) -> oxrdma::Result<()> {
     let cq = ctx.create_cq(64)?;
     let qp = pd.create_qp(&cq, &cq, QpType::Rc, QpCap::default())?;
     let (mut stream, _) = listener.accept()?;
-    let psn = ctx.random_psn();
     let me = PeerInfo {
-        endpoint: qp.endpoint(psn),
+        endpoint: qp.endpoint(),
         addr: mr.addr(),
         rkey: mr.rkey(),
         len: LEN as u64,
     };
     let peer = exchange(&mut stream, &me)?;
-    qp.connect(psn, &peer.endpoint, &ConnectOptions::default())?;
+    qp.connect(&peer.endpoint, &ConnectOptions::default())?;
     // (A SEND arriving before this receive is posted meets an RNR NAK and is retried.)
     qp.post_recv(RecvWr {
         wr_id: 1,
@@ -65,15 +64,14 @@ fn client(port: u16) -> oxrdma::Result<()> {
     let cq = ctx.create_cq(64)?;
     let qp = pd.create_qp(&cq, &cq, QpType::Rc, QpCap::default())?;
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    let psn = ctx.random_psn();
     let me = PeerInfo {
-        endpoint: qp.endpoint(psn),
+        endpoint: qp.endpoint(),
         addr: mr.addr(),
         rkey: mr.rkey(),
         len: 0,
     };
     let peer = exchange(&mut stream, &me)?;
-    qp.connect(psn, &peer.endpoint, &ConnectOptions::default())?;
+    qp.connect(&peer.endpoint, &ConnectOptions::default())?;
 
     let data: Vec<u8> = (0..LEN).map(|i| (i * 31 % 251) as u8).collect();
     mr.write(0, &data);

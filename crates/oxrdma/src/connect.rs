@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::net::Ipv6Addr;
 
 /// An endpoint plus the one memory region the peer may access.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerInfo {
     pub endpoint: Endpoint,
     pub addr: u64,
@@ -20,7 +20,7 @@ pub struct PeerInfo {
 }
 
 fn line(p: &PeerInfo) -> String {
-    let e = p.endpoint;
+    let e = &p.endpoint;
     let key = e.key.map_or(String::new(), |k| {
         let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
         format!(" key={hex}")
@@ -63,6 +63,7 @@ fn parse(l: &str) -> Result<PeerInfo> {
             qpn: qpn as u32,
             psn: psn as u32,
             key,
+            buffers: Vec::new(),
         },
         addr: h(f[4])?,
         rkey: u32::try_from(h(f[5])?).map_err(|_| bad())?,
@@ -98,6 +99,7 @@ mod tests {
                 qpn: 0xabcdef,
                 psn: 0x123,
                 key: None,
+                buffers: Vec::new(),
             },
             addr: 0x7f00_1234_0000,
             rkey: 0xdead_beef,

@@ -17,6 +17,7 @@ mod cores;
 mod cq;
 mod destroy;
 mod device;
+mod endpoint;
 mod error;
 mod events;
 mod fdqueue;
@@ -39,6 +40,7 @@ pub mod raw {
     pub use crate::device::Device;
 }
 pub use cq::CompletionQueue;
+pub use endpoint::{Endpoint, RemoteBuf};
 pub use error::{Error, Result};
 pub use oxrdma_core::cm::CmError;
 pub use oxrdma_core::secure::Suite;
@@ -46,7 +48,7 @@ pub use oxrdma_udp::{interfaces, BindError, RxDropReport};
 pub use pd::{
     AddressHandle, MemoryRegion, MemoryWindow, ProtectionDomain, QpInit, SharedReceiveQueue,
 };
-pub use qp::{ConnectOptions, Endpoint, PostList, QueuePair};
+pub use qp::{ConnectOptions, PostList, QueuePair};
 pub use secure::PublicKey;
 
 /// `enum ibv_qp_attr_mask` bits (what a [`QpAttr`] sets is its `mask()`).

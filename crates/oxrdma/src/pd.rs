@@ -176,6 +176,7 @@ impl ProtectionDomain {
             qpn,
             qp_type: init.qp_type,
             post,
+            psn: std::sync::atomic::AtomicU32::new(self.ctx.random_psn()),
         })
     }
 }
@@ -240,6 +241,12 @@ impl MemoryRegion {
     }
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
+    }
+    /// The whole region as a peer names it (address, rkey, length), to send in an
+    /// [`Endpoint`](crate::Endpoint) and aim work requests at.
+    pub fn remote(&self) -> crate::RemoteBuf {
+        crate::RemoteBuf::new(self.addr, self.rkey, self.buf.len() as u64)
+            .expect("a registered region does not wrap")
     }
     /// An SGE for `len` bytes at offset `off`.
     pub fn sge(&self, off: usize, len: usize) -> Sge {

@@ -1,23 +1,13 @@
 //! Queue pairs.
 
 use crate::context::Context;
+pub use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
-use crate::secure::{self, Offer, PublicKey};
+use crate::secure::{self, Offer};
 use oxrdma_core::secure::{End, Suite};
-use oxrdma_core::{AddressVector, Gid, Mtu, QpAttr, QpPost, QpState, RecvWr, SendWr, VerbsError};
+use oxrdma_core::{AddressVector, Mtu, QpAttr, QpPost, QpState, RecvWr, SendWr, VerbsError};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-
-/// What the other side needs to connect to a QP (exchanged out of band).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Endpoint {
-    pub gid: Gid,
-    pub qpn: u32,
-    pub psn: u32,
-    /// The X25519 public key of a QP that offers to be secure
-    /// ([`QueuePair::secure_endpoint`]); None from a peer that does not (rxe, or a plain
-    /// oxrdma QP).
-    pub key: Option<PublicKey>,
-}
 
 /// Connection parameters; `Default` suits most programs.
 #[derive(Debug, Clone, Copy)]
@@ -69,6 +59,8 @@ pub struct QueuePair {
     pub(crate) qp_type: oxrdma_core::QpType,
     /// Where work is posted, without the device lock.
     pub(crate) post: Arc<QpPost>,
+    /// The first PSN it sends (drawn at creation; `set_psn`).
+    pub(crate) psn: AtomicU32,
 }
 
 impl QueuePair {
@@ -88,25 +80,52 @@ impl QueuePair {
         self.qp_type
     }
 
-    /// This QP's endpoint, with `psn` as its initial send PSN (the device's main GID).
-    pub fn endpoint(&self, psn: u32) -> Endpoint {
+    /// The first PSN this QP sends: drawn from the CSPRNG when it was made, and what its
+    /// [`Self::endpoint`] tells the peer and [`Self::connect`] sends from.
+    pub fn psn(&self) -> u32 {
+        self.psn.load(Ordering::Relaxed)
+    }
+
+    /// Sets the first PSN this QP sends, for a peer that dictates it (interop with a
+    /// program that exchanges PSNs its own way). Before [`Self::endpoint`] and
+    /// [`Self::connect`]; refused after [`Self::secure_endpoint`] (its keys name the PSN).
+    pub fn set_psn(&self, psn: u32) -> Result<()> {
+        if psn >= 1 << 24 {
+            return Err(VerbsError::InvalidArgument("a PSN has 24 bits").into());
+        }
+        if self.offers().contains_key(&self.qpn) {
+            return Err(VerbsError::InvalidArgument(
+                "the PSN is set before the secure endpoint is made",
+            )
+            .into());
+        }
+        self.psn.store(psn, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// This QP's endpoint (the device's main GID, its QPN and first PSN), for the peer's
+    /// [`Self::connect`]; add the memory the peer may access with
+    /// [`Endpoint::with_buffer`].
+    pub fn endpoint(&self) -> Endpoint {
         Endpoint {
             gid: self.ctx.gid(),
             qpn: self.qpn,
-            psn,
+            psn: self.psn(),
             key: None,
+            buffers: Vec::new(),
         }
     }
 
     /// [`Self::endpoint`] offering to be secure: it carries a fresh X25519 public key,
     /// whose private half the QP keeps until [`Self::connect`]. If the peer's endpoint
     /// carries one too, every packet between them is encrypted and authenticated
-    /// (`oxrdma_core::secure`). An RC or UC QP's; `psn` must be the one `connect` is given.
-    pub fn secure_endpoint(&self, psn: u32) -> Result<Endpoint> {
+    /// (`oxrdma_core::secure`). An RC or UC QP's.
+    pub fn secure_endpoint(&self) -> Result<Endpoint> {
         if !self.connected() {
             return Err(VerbsError::InvalidArgument("only RC and UC QPs are secure").into());
         }
         let gid = self.ctx.gid();
+        let psn = self.psn();
         let (offer, key) = Offer::new(gid, psn)?;
         self.offers().insert(self.qpn, offer);
         Ok(Endpoint {
@@ -114,18 +133,17 @@ impl QueuePair {
             qpn: self.qpn,
             psn,
             key: Some(key),
+            buffers: Vec::new(),
         })
     }
 
     /// This QP's endpoint at the device's GID `gid_index` (a device on an interface has
     /// one per address), if the table has one there.
-    pub fn endpoint_at(&self, psn: u32, gid_index: u8) -> Option<Endpoint> {
+    pub fn endpoint_at(&self, gid_index: u8) -> Option<Endpoint> {
         let gid = *self.ctx.gids().get(usize::from(gid_index))?;
         Some(Endpoint {
             gid,
-            qpn: self.qpn,
-            psn,
-            key: None,
+            ..self.endpoint()
         })
     }
 
@@ -194,9 +212,10 @@ impl QueuePair {
         Ok(self.post.state())
     }
 
-    /// RESET → INIT → RTR → RTS towards `remote`, sending from PSN `my_psn` (RC or UC; the
+    /// RESET → INIT → RTR → RTS towards `remote`, sending from [`Self::psn`] (RC or UC; the
     /// reliability options are RC's and ignored for UC).
-    pub fn connect(&self, my_psn: u32, remote: &Endpoint, o: &ConnectOptions) -> Result<()> {
+    pub fn connect(&self, remote: &Endpoint, o: &ConnectOptions) -> Result<()> {
+        let my_psn = self.psn();
         let rc = self.qp_type == oxrdma_core::QpType::Rc;
         let rc_only = |v| if rc { Some(v) } else { None };
         let sgid_index = o

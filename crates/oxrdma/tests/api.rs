@@ -39,10 +39,9 @@ fn side(ip: &str, nqp: usize, len: usize) -> Side {
 
 fn connect_all(a: &Side, b: &Side) {
     for (qa, qb) in a.qps.iter().zip(&b.qps) {
-        let (pa, pb) = (a.ctx.random_psn(), b.ctx.random_psn());
-        qa.connect(pa, &qb.endpoint(pb), &ConnectOptions::default())
+        qa.connect(&qb.endpoint(), &ConnectOptions::default())
             .unwrap();
-        qb.connect(pb, &qa.endpoint(pa), &ConnectOptions::default())
+        qb.connect(&qa.endpoint(), &ConnectOptions::default())
             .unwrap();
     }
 }

@@ -39,10 +39,9 @@ fn posting_polling_and_registering_from_seven_threads() {
             let qb = pb
                 .create_qp(&cq_b, &cq_b, QpType::Rc, QpCap::default())
                 .unwrap();
-            let (sa, sb) = (a.random_psn(), b.random_psn());
-            qa.connect(sa, &qb.endpoint(sb), &ConnectOptions::default())
+            qa.connect(&qb.endpoint(), &ConnectOptions::default())
                 .unwrap();
-            qb.connect(sb, &qa.endpoint(sa), &ConnectOptions::default())
+            qb.connect(&qa.endpoint(), &ConnectOptions::default())
                 .unwrap();
             (Arc::new(qa), qb)
         })

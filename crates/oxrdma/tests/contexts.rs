@@ -34,11 +34,10 @@ fn two_contexts_of_one_device_share_the_nic_and_keep_their_events() {
     let qb = pb
         .create_qp_on_srq(&cb, &cb, QpType::Rc, QpCap::default(), Some(&srq))
         .unwrap();
-    let (sa, sb) = (a.random_psn(), b.random_psn());
     let o = ConnectOptions::default();
     // Each QP's endpoint names the one GID: a's QP connects to its own address.
-    qa.connect(sa, &qb.endpoint(sb), &o).unwrap();
-    qb.connect(sb, &qa.endpoint(sa), &o).unwrap();
+    qa.connect(&qb.endpoint(), &o).unwrap();
+    qb.connect(&qa.endpoint(), &o).unwrap();
 
     for i in 0..2 {
         srq.post_recv(RecvWr {
@@ -109,8 +108,8 @@ fn a_post_list_rings_the_doorbell_once() {
         pd.create_qp(&cq, &cq, QpType::Rc, cap).unwrap(),
     );
     let o = ConnectOptions::default();
-    qa.connect(1, &qb.endpoint(2), &o).unwrap();
-    qb.connect(2, &qa.endpoint(1), &o).unwrap();
+    qa.connect(&qb.endpoint(), &o).unwrap();
+    qb.connect(&qa.endpoint(), &o).unwrap();
     let write = |i: u64| {
         let mut w = SendWr::new(
             i,

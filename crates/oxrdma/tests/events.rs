@@ -38,10 +38,9 @@ fn end(ip: &str) -> End {
 
 fn pair(a: &str, b: &str) -> (End, End) {
     let (a, b) = (end(a), end(b));
-    let (pa, pb) = (a._ctx.random_psn(), b._ctx.random_psn());
     let opts = ConnectOptions::default();
-    a.qp.connect(pa, &b.qp.endpoint(pb), &opts).unwrap();
-    b.qp.connect(pb, &a.qp.endpoint(pa), &opts).unwrap();
+    a.qp.connect(&b.qp.endpoint(), &opts).unwrap();
+    b.qp.connect(&a.qp.endpoint(), &opts).unwrap();
     (a, b)
 }
 

@@ -98,15 +98,14 @@ fn setup() -> (Victim, Side) {
     let qp = pp
         .create_qp(&cp, &cp, QpType::Rc, QpCap::default())
         .unwrap();
-    let (sv, sp) = (v.random_psn(), p.random_psn());
     // Patient: a WRITE may wait behind the whole flood's backlog (a second per try, not
     // the default 67 ms: a victim that serves its peer late still serves it).
     let o = ConnectOptions {
         timeout: 18,
         ..ConnectOptions::default()
     };
-    qv.connect(sv, &qp.endpoint(sp), &o).unwrap();
-    qp.connect(sp, &qv.endpoint(sv), &o).unwrap();
+    qv.connect(&qp.endpoint(), &o).unwrap();
+    qp.connect(&qv.endpoint(), &o).unwrap();
     // The attacker's connection: a QP of the victim's whose peer is the attacker's address.
     let attacked = pv
         .create_qp(&cv, &cv, QpType::Rc, QpCap::default())
@@ -116,9 +115,10 @@ fn setup() -> (Victim, Side) {
         qpn: ATT_QPN,
         psn: ATT_PSN,
         key: None,
+        buffers: Vec::new(),
     };
     attacked
-        .connect(v.random_psn(), &attacker, &ConnectOptions::default())
+        .connect(&attacker, &ConnectOptions::default())
         .unwrap();
     let mr = pv.register(1 << 20, Access::ALL).unwrap();
     let victim = Victim {

@@ -248,10 +248,9 @@ fn transfer(a: &Context, b: &Context, gid_index: Option<u8>, label: &str) {
     let qb = pb
         .create_qp(&cb, &cb, QpType::Rc, QpCap::default())
         .unwrap();
-    let (sa, sb) = (a.random_psn(), b.random_psn());
-    let end = |q: &oxrdma::QueuePair, psn| match gid_index {
-        Some(i) => q.endpoint_at(psn, i).expect("the GID table has it"),
-        None => q.endpoint(psn),
+    let end = |q: &oxrdma::QueuePair| match gid_index {
+        Some(i) => q.endpoint_at(i).expect("the GID table has it"),
+        None => q.endpoint(),
     };
     // More than the port can carry is refused when the QP is connected.
     let too_big = ConnectOptions {
@@ -259,7 +258,7 @@ fn transfer(a: &Context, b: &Context, gid_index: Option<u8>, label: &str) {
         gid_index,
         ..Default::default()
     };
-    assert!(qa.connect(sa, &end(&qb, sb), &too_big).is_err());
+    assert!(qa.connect(&end(&qb), &too_big).is_err());
     qa.modify(&oxrdma::QpAttr {
         qp_state: Some(oxrdma::QpState::Reset),
         ..Default::default()
@@ -270,8 +269,8 @@ fn transfer(a: &Context, b: &Context, gid_index: Option<u8>, label: &str) {
         gid_index,
         ..Default::default()
     };
-    qa.connect(sa, &end(&qb, sb), &o).unwrap();
-    qb.connect(sb, &end(&qa, sa), &o).unwrap();
+    qa.connect(&end(&qb), &o).unwrap();
+    qb.connect(&end(&qa), &o).unwrap();
     let data: Vec<u8> = (0..(1 << 20)).map(|i: usize| (i % 241) as u8).collect();
     ma.write(0, &data);
     let mut w = SendWr::new(
@@ -331,6 +330,7 @@ fn a_qp_to_an_unreachable_peer_ends_in_retry_exc_and_the_device_goes_on() {
             qpn: 0x1234,
             psn: 0,
             key: None,
+            buffers: Vec::new(),
         };
         // 4.096 us x 2^10 = 4 ms an attempt, 3 retries.
         let o = ConnectOptions {
@@ -339,7 +339,7 @@ fn a_qp_to_an_unreachable_peer_ends_in_retry_exc_and_the_device_goes_on() {
             retry_cnt: 3,
             ..Default::default()
         };
-        qp.connect(0, &nowhere, &o).unwrap();
+        qp.connect(&nowhere, &o).unwrap();
         let mut w = SendWr::new(
             9,
             WrOpcode::RdmaWrite,
@@ -443,13 +443,12 @@ fn rc_through_random_loss_and_reordering() {
     let qb = pb
         .create_qp(&cb, &cb, QpType::Rc, QpCap::default())
         .unwrap();
-    let (sa, sb) = (a.random_psn(), b.random_psn());
     let o = ConnectOptions {
         mtu: a.active_mtu(),
         ..Default::default()
     };
-    qa.connect(sa, &qb.endpoint(sb), &o).unwrap();
-    qb.connect(sb, &qa.endpoint(sa), &o).unwrap();
+    qa.connect(&qb.endpoint(), &o).unwrap();
+    qb.connect(&qa.endpoint(), &o).unwrap();
     let sizes = [1usize, 100, 4096, 65_536, 262_144];
     let wait = |cq: &oxrdma::CompletionQueue, id: u64| {
         let mut wcs = Vec::new();

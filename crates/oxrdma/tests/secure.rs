@@ -44,18 +44,17 @@ fn pair_of(
                 .unwrap()
         })
         .collect();
-    let psn = [ctx[0].random_psn(), ctx[1].random_psn()];
     let ep: Vec<_> = (0..2)
         .map(|i| {
             if offer[i] {
-                qp[i].secure_endpoint(psn[i]).unwrap()
+                qp[i].secure_endpoint().unwrap()
             } else {
-                qp[i].endpoint(psn[i])
+                qp[i].endpoint()
             }
         })
         .collect();
     for i in 0..2 {
-        qp[i].connect(psn[i], &ep[1 - i], &opts[i])?;
+        qp[i].connect(&ep[1 - i], &opts[i])?;
     }
     let mr = [
         pd[0].register(4096, Access::ALL).unwrap(),

@@ -40,14 +40,9 @@ fn side(ip: &str, nqp: usize) -> Side {
 }
 
 fn connect(a: &Side, qa: usize, b: &Side, qb: usize) {
-    let (pa, pb) = (a.ctx.random_psn(), b.ctx.random_psn());
-    let (ea, eb) = (a.qps[qa].endpoint(pa), b.qps[qb].endpoint(pb));
-    a.qps[qa]
-        .connect(pa, &eb, &ConnectOptions::default())
-        .unwrap();
-    b.qps[qb]
-        .connect(pb, &ea, &ConnectOptions::default())
-        .unwrap();
+    let (ea, eb) = (a.qps[qa].endpoint(), b.qps[qb].endpoint());
+    a.qps[qa].connect(&eb, &ConnectOptions::default()).unwrap();
+    b.qps[qb].connect(&ea, &ConnectOptions::default()).unwrap();
 }
 
 /// A 256 KiB WRITE of `seed`'s bytes from `a`'s QP `qa` into `b`'s region at `off`, then a

@@ -142,10 +142,9 @@ fn a_thousand_qps_soak() {
         for _ in 0..QPS / THREADS {
             let qa = pa.create_qp(&cq, &cq, QpType::Rc, cap).unwrap();
             let qb = pb.create_qp(&cb, &cb, QpType::Rc, cap).unwrap();
-            let (sa, sb) = (a.random_psn(), b.random_psn());
-            qa.connect(sa, &qb.endpoint(sb), &ConnectOptions::default())
+            qa.connect(&qb.endpoint(), &ConnectOptions::default())
                 .unwrap();
-            qb.connect(sb, &qa.endpoint(sa), &ConnectOptions::default())
+            qb.connect(&qa.endpoint(), &ConnectOptions::default())
                 .unwrap();
             qps.push(qa);
             keep.push(qb);

@@ -14,7 +14,7 @@ struct End {
     mr: oxrdma::MemoryRegion,
     cq: oxrdma::CompletionQueue,
     pd: oxrdma::ProtectionDomain,
-    ctx: Context,
+    _ctx: Context,
 }
 
 /// Two devices on `ips`, a region of `lens` bytes each, a `t` QP each, connected.
@@ -30,14 +30,13 @@ fn connected(t: QpType, ips: [&str; 2], lens: [usize; 2]) -> (End, End) {
             mr,
             cq,
             pd,
-            ctx,
+            _ctx: ctx,
         }
     };
     let (a, b) = (end(ips[0], lens[0]), end(ips[1], lens[1]));
-    let (sa, sb) = (a.ctx.random_psn(), b.ctx.random_psn());
     let o = ConnectOptions::default();
-    a.qp.connect(sa, &b.qp.endpoint(sb), &o).unwrap();
-    b.qp.connect(sb, &a.qp.endpoint(sa), &o).unwrap();
+    a.qp.connect(&b.qp.endpoint(), &o).unwrap();
+    b.qp.connect(&a.qp.endpoint(), &o).unwrap();
     (a, b)
 }
 
@@ -208,10 +207,9 @@ fn srq_over_udp_serves_two_rc_qps_and_signals_its_limit() {
         let qb = pb
             .create_qp_on_srq(&cb, &cb, QpType::Rc, QpCap::default(), Some(&srq))
             .unwrap();
-        let (sa, sb) = (a.random_psn(), b.random_psn());
-        qa.connect(sa, &qb.endpoint(sb), &ConnectOptions::default())
+        qa.connect(&qb.endpoint(), &ConnectOptions::default())
             .unwrap();
-        qb.connect(sb, &qa.endpoint(sa), &ConnectOptions::default())
+        qb.connect(&qa.endpoint(), &ConnectOptions::default())
             .unwrap();
         pairs.push((qa, qb));
     }

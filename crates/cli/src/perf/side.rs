@@ -72,10 +72,9 @@ impl Side {
         let mut ahs = Vec::new();
         for i in 0..args.qps as usize {
             let qp = pd.create_qp(&cq, &cq, args.conn.qp_type(), cap)?;
-            let psn = ctx.random_psn();
             let endpoint = match args.secure {
-                Some(_) => qp.secure_endpoint(psn)?,
-                None => qp.endpoint(psn),
+                Some(_) => qp.secure_endpoint()?,
+                None => qp.endpoint(),
             };
             let me = PeerInfo {
                 endpoint,
@@ -84,7 +83,7 @@ impl Side {
                 len: slot as u64,
             };
             if args.conn == Conn::Ud {
-                qp.ready_ud(crate::UD_QKEY, psn)?;
+                qp.ready_ud(crate::UD_QKEY, qp.psn())?;
             }
             let peer = match cm.as_mut() {
                 Some(cm) => cm
@@ -98,7 +97,7 @@ impl Side {
             if args.conn == Conn::Ud {
                 ahs.push(pd.create_ah(peer.endpoint.gid)?);
             } else if cm.is_none() {
-                qp.connect(psn, &peer.endpoint, &opts)?;
+                qp.connect(&peer.endpoint, &opts)?;
             }
             index.insert(qp.qpn(), i);
             qps.push(qp);

@@ -56,10 +56,9 @@ pub fn pair(ip_a: &str, ip_b: &str) -> (Side, Side) {
     let qb = pb
         .create_qp(&cb, &cb, QpType::Rc, QpCap::default())
         .unwrap();
-    let (sa, sb) = (a.random_psn(), b.random_psn());
-    qa.connect(sa, &qb.endpoint(sb), &ConnectOptions::default())
+    qa.connect(&qb.endpoint(), &ConnectOptions::default())
         .unwrap();
-    qb.connect(sb, &qa.endpoint(sa), &ConnectOptions::default())
+    qb.connect(&qa.endpoint(), &ConnectOptions::default())
         .unwrap();
     let (ma, mb) = (
         pa.register(4096, Access::ALL).unwrap(),
