@@ -80,7 +80,7 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
     let post_recv = || {
         qp.post_recv(RecvWr {
             wr_id: RECV_WRID,
-            sges: vec![mr.sge(0, a.size)].into(),
+            sges: vec![mr.sge(0, a.size)?].into(),
         })
     };
     // Kept until the end: dropping the ids disconnects.
@@ -107,10 +107,10 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
     let post_send = || {
         let data = if a.size <= 64 {
             let mut v = oxrdma::InlineData::from_elem(0, a.size);
-            mr.read(0, &mut v);
+            mr.read(0, &mut v)?;
             SendData::Inline(v)
         } else {
-            SendData::Sges(vec![mr.sge(0, a.size)].into())
+            SendData::Sges(vec![mr.sge(0, a.size)?].into())
         };
         let mut wr = SendWr::new(SEND_WRID, oxrdma::WrOpcode::Send, data);
         wr.flags = SendFlags::SIGNALED;

@@ -95,7 +95,7 @@ fn drive(lane: &Lane, size: usize, depth: u64, until: Instant) -> anyhow::Result
             let mut wr = SendWr::new(
                 posted,
                 WrOpcode::RdmaWrite,
-                SendData::Sges(vec![lane.mr.sge(0, size)].into()),
+                SendData::Sges(vec![lane.mr.sge(0, size)?].into()),
             );
             (wr.remote_addr, wr.rkey) = lane.remote;
             posted += 1;

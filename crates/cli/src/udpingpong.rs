@@ -97,7 +97,7 @@ pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
     let post_recv = || {
         qp.post_recv(RecvWr {
             wr_id: RECV_WRID,
-            sges: vec![mr.sge(0, a.size + GRH)].into(),
+            sges: vec![mr.sge(0, a.size + GRH)?].into(),
         })
     };
     for _ in 0..a.rx_depth {
@@ -119,10 +119,10 @@ pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
     let post_send = || {
         let data = if a.size <= 64 {
             let mut v = oxrdma::InlineData::from_elem(0, a.size);
-            mr.read(GRH, &mut v);
+            mr.read(GRH, &mut v)?;
             SendData::Inline(v)
         } else {
-            SendData::Sges(vec![mr.sge(GRH, a.size)].into())
+            SendData::Sges(vec![mr.sge(GRH, a.size)?].into())
         };
         let mut wr = SendWr::new(SEND_WRID, oxrdma::WrOpcode::Send, data);
         wr.flags = SendFlags::SIGNALED;

@@ -103,7 +103,7 @@ fn round() -> (Duration, u64, u64) {
     for i in 0..RECVS {
         qp.post_recv(RecvWr {
             wr_id: 1000 + i,
-            sges: vec![mr.sge(0, SIZE)].into(),
+            sges: vec![mr.sge(0, SIZE).unwrap()].into(),
         })
         .unwrap();
     }
@@ -111,7 +111,7 @@ fn round() -> (Duration, u64, u64) {
         let mut wr = SendWr::new(
             id,
             WrOpcode::Send,
-            SendData::Sges(vec![mr.sge(0, SIZE)].into()),
+            SendData::Sges(vec![mr.sge(0, SIZE).unwrap()].into()),
         );
         wr.flags = SendFlags::SIGNALED;
         qp.post_send(wr).unwrap();

@@ -55,14 +55,18 @@ fn exchange(secure: bool, pcap: &Path, last: u8) -> Secrets {
     let payload: Vec<u8> = (0..LEN as u32)
         .map(|i| (i ^ (i >> 8) ^ 0xa5) as u8)
         .collect();
-    assert!(ma.write(0, &payload));
+    ma.write(0, &payload).unwrap();
     qb.post_recv(RecvWr {
         wr_id: 9,
-        sges: vec![mb.sge(2 * LEN, LEN)].into(),
+        sges: vec![mb.sge(2 * LEN, LEN).unwrap()].into(),
     })
     .unwrap();
     let wr = |id, op, off| {
-        let mut w = SendWr::new(id, op, SendData::Sges(vec![ma.sge(off, LEN)].into()));
+        let mut w = SendWr::new(
+            id,
+            op,
+            SendData::Sges(vec![ma.sge(off, LEN).unwrap()].into()),
+        );
         (w.remote_addr, w.rkey, w.flags) = (mb.addr(), mb.rkey(), SendFlags::SIGNALED);
         w
     };
@@ -78,10 +82,10 @@ fn exchange(secure: bool, pcap: &Path, last: u8) -> Secrets {
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
     let mut got = vec![0u8; LEN];
     for off in [0, 2 * LEN] {
-        assert!(mb.read(off, &mut got));
+        mb.read(off, &mut got).unwrap();
         assert_eq!(got, payload, "at {off}");
     }
-    assert!(ma.read(LEN, &mut got));
+    ma.read(LEN, &mut got).unwrap();
     assert_eq!(got, payload, "the READ");
     let s = Secrets {
         rkey: mb.rkey(),

@@ -22,7 +22,9 @@ pub mod memory;
 mod mr;
 mod mw;
 mod qp;
+mod remote;
 pub mod secure;
+mod send_wr;
 pub mod slot;
 mod srq;
 mod timers;
@@ -40,6 +42,7 @@ pub use limits::{apply_limits, AtomicCap, DeviceAttr, PeerLimits, MAX_PACKET};
 pub use memory::SharedBuffer;
 pub use mr::MemoryRegion;
 pub use qp::{Doorbells, QpPost, QpTransport};
+pub use remote::RemoteBuf;
 pub use slot::Slot;
 pub use srq::SrqAttr;
 pub use verbs::{

@@ -1,27 +1,16 @@
-//! A complete RC program: two processes' worth of code in two threads. The server exposes a
-//! buffer; the client connects over TCP, RDMA WRITEs into it, READs it back, then SENDs a
-//! message with immediate data that the server receives.
+//! A complete RC program: two processes' worth of code in two threads. The server offers a
+//! buffer in its endpoint; the client connects over TCP (the endpoints cross as bytes),
+//! RDMA WRITEs into the buffer, READs it back, then SENDs a message with immediate data
+//! that the server receives.
 //!
 //!     cargo run --release -p oxrdma --example rc_write_read_send
 
-use oxrdma::{
-    exchange, Access, ConnectOptions, Context, PeerInfo, QpCap, QpType, RecvWr, SendData, SendWr,
-    WcStatus, WorkCompletion, WrOpcode,
-};
+use oxrdma::{Access, ConnectOptions, Context, QpCap, QpType, RecvWr, SendWr};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 const LEN: usize = 1 << 20;
-
-fn wait(cq: &oxrdma::CompletionQueue, n: usize) -> oxrdma::Result<Vec<WorkCompletion>> {
-    let mut wcs = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while wcs.len() < n && Instant::now() < deadline {
-        cq.poll(&mut wcs, n)?;
-    }
-    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
-    Ok(wcs)
-}
+const WAIT: Duration = Duration::from_secs(10);
 
 fn server(listener: TcpListener) -> oxrdma::Result<()> {
     let ctx = Context::open("127.0.0.41".parse().unwrap())?;
@@ -33,26 +22,23 @@ fn server(listener: TcpListener) -> oxrdma::Result<()> {
     let cq = ctx.create_cq(64)?;
     let qp = pd.create_qp(&cq, &cq, QpType::Rc, QpCap::default())?;
     let (mut stream, _) = listener.accept()?;
-    let me = PeerInfo {
-        endpoint: qp.endpoint(),
-        addr: mr.addr(),
-        rkey: mr.rkey(),
-        len: LEN as u64,
-    };
-    let peer = exchange(&mut stream, &me)?;
-    qp.connect(&peer.endpoint, &ConnectOptions::default())?;
+    let peer = qp
+        .endpoint()
+        .with_buffer(mr.remote())
+        .exchange(&mut stream)?;
+    qp.connect(&peer, &ConnectOptions::default())?;
     // (A SEND arriving before this receive is posted meets an RNR NAK and is retried.)
     qp.post_recv(RecvWr {
         wr_id: 1,
-        sges: vec![mr.sge(0, 64)].into(),
+        sges: vec![mr.sge(0, 64)?].into(),
     })?;
-    let wc = wait(&cq, 1)?;
-    let mut msg = vec![0u8; wc[0].byte_len as usize];
-    mr.read(0, &mut msg);
+    let wc = cq.wait_one(WAIT)?.result()?;
+    let mut msg = vec![0u8; wc.byte_len as usize];
+    mr.read(0, &mut msg)?;
     println!(
         "server: received {:?} with immediate {:#x}",
         String::from_utf8_lossy(&msg),
-        wc[0].imm.unwrap_or(0)
+        wc.imm.unwrap_or(0)
     );
     Ok(())
 }
@@ -64,45 +50,24 @@ fn client(port: u16) -> oxrdma::Result<()> {
     let cq = ctx.create_cq(64)?;
     let qp = pd.create_qp(&cq, &cq, QpType::Rc, QpCap::default())?;
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    let me = PeerInfo {
-        endpoint: qp.endpoint(),
-        addr: mr.addr(),
-        rkey: mr.rkey(),
-        len: 0,
-    };
-    let peer = exchange(&mut stream, &me)?;
-    qp.connect(&peer.endpoint, &ConnectOptions::default())?;
+    let peer = qp.endpoint().exchange(&mut stream)?;
+    qp.connect(&peer, &ConnectOptions::default())?;
+    let remote = peer.buffers[0];
 
     let data: Vec<u8> = (0..LEN).map(|i| (i * 31 % 251) as u8).collect();
-    mr.write(0, &data);
+    mr.write(0, &data)?;
     let start = Instant::now();
-    let mut w = SendWr::new(
-        1,
-        WrOpcode::RdmaWrite,
-        SendData::Sges(vec![mr.sge(0, LEN)].into()),
-    );
-    (w.remote_addr, w.rkey) = (peer.addr, peer.rkey);
-    qp.post_send(w)?;
-    let mut r = SendWr::new(
-        2,
-        WrOpcode::RdmaRead,
-        SendData::Sges(vec![mr.sge(LEN, LEN)].into()),
-    );
-    (r.remote_addr, r.rkey) = (peer.addr, peer.rkey);
-    qp.post_send(r)?;
-    wait(&cq, 2)?;
+    qp.post_send(SendWr::write(1, [mr.sge(0, LEN)?], remote)?)?;
+    qp.post_send(SendWr::read(2, [mr.sge(LEN, LEN)?], remote)?)?;
+    for _ in 0..2 {
+        cq.wait_one(WAIT)?.result()?;
+    }
     let mut back = vec![0u8; LEN];
-    mr.read(LEN, &mut back);
+    mr.read(LEN, &mut back)?;
     assert_eq!(back, data);
     println!("client: wrote and read back 1 MiB in {:?}", start.elapsed());
-    let mut s = SendWr::new(
-        3,
-        WrOpcode::SendWithImm,
-        SendData::Inline(b"hello, RDMA"[..].into()),
-    );
-    s.imm = 0x1234;
-    qp.post_send(s)?;
-    wait(&cq, 1)?;
+    qp.post_send(SendWr::send_inline(3, b"hello, RDMA").with_imm(0x1234)?)?;
+    cq.wait_one(WAIT)?.result()?;
     Ok(())
 }
 

@@ -276,6 +276,7 @@ impl Context {
             cq,
             ring,
             live: true,
+            waiter: std::sync::OnceLock::new(),
         })
     }
 

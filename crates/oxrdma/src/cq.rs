@@ -4,7 +4,11 @@ use crate::channel::CompletionChannel;
 use crate::context::Context;
 use crate::error::Result;
 use oxrdma_core::WorkCompletion;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How often [`CompletionQueue::wait`] looks at a CQ armed for another channel.
+const ELSEWHERE: Duration = Duration::from_millis(1);
 
 /// An empty poll that finds another thread driving yields the CPU once in this many.
 const YIELD_EVERY: u32 = 32;
@@ -22,6 +26,8 @@ pub struct CompletionQueue {
     pub(crate) ring: Arc<oxrdma_core::CqRing>,
     /// Cleared by `try_destroy` once the engine has let the CQ go.
     pub(crate) live: bool,
+    /// The channel [`Self::wait`] sleeps on, made at its first sleep.
+    pub(crate) waiter: OnceLock<Box<CompletionChannel>>,
 }
 
 impl CompletionQueue {
@@ -84,6 +90,73 @@ impl CompletionQueue {
         self.ctx
             .shared()
             .arm(self.cq, self.ring.clone(), channel.inner.clone());
+    }
+
+    /// Waits up to `timeout` for completions and appends up to `max` of them to `out`
+    /// (the first that come; 0 if none came in time). While none is there it moves the
+    /// device's packets, spins briefly, then sleeps on a completion channel of its own
+    /// (armed here; a CQ a program armed for its own channel is looked at every
+    /// millisecond instead), so an idle waiter costs no CPU.
+    pub fn wait(
+        &self,
+        out: &mut Vec<WorkCompletion>,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<usize> {
+        let start = Instant::now();
+        loop {
+            let n = self.poll(out, max)?;
+            if n > 0 || max == 0 {
+                return Ok(n);
+            }
+            let left = match timeout.checked_sub(start.elapsed()) {
+                Some(left) if !left.is_zero() => left,
+                _ => return Ok(0),
+            };
+            let channel = match self.waiter.get() {
+                Some(c) => c,
+                None => {
+                    let c = Box::new(self.ctx.create_comp_channel()?);
+                    self.waiter.get_or_init(|| c)
+                }
+            };
+            let ours = self
+                .ctx
+                .shared()
+                .arm(self.cq, self.ring.clone(), channel.inner.clone());
+            // What came before the arm raises no event: look once more.
+            let n = self.poll(out, max)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            channel.wait(if ours { left } else { left.min(ELSEWHERE) })?;
+        }
+    }
+
+    /// The next completion, waiting up to `timeout` for it ([`Self::wait`]); an error
+    /// (`TimedOut`) if none came.
+    pub fn wait_one(&self, timeout: Duration) -> Result<WorkCompletion> {
+        let mut out = Vec::with_capacity(1);
+        self.wait(&mut out, 1, timeout)?;
+        out.pop().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::TimedOut, "no completion came in time").into()
+        })
+    }
+
+    /// The next `n` completions, waiting up to `timeout` in all ([`Self::wait`]); an error
+    /// (`TimedOut`) naming how many came if not all did (those stay taken).
+    pub fn wait_for(&self, n: usize, timeout: Duration) -> Result<Vec<WorkCompletion>> {
+        let start = Instant::now();
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let left = timeout.saturating_sub(start.elapsed());
+            let want = n - out.len();
+            if self.wait(&mut out, want, left)? == 0 {
+                let why = format!("{} of {n} completions came in {timeout:?}", out.len());
+                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why).into());
+            }
+        }
+        Ok(out)
     }
 
     /// Once destroyed: an arm left waiting reports nothing (and no longer tells the

@@ -5,73 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::secure::PublicKey;
-use oxrdma_core::Gid;
-use std::ops::{Bound, RangeBounds};
-
-/// Memory a peer may access: its address as the peer names it, its rkey, its length
-/// ([`MemoryRegion::remote`](crate::MemoryRegion::remote)). A work request aimed at a
-/// `RemoteBuf` cannot miss its rkey, and a slice of one cannot reach past its end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct RemoteBuf {
-    addr: u64,
-    rkey: u32,
-    len: u64,
-}
-
-impl RemoteBuf {
-    /// A peer's memory as it described it (for a peer that is not oxrdma: `len` bytes at
-    /// `addr` under `rkey`). `None` if the range wraps around the address space.
-    pub fn new(addr: u64, rkey: u32, len: u64) -> Option<RemoteBuf> {
-        addr.checked_add(len)?;
-        Some(RemoteBuf { addr, rkey, len })
-    }
-
-    /// The address of its first byte, as the peer names it.
-    pub fn addr(&self) -> u64 {
-        self.addr
-    }
-
-    /// The key that grants access to it.
-    pub fn rkey(&self) -> u32 {
-        self.rkey
-    }
-
-    /// Its length in bytes.
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// Whether it holds no byte.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The bytes `range` of it (offsets from its start), or an error if the range reaches
-    /// past its end.
-    pub fn slice(&self, range: impl RangeBounds<u64>) -> Result<RemoteBuf> {
-        let start = match range.start_bound() {
-            Bound::Included(&s) => s,
-            Bound::Excluded(&s) => s.saturating_add(1),
-            Bound::Unbounded => 0,
-        };
-        let end = match range.end_bound() {
-            Bound::Included(&e) => e.saturating_add(1),
-            Bound::Excluded(&e) => e,
-            Bound::Unbounded => self.len,
-        };
-        if start > end || end > self.len {
-            return Err(Error::Verbs(oxrdma_core::VerbsError::InvalidArgument(
-                "a remote slice reaches past the buffer's end",
-            )));
-        }
-        Ok(RemoteBuf {
-            addr: self.addr + start,
-            rkey: self.rkey,
-            len: end - start,
-        })
-    }
-}
+use oxrdma_core::{Gid, RemoteBuf};
 
 /// What the other side needs to connect to a QP, and the memory it may access.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,9 +58,9 @@ impl Endpoint {
         let n = u16::try_from(self.buffers.len()).unwrap_or(u16::MAX);
         b.extend_from_slice(&n.to_be_bytes());
         for r in self.buffers.iter().take(usize::from(n)) {
-            b.extend_from_slice(&r.addr.to_be_bytes());
-            b.extend_from_slice(&r.rkey.to_be_bytes());
-            b.extend_from_slice(&r.len.to_be_bytes());
+            b.extend_from_slice(&r.addr().to_be_bytes());
+            b.extend_from_slice(&r.rkey().to_be_bytes());
+            b.extend_from_slice(&r.len().to_be_bytes());
         }
         b
     }
@@ -199,6 +133,29 @@ mod gid_text {
         let text = String::deserialize(d)?;
         let a: Ipv6Addr = text.parse().map_err(D::Error::custom)?;
         Ok(Gid(a.octets()))
+    }
+}
+
+impl Endpoint {
+    /// Sends this endpoint over `stream` (a `TcpStream`, usually) and returns the peer's:
+    /// each side writes its byte form after a 4-byte big-endian length, then reads the
+    /// other's (at most 1 MiB, and nothing past it).
+    pub fn exchange<S: std::io::Read + std::io::Write>(&self, stream: &mut S) -> Result<Endpoint> {
+        let mine = self.to_bytes();
+        let n =
+            u32::try_from(mine.len()).map_err(|_| Error::BadPeer("endpoint too large".into()))?;
+        stream.write_all(&n.to_be_bytes())?;
+        stream.write_all(&mine)?;
+        stream.flush()?;
+        let mut len = [0u8; 4];
+        stream.read_exact(&mut len)?;
+        let len = u32::from_be_bytes(len) as usize;
+        if len > 1 << 20 {
+            return Err(Error::BadPeer(format!("a {len}-byte endpoint")));
+        }
+        let mut theirs = vec![0u8; len];
+        stream.read_exact(&mut theirs)?;
+        Endpoint::from_bytes(&theirs)
     }
 }
 
@@ -294,22 +251,5 @@ mod tests {
         assert_eq!(serde_json::from_str::<Endpoint>(&json).unwrap(), e);
         let bad = json.replace("::ffff:10.1.2.3", "not an address");
         assert!(serde_json::from_str::<Endpoint>(&bad).is_err());
-    }
-
-    #[test]
-    fn a_slice_stays_inside_its_buffer() {
-        let r = RemoteBuf::new(0x1000, 5, 100).unwrap();
-        let s = r.slice(10..30).unwrap();
-        assert_eq!((s.addr(), s.rkey(), s.len()), (0x100a, 5, 20));
-        assert_eq!(r.slice(..).unwrap(), r);
-        assert_eq!(r.slice(90..).unwrap().len(), 10);
-        assert_eq!(r.slice(..=99).unwrap().len(), 100);
-        assert!(r.slice(..=100).is_err());
-        assert!(r.slice(50..101).is_err());
-        #[allow(clippy::reversed_empty_ranges)]
-        let backwards = r.slice(60..50);
-        assert!(backwards.is_err());
-        assert!(s.slice(0..21).is_err(), "a slice of a slice");
-        assert!(RemoteBuf::new(u64::MAX, 1, 2).is_none());
     }
 }

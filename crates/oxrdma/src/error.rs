@@ -24,6 +24,9 @@ pub enum Error {
     /// A setting from the environment or a configuration file that does not parse.
     #[error("configuration: {0}")]
     Config(String),
+    /// A work request that completed in error (`WorkCompletion::result`).
+    #[error(transparent)]
+    Completion(#[from] oxrdma_core::WcError),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -58,6 +61,7 @@ impl From<Error> for std::io::Error {
             Error::BadPeer(_) => K::InvalidData,
             Error::Cm(CmError::UnknownId) | Error::NoInterface(_) => K::NotFound,
             Error::Cm(_) | Error::CmState(_) | Error::Config(_) => K::InvalidInput,
+            Error::Completion(_) => K::Other,
         };
         std::io::Error::new(kind, e)
     }

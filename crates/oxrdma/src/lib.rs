@@ -40,10 +40,11 @@ pub mod raw {
     pub use crate::device::Device;
 }
 pub use cq::CompletionQueue;
-pub use endpoint::{Endpoint, RemoteBuf};
+pub use endpoint::Endpoint;
 pub use error::{Error, Result};
 pub use oxrdma_core::cm::CmError;
 pub use oxrdma_core::secure::Suite;
+pub use oxrdma_core::RemoteBuf;
 pub use oxrdma_udp::{interfaces, BindError, RxDropReport};
 pub use pd::{
     AddressHandle, MemoryRegion, MemoryWindow, ProtectionDomain, QpInit, SharedReceiveQueue,

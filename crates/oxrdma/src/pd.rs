@@ -3,7 +3,7 @@
 use crate::context::Context;
 use crate::error::Result;
 use crate::events::Source;
-use oxrdma_core::{Access, Sge, SharedBuffer};
+use oxrdma_core::{Access, Sge, SharedBuffer, VerbsError};
 use std::sync::Arc;
 
 /// A protection domain: memory regions and QPs in it may be used together.
@@ -248,21 +248,37 @@ impl MemoryRegion {
         crate::RemoteBuf::new(self.addr, self.rkey, self.buf.len() as u64)
             .expect("a registered region does not wrap")
     }
-    /// An SGE for `len` bytes at offset `off`.
-    pub fn sge(&self, off: usize, len: usize) -> Sge {
-        Sge {
+    /// An SGE for `len` bytes at offset `off`; an error if they are not all in the
+    /// region (or `len` exceeds an SGE's 32 bits).
+    pub fn sge(&self, off: usize, len: usize) -> Result<Sge> {
+        self.range(off, len)?;
+        let length = u32::try_from(len)
+            .map_err(|_| VerbsError::InvalidArgument("an SGE holds 4 GiB less a byte at most"))?;
+        Ok(Sge {
             addr: self.addr + off as u64,
-            length: len as u32,
+            length,
             lkey: self.lkey,
+        })
+    }
+    /// Copies `data` in at `off`; an error (and nothing copied) if it does not fit.
+    pub fn write(&self, off: usize, data: &[u8]) -> Result<()> {
+        self.range(off, data.len())?;
+        self.buf.write(off, data);
+        Ok(())
+    }
+    /// Copies bytes out from `off` into all of `out`; an error (and nothing copied) if the
+    /// range does not fit.
+    pub fn read(&self, off: usize, out: &mut [u8]) -> Result<()> {
+        self.range(off, out.len())?;
+        self.buf.read(off, out);
+        Ok(())
+    }
+    /// `len` bytes at `off` are in the region.
+    fn range(&self, off: usize, len: usize) -> Result<()> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.buf.len() => Ok(()),
+            _ => Err(VerbsError::InvalidArgument("a range outside the memory region").into()),
         }
-    }
-    /// Copies `data` in at `off`; false if it does not fit.
-    pub fn write(&self, off: usize, data: &[u8]) -> bool {
-        self.buf.write(off, data)
-    }
-    /// Copies bytes out from `off`; false if the range does not fit.
-    pub fn read(&self, off: usize, out: &mut [u8]) -> bool {
-        self.buf.read(off, out)
     }
     /// The bytes at `off..off + len` without a copy (None if out of range).
     ///

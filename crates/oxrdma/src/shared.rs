@@ -204,18 +204,25 @@ impl Shared {
     /// does, must not be woken again for it). Wakes the engine thread if it does not
     /// watch the socket and no thread waits in `get_event` (lock order: `dev` before
     /// `armed`).
-    pub fn arm(&self, cq: u32, ring: Arc<CqRing>, channel: Arc<ChannelInner>) {
+    ///
+    /// Returns whether `channel` is the one the CQ's next event goes to (false: the CQ was
+    /// armed for another channel already).
+    pub fn arm(&self, cq: u32, ring: Arc<CqRing>, channel: Arc<ChannelInner>) -> bool {
         let mut armed = lock(&self.armed);
         let added_at_arm = ring.added();
         // Armed again before its event: one arm, the earlier (its event is the one owed).
-        if !armed.iter().any(|a| a.cq == cq) {
-            armed.push(Armed {
-                cq,
-                ring,
-                added_at_arm,
-                channel,
-            });
-        }
+        let ours = match armed.iter().find(|a| a.cq == cq) {
+            Some(a) => Arc::ptr_eq(&a.channel, &channel),
+            None => {
+                armed.push(Armed {
+                    cq,
+                    ring,
+                    added_at_arm,
+                    channel,
+                });
+                true
+            }
+        };
         self.any_armed.store(true, Ordering::SeqCst);
         drop(armed);
         if self
@@ -224,6 +231,7 @@ impl Shared {
         {
             self.ring();
         }
+        ours
     }
 
     /// Disarms `cq` (it is destroyed): it reports nothing more.

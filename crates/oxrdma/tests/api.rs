@@ -52,24 +52,24 @@ fn write_read_send_with_engine_threads() {
     let b = side("127.0.0.22", 1, 4 << 20);
     connect_all(&a, &b);
     let data: Vec<u8> = (0..(2 << 20)).map(|i: usize| (i * 7 % 253) as u8).collect();
-    a.mr.write(0, &data);
+    a.mr.write(0, &data).unwrap();
     b.qps[0]
         .post_recv(RecvWr {
             wr_id: 9,
-            sges: vec![b.mr.sge(3 << 20, 100)].into(),
+            sges: vec![b.mr.sge(3 << 20, 100).unwrap()].into(),
         })
         .unwrap();
     let mut w = SendWr::new(
         1,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![a.mr.sge(0, data.len())].into()),
+        SendData::Sges(vec![a.mr.sge(0, data.len()).unwrap()].into()),
     );
     (w.remote_addr, w.rkey) = (b.mr.addr(), b.mr.rkey());
     a.qps[0].post_send(w).unwrap();
     let mut r = SendWr::new(
         2,
         WrOpcode::RdmaRead,
-        SendData::Sges(vec![a.mr.sge(2 << 20, data.len())].into()),
+        SendData::Sges(vec![a.mr.sge(2 << 20, data.len()).unwrap()].into()),
     );
     (r.remote_addr, r.rkey) = (b.mr.addr(), b.mr.rkey());
     a.qps[0].post_send(r).unwrap();
@@ -83,7 +83,7 @@ fn write_read_send_with_engine_threads() {
     let wcs = wait(&a.cq, 3);
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
     let mut back = vec![0u8; data.len()];
-    a.mr.read(2 << 20, &mut back);
+    a.mr.read(2 << 20, &mut back).unwrap();
     assert!(back == data);
     let r = wait(&b.cq, 1);
     assert_eq!((r[0].wr_id, r[0].byte_len), (9, 4));
@@ -192,12 +192,12 @@ fn sixty_four_qps_from_four_threads() {
             std::thread::spawn(move || {
                 for q in (t * 16)..(t * 16 + 16) {
                     let off = q * 8192;
-                    a.mr.write(off, &vec![q as u8; 8192]);
+                    a.mr.write(off, &vec![q as u8; 8192]).unwrap();
                     for k in 0..4 {
                         let mut w = SendWr::new(
                             (q * 4 + k) as u64,
                             WrOpcode::RdmaWrite,
-                            SendData::Sges(vec![a.mr.sge(off, 8192)].into()),
+                            SendData::Sges(vec![a.mr.sge(off, 8192).unwrap()].into()),
                         );
                         (w.remote_addr, w.rkey) = (addr + off as u64, rkey);
                         a.qps[q].post_send(w).unwrap();
@@ -211,7 +211,7 @@ fn sixty_four_qps_from_four_threads() {
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
     for q in 0..64 {
         let mut got = vec![0u8; 8192];
-        b.mr.read(q * 8192, &mut got);
+        b.mr.read(q * 8192, &mut got).unwrap();
         assert!(got.iter().all(|&x| x == q as u8), "QP {q}'s region");
     }
 }
@@ -253,13 +253,18 @@ fn bad_arguments_are_clear_errors_that_change_nothing() {
     let e = err(qp.post_send(SendWr::new(
         1,
         WrOpcode::Send,
-        SendData::Sges(vec![mr.sge(0, 8)].into()),
+        SendData::Sges(vec![mr.sge(0, 8).unwrap()].into()),
     )));
     assert!(!e.is_empty());
+    assert!(mr.sge(0, 4096).is_err(), "the region refuses to make it");
+    let beyond = oxrdma::Sge {
+        length: 4096,
+        ..mr.sge(0, 8).unwrap()
+    };
     assert!(qp
         .post_recv(RecvWr {
             wr_id: 2,
-            sges: vec![mr.sge(0, 4096)].into()
+            sges: vec![beyond].into()
         })
         .is_err());
     // Nothing was queued: the CQ stays empty.
@@ -276,11 +281,11 @@ fn bad_arguments_are_clear_errors_that_change_nothing() {
 /// A WRITE from `a` into `b`'s region at `off`; `a` polls for its completion, `b`'s
 /// application does not call in: the bytes must land by `b`'s engine thread alone.
 fn write_to_a_silent_target(a: &Side, b: &Side, off: usize, byte: u8) -> Duration {
-    a.mr.write(0, &[byte; 64]);
+    a.mr.write(0, &[byte; 64]).unwrap();
     let mut w = SendWr::new(
         u64::from(byte),
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![a.mr.sge(0, 64)].into()),
+        SendData::Sges(vec![a.mr.sge(0, 64).unwrap()].into()),
     );
     (w.remote_addr, w.rkey) = (b.mr.addr() + off as u64, b.mr.rkey());
     let t = Instant::now();
@@ -288,7 +293,7 @@ fn write_to_a_silent_target(a: &Side, b: &Side, off: usize, byte: u8) -> Duratio
     let wcs = wait(&a.cq, 1);
     assert_eq!(wcs[0].status, WcStatus::Success, "{wcs:?}");
     let mut got = [0u8; 64];
-    b.mr.read(off, &mut got);
+    b.mr.read(off, &mut got).unwrap();
     assert_eq!(got, [byte; 64], "the bytes landed before the ACK came back");
     t.elapsed()
 }
@@ -316,7 +321,7 @@ fn a_target_that_stops_calling_in_still_takes_writes() {
     b.qps[0]
         .post_recv(RecvWr {
             wr_id: 7,
-            sges: vec![b.mr.sge(4096, 16)].into(),
+            sges: vec![b.mr.sge(4096, 16).unwrap()].into(),
         })
         .unwrap();
     a.qps[0]
@@ -353,7 +358,7 @@ fn a_passive_targets_engine_thread_stops_polling_when_the_reads_stop() {
         let mut r = SendWr::new(
             i,
             WrOpcode::RdmaRead,
-            SendData::Sges(vec![a.mr.sge(0, 8)].into()),
+            SendData::Sges(vec![a.mr.sge(0, 8).unwrap()].into()),
         );
         (r.remote_addr, r.rkey) = (b.mr.addr(), b.mr.rkey());
         a.qps[0].post_send(r).unwrap();
@@ -386,7 +391,7 @@ fn a_qp_destroyed_right_after_its_last_receive_still_acknowledges_it() {
         s.qps[0]
             .post_recv(RecvWr {
                 wr_id: id,
-                sges: vec![s.mr.sge(1024, 64)].into(),
+                sges: vec![s.mr.sge(1024, 64).unwrap()].into(),
             })
             .unwrap();
     };
@@ -395,7 +400,7 @@ fn a_qp_destroyed_right_after_its_last_receive_still_acknowledges_it() {
             .post_send(SendWr::new(
                 id,
                 WrOpcode::Send,
-                SendData::Sges(vec![s.mr.sge(0, 64)].into()),
+                SendData::Sges(vec![s.mr.sge(0, 64).unwrap()].into()),
             ))
             .unwrap();
     };

@@ -133,7 +133,7 @@ fn rc_connect_to_localhost_moves_data_and_disconnects_cleanly() {
     conn.attach_qp(&qs).unwrap();
     qs.post_recv(RecvWr {
         wr_id: 1,
-        sges: vec![ms.sge(0, 64)].into(),
+        sges: vec![ms.sge(0, 64).unwrap()].into(),
     })
     .unwrap();
     conn.accept(&ConnParam {
@@ -151,30 +151,30 @@ fn rc_connect_to_localhost_moves_data_and_disconnects_cleanly() {
     assert_eq!(expect(chs, CmEventType::Established).id, conn.key());
 
     // Data both ways over the connection the CM set up.
-    mc.write(0, b"over the cm");
+    mc.write(0, b"over the cm").unwrap();
     qc.post_send(SendWr::new(
         7,
         WrOpcode::Send,
-        SendData::Sges(vec![mc.sge(0, 11)].into()),
+        SendData::Sges(vec![mc.sge(0, 11).unwrap()].into()),
     ))
     .unwrap();
     assert_eq!(wait(qc_cq, 1)[0].status, WcStatus::Success);
     let got = wait(qs_cq, 1);
     assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 11));
     let mut buf = [0u8; 11];
-    ms.read(0, &mut buf);
+    ms.read(0, &mut buf).unwrap();
     assert_eq!(&buf, b"over the cm");
-    ms.write(100, b"written back");
+    ms.write(100, b"written back").unwrap();
     let mut w = SendWr::new(
         8,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![ms.sge(100, 12)].into()),
+        SendData::Sges(vec![ms.sge(100, 12).unwrap()].into()),
     );
     (w.remote_addr, w.rkey) = (mc.addr() + 100, mc.rkey());
     qs.post_send(w).unwrap();
     assert_eq!(wait(qs_cq, 1)[0].status, WcStatus::Success);
     let mut buf = [0u8; 12];
-    mc.read(100, &mut buf);
+    mc.read(100, &mut buf).unwrap();
     assert_eq!(&buf, b"written back");
 
     id.disconnect().unwrap();
@@ -307,12 +307,16 @@ fn ud_resolves_the_peer_qp_through_sidr_and_datagrams_flow() {
 
     qs.post_recv(RecvWr {
         wr_id: 1,
-        sges: vec![ms.sge(0, 40 + 64)].into(),
+        sges: vec![ms.sge(0, 40 + 64).unwrap()].into(),
     })
     .unwrap();
     let ah = pc.create_ah(ud.dgid).unwrap();
-    mc.write(0, b"datagram");
-    let mut w = SendWr::new(3, WrOpcode::Send, SendData::Sges(vec![mc.sge(0, 8)].into()));
+    mc.write(0, b"datagram").unwrap();
+    let mut w = SendWr::new(
+        3,
+        WrOpcode::Send,
+        SendData::Sges(vec![mc.sge(0, 8).unwrap()].into()),
+    );
     w.ud = Some(oxrdma::UdDest {
         ah: ah.id(),
         remote_qpn: ud.qp_num,
@@ -326,7 +330,7 @@ fn ud_resolves_the_peer_qp_through_sidr_and_datagrams_flow() {
         (WcStatus::Success, 40 + 8)
     );
     let mut buf = [0u8; 8];
-    ms.read(40, &mut buf);
+    ms.read(40, &mut buf).unwrap();
     assert_eq!(&buf, b"datagram");
 }
 
@@ -363,17 +367,17 @@ fn a_caller_that_moves_its_own_qp_gets_connect_response_and_establishes() {
     expect(chs, CmEventType::Established);
     let ms = ps.register(64, Access::ALL).unwrap();
     let mc = pc.register(64, Access::ALL).unwrap();
-    mc.write(0, b"self-moved");
+    mc.write(0, b"self-moved").unwrap();
     let mut w = SendWr::new(
         1,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![mc.sge(0, 10)].into()),
+        SendData::Sges(vec![mc.sge(0, 10).unwrap()].into()),
     );
     (w.remote_addr, w.rkey) = (ms.addr(), ms.rkey());
     qc.post_send(w).unwrap();
     assert_eq!(wait(cqc, 1)[0].status, WcStatus::Success);
     let mut buf = [0u8; 10];
-    ms.read(0, &mut buf);
+    ms.read(0, &mut buf).unwrap();
     assert_eq!(&buf, b"self-moved");
     drop(id); // destroying a connected id disconnects it
     expect(chs, CmEventType::Disconnected);
@@ -460,7 +464,7 @@ fn a_qp_that_fails_after_established_still_disconnects_cleanly() {
     let mut w = SendWr::new(
         1,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![mc.sge(0, 8)].into()),
+        SendData::Sges(vec![mc.sge(0, 8).unwrap()].into()),
     );
     (w.remote_addr, w.rkey) = (0x1000, 0xdead);
     qc.post_send(w).unwrap();

@@ -92,47 +92,47 @@ fn capture(e: &End, name: &str) -> std::path::PathBuf {
 fn traffic(c: &End, s: &End) {
     s.qp.post_recv(RecvWr {
         wr_id: 1,
-        sges: vec![s.mr.sge(0, 64)].into(),
+        sges: vec![s.mr.sge(0, 64).unwrap()].into(),
     })
     .unwrap();
-    assert!(c.mr.write(0, b"a secret SEND"));
+    c.mr.write(0, b"a secret SEND").unwrap();
     c.qp.post_send(SendWr::new(
         2,
         WrOpcode::Send,
-        SendData::Sges(vec![c.mr.sge(0, 13)].into()),
+        SendData::Sges(vec![c.mr.sge(0, 13).unwrap()].into()),
     ))
     .unwrap();
     assert_eq!(wait(&c.cq, 1)[0].status, WcStatus::Success);
     let got = wait(&s.cq, 1);
     assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 13));
     let mut buf = [0u8; 13];
-    assert!(s.mr.read(0, &mut buf));
+    s.mr.read(0, &mut buf).unwrap();
     assert_eq!(&buf, b"a secret SEND");
 
-    assert!(c.mr.write(100, b"a secret WRITE"));
+    c.mr.write(100, b"a secret WRITE").unwrap();
     let mut w = SendWr::new(
         3,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![c.mr.sge(100, 14)].into()),
+        SendData::Sges(vec![c.mr.sge(100, 14).unwrap()].into()),
     );
     (w.remote_addr, w.rkey) = (s.mr.addr() + 100, s.mr.rkey());
     c.qp.post_send(w).unwrap();
     assert_eq!(wait(&c.cq, 1)[0].status, WcStatus::Success);
     let mut buf = [0u8; 14];
-    assert!(s.mr.read(100, &mut buf));
+    s.mr.read(100, &mut buf).unwrap();
     assert_eq!(&buf, b"a secret WRITE");
 
-    assert!(s.mr.write(200, b"a secret READ"));
+    s.mr.write(200, b"a secret READ").unwrap();
     let mut r = SendWr::new(
         4,
         WrOpcode::RdmaRead,
-        SendData::Sges(vec![c.mr.sge(200, 13)].into()),
+        SendData::Sges(vec![c.mr.sge(200, 13).unwrap()].into()),
     );
     (r.remote_addr, r.rkey) = (s.mr.addr() + 200, s.mr.rkey());
     c.qp.post_send(r).unwrap();
     assert_eq!(wait(&c.cq, 1)[0].status, WcStatus::Success);
     let mut buf = [0u8; 13];
-    assert!(c.mr.read(200, &mut buf));
+    c.mr.read(200, &mut buf).unwrap();
     assert_eq!(&buf, b"a secret READ");
 }
 

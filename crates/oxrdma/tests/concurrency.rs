@@ -55,7 +55,7 @@ fn posting_polling_and_registering_from_seven_threads() {
             let (qp, ma, done) = (qps[q].0.clone(), ma.clone(), done.clone());
             std::thread::spawn(move || {
                 let src = q * CHUNK;
-                ma.write(src, &[q as u8 + 1; CHUNK]);
+                ma.write(src, &[q as u8 + 1; CHUNK]).unwrap();
                 let deadline = Instant::now() + Duration::from_secs(60);
                 for i in 0..WRS {
                     while i - done[q].load(Ordering::Acquire) >= DEPTH {
@@ -68,7 +68,7 @@ fn posting_polling_and_registering_from_seven_threads() {
                     } else {
                         (WrOpcode::RdmaRead, QPS * CHUNK + src)
                     };
-                    let sges = vec![ma.sge(local, CHUNK)];
+                    let sges = vec![ma.sge(local, CHUNK).unwrap()];
                     let mut w = SendWr::new((q as u64) << 32 | i, op, SendData::Sges(sges.into()));
                     (w.remote_addr, w.rkey) = (addr + (q * CHUNK) as u64, rkey);
                     qp.post_send(w).unwrap();
@@ -110,9 +110,9 @@ fn posting_polling_and_registering_from_seven_threads() {
             let mut n = 0u64;
             while !stop.load(Ordering::Acquire) {
                 let mr = pa.register(64 << 10, Access::ALL).unwrap();
-                assert!(mr.write(0, &[n as u8; 64 << 10]));
+                mr.write(0, &[n as u8; 64 << 10]).unwrap();
                 let mut back = [0u8; 16];
-                assert!(mr.read(1000, &mut back));
+                mr.read(1000, &mut back).unwrap();
                 assert_eq!(back, [n as u8; 16]);
                 drop(mr);
                 n += 1;
@@ -144,9 +144,9 @@ fn posting_polling_and_registering_from_seven_threads() {
     // The bytes: b holds each QP's chunk, and a read it back.
     for q in 0..QPS {
         let mut got = vec![0u8; CHUNK];
-        mb.read(q * CHUNK, &mut got);
+        mb.read(q * CHUNK, &mut got).unwrap();
         assert!(got.iter().all(|&x| x == q as u8 + 1), "b's chunk of QP {q}");
-        ma.read(QPS * CHUNK + q * CHUNK, &mut got);
+        ma.read(QPS * CHUNK + q * CHUNK, &mut got).unwrap();
         assert!(
             got.iter().all(|&x| x == q as u8 + 1),
             "a's READ-back of QP {q}"

@@ -42,23 +42,23 @@ fn two_contexts_of_one_device_share_the_nic_and_keep_their_events() {
     for i in 0..2 {
         srq.post_recv(RecvWr {
             wr_id: i,
-            sges: vec![mb.sge(i as usize * 64, 64)].into(),
+            sges: vec![mb.sge(i as usize * 64, 64).unwrap()].into(),
         })
         .unwrap();
     }
     srq.arm(2).unwrap();
-    ma.write(0, b"one nic, two contexts");
+    ma.write(0, b"one nic, two contexts").unwrap();
     qa.post_send(SendWr::new(
         9,
         WrOpcode::Send,
-        SendData::Sges(vec![ma.sge(0, 21)].into()),
+        SendData::Sges(vec![ma.sge(0, 21).unwrap()].into()),
     ))
     .unwrap();
     assert_eq!(wait(&ca, 1)[0].status, WcStatus::Success);
     let got = wait(&cb, 1);
     assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 21));
     let mut bytes = [0u8; 21];
-    assert!(mb.read(0, &mut bytes));
+    mb.read(0, &mut bytes).unwrap();
     assert_eq!(&bytes, b"one nic, two contexts");
 
     // The SRQ (b's) fell to its limit: b gets the event, a gets nothing.
@@ -114,7 +114,7 @@ fn a_post_list_rings_the_doorbell_once() {
         let mut w = SendWr::new(
             i,
             WrOpcode::RdmaWrite,
-            SendData::Sges(vec![mr.sge(0, 8)].into()),
+            SendData::Sges(vec![mr.sge(0, 8).unwrap()].into()),
         );
         (w.remote_addr, w.rkey) = (mr.addr() + 8 * (i % 500), mr.rkey());
         w

@@ -195,7 +195,7 @@ fn ud_from(a: &Context, b: &Context, index: u8) {
     );
     qb.post_recv(oxrdma::RecvWr {
         wr_id: 7,
-        sges: vec![mb.sge(0, 1024)].into(),
+        sges: vec![mb.sge(0, 1024).unwrap()].into(),
     })
     .unwrap();
     let dgid = b.gids()[usize::from(index)];
@@ -205,11 +205,11 @@ fn ud_from(a: &Context, b: &Context, index: u8) {
             sgid_index: index,
         })
         .unwrap();
-    ma.write(0, b"from the IPv6 GID");
+    ma.write(0, b"from the IPv6 GID").unwrap();
     let mut w = SendWr::new(
         1,
         WrOpcode::Send,
-        SendData::Sges(vec![ma.sge(0, 17)].into()),
+        SendData::Sges(vec![ma.sge(0, 17).unwrap()].into()),
     );
     w.ud = Some(oxrdma::UdDest {
         ah: ah.id(),
@@ -225,11 +225,11 @@ fn ud_from(a: &Context, b: &Context, index: u8) {
     }
     assert_eq!(wcs[0].status, WcStatus::Success, "{wcs:?}");
     let mut grh = [0u8; 40];
-    mb.read(0, &mut grh);
+    mb.read(0, &mut grh).unwrap();
     assert_eq!(&grh[8..24], &a.gids()[usize::from(index)].0, "GRH source");
     assert_eq!(&grh[24..40], &dgid.0, "GRH destination");
     let mut body = [0u8; 17];
-    mb.read(40, &mut body);
+    mb.read(40, &mut body).unwrap();
     assert_eq!(&body, b"from the IPv6 GID");
 }
 
@@ -272,18 +272,18 @@ fn transfer(a: &Context, b: &Context, gid_index: Option<u8>, label: &str) {
     qa.connect(&end(&qb), &o).unwrap();
     qb.connect(&end(&qa), &o).unwrap();
     let data: Vec<u8> = (0..(1 << 20)).map(|i: usize| (i % 241) as u8).collect();
-    ma.write(0, &data);
+    ma.write(0, &data).unwrap();
     let mut w = SendWr::new(
         1,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![ma.sge(0, data.len())].into()),
+        SendData::Sges(vec![ma.sge(0, data.len()).unwrap()].into()),
     );
     (w.remote_addr, w.rkey) = (mb.addr(), mb.rkey());
     qa.post_send(w).unwrap();
     let mut r = SendWr::new(
         2,
         WrOpcode::RdmaRead,
-        SendData::Sges(vec![ma.sge(1 << 20, data.len())].into()),
+        SendData::Sges(vec![ma.sge(1 << 20, data.len()).unwrap()].into()),
     );
     (r.remote_addr, r.rkey) = (mb.addr(), mb.rkey());
     qa.post_send(r).unwrap();
@@ -298,10 +298,10 @@ fn transfer(a: &Context, b: &Context, gid_index: Option<u8>, label: &str) {
         "{label}: {wcs:?}"
     );
     let mut back = vec![0u8; data.len()];
-    ma.read(1 << 20, &mut back);
+    ma.read(1 << 20, &mut back).unwrap();
     assert!(back == data);
     let mut got = vec![0u8; data.len()];
-    mb.read(0, &mut got);
+    mb.read(0, &mut got).unwrap();
     assert!(got == data);
 }
 
@@ -343,7 +343,7 @@ fn a_qp_to_an_unreachable_peer_ends_in_retry_exc_and_the_device_goes_on() {
         let mut w = SendWr::new(
             9,
             WrOpcode::RdmaWrite,
-            SendData::Sges(vec![mr.sge(0, 64)].into()),
+            SendData::Sges(vec![mr.sge(0, 64).unwrap()].into()),
         );
         (w.remote_addr, w.rkey) = (0x1000, 0x77);
         let start = Instant::now();
@@ -466,12 +466,12 @@ fn rc_through_random_loss_and_reordering() {
     for i in 0..60u64 {
         let len = sizes[i as usize % sizes.len()];
         let data: Vec<u8> = (0..len).map(|j| (j as u64 * 7 + i) as u8).collect();
-        assert!(ma.write(0, &data));
+        ma.write(0, &data).unwrap();
         // WRITE it over, READ it back elsewhere, SEND it into a receive.
         let mut w = SendWr::new(
             3 * i,
             WrOpcode::RdmaWrite,
-            SendData::Sges(vec![ma.sge(0, len)].into()),
+            SendData::Sges(vec![ma.sge(0, len).unwrap()].into()),
         );
         w.flags = oxrdma::SendFlags::SIGNALED;
         (w.remote_addr, w.rkey) = (mb.addr(), mb.rkey());
@@ -480,31 +480,31 @@ fn rc_through_random_loss_and_reordering() {
         let mut r = SendWr::new(
             3 * i + 1,
             WrOpcode::RdmaRead,
-            SendData::Sges(vec![ma.sge(1 << 20, len)].into()),
+            SendData::Sges(vec![ma.sge(1 << 20, len).unwrap()].into()),
         );
         r.flags = oxrdma::SendFlags::SIGNALED;
         (r.remote_addr, r.rkey) = (mb.addr(), mb.rkey());
         qa.post_send(r).unwrap();
         wait(&ca, 3 * i + 1);
         let mut back = vec![0u8; len];
-        assert!(ma.read(1 << 20, &mut back));
+        ma.read(1 << 20, &mut back).unwrap();
         assert!(back == data, "READ {i} of {len} B brought other bytes");
         qb.post_recv(oxrdma::RecvWr {
             wr_id: 3 * i + 2,
-            sges: vec![mb.sge(512 << 10, len)].into(),
+            sges: vec![mb.sge(512 << 10, len).unwrap()].into(),
         })
         .unwrap();
         let mut s = SendWr::new(
             3 * i + 2,
             WrOpcode::Send,
-            SendData::Sges(vec![ma.sge(0, len)].into()),
+            SendData::Sges(vec![ma.sge(0, len).unwrap()].into()),
         );
         s.flags = oxrdma::SendFlags::SIGNALED;
         qa.post_send(s).unwrap();
         wait(&ca, 3 * i + 2);
         wait(&cb, 3 * i + 2);
         let mut got = vec![0u8; len];
-        assert!(mb.read(512 << 10, &mut got));
+        mb.read(512 << 10, &mut got).unwrap();
         assert!(got == data, "SEND {i} of {len} B arrived as other bytes");
     }
     // Nothing more completes: each WR once.

@@ -60,24 +60,24 @@ fn pair_of(
         pd[0].register(4096, Access::ALL).unwrap(),
         pd[1].register(4096, Access::ALL).unwrap(),
     ];
-    assert!(mr[0].write(0, b"sealed or not, it arrives"));
+    mr[0].write(0, b"sealed or not, it arrives").unwrap();
     qp[1]
         .post_recv(RecvWr {
             wr_id: 7,
-            sges: vec![mr[1].sge(2048, 64)].into(),
+            sges: vec![mr[1].sge(2048, 64).unwrap()].into(),
         })
         .unwrap();
     let mut w = SendWr::new(
         1,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![mr[0].sge(0, 25)].into()),
+        SendData::Sges(vec![mr[0].sge(0, 25).unwrap()].into()),
     );
     (w.remote_addr, w.rkey, w.flags) = (mr[1].addr(), mr[1].rkey(), SendFlags::SIGNALED);
     qp[0].post_send(w).unwrap();
     let mut s = SendWr::new(
         2,
         WrOpcode::Send,
-        SendData::Sges(vec![mr[0].sge(0, 25)].into()),
+        SendData::Sges(vec![mr[0].sge(0, 25).unwrap()].into()),
     );
     s.flags = SendFlags::SIGNALED;
     qp[0].post_send(s).unwrap();
@@ -87,7 +87,7 @@ fn pair_of(
     assert_eq!(wait(&cq[1], 1)[0].status, WcStatus::Success);
     let mut got = [0u8; 25];
     for off in [0, 2048] {
-        assert!(mr[1].read(off, &mut got));
+        mr[1].read(off, &mut got).unwrap();
         assert_eq!(&got, b"sealed or not, it arrives");
     }
     Ok([qp[0].is_secure().unwrap(), qp[1].is_secure().unwrap()])

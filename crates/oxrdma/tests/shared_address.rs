@@ -50,17 +50,17 @@ fn connect(a: &Side, qa: usize, b: &Side, qb: usize) {
 fn write_then_send(a: &Side, qa: usize, b: &Side, qb: usize, off: usize, seed: u8) {
     let len = 256 << 10;
     let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(seed)).collect();
-    assert!(a.mr.write(off, &data));
+    a.mr.write(off, &data).unwrap();
     b.qps[qb]
         .post_recv(RecvWr {
             wr_id: u64::from(seed),
-            sges: vec![b.mr.sge(off + len, 64)].into(),
+            sges: vec![b.mr.sge(off + len, 64).unwrap()].into(),
         })
         .unwrap();
     let mut w = SendWr::new(
         1,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![a.mr.sge(off, len)].into()),
+        SendData::Sges(vec![a.mr.sge(off, len).unwrap()].into()),
     );
     (w.remote_addr, w.rkey) = (b.mr.addr() + off as u64, b.mr.rkey());
     a.qps[qa].post_send(w).unwrap();
@@ -79,7 +79,7 @@ fn write_then_send(a: &Side, qa: usize, b: &Side, qb: usize, off: usize, seed: u
         (u64::from(seed), WcStatus::Success)
     );
     let mut back = vec![0u8; len + 64];
-    assert!(b.mr.read(off, &mut back));
+    b.mr.read(off, &mut back).unwrap();
     assert!(back[..len] == data[..], "WRITE {seed}");
     assert!(back[len..].iter().all(|&x| x == seed), "SEND {seed}");
 }
@@ -177,7 +177,7 @@ fn connection_requests_reach_the_listener_among_the_devices_of_an_address() {
     conn.attach_qp(&qs).unwrap();
     qs.post_recv(RecvWr {
         wr_id: 5,
-        sges: vec![s.mr.sge(0, 64)].into(),
+        sges: vec![s.mr.sge(0, 64).unwrap()].into(),
     })
     .unwrap();
     conn.accept(&ConnParam::default()).unwrap();

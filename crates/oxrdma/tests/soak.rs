@@ -71,11 +71,11 @@ fn drive(lane: Lane, mine: &MemoryRegion, theirs: (u64, u32), until: Instant) ->
                 // them in order on the QP).
                 let mut w = if seq.is_multiple_of(2) {
                     let len = len_of(seq);
-                    assert!(mine.write(q * SLICE, &pattern(q, seq, len)));
+                    mine.write(q * SLICE, &pattern(q, seq, len)).unwrap();
                     SendWr::new(
                         ((q as u64) << 32) | seq,
                         WrOpcode::RdmaWrite,
-                        SendData::Sges(vec![mine.sge(q * SLICE, len)].into()),
+                        SendData::Sges(vec![mine.sge(q * SLICE, len).unwrap()].into()),
                     )
                 } else {
                     // Into this QP's slice of the local region's upper half.
@@ -83,7 +83,9 @@ fn drive(lane: Lane, mine: &MemoryRegion, theirs: (u64, u32), until: Instant) ->
                     SendWr::new(
                         ((q as u64) << 32) | seq,
                         WrOpcode::RdmaRead,
-                        SendData::Sges(vec![mine.sge(QPS * SLICE + q * SLICE, len)].into()),
+                        SendData::Sges(
+                            vec![mine.sge(QPS * SLICE + q * SLICE, len).unwrap()].into(),
+                        ),
                     )
                 };
                 // A WRITE waits for the READ before it (the fence): without it the READ's
@@ -105,7 +107,7 @@ fn drive(lane: Lane, mine: &MemoryRegion, theirs: (u64, u32), until: Instant) ->
             completed += 1;
             if wc.opcode == WcOpcode::RdmaRead {
                 let mut back = vec![0u8; len_of(seq - 1)];
-                assert!(mine.read(QPS * SLICE + q * SLICE, &mut back));
+                mine.read(QPS * SLICE + q * SLICE, &mut back).unwrap();
                 // The pattern of the write just before this read.
                 assert_eq!(back, pattern(q, seq - 1, back.len()), "QP {q} read {seq}");
             }

@@ -26,7 +26,7 @@ fn read_from(b: &Side, a: &Side) -> Duration {
     let mut r = SendWr::new(
         99,
         WrOpcode::RdmaRead,
-        SendData::Sges(vec![b.mr.sge(0, 8)].into()),
+        SendData::Sges(vec![b.mr.sge(0, 8).unwrap()].into()),
     );
     (r.remote_addr, r.rkey) = (a.mr.addr(), a.mr.rkey());
     let start = Instant::now();

@@ -50,10 +50,10 @@ fn uc_send_and_write_with_imm_over_udp() {
     let (qa, ma, ca) = (&a.qp, &a.mr, &a.cq);
     let (qb, mb, cb) = (&b.qp, &b.mr, &b.cq);
     let data: Vec<u8> = (0..40_000).map(|i: usize| (i % 251) as u8).collect();
-    ma.write(0, &data);
+    ma.write(0, &data).unwrap();
     qb.post_recv(RecvWr {
         wr_id: 1,
-        sges: vec![mb.sge(0, 64 << 10)].into(),
+        sges: vec![mb.sge(0, 64 << 10).unwrap()].into(),
     })
     .unwrap();
     qb.post_recv(RecvWr {
@@ -64,13 +64,13 @@ fn uc_send_and_write_with_imm_over_udp() {
     qa.post_send(SendWr::new(
         10,
         WrOpcode::Send,
-        SendData::Sges(vec![ma.sge(0, data.len())].into()),
+        SendData::Sges(vec![ma.sge(0, data.len()).unwrap()].into()),
     ))
     .unwrap();
     let mut w = SendWr::new(
         11,
         WrOpcode::RdmaWriteWithImm,
-        SendData::Sges(vec![ma.sge(0, data.len())].into()),
+        SendData::Sges(vec![ma.sge(0, data.len()).unwrap()].into()),
     );
     (w.remote_addr, w.rkey, w.imm) = (mb.addr() + (64 << 10), mb.rkey(), 0x1234);
     qa.post_send(w).unwrap();
@@ -86,9 +86,9 @@ fn uc_send_and_write_with_imm_over_udp() {
         (2, Some(0x1234), WcOpcode::RecvRdmaWithImm)
     );
     let mut back = vec![0u8; data.len()];
-    mb.read(0, &mut back);
+    mb.read(0, &mut back).unwrap();
     assert!(back == data);
-    mb.read(64 << 10, &mut back);
+    mb.read(64 << 10, &mut back).unwrap();
     assert!(back == data);
 }
 
@@ -117,17 +117,17 @@ fn ud_ping_pong_over_udp_answers_the_source_from_the_completion() {
     for (qp, mr) in [(&qa, &ma), (&qb, &mb)] {
         qp.post_recv(RecvWr {
             wr_id: 7,
-            sges: vec![mr.sge(4096, 40 + mtu.min(4096))].into(),
+            sges: vec![mr.sge(4096, 40 + mtu.min(4096)).unwrap()].into(),
         })
         .unwrap();
     }
     // a → b, to b's GID.
-    ma.write(0, b"ping from a");
+    ma.write(0, b"ping from a").unwrap();
     let ah = pa.create_ah(b.gid()).unwrap();
     let mut w = SendWr::new(
         1,
         WrOpcode::Send,
-        SendData::Sges(vec![ma.sge(0, 11)].into()),
+        SendData::Sges(vec![ma.sge(0, 11).unwrap()].into()),
     );
     w.ud = Some(UdDest {
         ah: ah.id(),
@@ -140,22 +140,22 @@ fn ud_ping_pong_over_udp_answers_the_source_from_the_completion() {
     assert_eq!(got.src_qp, qa.qpn());
     assert_eq!(got.src_gid, Some(a.gid()));
     let mut m = [0u8; 11];
-    mb.read(4096 + 40, &mut m);
+    mb.read(4096 + 40, &mut m).unwrap();
     assert_eq!(&m, b"ping from a");
     // The IPv4 header in the GRH area names the sender.
     let mut grh = [0u8; 40];
-    mb.read(4096, &mut grh);
+    mb.read(4096, &mut grh).unwrap();
     assert_eq!(
         Gid::from(std::net::Ipv4Addr::new(grh[32], grh[33], grh[34], grh[35])),
         a.gid()
     );
     // b answers whoever it was, from the completion alone.
     let back = pb.create_ah(got.src_gid.unwrap()).unwrap();
-    mb.write(0, b"pong");
+    mb.write(0, b"pong").unwrap();
     let mut w = SendWr::new(
         2,
         WrOpcode::SendWithImm,
-        SendData::Sges(vec![mb.sge(0, 4)].into()),
+        SendData::Sges(vec![mb.sge(0, 4).unwrap()].into()),
     );
     w.imm = 99;
     w.ud = Some(UdDest {
@@ -174,7 +174,7 @@ fn ud_ping_pong_over_udp_answers_the_source_from_the_completion() {
     let mut w = SendWr::new(
         3,
         WrOpcode::Send,
-        SendData::Sges(vec![ma.sge(0, mtu + 1)].into()),
+        SendData::Sges(vec![ma.sge(0, mtu + 1).unwrap()].into()),
     );
     w.ud = Some(UdDest {
         ah: ah.id(),
@@ -182,7 +182,7 @@ fn ud_ping_pong_over_udp_answers_the_source_from_the_completion() {
         remote_qkey: QKEY,
     });
     let big = pa.register(mtu + 1, Access::ALL).unwrap();
-    w.data = SendData::Sges(vec![big.sge(0, mtu + 1)].into());
+    w.data = SendData::Sges(vec![big.sge(0, mtu + 1).unwrap()].into());
     assert!(qa.post_send(w).is_err());
 }
 
@@ -216,17 +216,17 @@ fn srq_over_udp_serves_two_rc_qps_and_signals_its_limit() {
     for i in 0..4 {
         srq.post_recv(RecvWr {
             wr_id: i,
-            sges: vec![mb.sge(i as usize * 64, 64)].into(),
+            sges: vec![mb.sge(i as usize * 64, 64).unwrap()].into(),
         })
         .unwrap();
     }
     srq.arm(2).unwrap();
     for (i, (qa, _)) in pairs.iter().chain(pairs.iter()).enumerate().take(3) {
-        ma.write(0, &[i as u8; 8]);
+        ma.write(0, &[i as u8; 8]).unwrap();
         qa.post_send(SendWr::new(
             i as u64,
             WrOpcode::Send,
-            SendData::Sges(vec![ma.sge(0, 8)].into()),
+            SendData::Sges(vec![ma.sge(0, 8).unwrap()].into()),
         ))
         .unwrap();
         wait(&ca, 1);
@@ -272,27 +272,27 @@ fn memory_windows_over_udp() {
     qb.post_send(wr).unwrap();
     assert_eq!(wait(cb, 1)[0].opcode, WcOpcode::BindMw);
     assert_eq!(mw.rkey(), bind.rkey);
-    ma.write(0, b"through the window");
+    ma.write(0, b"through the window").unwrap();
     let mut w = SendWr::new(
         2,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![ma.sge(0, 18)].into()),
+        SendData::Sges(vec![ma.sge(0, 18).unwrap()].into()),
     );
     (w.remote_addr, w.rkey) = (mb.addr() + 5000, mw.rkey());
     qa.post_send(w).unwrap();
     assert_eq!(wait(ca, 1)[0].status, WcStatus::Success);
     let mut got = [0u8; 18];
-    mb.read(5000, &mut got);
+    mb.read(5000, &mut got).unwrap();
     assert_eq!(&got, b"through the window");
     qb.post_recv(RecvWr {
         wr_id: 3,
-        sges: vec![mb.sge(0, 64)].into(),
+        sges: vec![mb.sge(0, 64).unwrap()].into(),
     })
     .unwrap();
     let mut s = SendWr::new(
         4,
         WrOpcode::SendWithInv,
-        SendData::Sges(vec![ma.sge(0, 4)].into()),
+        SendData::Sges(vec![ma.sge(0, 4).unwrap()].into()),
     );
     s.invalidate_rkey = mw.rkey();
     qa.post_send(s).unwrap();
@@ -301,7 +301,7 @@ fn memory_windows_over_udp() {
     let mut w = SendWr::new(
         5,
         WrOpcode::RdmaWrite,
-        SendData::Sges(vec![ma.sge(0, 4)].into()),
+        SendData::Sges(vec![ma.sge(0, 4).unwrap()].into()),
     );
     (w.remote_addr, w.rkey) = (mb.addr() + 5000, mw.rkey());
     qa.post_send(w).unwrap();

@@ -31,8 +31,14 @@ pub(crate) fn signal_every(size: usize, depth: u64) -> u64 {
 }
 
 /// The WR the client posts on QP `i`.
-fn work_request(side: &Side, args: &PerfArgs, i: usize, size: usize, inline: &[u8]) -> SendWr {
-    let sge = SendData::Sges(vec![side.mr.sge(i * side.slot, size)].into());
+fn work_request(
+    side: &Side,
+    args: &PerfArgs,
+    i: usize,
+    size: usize,
+    inline: &[u8],
+) -> oxrdma::Result<SendWr> {
+    let sge = SendData::Sges(vec![side.mr.sge(i * side.slot, size)?].into());
     let data = if !inline.is_empty() {
         SendData::Inline(inline.into())
     } else {
@@ -45,17 +51,17 @@ fn work_request(side: &Side, args: &PerfArgs, i: usize, size: usize, inline: &[u
     // FETCH_ADD adds 1 (the server checks the sum); CMP_SWAP swaps 0 for 0, so every one
     // succeeds and the memory stays as it is.
     wr.compare_add = u64::from(opcode == WrOpcode::AtomicFetchAndAdd);
-    wr
+    Ok(wr)
 }
 
 /// Whether WRs of this size go inline.
-fn inline_bytes(side: &Side, args: &PerfArgs, size: usize) -> Vec<u8> {
+fn inline_bytes(side: &Side, args: &PerfArgs, size: usize) -> oxrdma::Result<Vec<u8>> {
     if matches!(args.verb, Verb::Write | Verb::Send) && size <= args.inline_size as usize {
         let mut v = vec![0u8; size];
-        side.mr.read(0, &mut v);
-        v
+        side.mr.read(0, &mut v)?;
+        Ok(v)
     } else {
-        Vec::new()
+        Ok(Vec::new())
     }
 }
 
@@ -73,10 +79,10 @@ pub fn client(side: &mut Side, args: &PerfArgs, size: usize) -> anyhow::Result<B
         q
     ];
     let (mut posted, mut done) = (vec![0u64; q], vec![0u64; q]);
-    let inline = inline_bytes(side, args, size);
+    let inline = inline_bytes(side, args, size)?;
     let templates: Vec<SendWr> = (0..q)
         .map(|i| work_request(side, args, i, size, &inline))
-        .collect();
+        .collect::<oxrdma::Result<_>>()?;
     let pb = match timed {
         Some(d) => bar(args.progress, d.as_secs(), "seconds"),
         None => bar(args.progress, args.iters * q as u64, &format!("{size} B")),
@@ -237,7 +243,7 @@ fn serve_receives(side: &mut Side, args: &PerfArgs) -> anyhow::Result<()> {
     let post = |side: &Side, i: usize| {
         side.qps[i].post_recv(RecvWr {
             wr_id: i as u64,
-            sges: vec![side.mr.sge(i * side.slot, side.slot)].into(),
+            sges: vec![side.mr.sge(i * side.slot, side.slot)?].into(),
         })
     };
     if !side.recvs_posted {

@@ -37,7 +37,7 @@ fn wait(side: &mut Side, size: usize, what: Wait, ctl_too: bool) -> anyhow::Resu
             // The target of a WRITE leaves the device alone while it waits, as
             // ib_write_lat's does: the bytes must land without its CPU calling in.
             let mut b = [0u8];
-            side.mr.read(landing + size - 1, &mut b);
+            side.mr.read(landing + size - 1, &mut b)?;
             if b[0] == v {
                 return Ok(true);
             }
@@ -75,20 +75,20 @@ fn wait(side: &mut Side, size: usize, what: Wait, ctl_too: bool) -> anyhow::Resu
 fn post_recv(side: &Side) -> anyhow::Result<()> {
     side.qps[0].post_recv(RecvWr {
         wr_id: 0,
-        sges: vec![side.mr.sge(side.slot / 2, side.slot / 2)].into(),
+        sges: vec![side.mr.sge(side.slot / 2, side.slot / 2)?].into(),
     })?;
     Ok(())
 }
 
 /// Sends message `i` (its last byte `i as u8`) to the peer's landing area or receive queue.
 fn ping(side: &Side, args: &PerfArgs, size: usize, i: u64) -> anyhow::Result<()> {
-    side.mr.write(size - 1, &[i as u8]);
+    side.mr.write(size - 1, &[i as u8])?;
     let data = if size <= args.inline_size as usize {
         let mut d = oxrdma::InlineData::from_elem(0, size);
-        side.mr.read(0, &mut d);
+        side.mr.read(0, &mut d)?;
         SendData::Inline(d)
     } else {
-        SendData::Sges(vec![side.mr.sge(0, size)].into())
+        SendData::Sges(vec![side.mr.sge(0, size)?].into())
     };
     let mut wr = SendWr::new(i, args.opcode(), data);
     // Signal one in 16 sends so the send queue drains without a completion per message;
@@ -110,7 +110,11 @@ fn ping(side: &Side, args: &PerfArgs, size: usize, i: u64) -> anyhow::Result<()>
 /// One READ or atomic, signaled.
 fn one_sided(side: &Side, args: &PerfArgs, size: usize, i: u64) -> anyhow::Result<()> {
     let opcode = args.opcode();
-    let mut wr = SendWr::new(i, opcode, SendData::Sges(vec![side.mr.sge(0, size)].into()));
+    let mut wr = SendWr::new(
+        i,
+        opcode,
+        SendData::Sges(vec![side.mr.sge(0, size)?].into()),
+    );
     (wr.remote_addr, wr.rkey) = (side.peers[0].addr, side.peers[0].rkey);
     wr.compare_add = u64::from(opcode == WrOpcode::AtomicFetchAndAdd);
     side.qps[0].post_send(wr)?;
@@ -118,9 +122,9 @@ fn one_sided(side: &Side, args: &PerfArgs, size: usize, i: u64) -> anyhow::Resul
 }
 
 /// Clears this side's landing area, so no byte from an earlier size is taken for an answer.
-fn clear_landing(side: &Side) {
+fn clear_landing(side: &Side) -> oxrdma::Result<()> {
     let half = side.slot / 2;
-    side.mr.write(half, &vec![0u8; half]);
+    side.mr.write(half, &vec![0u8; half])
 }
 
 pub fn client(side: &mut Side, args: &PerfArgs, size: usize) -> anyhow::Result<LatResult> {
@@ -181,7 +185,7 @@ pub fn server(side: &mut Side, args: &PerfArgs, size: usize, iters: u64) -> anyh
         side.ctl.expect("done")?;
         return side.ctl.send("ok 0");
     }
-    clear_landing(side);
+    clear_landing(side)?;
     if args.verb == Verb::Send && !side.recvs_posted {
         for _ in 0..RECVS {
             post_recv(side)?;
@@ -214,7 +218,7 @@ pub fn server(side: &mut Side, args: &PerfArgs, size: usize, iters: u64) -> anyh
 
 /// Prepares the client's side before it asks for a size.
 pub fn prepare_client(side: &mut Side, args: &PerfArgs) -> anyhow::Result<()> {
-    clear_landing(side);
+    clear_landing(side)?;
     if args.verb == Verb::Send && !side.recvs_posted {
         for _ in 0..RECVS {
             post_recv(side)?;

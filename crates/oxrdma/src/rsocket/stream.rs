@@ -233,21 +233,23 @@ impl RStream {
     /// Entry `i` of this side's target SGL: the peer's receive-buffer half data goes to.
     fn target(&self, i: usize) -> RsSge {
         let mut b = [0u8; RsSge::LEN];
-        self.tmr.read(i * RsSge::LEN, &mut b);
+        // In the region by construction (two entries); else it reads as zero.
+        let _ = self.tmr.read(i * RsSge::LEN, &mut b);
         RsSge::parse_order(&b, NET).unwrap_or_default()
     }
 
     fn set_target(&self, i: usize, s: &RsSge) {
         let mut b = [0u8; RsSge::LEN];
         let _ = s.emit_order(&mut b, NET);
-        self.tmr.write(i * RsSge::LEN, &b);
+        let _ = self.tmr.write(i * RsSge::LEN, &b);
     }
 
     /// Entry `i` of this side's iomap table (what the peer mapped for our `riowrite`).
     pub(super) fn iomap_entry(&self, i: usize) -> (u64, RsSge) {
         let mut b = [0u8; super::flow::IOMAP_LEN as usize];
         let at = RsSge::LEN * 2 + i * b.len();
-        self.tmr.read(at, &mut b);
+        // The table's entries are in the region by construction; else it reads as zero.
+        let _ = self.tmr.read(at, &mut b);
         let offset = if NET {
             u64::from_be_bytes(b[..8].try_into().unwrap_or_default())
         } else {
@@ -321,7 +323,8 @@ impl RStream {
             let pieces = f.take_data(buf.len() - got, flags.peek);
             for (off, len) in pieces {
                 let (off, len) = (off as usize, len as usize);
-                self.rmr.read(off, &mut buf[got..got + len]);
+                // The receive ring's pieces lie in its region (`Flow::take_data`).
+                let _ = self.rmr.read(off, &mut buf[got..got + len]);
                 got += len;
             }
             self.update_credits(&mut f);
@@ -678,8 +681,9 @@ impl RStream {
         let mut at = 0usize;
         for (off, n) in pieces {
             let (off, n) = (off as usize, n as usize);
-            self.smr.write(off, &data[at..at + n]);
-            sges.push(self.smr.sge(off, n));
+            let piece = self.smr.write(off, &data[at..at + n]);
+            let sge = piece.and_then(|()| self.smr.sge(off, n));
+            sges.push(sge.expect("the send ring's pieces lie inside its region"));
             at += n;
         }
         SendData::Sges(sges)

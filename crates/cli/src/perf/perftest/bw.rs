@@ -50,7 +50,7 @@ pub fn client(res: &Res, args: &PerfArgs, size: usize, t: &Target) -> anyhow::Re
             let mut wr = SendWr::new(
                 posted,
                 op,
-                SendData::Sges(vec![res.mr.sge(off, size)].into()),
+                SendData::Sges(vec![res.mr.sge(off, size)?].into()),
             );
             if op != WrOpcode::Send {
                 (wr.remote_addr, wr.rkey) = (t.vaddr + off as u64, t.rkey);
@@ -101,7 +101,7 @@ pub fn post_receives(res: &Res, args: &PerfArgs, size: usize) -> anyhow::Result<
 fn post_recv(res: &Res, size: usize, k: u64) -> anyhow::Result<()> {
     res.qp.post_recv(RecvWr {
         wr_id: k,
-        sges: vec![res.mr.sge(res.half, res.recv_len(size))].into(),
+        sges: vec![res.mr.sge(res.half, res.recv_len(size))?].into(),
     })?;
     Ok(())
 }

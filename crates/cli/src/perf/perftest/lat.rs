@@ -16,7 +16,7 @@ fn wait_byte(res: &Res, off: usize, want: u8) -> anyhow::Result<()> {
     let start = Instant::now();
     let mut b = [0u8];
     for spin in 0u64.. {
-        res.mr.read(off, &mut b);
+        res.mr.read(off, &mut b)?;
         if b[0] == want {
             return Ok(());
         }
@@ -69,11 +69,11 @@ pub fn run(
         }
         if sent < iters {
             sent += 1;
-            res.mr.write(size - 1, &[sent as u8]);
+            res.mr.write(size - 1, &[sent as u8])?;
             let mut wr = SendWr::new(
                 sent,
                 WrOpcode::RdmaWrite,
-                SendData::Sges(vec![res.mr.sge(0, size)].into()),
+                SendData::Sges(vec![res.mr.sge(0, size)?].into()),
             );
             (wr.remote_addr, wr.rkey) = (peer.vaddr, peer.rkey);
             wr.flags = SendFlags::SIGNALED;
