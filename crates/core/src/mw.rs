@@ -109,7 +109,7 @@ impl Windows {
             if mr.pd != pd
                 || !mr.access.contains(Access::MW_BIND)
                 || mr.offset_of(b.addr, b.length).is_none()
-                || (b.access.0 & writes.0 != 0 && !mr.access.contains(Access::LOCAL_WRITE))
+                || (b.access.intersects(writes) && !mr.access.contains(Access::LOCAL_WRITE))
             {
                 return err;
             }

@@ -175,56 +175,22 @@ impl Mtu {
     }
 }
 
-/// `enum ibv_access_flags`, as a set.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Access(pub u32);
-
-impl Access {
-    pub const LOCAL_WRITE: Access = Access(1);
-    pub const REMOTE_WRITE: Access = Access(2);
-    pub const REMOTE_READ: Access = Access(4);
-    pub const REMOTE_ATOMIC: Access = Access(8);
-    /// Memory windows may be bound to the region.
-    pub const MW_BIND: Access = Access(16);
-    /// Every flag oxrdma understands.
-    pub const ALL: Access = Access(0x1f);
-    /// The rights a remote peer can be given.
-    pub const REMOTE: Access = Access(0xe);
-
-    pub const fn empty() -> Access {
-        Access(0)
-    }
-    pub const fn contains(self, other: Access) -> bool {
-        self.0 & other.0 == other.0
-    }
-    #[must_use]
-    pub const fn union(self, other: Access) -> Access {
-        Access(self.0 | other.0)
-    }
-}
-
-impl core::ops::BitOr for Access {
-    type Output = Access;
-    fn bitor(self, rhs: Access) -> Access {
-        self.union(rhs)
-    }
-}
-
-impl fmt::Debug for Access {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names = [
-            "LOCAL_WRITE",
-            "REMOTE_WRITE",
-            "REMOTE_READ",
-            "REMOTE_ATOMIC",
-        ];
-        let mut set = f.debug_set();
-        for (i, n) in names.iter().enumerate() {
-            if self.0 & (1 << i) != 0 {
-                set.entry(n);
-            }
-        }
-        set.finish()
+bitflags::bitflags! {
+    /// `enum ibv_access_flags`, as a typed set (`Access::LOCAL_WRITE | Access::REMOTE_READ`).
+    /// Bits from C that oxrdma does not name are kept (`from_bits_retain`) for the checks
+    /// that refuse them.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct Access: u32 {
+        const LOCAL_WRITE = 1;
+        const REMOTE_WRITE = 2;
+        const REMOTE_READ = 4;
+        const REMOTE_ATOMIC = 8;
+        /// Memory windows may be bound to the region.
+        const MW_BIND = 16;
+        /// Every flag oxrdma understands.
+        const ALL = 0x1f;
+        /// The rights a remote peer can be given.
+        const REMOTE = 0xe;
     }
 }
 

@@ -49,10 +49,10 @@ fn access(flags: c_uint) -> Result<Access, c_int> {
     if flags & IBV_ACCESS_ON_DEMAND != 0 {
         return Err(libc::EOPNOTSUPP);
     }
-    if flags & !Access::ALL.0 != 0 {
+    if flags & !Access::ALL.bits() != 0 {
         return Err(libc::EINVAL);
     }
-    Ok(Access(flags))
+    Ok(Access::from_bits_retain(flags))
 }
 
 /// Registers `len` bytes at `addr` that peers address from `iova`.

@@ -215,7 +215,7 @@ fn qp_attr(a: &ibv_qp_attr, m: u32) -> Result<QpAttr, c_int> {
         cur_qp_state: on(CUR_STATE)
             .then(|| qp_state(a.cur_qp_state))
             .transpose()?,
-        qp_access_flags: given(m, ACCESS_FLAGS, oxrdma::Access(a.qp_access_flags)),
+        qp_access_flags: given(m, ACCESS_FLAGS, oxrdma::Access::from_bits_retain(a.qp_access_flags)),
         pkey_index: given(m, PKEY_INDEX, a.pkey_index),
         port_num: given(m, PORT, a.port_num),
         qkey: given(m, QKEY, a.qkey),
@@ -313,7 +313,7 @@ pub(crate) unsafe extern "C" fn query_qp(
         rq_psn: a.rq_psn.unwrap_or(0),
         sq_psn: a.sq_psn.unwrap_or(0),
         dest_qp_num: a.dest_qp_num.unwrap_or(0),
-        qp_access_flags: a.qp_access_flags.map_or(0, |f| f.0),
+        qp_access_flags: a.qp_access_flags.map_or(0, |f| f.bits()),
         cap,
         ah_attr: ah,
         alt_ah_attr: ibv_ah_attr::default(),

@@ -200,7 +200,7 @@ pub(crate) unsafe fn mw_bind(
         lkey: mr.map_or(0, |m| m.ox().lkey()),
         addr: info.addr,
         length: info.length,
-        access: oxrdma::Access(info.mw_access_flags),
+        access: oxrdma::Access::from_bits_retain(info.mw_access_flags),
     })
 }
 

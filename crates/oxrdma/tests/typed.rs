@@ -164,6 +164,12 @@ fn each_footgun_is_an_immediate_error() {
     // A READ carries no immediate.
     let read = SendWr::read(1, [eight], small).unwrap();
     assert!(read.with_imm(3).is_err());
+    // Access is a typed set: a bit oxrdma does not name is no flag.
+    assert!(Access::from_bits(1 << 20).is_none());
+    assert_eq!(
+        Access::REMOTE,
+        Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
+    );
     // The rkey travels with the buffer: no WR built this way lacks it.
     let w = SendWr::write(2, [eight], small).unwrap();
     assert_eq!((w.remote_addr, w.rkey), (0x1000, 77));

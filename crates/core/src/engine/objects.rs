@@ -64,7 +64,7 @@ impl Engine {
             return Err(VerbsError::InvalidArgument("unknown access flags"));
         }
         let remote_modify = Access::REMOTE_WRITE.union(Access::REMOTE_ATOMIC);
-        if access.0 & remote_modify.0 != 0 && !access.contains(Access::LOCAL_WRITE) {
+        if access.intersects(remote_modify) && !access.contains(Access::LOCAL_WRITE) {
             return Err(VerbsError::InvalidArgument(
                 "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE",
             ));

@@ -17,7 +17,7 @@ pub fn to_ibv(a: &QpAttr) -> (ibv_qp_attr, c_int) {
         set(STATE);
     }
     if let Some(v) = a.qp_access_flags {
-        c.qp_access_flags = v.0;
+        c.qp_access_flags = v.bits();
         set(ACCESS_FLAGS);
     }
     if let Some(v) = a.pkey_index {
