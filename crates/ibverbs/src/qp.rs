@@ -215,7 +215,11 @@ fn qp_attr(a: &ibv_qp_attr, m: u32) -> Result<QpAttr, c_int> {
         cur_qp_state: on(CUR_STATE)
             .then(|| qp_state(a.cur_qp_state))
             .transpose()?,
-        qp_access_flags: given(m, ACCESS_FLAGS, oxrdma::Access::from_bits_retain(a.qp_access_flags)),
+        qp_access_flags: given(
+            m,
+            ACCESS_FLAGS,
+            oxrdma::Access::from_bits_retain(a.qp_access_flags),
+        ),
         pkey_index: given(m, PKEY_INDEX, a.pkey_index),
         port_num: given(m, PORT, a.port_num),
         qkey: given(m, QKEY, a.qkey),

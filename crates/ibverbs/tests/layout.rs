@@ -775,9 +775,15 @@ fn constants() -> Vec<(&'static str, i64)> {
     );
     let shared: [(&str, i64); 40] = [
         ("IBV_ACCESS_LOCAL_WRITE", Access::LOCAL_WRITE.bits().into()),
-        ("IBV_ACCESS_REMOTE_WRITE", Access::REMOTE_WRITE.bits().into()),
+        (
+            "IBV_ACCESS_REMOTE_WRITE",
+            Access::REMOTE_WRITE.bits().into(),
+        ),
         ("IBV_ACCESS_REMOTE_READ", Access::REMOTE_READ.bits().into()),
-        ("IBV_ACCESS_REMOTE_ATOMIC", Access::REMOTE_ATOMIC.bits().into()),
+        (
+            "IBV_ACCESS_REMOTE_ATOMIC",
+            Access::REMOTE_ATOMIC.bits().into(),
+        ),
         ("IBV_ACCESS_MW_BIND", Access::MW_BIND.bits().into()),
         ("IBV_SEND_FENCE", SendFlags::FENCE.0.into()),
         ("IBV_SEND_SIGNALED", SendFlags::SIGNALED.0.into()),

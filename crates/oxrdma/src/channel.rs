@@ -245,3 +245,22 @@ impl AsFd for CompletionChannel {
         self.inner.fd.as_fd()
     }
 }
+
+impl std::os::fd::AsRawFd for CompletionChannel {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.inner.fd.as_raw_fd()
+    }
+}
+
+impl CompletionChannel {
+    /// Makes [`Self::get_event`] return `Ok(None)` at once when no event waits (as
+    /// `O_NONBLOCK` on the descriptor does), or wait again.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> Result<()> {
+        crate::fdqueue::set_nonblocking(self.as_fd(), nonblocking)
+    }
+
+    /// The next event if one waits (the handle of its CQ), without waiting.
+    pub fn try_get_event(&self) -> Result<Option<u32>> {
+        self.next_event(Some(Duration::ZERO))
+    }
+}

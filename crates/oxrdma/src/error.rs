@@ -24,6 +24,10 @@ pub enum Error {
     /// A setting from the environment or a configuration file that does not parse.
     #[error("configuration: {0}")]
     Config(String),
+    /// The peer turned a connection down (`cm::connect`): its REJ reason (28: the
+    /// application's), and its private data.
+    #[error("the peer rejected the connection (reason {status})")]
+    Rejected { status: i32, private_data: Vec<u8> },
     /// A work request that completed in error (`WorkCompletion::result`).
     #[error(transparent)]
     Completion(#[from] oxrdma_core::WcError),
@@ -62,6 +66,7 @@ impl From<Error> for std::io::Error {
             Error::Cm(CmError::UnknownId) | Error::NoInterface(_) => K::NotFound,
             Error::Cm(_) | Error::CmState(_) | Error::Config(_) => K::InvalidInput,
             Error::Completion(_) => K::Other,
+            Error::Rejected { .. } => K::ConnectionRefused,
         };
         std::io::Error::new(kind, e)
     }

@@ -99,3 +99,15 @@ impl<T> AsFd for FdQueue<T> {
         self.fd.as_fd()
     }
 }
+
+/// Sets or clears `O_NONBLOCK` on `fd` (an event channel's or a completion channel's).
+pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>, nonblocking: bool) -> Result<()> {
+    let flags = fcntl_getfl(fd).map_err(std::io::Error::from)?;
+    let flags = if nonblocking {
+        flags | OFlags::NONBLOCK
+    } else {
+        flags - OFlags::NONBLOCK
+    };
+    rustix::fs::fcntl_setfl(fd, flags).map_err(std::io::Error::from)?;
+    Ok(())
+}

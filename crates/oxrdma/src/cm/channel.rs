@@ -15,7 +15,7 @@ use crate::lock::lock;
 use crate::shared::Shared;
 use oxrdma_core::cm::CmEventKind;
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::{Arc, Mutex, Weak};
 
 /// An event channel: [`EventChannel::get_event`] takes the next event of its ids, and its
@@ -53,6 +53,46 @@ impl EventChannel {
 impl AsFd for EventChannel {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.inner.queue.as_fd()
+    }
+}
+
+impl AsRawFd for EventChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.queue.as_fd().as_raw_fd()
+    }
+}
+
+impl EventChannel {
+    /// Makes [`Self::get_event`] return `Ok(None)` at once when no event waits (as
+    /// `O_NONBLOCK` on the descriptor does), or wait again.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> Result<()> {
+        crate::fdqueue::set_nonblocking(self.as_fd(), nonblocking)
+    }
+
+    /// The next event, waiting up to `timeout` for one (`Ok(None)`: none came).
+    pub fn get_event_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<Option<super::CmEvent>> {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(e) = self.try_event() {
+                return Ok(Some(e));
+            }
+            let left = timeout.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            // Sliced, so events a sleeping device holds are pulled now and then.
+            let slice = left.min(std::time::Duration::from_millis(10));
+            let ts = rustix::time::Timespec::try_from(slice).unwrap_or_default();
+            let mut fds = [PollFd::new(self, PollFlags::IN)];
+            match poll(&mut fds, Some(&ts)) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(std::io::Error::from(e).into()),
+            }
+        }
     }
 }
 

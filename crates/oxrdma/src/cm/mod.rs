@@ -11,6 +11,7 @@ mod connection;
 mod id;
 mod incoming;
 mod keys;
+mod listener;
 mod machine;
 mod rendezvous;
 mod route;
@@ -20,6 +21,7 @@ mod steps;
 pub use crate::secure::SecureMode;
 pub(crate) use channel::CmRoutes;
 pub use channel::EventChannel;
+pub use listener::{connect, Connection, Listener, Request, MAX_ACCEPT_DATA, MAX_CONNECT_DATA};
 pub use state::CmId;
 pub use steps::{Depths, QpMover, TooDeep, MAX_DEPTH};
 
