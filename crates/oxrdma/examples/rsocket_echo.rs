@@ -5,48 +5,33 @@
 //!
 //!     cargo run --release -p oxrdma --example rsocket_echo
 
-use oxrdma::cm::EventChannel;
-use oxrdma::rsocket::{RListener, RStream, RecvFlags, RsOptions};
+use oxrdma::rsocket::{RListener, RStream};
 use oxrdma::Context;
 use std::io::{Read, Write};
 
 fn main() -> std::io::Result<()> {
-    let o = RsOptions::default();
-    let server_ctx = Context::open("127.0.0.43".parse().unwrap()).map_err(std::io::Error::other)?;
-    let client_ctx = Context::open("127.0.0.44".parse().unwrap()).map_err(std::io::Error::other)?;
-    let listener = RListener::listen(
-        &EventChannel::new().map_err(std::io::Error::other)?,
-        &server_ctx,
-        "0.0.0.0:7999".parse().unwrap(),
-        8,
-    )?;
+    let server_ctx = Context::open("127.0.0.43".parse().unwrap())?;
+    let client_ctx = Context::open("127.0.0.44".parse().unwrap())?;
+    let listener = RListener::bind(&server_ctx, "0.0.0.0:7999".parse().unwrap())?;
     let server = std::thread::spawn(move || -> std::io::Result<u64> {
-        let s = listener.accept(false, &o)?;
+        let mut s = listener.accept()?;
         let mut buf = [0u8; 4096];
         let mut echoed = 0;
         loop {
-            let n = s.recv(&mut buf, RecvFlags::default())?;
+            let n = s.read(&mut buf)?;
             if n == 0 {
                 return Ok(echoed); // the client closed
             }
-            (&s).write_all(&buf[..n])?;
+            s.write_all(&buf[..n])?;
             echoed += n as u64;
         }
     });
-    let ch = EventChannel::new().map_err(std::io::Error::other)?;
-    let c = RStream::connect(
-        &ch,
-        &client_ctx,
-        None,
-        "127.0.0.1:7999".parse().unwrap(),
-        &o,
-        false,
-    )?;
+    let mut c = RStream::connect(&client_ctx, "127.0.0.1:7999".parse().unwrap())?;
     for i in 0..5 {
         let line = format!("line {i} over rsockets\n");
-        (&c).write_all(line.as_bytes())?;
+        c.write_all(line.as_bytes())?;
         let mut back = vec![0u8; line.len()];
-        (&c).read_exact(&mut back)?;
+        c.read_exact(&mut back)?;
         assert_eq!(back, line.as_bytes());
         print!("echoed: {}", String::from_utf8_lossy(&back));
     }

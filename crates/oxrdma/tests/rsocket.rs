@@ -31,9 +31,9 @@ fn pair(server: u8, port: u16, o: RsOptions) -> (RStream, RStream, RListener) {
     .unwrap();
     let dst = addr(&format!("127.0.0.1:{port}"));
     let client = std::thread::spawn(move || {
-        RStream::connect(&EventChannel::new().unwrap(), &cc, None, dst, &o, false).unwrap()
+        RStream::connect_with(&EventChannel::new().unwrap(), &cc, None, dst, &o, false).unwrap()
     });
-    let s = ls.accept(false, &o).unwrap();
+    let s = ls.accept_with(false, &o).unwrap();
     (client.join().unwrap(), s, ls)
 }
 
@@ -120,10 +120,10 @@ fn non_blocking_calls_say_would_block_and_readiness_follows_the_data() {
     )
     .unwrap();
     assert_eq!(
-        l.accept(true, &o).unwrap_err().kind(),
+        l.accept_with(true, &o).unwrap_err().kind(),
         ErrorKind::WouldBlock
     );
-    let c = RStream::connect(
+    let c = RStream::connect_with(
         &EventChannel::new().unwrap(),
         &cc,
         None,
@@ -134,7 +134,7 @@ fn non_blocking_calls_say_would_block_and_readiness_follows_the_data() {
     .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let s = loop {
-        match l.accept(true, &o) {
+        match l.accept_with(true, &o) {
             Ok(s) => break s,
             Err(e) => assert_eq!(e.kind(), ErrorKind::WouldBlock),
         }
@@ -261,7 +261,7 @@ fn riowrite_lands_in_the_mapped_buffer_before_the_next_message() {
 #[test]
 fn nobody_listening_refuses_the_connection() {
     let cc = ctx(128);
-    let e = RStream::connect(
+    let e = RStream::connect_with(
         &EventChannel::new().unwrap(),
         &cc,
         None,
@@ -344,4 +344,27 @@ fn an_owned_stream_is_an_io_read_and_write() {
         0,
         "EOF after the peer's shutdown"
     );
+}
+
+#[test]
+fn streams_are_made_as_std_makes_tcp_streams() {
+    use std::io::{Read, Write};
+    let (cs, cc) = (ctx(226), ctx(227));
+    let listener = RListener::bind(&cs, addr("0.0.0.0:47226")).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut srv = listener.accept().unwrap();
+            let mut b = [0u8; 5];
+            srv.read_exact(&mut b).unwrap();
+            srv.write_all(&b).unwrap();
+        });
+        let mut c = RStream::connect(&cc, addr("127.0.0.1:47226")).unwrap();
+        c.write_all(b"std!?").unwrap();
+        let mut b = [0u8; 5];
+        c.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"std!?");
+    });
+    // Nobody listens there: a clear error, not a hang.
+    let e = RStream::connect(&cc, addr("127.0.0.1:47227")).unwrap_err();
+    assert!(!e.to_string().is_empty());
 }

@@ -115,7 +115,7 @@ pub(crate) unsafe extern "C" fn raccept(
         // Accepted connections take the sizes set on the listener (before or after
         // `rlisten`, as rsockets allows).
         let rs = s.opts().rs;
-        let stream = l.accept(s.nonblocking(), &rs).map_err(|e| errno(&e))?;
+        let stream = l.accept_with(s.nonblocking(), &rs).map_err(|e| errno(&e))?;
         let peer = stream.peer_addr();
         let opts = Opts {
             rs,
@@ -149,7 +149,7 @@ pub(crate) unsafe extern "C" fn rconnect(
             };
             let ctx = context_for(src.map(|a| a.ip()))?;
             let nonblock = s.nonblocking();
-            match RStream::connect(&s.ch, &ctx, src, dst, &o, nonblock) {
+            match RStream::connect_with(&s.ch, &ctx, src, dst, &o, nonblock) {
                 Ok(st) => {
                     let connecting = st.is_connecting();
                     s.set_kind(Kind::Stream(Arc::new(st)));

@@ -33,10 +33,22 @@ impl RListener {
         Ok(RListener { id, ch: ch.clone() })
     }
 
+    /// Listens on `addr` of `ctx`'s device (a backlog of 128), as `TcpListener::bind`.
+    pub fn bind(ctx: &Context, addr: SocketAddr) -> Result<RListener> {
+        let ch = EventChannel::new().map_err(io)?;
+        RListener::listen(&ch, ctx, addr, 128)
+    }
+
+    /// The next connection, waiting for it, with the default options (as
+    /// `TcpListener::accept`).
+    pub fn accept(&self) -> Result<RStream> {
+        self.accept_with(false, &RsOptions::default())
+    }
+
     /// Accepts the next connection request as a connection with `options` (WouldBlock
     /// if none waits and `nonblock`). A request that is not an rsocket's is rejected
     /// and skipped.
-    pub fn accept(&self, nonblock: bool, options: &RsOptions) -> Result<RStream> {
+    pub fn accept_with(&self, nonblock: bool, options: &RsOptions) -> Result<RStream> {
         loop {
             let ev = if nonblock {
                 self.ch.try_event()

@@ -76,10 +76,17 @@ pub struct RStream {
 }
 
 impl RStream {
+    /// Connects to the rsocket listener at `dst` from `ctx`'s device with the default
+    /// options, as `TcpStream::connect` does: returns once the connection is up.
+    pub fn connect(ctx: &Context, dst: SocketAddr) -> Result<RStream> {
+        let ch = EventChannel::new().map_err(io)?;
+        RStream::connect_with(&ch, ctx, None, dst, &RsOptions::default(), false)
+    }
+
     /// Connects to `dst` (from `src` if given) on `ctx`'s device, the CM's events coming
     /// on `ch`. With `nonblock` it returns once the REQ is out; `finish_connect` (or any
     /// call) completes it.
-    pub fn connect(
+    pub fn connect_with(
         ch: &EventChannel,
         ctx: &Context,
         src: Option<SocketAddr>,
