@@ -7,6 +7,8 @@
 //! Everything here is safe to call: memory regions own their bytes and are read and written
 //! by copying, and the engine checks every key, bound and permission.
 
+#[cfg(feature = "tokio")]
+pub mod aio;
 mod channel;
 mod channel_events;
 pub mod cm;
