@@ -31,7 +31,7 @@ enum Command {
     /// Run an unmodified RDMA program on oxrdma's libibverbs.so.1 and librdmacm.so.1:
     /// `oxrdma exec -- rping -s` (their directory first on LD_LIBRARY_PATH).
     Exec(exec::ExecArgs),
-    /// Make /dev/infiniband/uverbs<N> for each configured device, which UCX (Open MPI,
+    /// Make `/dev/infiniband/uverbs<N>` for each configured device, which UCX (Open MPI,
     /// MPICH) looks for before it opens one; as root, once per boot. --remove undoes it.
     DevNodes(devnodes::DevNodesArgs),
     /// The counters of every live oxrdma device on this host (every process and user):

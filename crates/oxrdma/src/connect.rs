@@ -13,9 +13,13 @@ use std::net::Ipv6Addr;
 /// An endpoint plus the one memory region the peer may access.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerInfo {
+    /// Its QP.
     pub endpoint: Endpoint,
+    /// The address of the region the peer may access.
     pub addr: u64,
+    /// Its rkey.
     pub rkey: u32,
+    /// Its length.
     pub len: u64,
 }
 

@@ -18,6 +18,9 @@ thread_local! {
     static BUSY: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
+/// A completion queue (`ibv_cq`): where the work requests of its QPs complete. Poll it
+/// ([`Self::poll`]), wait on it ([`Self::wait`], [`Self::wait_one`]) or arm it for a
+/// [`CompletionChannel`] ([`Self::req_notify`]).
 #[derive(Debug)]
 pub struct CompletionQueue {
     pub(crate) ctx: Context,

@@ -25,9 +25,12 @@ fn configured(link: &Link) -> Result<EngineConfig> {
     Ok(c)
 }
 
+/// A device as the engine thread holds it: the engine and its link to the network.
 #[derive(Debug)]
 pub struct Device {
+    /// The protocol engine.
     pub engine: Engine,
+    /// The UDP port (or ports) it sends and receives on.
     pub link: Link,
 }
 

@@ -4,14 +4,19 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A verb refused its arguments or the object's state.
     #[error(transparent)]
     Verbs(#[from] oxrdma_core::VerbsError),
+    /// The device's address could not be bound.
     #[error(transparent)]
     Bind(#[from] oxrdma_udp::BindError),
+    /// The operating system refused (sockets, descriptors, files).
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// What a peer sent to connect does not make sense.
     #[error("bad connection data from the peer: {0}")]
     BadPeer(String),
+    /// The device's connection manager refused.
     #[error("connection manager: {0}")]
     Cm(#[from] oxrdma_core::cm::CmError),
     /// An RDMA CM call out of turn (e.g. `connect` before the route is resolved), with
@@ -27,12 +32,18 @@ pub enum Error {
     /// The peer turned a connection down (`cm::connect`): its REJ reason (28: the
     /// application's), and its private data.
     #[error("the peer rejected the connection (reason {status})")]
-    Rejected { status: i32, private_data: Vec<u8> },
+    Rejected {
+        /// The REJ reason (28: the peer application's).
+        status: i32,
+        /// What the peer sent with it.
+        private_data: Vec<u8>,
+    },
     /// A work request that completed in error (`WorkCompletion::result`).
     #[error(transparent)]
     Completion(#[from] oxrdma_core::WcError),
 }
 
+/// A result of the public API.
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// An error as `std::io` code expects one: its kind says what went wrong (an argument,

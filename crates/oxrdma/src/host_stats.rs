@@ -137,14 +137,17 @@ fn clean(dir: &Path) {
 /// One live device's counters, as its file says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceStats {
+    /// The process that has it open.
     pub pid: u32,
     /// Its engine thread (two devices of one process may share an address).
     pub thread: i32,
     /// The device's name (its engine thread's, `nic-<address>` or `nic-<interface>`).
     pub device: String,
+    /// Its address.
     pub address: IpAddr,
     /// When its engine thread wrote them.
     pub at: SystemTime,
+    /// The counters.
     pub counters: Counters,
 }
 

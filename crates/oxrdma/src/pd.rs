@@ -184,7 +184,9 @@ impl ProtectionDomain {
 /// How to make a queue pair (`struct ibv_qp_init_attr` without the CQs).
 #[derive(Debug, Clone, Copy)]
 pub struct QpInit<'a> {
+    /// RC, UC or UD.
     pub qp_type: oxrdma_core::QpType,
+    /// Its queues' depths, SGEs and inline room.
     pub cap: oxrdma_core::QpCap,
     /// Take receives from this shared receive queue (RC, UD).
     pub srq: Option<&'a SharedReceiveQueue>,
@@ -236,9 +238,11 @@ impl MemoryRegion {
     pub fn addr(&self) -> u64 {
         self.addr
     }
+    /// Its length in bytes.
     pub fn len(&self) -> usize {
         self.buf.len()
     }
+    /// Whether it holds no byte.
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
@@ -305,6 +309,7 @@ pub struct AddressHandle {
 }
 
 impl AddressHandle {
+    /// Its number, as a UD send names it.
     pub fn id(&self) -> u32 {
         self.ah
     }
@@ -339,6 +344,7 @@ impl SharedReceiveQueue {
         self.ctx.shared().lock().engine.arm_srq(self.srq, limit)?;
         Ok(())
     }
+    /// `ibv_query_srq`: its depth and limit.
     pub fn query(&self) -> Result<oxrdma_core::SrqAttr> {
         Ok(self.ctx.shared().lock().engine.query_srq(self.srq)?)
     }

@@ -12,12 +12,19 @@ use std::sync::Arc;
 /// Connection parameters; `Default` suits most programs.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectOptions {
+    /// The path MTU (the smaller of this and the peer's device's rules the wire).
     pub mtu: Mtu,
+    /// What the peer may do to this QP's memory (remote rights).
     pub access: oxrdma_core::Access,
+    /// The local ACK timeout: 4.096 us times 2 to this power (RC).
     pub timeout: u8,
+    /// Transport retries before a WR fails with RETRY_EXC (RC, 0-7).
     pub retry_cnt: u8,
+    /// RNR retries (RC, 0-7; 7 is for ever).
     pub rnr_retry: u8,
+    /// The RNR delay this QP asks of a sender it turns away (IBA's 5-bit code).
     pub min_rnr_timer: u8,
+    /// READs and atomics in flight each way (RC).
     pub max_rd_atomic: u8,
     /// Which of the device's GIDs the QP sends from (None: the one
     /// [`Context::gid_index_for`] picks for the remote GID).
@@ -52,6 +59,8 @@ impl Default for ConnectOptions {
     }
 }
 
+/// A queue pair (`ibv_qp`): connect it ([`Self::connect`], or the RDMA CM), then post
+/// work requests to it; they complete on its CQs.
 #[derive(Debug)]
 pub struct QueuePair {
     pub(crate) ctx: Context,
@@ -72,10 +81,12 @@ impl QueuePair {
         )
     }
 
+    /// Its QP number.
     pub fn qpn(&self) -> u32 {
         self.qpn
     }
 
+    /// RC, UC or UD.
     pub fn qp_type(&self) -> oxrdma_core::QpType {
         self.qp_type
     }

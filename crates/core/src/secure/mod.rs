@@ -19,7 +19,7 @@
 //! derived from it (a ratchet), and the receiver keeps the previous epoch's key only for
 //! packets still on their way. The nonce is the epoch's IV with the sequence number
 //! folded in: a sender never uses a number twice (retransmissions are new packets), and
-//! the receiver's window ([`replay`]) takes each number once. A packet that fails is
+//! the receiver's window (`replay`) takes each number once. A packet that fails is
 //! dropped and counted before anything of it is read.
 
 mod replay;

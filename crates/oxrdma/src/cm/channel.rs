@@ -26,6 +26,7 @@ pub struct EventChannel {
 }
 
 impl EventChannel {
+    /// `rdma_create_event_channel`.
     pub fn new() -> Result<EventChannel> {
         Ok(EventChannel {
             inner: Arc::new(ChannelInner {

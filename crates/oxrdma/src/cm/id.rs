@@ -67,15 +67,19 @@ impl CmId {
         lock(&self.inner.st).secure = Some(mode);
     }
 
+    /// Its process-wide name, as its events give it.
     pub fn key(&self) -> CmIdKey {
         CmIdKey(self.inner.key)
     }
+    /// The device it was made on.
     pub fn context(&self) -> &Context {
         &self.inner.ctx
     }
+    /// Its port space.
     pub fn port_space(&self) -> PortSpace {
         self.inner.ps
     }
+    /// The type of QP it connects.
     pub fn qp_type(&self) -> QpType {
         self.inner.qp_type
     }

@@ -54,6 +54,7 @@ impl PortSpace {
         }
     }
 
+    /// The port space a number names, if any.
     pub fn from_value(v: u16) -> Option<PortSpace> {
         [
             PortSpace::Tcp,
@@ -75,21 +76,37 @@ impl PortSpace {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum CmEventType {
+    /// The address resolved (`rdma_resolve_addr`).
     AddrResolved = 0,
+    /// The address did not resolve.
     AddrError = 1,
+    /// The route resolved (`rdma_resolve_route`).
     RouteResolved = 2,
+    /// The route did not resolve.
     RouteError = 3,
+    /// A peer asks to connect (to a listener; the new id is in the event).
     ConnectRequest = 4,
+    /// The peer accepted; the caller moves its own QP and calls `establish`.
     ConnectResponse = 5,
+    /// The connection failed while being made (its QP could not move).
     ConnectError = 6,
+    /// The peer did not answer.
     Unreachable = 7,
+    /// The peer rejected the connection (the reason is the status).
     Rejected = 8,
+    /// The connection is up.
     Established = 9,
+    /// The connection is down (a DREQ came or went).
     Disconnected = 10,
+    /// The device went away.
     DeviceRemoval = 11,
+    /// A multicast group was joined.
     MulticastJoin = 12,
+    /// A multicast group could not be joined.
     MulticastError = 13,
+    /// The address moved to another device.
     AddrChange = 14,
+    /// The connection left timewait: its QP may be used again.
     TimewaitExit = 15,
 }
 
@@ -120,12 +137,20 @@ impl CmEventType {
 /// `struct rdma_conn_param`: what a REQ or REP says of the QP, and the private data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnParam {
+    /// The private data (its room: 56 bytes in a REQ after the CMA header, 196 in a REP,
+    /// 148 in a REJ; events carry it padded to that).
     pub private_data: Vec<u8>,
+    /// READs and atomics this side answers at once.
     pub responder_resources: u8,
+    /// READs and atomics this side issues at once.
     pub initiator_depth: u8,
+    /// End-to-end flow control (credits).
     pub flow_control: bool,
+    /// Transport retries before a WR fails (0-7).
     pub retry_count: u8,
+    /// RNR retries (0-7; 7 is for ever).
     pub rnr_retry_count: u8,
+    /// The QP takes its receives from a shared receive queue.
     pub srq: bool,
     /// The QPN (for a caller that brings no QP to `connect`/`accept`; the peer's in
     /// events).
@@ -150,10 +175,13 @@ impl Default for ConnParam {
 /// `struct rdma_ud_param`: where a UD peer is, after SIDR.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct UdParam {
+    /// The private data of the SIDR message.
     pub private_data: Vec<u8>,
     /// The address handle's destination GID (its device's address).
     pub dgid: Gid,
+    /// The peer's UD QP.
     pub qp_num: u32,
+    /// The Q_Key its datagrams take.
     pub qkey: u32,
 }
 
@@ -164,6 +192,7 @@ pub struct CmIdKey(pub u64);
 /// `struct rdma_cm_event`.
 #[derive(Debug)]
 pub struct CmEvent {
+    /// What happened.
     pub event: CmEventType,
     /// The id the event is about: for `ConnectRequest`, the new one (in `new_id`).
     pub id: CmIdKey,
@@ -174,6 +203,7 @@ pub struct CmEvent {
     pub new_id: Option<CmId>,
     /// 0, a REJ reason (`Rejected`), a SIDR status, or a negative errno (`-ETIMEDOUT`).
     pub status: i32,
+    /// The connection's parameters and private data, as the peer's REQ, REP or REJ said.
     pub conn: ConnParam,
     /// UD connections (`RDMA_PS_UDP`): the peer's QP and Q_Key.
     pub ud: Option<UdParam>,

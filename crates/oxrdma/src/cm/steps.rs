@@ -29,7 +29,9 @@ pub trait QpMover: Send + Sync + std::fmt::Debug {
 /// (responder resources) and issues at once (initiator depth).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Depths {
+    /// READs and atomics answered at once.
     pub responder_resources: u8,
+    /// READs and atomics issued at once.
     pub initiator_depth: u8,
 }
 

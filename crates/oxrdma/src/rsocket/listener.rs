@@ -85,6 +85,7 @@ impl RListener {
         self.ch.as_fd()
     }
 
+    /// The address it listens on.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.id.local_addr()
     }

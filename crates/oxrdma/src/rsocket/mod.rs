@@ -30,11 +30,13 @@ pub use stream::{RStream, Ready, RecvFlags};
 pub struct RsOptions {
     /// Send and receive queue depths (16 to 65534, and at most the device's).
     pub sq_size: u32,
+    /// The receive queue's depth (as `sq_size`).
     pub rq_size: u32,
     /// Sends of up to this many bytes are posted inline (no copy into the send buffer).
     pub inline: u32,
     /// Send and receive buffer bytes.
     pub sbuf_size: u32,
+    /// The receive buffer's bytes (the peer WRITEs into it).
     pub rbuf_size: u32,
     /// Entries of the table the peer's `riomap` entries are written into.
     pub iomap_size: u32,

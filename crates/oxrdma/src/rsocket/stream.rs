@@ -48,7 +48,9 @@ pub struct RecvFlags {
 /// What `poll` would say of an rsocket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Ready {
+    /// Data (or the end of the stream) waits (POLLIN).
     pub readable: bool,
+    /// A send would go now (POLLOUT).
     pub writable: bool,
     /// The connection is closed (POLLHUP).
     pub hangup: bool,
@@ -279,6 +281,7 @@ impl RStream {
         }
     }
 
+    /// Whether a non-blocking connect is still under way.
     pub fn is_connecting(&self) -> bool {
         lock(&self.flow).link == Link::Connecting
     }
@@ -461,10 +464,12 @@ impl RStream {
         &self.ch
     }
 
+    /// This side's address.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.id.local_addr()
     }
 
+    /// The peer's address.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         self.id.peer_addr()
     }
