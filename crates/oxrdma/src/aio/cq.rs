@@ -46,6 +46,9 @@ impl AsyncCq {
             if n > 0 {
                 return Ok(n);
             }
+            // This task will not poll again until woken: the engine thread must move the
+            // packets meanwhile (an empty poll told it the program polls on).
+            self.cq.ctx.shared().app_leaves();
             let mut ready = self.fd.readable().await?;
             while self.channel.try_get_event()?.is_some() {}
             ready.clear_ready();

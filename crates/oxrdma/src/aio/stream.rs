@@ -64,6 +64,8 @@ impl AsyncRStream {
                     continue;
                 }
             }
+            // Until woken, nothing polls: the engine thread moves the packets meanwhile.
+            self.stream.app_leaves();
             return Poll::Pending;
         }
     }

@@ -454,6 +454,13 @@ impl RStream {
         }
     }
 
+    /// The program will not call in until its descriptors wake it (an async task
+    /// pending): the engine thread moves the packets meanwhile.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn app_leaves(&self) {
+        self.cq.ctx.shared().app_leaves();
+    }
+
     /// SO_ERROR: the pending error, cleared.
     pub fn take_error(&self) -> Option<std::io::Error> {
         lock(&self.flow).err.take().map(os)
