@@ -92,7 +92,7 @@ pub fn ud_pingpong(a: &UdPingpongArgs) -> anyhow::Result<()> {
         max_inline_data: 64,
     };
     let qp = pd.create_qp(&cq, &cq, QpType::Ud, cap)?;
-    qp.ready_ud(crate::UD_QKEY, qp.psn())?;
+    qp.ready_ud(crate::UD_QKEY)?;
     // Receives go up before the exchange: the client sends as soon as it has our QPN.
     let post_recv = || {
         qp.post_recv(RecvWr {

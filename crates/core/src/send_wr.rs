@@ -5,7 +5,7 @@
 use crate::error::{Result, VerbsError};
 use crate::remote::RemoteBuf;
 use crate::verbs::{SendFlags, WrOpcode};
-use crate::wr::{SendData, SendWr, Sge, SgeList};
+use crate::wr::{SendData, SendWr, Sge, SgeList, UdDest};
 
 fn sges(local: impl AsRef<[Sge]>) -> SgeList {
     SgeList::from_slice(local.as_ref())
@@ -144,6 +144,14 @@ impl SendWr {
     #[must_use]
     pub fn unsignaled(mut self) -> SendWr {
         self.flags = SendFlags(self.flags.0 & !SendFlags::SIGNALED.0);
+        self
+    }
+
+    /// The same SEND aimed at a UD destination (an address handle, the remote QP and its
+    /// Q_Key); connected QPs ignore it.
+    #[must_use]
+    pub fn to(mut self, dest: UdDest) -> SendWr {
+        self.ud = Some(dest);
         self
     }
 

@@ -313,6 +313,16 @@ impl AddressHandle {
     pub fn id(&self) -> u32 {
         self.ah
     }
+
+    /// A UD send's destination through it: QP `qpn` there, with Q_Key `qkey`
+    /// ([`oxrdma_core::SendWr::to`]).
+    pub fn dest(&self, qpn: u32, qkey: u32) -> oxrdma_core::UdDest {
+        oxrdma_core::UdDest {
+            ah: self.ah,
+            remote_qpn: qpn,
+            remote_qkey: qkey,
+        }
+    }
 }
 
 /// A pool of receive WQEs shared by QPs (`ibv_srq`).

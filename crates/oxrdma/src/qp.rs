@@ -302,8 +302,9 @@ impl QueuePair {
         })
     }
 
-    /// RESET → INIT → RTR → RTS for a UD QP with Q_Key `qkey`, sending from PSN `psn`.
-    pub fn ready_ud(&self, qkey: u32, psn: u32) -> Result<()> {
+    /// RESET → INIT → RTR → RTS for a UD QP with Q_Key `qkey`, sending from [`Self::psn`].
+    pub fn ready_ud(&self, qkey: u32) -> Result<()> {
+        let psn = self.psn();
         self.modify(&QpAttr {
             qp_state: Some(QpState::Init),
             pkey_index: Some(0),

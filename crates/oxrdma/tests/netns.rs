@@ -187,8 +187,8 @@ fn ud_from(a: &Context, b: &Context, index: u8) {
     let qb = pb
         .create_qp(&cb, &cb, QpType::Ud, QpCap::default())
         .unwrap();
-    qa.ready_ud(0x1234, 0).unwrap();
-    qb.ready_ud(0x1234, 0).unwrap();
+    qa.ready_ud(0x1234).unwrap();
+    qb.ready_ud(0x1234).unwrap();
     let (ma, mb) = (
         pa.register(4096, Access::ALL).unwrap(),
         pb.register(4096, Access::ALL).unwrap(),

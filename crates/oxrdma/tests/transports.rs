@@ -111,8 +111,8 @@ fn ud_ping_pong_over_udp_answers_the_source_from_the_completion() {
         .create_qp(&cb, &cb, QpType::Ud, QpCap::default())
         .unwrap();
     const QKEY: u32 = 0x11111111;
-    qa.ready_ud(QKEY, a.random_psn()).unwrap();
-    qb.ready_ud(QKEY, b.random_psn()).unwrap();
+    qa.ready_ud(QKEY).unwrap();
+    qb.ready_ud(QKEY).unwrap();
     let mtu = a.active_mtu().bytes();
     for (qp, mr) in [(&qa, &ma), (&qb, &mb)] {
         qp.post_recv(RecvWr {

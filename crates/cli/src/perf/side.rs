@@ -83,7 +83,7 @@ impl Side {
                 len: slot as u64,
             };
             if args.conn == Conn::Ud {
-                qp.ready_ud(crate::UD_QKEY, qp.psn())?;
+                qp.ready_ud(crate::UD_QKEY)?;
             }
             let peer = match cm.as_mut() {
                 Some(cm) => cm
