@@ -69,6 +69,9 @@ bash "$HERE/build-guest.sh" || die "guest build failed"
 
 RUN=$W/runs/$(date +%Y%m%d-%H%M%S)
 mkdir -p "$RUN"; ln -sfn "$RUN" "$W/runs/latest"
+# A run keeps about 1.4 GB of captures and logs: the newest few are kept (29 runs filled
+# this machine's disk to 98 %).
+ls -d "$W"/runs/2* 2>/dev/null | sort | head -n -${OXR_KEEP_RUNS:-3} | xargs -r rm -rf || true
 SHARE=$RUN/share; mkdir -p "$SHARE"
 HOST_IP=${OXR_HOST_CIDR:-10.78.0.254/24}; HOST_IP=${HOST_IP%/*}
 GUEST_IP=10.78.0.1
