@@ -7,6 +7,14 @@ use std::ops::{Bound, RangeBounds};
 /// Memory a peer may access: its address as the peer names it, its rkey, its length
 /// (`oxrdma::MemoryRegion::remote`). A work request aimed at a
 /// `RemoteBuf` cannot miss its rkey, and a slice of one cannot reach past its end.
+///
+/// ```
+/// use oxrdma_core::RemoteBuf;
+/// let peer = RemoteBuf::new(0x7f00_0000_1000, 0xabcd, 4096).unwrap();
+/// let tail = peer.slice(4000..).unwrap();
+/// assert_eq!((tail.addr(), tail.rkey(), tail.len()), (0x7f00_0000_1000 + 4000, 0xabcd, 96));
+/// assert!(peer.slice(4000..4097).is_err(), "past the end");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RemoteBuf {

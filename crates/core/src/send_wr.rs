@@ -1,6 +1,17 @@
 //! Typed constructors of send work requests: each takes what its operation needs (the
 //! local SGEs, a [`RemoteBuf`] that carries the rkey) and checks it then, so a WR that
 //! could only fail on the wire is an `Err` before it is posted.
+//!
+//! ```
+//! use oxrdma_core::{RemoteBuf, SendWr, Sge, WrOpcode};
+//! let local = Sge { addr: 0x1000, length: 64, lkey: 7 };
+//! let remote = RemoteBuf::new(0x9000, 0x55, 64).unwrap();
+//! let w = SendWr::write(1, [local], remote).unwrap().with_imm(42).unwrap();
+//! assert_eq!((w.opcode, w.rkey, w.imm), (WrOpcode::RdmaWriteWithImm, 0x55, 42));
+//! // 65 bytes do not fit in 64, and a READ has no immediate: errors now, not on the wire.
+//! assert!(SendWr::write(2, [Sge { length: 65, ..local }], remote).is_err());
+//! assert!(SendWr::read(3, [local], remote).unwrap().with_imm(1).is_err());
+//! ```
 
 use crate::error::{Result, VerbsError};
 use crate::remote::RemoteBuf;

@@ -8,6 +8,23 @@ use crate::secure::PublicKey;
 use oxrdma_core::{Gid, RemoteBuf};
 
 /// What the other side needs to connect to a QP, and the memory it may access.
+///
+/// ```
+/// use oxrdma::{Access, Context, Endpoint, QpCap, QpType};
+/// # fn main() -> oxrdma::Result<()> {
+/// let ctx = Context::open("127.0.1.1".parse().unwrap())?;
+/// let pd = ctx.alloc_pd()?;
+/// let mr = pd.register(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+/// let cq = ctx.create_cq(8)?;
+/// let qp = pd.create_qp(&cq, &cq, QpType::Rc, QpCap::default())?;
+/// // What goes to the peer (any way: TCP, a file, a job launcher) is bytes.
+/// let bytes = qp.endpoint().with_buffer(mr.remote()).to_bytes();
+/// let back = Endpoint::from_bytes(&bytes)?;
+/// assert_eq!((back.qpn, back.psn), (qp.qpn(), qp.psn()));
+/// assert_eq!(back.buffers[0].rkey(), mr.rkey());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Endpoint {

@@ -61,6 +61,29 @@ impl Default for ConnectOptions {
 
 /// A queue pair (`ibv_qp`): connect it ([`Self::connect`], or the RDMA CM), then post
 /// work requests to it; they complete on its CQs.
+///
+/// ```
+/// use oxrdma::{Access, ConnectOptions, Context, QpCap, QpType, RecvWr, SendWr};
+/// use std::time::Duration;
+/// # fn main() -> oxrdma::Result<()> {
+/// let (a, b) = (Context::open("127.0.1.2".parse().unwrap())?,
+///               Context::open("127.0.1.3".parse().unwrap())?);
+/// let (pa, pb) = (a.alloc_pd()?, b.alloc_pd()?);
+/// let (ma, mb) = (pa.register(64, Access::LOCAL_WRITE)?, pb.register(64, Access::LOCAL_WRITE)?);
+/// let (ca, cb) = (a.create_cq(8)?, b.create_cq(8)?);
+/// let qa = pa.create_qp(&ca, &ca, QpType::Rc, QpCap::default())?;
+/// let qb = pb.create_qp(&cb, &cb, QpType::Rc, QpCap::default())?;
+/// qa.connect(&qb.endpoint(), &ConnectOptions::default())?;
+/// qb.connect(&qa.endpoint(), &ConnectOptions::default())?;
+/// qb.post_recv(RecvWr { wr_id: 1, sges: vec![mb.sge(0, 64)?].into() })?;
+/// qa.post_send(SendWr::send_inline(2, b"a message"))?;
+/// let got = cb.wait_one(Duration::from_secs(10))?.result()?;
+/// let mut text = vec![0u8; got.byte_len as usize];
+/// mb.read(0, &mut text)?;
+/// assert_eq!(text, b"a message");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct QueuePair {
     pub(crate) ctx: Context,

@@ -135,6 +135,28 @@ pub fn connect(
 }
 
 /// A listening id: requests to its address wait in [`Listener::next_request`].
+///
+/// ```
+/// use oxrdma::cm::{self, Listener};
+/// use oxrdma::{Context, QpCap, QpType};
+/// # fn main() -> oxrdma::Result<()> {
+/// let (s, c) = (Context::open("127.0.1.4".parse().unwrap())?,
+///               Context::open("127.0.1.5".parse().unwrap())?);
+/// let listener = Listener::bind(&s, "0.0.0.0:47401".parse().unwrap())?;
+/// let server = std::thread::spawn(move || -> oxrdma::Result<Vec<u8>> {
+///     let (pd, cq) = (s.alloc_pd()?, s.create_cq(8)?);
+///     let qp = pd.create_qp(&cq, &cq, QpType::Rc, QpCap::default())?;
+///     let conn = listener.accept(&qp, b"welcome")?;
+///     Ok(conn.private_data().to_vec())
+/// });
+/// let (pd, cq) = (c.alloc_pd()?, c.create_cq(8)?);
+/// let qp = pd.create_qp(&cq, &cq, QpType::Rc, QpCap::default())?;
+/// let conn = cm::connect(&c, "127.0.0.1:47401".parse().unwrap(), &qp, b"hello")?;
+/// assert_eq!(conn.private_data(), b"welcome");
+/// assert_eq!(server.join().unwrap()?, b"hello");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Listener {
     id: CmId,

@@ -59,7 +59,31 @@ pub struct Ready {
 }
 
 /// A connected rsocket (or one connecting). `send`/`recv` may be called from different
-/// threads at once.
+/// threads at once. On the wire it is rdma-core's rsockets, so the peer may be a C
+/// program on librdmacm.
+///
+/// ```
+/// use oxrdma::rsocket::{RListener, RStream};
+/// use oxrdma::Context;
+/// use std::io::{Read, Write};
+/// # fn main() -> std::io::Result<()> {
+/// let (s, c) = (Context::open("127.0.1.6".parse().unwrap())?,
+///               Context::open("127.0.1.7".parse().unwrap())?);
+/// let listener = RListener::bind(&s, "0.0.0.0:47402".parse().unwrap())?;
+/// let echo = std::thread::spawn(move || -> std::io::Result<()> {
+///     let mut peer = listener.accept()?;
+///     let mut b = [0u8; 5];
+///     peer.read_exact(&mut b)?;
+///     peer.write_all(&b)
+/// });
+/// let mut stream = RStream::connect(&c, "127.0.0.1:47402".parse().unwrap())?;
+/// stream.write_all(b"hello")?;
+/// let mut back = [0u8; 5];
+/// stream.read_exact(&mut back)?;
+/// assert_eq!(&back, b"hello");
+/// echo.join().unwrap()
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct RStream {
     flow: std::sync::Mutex<Flow>,
