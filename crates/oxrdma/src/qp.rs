@@ -159,13 +159,12 @@ impl QueuePair {
             return Err(VerbsError::InvalidArgument("only RC and UC QPs are secure").into());
         }
         let gid = self.ctx.gid();
-        let psn = self.psn();
-        let (offer, key) = Offer::new(gid, psn)?;
+        let (offer, key) = Offer::new(gid)?;
         self.offers().insert(self.qpn, offer);
         Ok(Endpoint {
             gid,
             qpn: self.qpn,
-            psn,
+            psn: self.psn(),
             key: Some(key),
             buffers: Vec::new(),
         })
@@ -255,13 +254,8 @@ impl QueuePair {
         let sgid_index = o
             .gid_index
             .unwrap_or_else(|| self.ctx.gid_index_for(remote.gid));
+        // (`set_psn` refuses once an offer is made: its PSN is the QP's.)
         let offer = self.offers().remove(&self.qpn);
-        if offer.as_ref().is_some_and(|f| f.psn != my_psn) {
-            return Err(VerbsError::InvalidArgument(
-                "the PSN differs from the one the secure endpoint was made with",
-            )
-            .into());
-        }
         let secure = (offer.is_some() && remote.key.is_some()) || o.psk.is_some();
         if o.require_secure && !secure {
             return Err(Error::BadPeer(

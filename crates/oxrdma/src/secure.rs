@@ -13,35 +13,53 @@ use std::sync::OnceLock;
 /// An X25519 public key, as an [`Endpoint`](crate::Endpoint) carries it.
 pub type PublicKey = [u8; 32];
 
-/// A key pair offered in an endpoint, kept until the QP connects.
-pub(crate) struct Offer {
-    private: EphemeralPrivateKey,
-    /// The endpoint it was offered in: the key derivation names this end by it.
-    pub gid: Gid,
-    pub psn: u32,
-}
+/// An X25519 key pair: the private half, kept until the peer's public key comes (an
+/// endpoint's offer, or the RDMA CM's, `cm/keys.rs`).
+pub(crate) struct KeyPair(EphemeralPrivateKey);
 
-impl std::fmt::Debug for Offer {
+impl std::fmt::Debug for KeyPair {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Offer")
-            .field("gid", &self.gid)
-            .field("psn", &self.psn)
-            .finish_non_exhaustive()
+        f.write_str("KeyPair(..)")
     }
 }
 
-impl Offer {
-    /// A fresh key pair for the endpoint at `gid` sending from `psn`, and its public key.
-    pub fn new(gid: Gid, psn: u32) -> Result<(Offer, PublicKey)> {
-        let rng = SystemRandom::new();
-        let private = EphemeralPrivateKey::generate(&X25519, &rng)
+impl KeyPair {
+    /// A fresh key pair from the OS's randomness, and its public key.
+    pub fn new() -> Result<(KeyPair, PublicKey)> {
+        let private = EphemeralPrivateKey::generate(&X25519, &SystemRandom::new())
             .map_err(|_| Error::Config("no randomness for an X25519 key".into()))?;
         let public = private
             .compute_public_key()
             .map_err(|_| Error::Config("X25519 public key".into()))?;
         let mut key = [0u8; 32];
         key.copy_from_slice(public.as_ref());
-        Ok((Offer { private, gid, psn }, key))
+        Ok((KeyPair(private), key))
+    }
+
+    /// The shared secret with the peer's public key `public`.
+    pub fn agree(self, public: &PublicKey) -> Result<[u8; 32]> {
+        let mut secret = [0u8; 32];
+        agree_ephemeral(self.0, &UnparsedPublicKey::new(&X25519, public), |s| {
+            secret.copy_from_slice(s)
+        })
+        .map_err(|_| Error::BadPeer("the peer's X25519 key does not agree".into()))?;
+        Ok(secret)
+    }
+}
+
+/// A key pair offered in an endpoint, kept until the QP connects.
+#[derive(Debug)]
+pub(crate) struct Offer {
+    pair: KeyPair,
+    /// The GID of the endpoint it was offered in: the key derivation names this end by it.
+    pub gid: Gid,
+}
+
+impl Offer {
+    /// A fresh key pair for the endpoint at `gid`, and its public key.
+    pub fn new(gid: Gid) -> Result<(Offer, PublicKey)> {
+        let (pair, key) = KeyPair::new()?;
+        Ok((Offer { pair, gid }, key))
     }
 }
 
@@ -58,13 +76,8 @@ pub(crate) fn keys(
     let mut secret = Vec::with_capacity(64);
     let mut local = local;
     if let (Some(offer), Some(public)) = (offer, public) {
-        (local.gid, local.psn) = (offer.gid, offer.psn);
-        agree_ephemeral(
-            offer.private,
-            &UnparsedPublicKey::new(&X25519, public),
-            |shared| secret.extend_from_slice(shared),
-        )
-        .map_err(|_| Error::BadPeer("the peer's X25519 key does not agree".into()))?;
+        local.gid = offer.gid;
+        secret.extend_from_slice(&offer.pair.agree(public)?);
     }
     if let Some(psk) = psk {
         secret.extend_from_slice(psk);

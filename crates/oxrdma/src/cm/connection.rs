@@ -289,8 +289,9 @@ impl CmId {
         if self.inner.qp_type == QpType::Ud || !mode.offers() {
             return Ok(None);
         }
-        let (pair, offer) = KeyPair::new(Suite::Aes256Gcm)?;
-        if keys::place(data, keys::IN_REQ, &offer) {
+        if data.len() <= keys::IN_REQ {
+            let (pair, offer) = KeyPair::new(Suite::Aes256Gcm)?;
+            keys::place(data, keys::IN_REQ, &offer);
             return Ok(Some(pair));
         }
         if mode == SecureMode::Require && secure::configured_psk()?.is_none() {

@@ -8,11 +8,10 @@
 //! more bytes of private data and answers nothing, so the QP stays plain RoCEv2. An
 //! oxrdma end zeroes the offer before its application sees the private data.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::secure;
 use oxrdma_core::secure::Suite;
 use oxrdma_wire::cm::{Rep, Req};
-use ring::agreement::{agree_ephemeral, EphemeralPrivateKey, UnparsedPublicKey, X25519};
-use ring::rand::SystemRandom;
 
 /// An offer's length.
 pub(super) const LEN: usize = 36;
@@ -29,45 +28,28 @@ fn suite_byte(s: Suite) -> u8 {
     }
 }
 
-/// The half of an agreement kept at this end until the peer's key comes.
+/// The half of an agreement kept at this end until the peer's key comes, and the suite
+/// it was offered with.
+#[derive(Debug)]
 pub(super) struct KeyPair {
-    private: EphemeralPrivateKey,
+    pair: secure::KeyPair,
     pub(super) suite: Suite,
-}
-
-impl std::fmt::Debug for KeyPair {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyPair")
-            .field("suite", &self.suite)
-            .finish_non_exhaustive()
-    }
 }
 
 impl KeyPair {
     /// A fresh key pair, and the offer (or answer) that carries its public key.
     pub(super) fn new(suite: Suite) -> Result<(KeyPair, [u8; LEN])> {
-        let private = EphemeralPrivateKey::generate(&X25519, &SystemRandom::new())
-            .map_err(|_| Error::Config("no randomness for an X25519 key".into()))?;
-        let public = private
-            .compute_public_key()
-            .map_err(|_| Error::Config("X25519 public key".into()))?;
+        let (pair, public) = secure::KeyPair::new()?;
         let mut offer = [0u8; LEN];
         offer[..3].copy_from_slice(MAGIC);
         offer[3] = suite_byte(suite);
-        offer[4..].copy_from_slice(public.as_ref());
-        Ok((KeyPair { private, suite }, offer))
+        offer[4..].copy_from_slice(&public);
+        Ok((KeyPair { pair, suite }, offer))
     }
 
     /// The shared secret with the peer's public key `public`.
     pub(super) fn agree(self, public: &[u8; 32]) -> Result<[u8; 32]> {
-        let mut secret = [0u8; 32];
-        agree_ephemeral(
-            self.private,
-            &UnparsedPublicKey::new(&X25519, public),
-            |s| secret.copy_from_slice(s),
-        )
-        .map_err(|_| Error::BadPeer("the peer's X25519 key does not agree".into()))?;
-        Ok(secret)
+        self.pair.agree(public)
     }
 }
 
