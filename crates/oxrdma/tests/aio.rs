@@ -55,11 +55,7 @@ fn completions_are_awaited() {
 
 #[test]
 fn an_awaiting_task_loses_no_wakeup_to_a_racing_sender() {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    println!("seed {seed}");
+    let seed = common::clock_seed();
     let (a, b) = pair("127.0.0.233", "127.0.0.234");
     let rounds = 2000u64;
     let recv = |i| {
@@ -75,32 +71,7 @@ fn an_awaiting_task_loses_no_wakeup_to_a_racing_sender() {
     let _in = rt.enter();
     let cq = AsyncCq::new(b.cq).unwrap();
     std::thread::scope(|s| {
-        s.spawn(|| {
-            let mut x = seed | 1;
-            for i in 0..rounds {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let pause = if x.is_multiple_of(8) {
-                    200 + x % 1800
-                } else {
-                    x % 60
-                };
-                let t = std::time::Instant::now();
-                while t.elapsed() < Duration::from_micros(pause) {
-                    std::hint::spin_loop();
-                }
-                a.qp.post_send(SendWr::send_inline(i, &i.to_le_bytes()))
-                    .unwrap();
-                a.cq.wait_one(Duration::from_secs(10))
-                    .unwrap()
-                    .result()
-                    .unwrap();
-                while taken.load(Ordering::Acquire) <= i {
-                    std::hint::spin_loop();
-                }
-            }
-        });
+        s.spawn(|| common::send_racing(&a.qp, &a.cq, rounds, seed, &taken));
         rt.block_on(async {
             for i in 0..rounds {
                 let wc = tokio::time::timeout(Duration::from_secs(5), cq.next())

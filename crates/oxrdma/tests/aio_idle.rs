@@ -4,21 +4,10 @@
 
 mod common;
 
-use common::pair;
+use common::{pair, process_cpu};
 use oxrdma::aio::AsyncCq;
 use oxrdma::SendWr;
 use std::time::{Duration, Instant};
-
-fn process_cpu() -> Duration {
-    let mut ns = 0u64;
-    for t in std::fs::read_dir("/proc/self/task").unwrap() {
-        let path = t.unwrap().path().join("schedstat");
-        if let Ok(s) = std::fs::read_to_string(path) {
-            ns += s.split_whitespace().next().unwrap().parse::<u64>().unwrap();
-        }
-    }
-    Duration::from_nanos(ns)
-}
 
 #[test]
 fn an_idle_awaiting_task_costs_no_cpu() {

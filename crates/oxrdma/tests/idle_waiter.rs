@@ -3,21 +3,9 @@
 
 mod common;
 
-use common::pair;
+use common::{pair, process_cpu};
 use oxrdma::{SendData, SendWr, WrOpcode};
 use std::time::{Duration, Instant};
-
-/// CPU time of every thread of this process so far (ns on CPU, `/proc/self/task/*/schedstat`).
-fn process_cpu() -> Duration {
-    let mut ns = 0u64;
-    for t in std::fs::read_dir("/proc/self/task").unwrap() {
-        let path = t.unwrap().path().join("schedstat");
-        if let Ok(s) = std::fs::read_to_string(path) {
-            ns += s.split_whitespace().next().unwrap().parse::<u64>().unwrap();
-        }
-    }
-    Duration::from_nanos(ns)
-}
 
 #[test]
 fn an_idle_waiter_costs_no_cpu() {

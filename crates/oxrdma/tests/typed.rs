@@ -180,11 +180,7 @@ fn wait_loses_no_wakeup_when_completions_race_the_sleep() {
     // Each round a SEND leaves after a short, seeded pause, while the receiver is on its
     // way into `wait_one`: before its arm, between arm and sleep, or asleep. A lost wakeup
     // shows as a round that waits out its timeout.
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    println!("seed {seed}");
+    let seed = common::clock_seed();
     let (a, b) = (side("127.0.0.219"), side("127.0.0.220"));
     a.qp.connect(&b.qp.endpoint(), &ConnectOptions::default())
         .unwrap();
@@ -202,34 +198,7 @@ fn wait_loses_no_wakeup_when_completions_race_the_sleep() {
     let taken = AtomicU64::new(0);
     let start = Instant::now();
     std::thread::scope(|s| {
-        s.spawn(|| {
-            let mut x = seed | 1;
-            for i in 0..rounds {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                // Mostly within the waiter's spin, one in eight long enough that it sleeps.
-                let pause = if x.is_multiple_of(8) {
-                    200 + x % 1800
-                } else {
-                    x % 60
-                };
-                let t = Instant::now();
-                while t.elapsed() < Duration::from_micros(pause) {
-                    std::hint::spin_loop();
-                }
-                a.qp.post_send(SendWr::send_inline(i, &i.to_le_bytes()))
-                    .unwrap();
-                a.cq.wait_one(Duration::from_secs(10))
-                    .unwrap()
-                    .result()
-                    .unwrap();
-                // The receiver takes this one before the next leaves.
-                while taken.load(Ordering::Acquire) <= i {
-                    std::hint::spin_loop();
-                }
-            }
-        });
+        s.spawn(|| common::send_racing(&a.qp, &a.cq, rounds, seed, &taken));
         for i in 0..rounds {
             let wc =
                 b.cq.wait_one(Duration::from_secs(5))

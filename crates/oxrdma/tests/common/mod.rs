@@ -73,3 +73,67 @@ pub fn pair(ip_a: &str, ip_b: &str) -> (Side, Side) {
     };
     (side(a, ca, qa, ma), side(b, cb, qb, mb))
 }
+
+/// CPU time of every thread of this process so far (ns on CPU,
+/// `/proc/self/task/*/schedstat`).
+#[allow(dead_code)]
+pub fn process_cpu() -> Duration {
+    let mut ns = 0u64;
+    for t in std::fs::read_dir("/proc/self/task").unwrap() {
+        let path = t.unwrap().path().join("schedstat");
+        if let Ok(s) = std::fs::read_to_string(path) {
+            ns += s.split_whitespace().next().unwrap().parse::<u64>().unwrap();
+        }
+    }
+    Duration::from_nanos(ns)
+}
+
+/// A seed from the clock, printed (a failure names it).
+#[allow(dead_code)]
+pub fn clock_seed() -> u64 {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    println!("seed {seed}");
+    seed
+}
+
+/// Sends `rounds` 8-byte SENDs on `qp` (its completions on `cq`), each after a pause
+/// drawn from `seed` (mostly within a waiter's spin, one in eight long enough that it
+/// sleeps) and only once the receiver has taken the one before (`taken` passes it): each
+/// SEND meets a receiver on its way into a wait, before its arm, between arm and sleep,
+/// or asleep.
+#[allow(dead_code)]
+pub fn send_racing(
+    qp: &QueuePair,
+    cq: &CompletionQueue,
+    rounds: u64,
+    seed: u64,
+    taken: &std::sync::atomic::AtomicU64,
+) {
+    let mut x = seed | 1;
+    for i in 0..rounds {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let pause = if x.is_multiple_of(8) {
+            200 + x % 1800
+        } else {
+            x % 60
+        };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_micros(pause) {
+            std::hint::spin_loop();
+        }
+        qp.post_send(oxrdma::SendWr::send_inline(i, &i.to_le_bytes()))
+            .unwrap();
+        cq.wait_one(Duration::from_secs(10))
+            .unwrap()
+            .result()
+            .unwrap();
+        while taken.load(std::sync::atomic::Ordering::Acquire) <= i {
+            std::hint::spin_loop();
+        }
+    }
+}
