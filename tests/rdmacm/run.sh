@@ -71,6 +71,16 @@ pair() {
   fi
 }
 next() { port=$((port + 1)); }
+# `no_ping_text PREFIX`: the captures $work/PREFIX-*.pcap exist and hold no ping text.
+no_ping_text() {
+  if cat "$work"/$1-*.pcap 2>/dev/null | grep -aq "rdma-ping"; then
+    row "  ... its captures hold no ping text" "FAIL"; fails=$((fails + 1))
+  elif ! ls "$work"/$1-*.pcap >/dev/null 2>&1; then
+    row "  ... its captures hold no ping text" "FAIL (no capture)"; fails=$((fails + 1))
+  else
+    row "  ... its captures hold no ping text" PASS
+  fi
+}
 
 next; pair "rping -C 100 (data checked with -v)" \
   "rping -s -p $port -C 100" "rping -c -a 127.0.0.1 -p $port -v -C 100" "rdma-ping-99"
@@ -80,13 +90,7 @@ key=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff
 sec="OXRDMA_SECURE_KEY=$key OXRDMA_PCAP=$work/sec-%p.pcap"
 next; pair "rping -C 50, OXRDMA_SECURE_KEY on both sides" \
   "$sec rping -s -p $port -C 50" "$sec rping -c -a 127.0.0.1 -p $port -v -C 50" "rdma-ping-49"
-if cat "$work"/sec-*.pcap 2>/dev/null | grep -aq "rdma-ping"; then
-  row "  ... its captures hold no ping text" "FAIL"; fails=$((fails + 1))
-elif ! ls "$work"/sec-*.pcap >/dev/null 2>&1; then
-  row "  ... its captures hold no ping text" "FAIL (no capture)"; fails=$((fails + 1))
-else
-  row "  ... its captures hold no ping text" PASS
-fi
+no_ping_text sec
 # Secure QPs from keys agreed through the RDMA CM (X25519 in the private data): the client
 # offers, the server answers by default; the pings arrive and the captures hold no text.
 # A client that requires keys is refused by a server that answers none.
@@ -94,13 +98,7 @@ sec="OXRDMA_PCAP=$work/cmkeys-%p.pcap"
 next; pair "rping -C 50, OXRDMA_SECURE=offer on the client" \
   "$sec rping -s -p $port -C 50" "$sec OXRDMA_SECURE=offer rping -c -a 127.0.0.1 -p $port -v -C 50" \
   "rdma-ping-49"
-if cat "$work"/cmkeys-*.pcap 2>/dev/null | grep -aq "rdma-ping"; then
-  row "  ... its captures hold no ping text" "FAIL"; fails=$((fails + 1))
-elif ! ls "$work"/cmkeys-*.pcap >/dev/null 2>&1; then
-  row "  ... its captures hold no ping text" "FAIL (no capture)"; fails=$((fails + 1))
-else
-  row "  ... its captures hold no ping text" PASS
-fi
+no_ping_text cmkeys
 next
 OXRDMA_SECURE=off timeout 60 rping -s -p $port -C 1 >"$work/srv" 2>&1 &
 srv=$!
