@@ -116,6 +116,13 @@ impl CompletionChannel {
         let mut packet = false;
         if timeout == Some(Duration::ZERO) {
             self.drive(&shared, shared.try_lock());
+            if let Some(cq) = self.inner.take() {
+                return Ok(Some(cq));
+            }
+            // No event: the program may sleep on the descriptor next, and what the packets
+            // just moved owe the peer must not wait for it.
+            self.flush(&shared, false);
+            return Ok(None);
         }
         // Taken before the first sleep, let go when this call returns: the socket is this
         // thread's meanwhile.
@@ -135,7 +142,12 @@ impl CompletionChannel {
             let left = match timeout {
                 Some(t) => match t.checked_sub(start.elapsed()) {
                     Some(left) if !left.is_zero() => Some(left),
-                    _ => return Ok(None),
+                    _ => {
+                        if packet {
+                            self.flush(&shared, true);
+                        }
+                        return Ok(None);
+                    }
                 },
                 None => None,
             };
@@ -144,6 +156,13 @@ impl CompletionChannel {
                 if let Some(cq) = self.spin(&shared, start, left) {
                     return Ok(Some(cq));
                 }
+            }
+            if packet {
+                // The packets moved brought no event but may owe the peer an answer (the
+                // ACK of a retransmitted request, a READ's responses): it leaves now, not
+                // at the engine thread's next look, up to 50 ms away. A peer that timed out
+                // waits for exactly this ACK.
+                self.flush(&shared, true);
             }
             self.inner.stats.slept.fetch_add(1, Ordering::Relaxed);
             packet = self.sleep_on_both(left)?;
@@ -162,6 +181,19 @@ impl CompletionChannel {
                 // The channel hears of the completions when the device is let go.
                 drop(dev);
             });
+        }
+    }
+
+    /// Sends what the engine has for the wire (`Link::poll` returns as soon as packets
+    /// arrived, leaving their answers to the caller's next call); with `release`, held
+    /// ACKs too: they wait for an answer of the program's to take them along, and the
+    /// program is going to sleep.
+    fn flush(&self, shared: &Shared, release: bool) {
+        if let Some(mut dev) = shared.try_lock() {
+            if release {
+                dev.engine.release_acks();
+            }
+            let _ = dev.transmit();
         }
     }
 

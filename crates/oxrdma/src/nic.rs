@@ -125,7 +125,11 @@ pub(crate) fn engine_thread(shared: &Shared) {
 fn look(shared: &Shared) -> Option<Duration> {
     let mut dev = shared.lock_raw();
     shared.pending.store(false, Ordering::SeqCst);
-    let _ = dev.poll();
+    // What the packets taken owe the peer (an ACK: `Link::poll` returns once packets
+    // arrived) leaves now, not at the next look.
+    if matches!(dev.poll(), Ok(n) if n > 0) {
+        let _ = dev.transmit();
+    }
     shared.collect_events(&mut dev);
     shared.sleeper.set_deadline(None);
     let next = dev.next_timer_in();
