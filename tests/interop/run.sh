@@ -160,6 +160,29 @@ listening() {  # listening NS: is someone listening on TCP 18515 in the namespac
 perf_row() { sed -n 's/^ *\([0-9][0-9]*\)  *\([0-9][0-9]*\)  *[0-9][0-9]*\.[0-9].*/\1 \2/p' "$1" | tail -1; }
 bytes_of() { sed -n 's/^ *\([0-9][0-9]*\) bytes in .* seconds.*/\1/p' "$1" | tail -1; }
 
+# hang_dump PID T DIR: if the host's command (PID) still runs T-8 s after it started, saves
+# what each of its processes waits in (gdb's backtrace where gdb is installed, else the
+# kernel's stack) and the host's oxrdma counters to DIR/host-dump.txt, before the timeout
+# ends it. The guest's script does the same for its side (guest.out).
+hang_dump() {
+    local k q qs="" r
+    for k in $(seq 1 $(($2 - 8))); do kill -0 "$1" 2>/dev/null || return 0; sleep 1; done
+    kill -0 "$1" 2>/dev/null || return 0
+    for q in $(pgrep -P "$1"); do qs="$qs $q $(pgrep -P "$q")"; done
+    {
+        echo "== host processes still running after $(($2 - 8)) s:$qs"
+        for r in $qs; do
+            echo "-- $r $(cat /proc/$r/comm 2>/dev/null)"
+            if command -v gdb > /dev/null; then
+                gdb -batch -p "$r" -ex 'thread apply all bt 30' 2>&1 | grep -v '^\[' | head -200
+            else
+                for k in /proc/$r/task/*; do echo "task ${k##*/} $(cat $k/wchan)"; cat "$k/stack"; done
+            fi
+        done
+        ip netns exec "$NS" "$OXR" stats --json 2>&1 | head -c 20000
+    } > "$3/host-dump.txt" 2>&1
+}
+
 run_case() {
     local i=$1 name=${C_NAME[$1]}${CASE_SUFFIX:-} first=${C_FIRST[$1]} t=${C_T[$1]} chk=${C_CHECK[$1]}
     local netem=${C_NETEM[$1]} gcmd=${C_G[$1]} hcmd=${C_H[$1]} exp=${C_EXP[$1]}
@@ -181,7 +204,12 @@ run_case() {
     [ -n "$netem" ] && script="tc qdisc add dev eth0 root netem $netem || exit 90
 "
     script="$script$gcmd &
-p=\$!"
+p=\$!
+( i=0; while [ \$i -lt $((t - 10)) ] && kill -0 \$p 2>/dev/null; do sleep 1; i=\$((i+1)); done
+  if kill -0 \$p 2>/dev/null; then echo '== guest processes still running after $((t - 10)) s'
+    for q in \$p \$(pgrep -P \$p); do echo \"-- \$q \$(cat /proc/\$q/comm) syscall \$(cat /proc/\$q/syscall)\"; ls -l /proc/\$q/fd
+      for k in /proc/\$q/task/*; do echo \"task \${k##*/} \$(cat \$k/wchan)\"; cat \$k/stack; done; done
+    rdma res show qp; rdma res show cq; grep . /sys/class/infiniband/rxe0/ports/1/hw_counters/*; fi ) 2>&1 &"
     if [ "$first" = guest ] && [ -n "$settle" ]; then
         script="$script
 sleep $settle
@@ -205,9 +233,11 @@ exit \$r"
         done
         ip netns exec "$NS" timeout -k 5 "$t" bash -c "$hcmd" > "$d/host.out" 2>&1 &
         hpid=$!; BG_PIDS="$BG_PIDS $hpid"
+        hang_dump "$hpid" "$t" "$d" &
     else
         ip netns exec "$NS" timeout -k 5 "$t" bash -c "$hcmd" > "$d/host.out" 2>&1 &
         hpid=$!; BG_PIDS="$BG_PIDS $hpid"
+        hang_dump "$hpid" "$t" "$d" &
         if [ -n "$settle" ]; then
             sleep "$settle"
         else
