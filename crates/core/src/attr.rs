@@ -8,10 +8,15 @@ use crate::verbs::{Access, Mtu, QpState, QpType};
 /// `struct ibv_qp_cap`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpCap {
+    /// Max outstanding work requests in the send queue.
     pub max_send_wr: u32,
+    /// Max outstanding work requests in the receive queue.
     pub max_recv_wr: u32,
+    /// Max scatter/gather elements in one send WR.
     pub max_send_sge: u32,
+    /// Max scatter/gather elements in one receive WR.
     pub max_recv_sge: u32,
+    /// Max bytes of inline data (`IBV_SEND_INLINE`) in one send WR.
     pub max_inline_data: u32,
 }
 
@@ -30,9 +35,13 @@ impl Default for QpCap {
 /// `struct ibv_qp_init_attr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpInitAttr {
+    /// Transport service type: RC, UC or UD.
     pub qp_type: QpType,
+    /// Handle of the CQ that send-queue completions go to.
     pub send_cq: u32,
+    /// Handle of the CQ that receive-queue completions go to.
     pub recv_cq: u32,
+    /// Queue sizes the QP is created with.
     pub cap: QpCap,
     /// Every send WR generates a completion, whatever its SIGNALED flag says.
     pub sq_sig_all: bool,
@@ -44,6 +53,7 @@ pub struct QpInitAttr {
 /// GID, and which of the device's GIDs the packets leave from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AddressVector {
+    /// Destination GID: the peer's IP address.
     pub dgid: Gid,
     /// An index into the device's GID table (`EngineConfig::gids`).
     pub sgid_index: u8,
@@ -62,45 +72,80 @@ impl AddressVector {
 /// `struct ibv_qp_attr` with the mask folded in: an attribute is in the mask when it is Some.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QpAttr {
+    /// The state to move the QP to.
     pub qp_state: Option<QpState>,
+    /// The state the caller believes the QP is in; the modify fails if it is in another.
     pub cur_qp_state: Option<QpState>,
+    /// Remote operations the responder accepts on an RC or UC QP (REMOTE_WRITE,
+    /// REMOTE_READ, REMOTE_ATOMIC).
     pub qp_access_flags: Option<Access>,
+    /// Index into the port's P_Key table (only 0 exists).
     pub pkey_index: Option<u16>,
+    /// Physical port number (only port 1 exists).
     pub port_num: Option<u8>,
+    /// Q_Key of a UD QP: incoming datagrams must carry it.
     pub qkey: Option<u32>,
+    /// Primary path to the remote QP (RC, UC).
     pub ah_attr: Option<AddressVector>,
+    /// Path MTU: the largest payload of one packet (RC, UC).
     pub path_mtu: Option<Mtu>,
     /// Local ACK timeout: 4.096 µs × 2^timeout; 0 waits forever.
     pub timeout: Option<u8>,
+    /// Retry count for transport errors (ACK timeouts, sequence NAKs) before the WR fails
+    /// with `RetryExcErr` (0-7).
     pub retry_cnt: Option<u8>,
     /// 7 retries forever.
     pub rnr_retry: Option<u8>,
+    /// Receive PSN: the PSN expected on the first incoming request (24-bit).
     pub rq_psn: Option<u32>,
+    /// Max outstanding RDMA READ/atomic requests this QP initiates (initiator depth).
     pub max_rd_atomic: Option<u8>,
+    /// Minimum RNR NAK timer the responder tells requesters to wait (IBA 5-bit code, 0-31).
     pub min_rnr_timer: Option<u8>,
+    /// Send PSN: the PSN of the first request packet the QP sends (24-bit).
     pub sq_psn: Option<u32>,
+    /// Max incoming RDMA READ/atomic requests the responder handles at once (responder
+    /// resources).
     pub max_dest_rd_atomic: Option<u8>,
+    /// Remote QP number (24-bit) of an RC or UC peer.
     pub dest_qp_num: Option<u32>,
 }
 
 /// `enum ibv_qp_attr_mask` bits, used to name attributes and describe the transition table.
 pub mod mask {
+    /// `IBV_QP_STATE`: the `qp_state` attribute.
     pub const STATE: u32 = 1 << 0;
+    /// `IBV_QP_CUR_STATE`: the `cur_qp_state` attribute.
     pub const CUR_STATE: u32 = 1 << 1;
+    /// `IBV_QP_ACCESS_FLAGS`: the `qp_access_flags` attribute.
     pub const ACCESS_FLAGS: u32 = 1 << 3;
+    /// `IBV_QP_PKEY_INDEX`: the `pkey_index` attribute.
     pub const PKEY_INDEX: u32 = 1 << 4;
+    /// `IBV_QP_PORT`: the `port_num` attribute.
     pub const PORT: u32 = 1 << 5;
+    /// `IBV_QP_QKEY`: the `qkey` attribute.
     pub const QKEY: u32 = 1 << 6;
+    /// `IBV_QP_AV`: the `ah_attr` attribute.
     pub const AV: u32 = 1 << 7;
+    /// `IBV_QP_PATH_MTU`: the `path_mtu` attribute.
     pub const PATH_MTU: u32 = 1 << 8;
+    /// `IBV_QP_TIMEOUT`: the `timeout` attribute.
     pub const TIMEOUT: u32 = 1 << 9;
+    /// `IBV_QP_RETRY_CNT`: the `retry_cnt` attribute.
     pub const RETRY_CNT: u32 = 1 << 10;
+    /// `IBV_QP_RNR_RETRY`: the `rnr_retry` attribute.
     pub const RNR_RETRY: u32 = 1 << 11;
+    /// `IBV_QP_RQ_PSN`: the `rq_psn` attribute.
     pub const RQ_PSN: u32 = 1 << 12;
+    /// `IBV_QP_MAX_QP_RD_ATOMIC`: the `max_rd_atomic` attribute.
     pub const MAX_QP_RD_ATOMIC: u32 = 1 << 13;
+    /// `IBV_QP_MIN_RNR_TIMER`: the `min_rnr_timer` attribute.
     pub const MIN_RNR_TIMER: u32 = 1 << 15;
+    /// `IBV_QP_SQ_PSN`: the `sq_psn` attribute.
     pub const SQ_PSN: u32 = 1 << 16;
+    /// `IBV_QP_MAX_DEST_RD_ATOMIC`: the `max_dest_rd_atomic` attribute.
     pub const MAX_DEST_RD_ATOMIC: u32 = 1 << 17;
+    /// `IBV_QP_DEST_QPN`: the `dest_qp_num` attribute.
     pub const DEST_QPN: u32 = 1 << 20;
     /// Every bit a `QpAttr` can carry.
     pub const CARRIED: u32 = STATE

@@ -29,9 +29,12 @@ impl CqRing {
     pub fn pop(&self) -> Option<WorkCompletion> {
         self.queue.pop()
     }
+    /// Completions in the ring now (not those the engine still holds back for want of
+    /// room).
     pub fn len(&self) -> usize {
         self.queue.len()
     }
+    /// Whether the ring holds no completion.
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }

@@ -63,6 +63,7 @@ impl RxDrop {
         RxDrop::Replayed,
     ];
 
+    /// The reason in a few words, for logs and counter dumps.
     pub fn describe(self) -> &'static str {
         match self {
             RxDrop::Malformed => "malformed",
@@ -89,12 +90,15 @@ impl RxDrop {
 pub struct RxDrops([u64; RxDrop::ALL.len()]);
 
 impl RxDrops {
+    /// Counts one packet dropped for `why`.
     pub fn count(&mut self, why: RxDrop) {
         self.0[why as usize] += 1;
     }
+    /// Packets dropped for `why`.
     pub fn get(&self, why: RxDrop) -> u64 {
         self.0[why as usize]
     }
+    /// Packets dropped for any reason.
     pub fn total(&self) -> u64 {
         self.0.iter().sum()
     }

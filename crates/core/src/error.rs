@@ -10,8 +10,11 @@ pub enum VerbsError {
     /// A modify-QP attribute is missing for this transition, or not allowed in it (EINVAL).
     #[error("modify QP {from:?} -> {to:?}: {what}")]
     InvalidTransition {
+        /// The QP's current state.
         from: crate::QpState,
+        /// The state asked for.
         to: crate::QpState,
+        /// What is wrong: the attributes missing or not allowed, or another reason.
         what: String,
     },
     /// No such object (ENOENT / EINVAL in libibverbs).
@@ -26,8 +29,11 @@ pub enum VerbsError {
     /// The QP is in a state that does not allow this call.
     #[error("queue pair {qpn:#x} is in state {state:?}: {what}")]
     BadState {
+        /// The QP's number.
         qpn: u32,
+        /// The state it is in.
         state: crate::QpState,
+        /// What the call needs (e.g. "post_send needs RTS").
         what: &'static str,
     },
     /// Memory could not be allocated.
@@ -35,4 +41,5 @@ pub enum VerbsError {
     OutOfMemory,
 }
 
+/// The result of a verbs call.
 pub type Result<T> = core::result::Result<T, VerbsError>;

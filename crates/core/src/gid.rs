@@ -8,13 +8,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub struct Gid(pub [u8; 16]);
 
 impl Gid {
-    /// The IP address this GID stands for (IPv4-mapped GIDs give IPv4).
     /// Whether it is an IPv6 link-local address (`fe80::/10`): it means nothing without
     /// its interface.
     pub fn is_link_local(self) -> bool {
         self.0[0] == 0xfe && self.0[1] & 0xc0 == 0x80
     }
 
+    /// The IP address this GID stands for (IPv4-mapped GIDs give IPv4).
     pub fn ip(self) -> IpAddr {
         let v6 = Ipv6Addr::from(self.0);
         match v6.to_ipv4_mapped() {

@@ -3,6 +3,8 @@
 //! logic. Packets and time go in; packets, memory effects and completions come out. No
 //! sockets, threads or clocks: drivers (UDP, the simulator) provide those.
 
+#![deny(missing_docs)]
+
 mod attr;
 mod build;
 pub mod cm;

@@ -10,22 +10,39 @@ pub(crate) const MAX_MESSAGE: u64 = 1 << 31;
 /// Device limits (`struct ibv_device_attr`, the fields oxrdma enforces).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceAttr {
+    /// Max queue pairs.
     pub max_qp: u32,
+    /// Max work requests in one send or receive queue.
     pub max_qp_wr: u32,
+    /// Max scatter/gather elements in one send or receive WR.
     pub max_sge: u32,
+    /// Max completion queues.
     pub max_cq: u32,
+    /// Max depth of one CQ, in completions.
     pub max_cqe: u32,
+    /// Max memory regions.
     pub max_mr: u32,
+    /// Largest memory region, in bytes.
     pub max_mr_size: u64,
+    /// Max protection domains.
     pub max_pd: u32,
+    /// Max outstanding RDMA READ/atomic requests per QP, initiated (`max_rd_atomic`) and
+    /// received (`max_dest_rd_atomic`) alike.
     pub max_qp_rd_atom: u8,
+    /// Max inline data in one send WR, in bytes.
     pub max_inline_data: u32,
-    /// Atomics are atomic with respect to the host's CPUs too (they are CPU atomics).
+    /// The atomicity reported to programs (`atomic_cap`): HCA, among this device's own
+    /// operations (the engine performs them as CPU atomics, so GLOB would also hold).
     pub atomic_cap: AtomicCap,
+    /// Max memory windows.
     pub max_mw: u32,
+    /// Max shared receive queues.
     pub max_srq: u32,
+    /// Max work requests in one SRQ.
     pub max_srq_wr: u32,
+    /// Max scatter/gather elements in one SRQ receive WR.
     pub max_srq_sge: u32,
+    /// Max address handles.
     pub max_ah: u32,
 }
 
@@ -57,8 +74,12 @@ impl Default for DeviceAttr {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub enum AtomicCap {
+    /// Atomic operations are not supported (`IBV_ATOMIC_NONE`).
     None = 0,
+    /// Atomics are atomic among this device's atomic operations (`IBV_ATOMIC_HCA`).
     Hca = 1,
+    /// Atomics are atomic with respect to every other access too, CPUs and other devices
+    /// (`IBV_ATOMIC_GLOB`).
     Glob = 2,
 }
 

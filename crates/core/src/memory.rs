@@ -81,9 +81,11 @@ impl SharedBuffer {
         })
     }
 
+    /// The buffer's length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Whether the buffer is zero bytes long.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

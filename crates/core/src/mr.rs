@@ -8,13 +8,18 @@ use std::sync::Arc;
 /// A registered memory region.
 #[derive(Debug, Clone)]
 pub struct MemoryRegion {
+    /// The protection domain the region is registered in.
     pub pd: u32,
+    /// The registered memory.
     pub buffer: Arc<SharedBuffer>,
     /// The virtual address of the first byte as peers name it (by default the buffer's
     /// address, as `ibv_reg_mr` does).
     pub iova: u64,
+    /// What the region allows: local write and the remote rights (`ibv_access_flags`).
     pub access: Access,
+    /// Local key: names the region in the SGEs of local work requests.
     pub lkey: u32,
+    /// Remote key: names the region in peers' RDMA and atomic requests.
     pub rkey: u32,
 }
 

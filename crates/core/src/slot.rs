@@ -90,15 +90,23 @@ pub fn steer(key: u32, payload: &[u8], listeners: &[(u64, u32)], default: u32, l
 /// Where the fields the rules read sit in the UDP payload: the BTH's destination QPN (with
 /// resv8 before it), then for QP1's UD SENDs the MAD after BTH and DETH.
 pub mod offsets {
+    /// The BTH's 32-bit word of resv8 and the 24-bit destination QPN.
     pub const BTH_RESV8_QPN: usize = 4;
+    /// The MAD, after the BTH (12 bytes) and DETH (8 bytes).
     pub const MAD: usize = 12 + 8;
+    /// The MAD header's management class.
     pub const MAD_CLASS: usize = MAD + 1;
+    /// The MAD header's 16-bit attribute ID.
     pub const MAD_ATTR: usize = MAD + 16;
+    /// The MAD's data, after its 24-byte common header.
     pub const MAD_DATA: usize = MAD + 24;
     /// The CM's management class and the attributes not steered by remote comm ID.
     pub const CLASS_CM: u8 = 0x07;
+    /// Attribute ID of the CM's ConnectRequest (REQ).
     pub const REQ: u16 = 0x0010;
+    /// Attribute ID of ServiceIDResReq (SIDR_REQ).
     pub const SIDR_REQ: u16 = 0x0017;
+    /// Attribute ID of ServiceIDResReqResp (SIDR_REP).
     pub const SIDR_REP: u16 = 0x0018;
 }
 

@@ -20,8 +20,11 @@ pub(crate) struct Srq {
 /// What `Engine::query_srq` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SrqAttr {
+    /// Max receive WRs the SRQ holds.
     pub max_wr: u32,
+    /// Max scatter/gather elements in one of its receive WRs.
     pub max_sge: u32,
+    /// The armed limit (0: not armed): below it the SRQ raises SRQ_LIMIT_REACHED.
     pub srq_limit: u32,
     /// WQEs posted and not yet taken.
     pub posted: u32,

@@ -7,27 +7,61 @@ use core::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum WcStatus {
+    /// The work request completed without error (`IBV_WC_SUCCESS`).
     Success = 0,
+    /// Local length error: a message longer than its buffers or the allowed maximum
+    /// (`IBV_WC_LOC_LEN_ERR`).
     LocLenErr = 1,
+    /// Local QP operation error: the QP could not carry out the WR
+    /// (`IBV_WC_LOC_QP_OP_ERR`).
     LocQpOpErr = 2,
+    /// Local EE context operation error; RD only, which oxrdma does not implement
+    /// (`IBV_WC_LOC_EEC_OP_ERR`).
     LocEecOpErr = 3,
+    /// Local protection error: an SGE names memory the WR may not use (lkey, PD, range or
+    /// access) (`IBV_WC_LOC_PROT_ERR`).
     LocProtErr = 4,
+    /// Flushed: the WR was outstanding or posted while the QP was in the error state
+    /// (`IBV_WC_WR_FLUSH_ERR`).
     WrFlushErr = 5,
+    /// A memory window bind failed (`IBV_WC_MW_BIND_ERR`).
     MwBindErr = 6,
+    /// Bad response: the responder answered with an unexpected opcode or length
+    /// (`IBV_WC_BAD_RESP_ERR`).
     BadRespErr = 7,
+    /// Local access error: a protection error on a local buffer while taking in an incoming
+    /// message (`IBV_WC_LOC_ACCESS_ERR`).
     LocAccessErr = 8,
+    /// Remote invalid request: the responder NAKed a request it cannot execute (opcode,
+    /// length) (`IBV_WC_REM_INV_REQ_ERR`).
     RemInvReqErr = 9,
+    /// Remote access error: the responder refused the rkey, address range or access rights
+    /// (`IBV_WC_REM_ACCESS_ERR`).
     RemAccessErr = 10,
+    /// Remote operational error: the responder could not complete the operation
+    /// (`IBV_WC_REM_OP_ERR`).
     RemOpErr = 11,
+    /// Transport retry counter exceeded: no ACK after `retry_cnt` resends
+    /// (`IBV_WC_RETRY_EXC_ERR`).
     RetryExcErr = 12,
+    /// RNR retry counter exceeded: the responder had no receive posted `rnr_retry` times
+    /// (`IBV_WC_RNR_RETRY_EXC_ERR`).
     RnrRetryExcErr = 13,
+    /// Local RDD violation; RD only (`IBV_WC_LOC_RDD_VIOL_ERR`).
     LocRddViolErr = 14,
+    /// Remote invalid RD request; RD only (`IBV_WC_REM_INV_RD_REQ_ERR`).
     RemInvRdReqErr = 15,
+    /// Remote aborted: the responder abandoned the operation (`IBV_WC_REM_ABORT_ERR`).
     RemAbortErr = 16,
+    /// Invalid EE context number; RD only (`IBV_WC_INV_EECN_ERR`).
     InvEecnErr = 17,
+    /// Invalid EE context state; RD only (`IBV_WC_INV_EEC_STATE_ERR`).
     InvEecStateErr = 18,
+    /// Fatal device error (`IBV_WC_FATAL_ERR`).
     FatalErr = 19,
+    /// Response timeout (`IBV_WC_RESP_TIMEOUT_ERR`).
     RespTimeoutErr = 20,
+    /// Any other error (`IBV_WC_GENERAL_ERR`).
     GeneralErr = 21,
 }
 
@@ -57,14 +91,25 @@ impl fmt::Display for WcStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum WcOpcode {
+    /// A SEND (with immediate or invalidate too) completed on the send queue
+    /// (`IBV_WC_SEND`).
     Send = 0,
+    /// An RDMA WRITE (with immediate too) completed (`IBV_WC_RDMA_WRITE`).
     RdmaWrite = 1,
+    /// An RDMA READ completed (`IBV_WC_RDMA_READ`).
     RdmaRead = 2,
+    /// An atomic compare-and-swap completed (`IBV_WC_COMP_SWAP`).
     CompSwap = 3,
+    /// An atomic fetch-and-add completed (`IBV_WC_FETCH_ADD`).
     FetchAdd = 4,
+    /// A memory window bind completed (`IBV_WC_BIND_MW`).
     BindMw = 5,
+    /// A local invalidate completed (`IBV_WC_LOCAL_INV`).
     LocalInv = 6,
+    /// A receive WR took an incoming SEND (`IBV_WC_RECV`).
     Recv = 128,
+    /// A receive WR was consumed by an incoming RDMA WRITE with immediate
+    /// (`IBV_WC_RECV_RDMA_WITH_IMM`).
     RecvRdmaWithImm = 129,
 }
 
@@ -72,12 +117,20 @@ pub enum WcOpcode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum WrOpcode {
+    /// RDMA WRITE to remote memory (`IBV_WR_RDMA_WRITE`).
     RdmaWrite = 0,
+    /// RDMA WRITE that also consumes a receive at the responder and hands it 32 bits of
+    /// immediate data (`IBV_WR_RDMA_WRITE_WITH_IMM`).
     RdmaWriteWithImm = 1,
+    /// SEND into the responder's next receive (`IBV_WR_SEND`).
     Send = 2,
+    /// SEND with 32 bits of immediate data (`IBV_WR_SEND_WITH_IMM`).
     SendWithImm = 3,
+    /// RDMA READ from remote memory (`IBV_WR_RDMA_READ`).
     RdmaRead = 4,
+    /// Atomic 64-bit compare-and-swap on remote memory (`IBV_WR_ATOMIC_CMP_AND_SWP`).
     AtomicCmpAndSwp = 5,
+    /// Atomic 64-bit fetch-and-add on remote memory (`IBV_WR_ATOMIC_FETCH_AND_ADD`).
     AtomicFetchAndAdd = 6,
     /// Invalidates a type 2 memory window's rkey (a local operation).
     LocalInv = 7,
@@ -111,6 +164,7 @@ impl WrOpcode {
     pub fn is_local(self) -> bool {
         matches!(self, WrOpcode::LocalInv | WrOpcode::BindMw)
     }
+    /// Compare-and-swap or fetch-and-add.
     pub fn is_atomic(self) -> bool {
         matches!(
             self,
@@ -123,12 +177,20 @@ impl WrOpcode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum QpState {
+    /// Reset (RESET): the state a QP is created in; it neither sends nor receives.
     Reset = 0,
+    /// Initialized (INIT): receives may be posted, but no packet is processed yet.
     Init = 1,
+    /// Ready to receive (RTR).
     Rtr = 2,
+    /// Ready to send (RTS).
     Rts = 3,
+    /// Send queue drain (SQD): no new send WRs are started; SQ_DRAINED follows once the
+    /// outstanding ones finish.
     Sqd = 4,
+    /// Send queue error (SQE): a send WR failed on a UC or UD QP; receives go on.
     Sqe = 5,
+    /// Error (ERR): outstanding and newly posted WRs complete with `WrFlushErr`.
     Err = 6,
 }
 
@@ -136,8 +198,11 @@ pub enum QpState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum QpType {
+    /// Reliable connected (`IBV_QPT_RC`).
     Rc = 2,
+    /// Unreliable connected (`IBV_QPT_UC`).
     Uc = 3,
+    /// Unreliable datagram (`IBV_QPT_UD`).
     Ud = 4,
 }
 
@@ -145,14 +210,20 @@ pub enum QpType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u32)]
 pub enum Mtu {
+    /// 256 bytes (`IBV_MTU_256`).
     Mtu256 = 1,
+    /// 512 bytes (`IBV_MTU_512`).
     Mtu512 = 2,
+    /// 1024 bytes (`IBV_MTU_1024`).
     Mtu1024 = 3,
+    /// 2048 bytes (`IBV_MTU_2048`).
     Mtu2048 = 4,
+    /// 4096 bytes (`IBV_MTU_4096`).
     Mtu4096 = 5,
 }
 
 impl Mtu {
+    /// The MTU in bytes.
     pub fn bytes(self) -> usize {
         128 << (self as u32)
     }
@@ -181,9 +252,14 @@ bitflags::bitflags! {
     /// that refuse them.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct Access: u32 {
+        /// The device may write the memory: receives, READ responses, atomic results
+        /// (`IBV_ACCESS_LOCAL_WRITE`).
         const LOCAL_WRITE = 1;
+        /// Peers may RDMA WRITE to the memory (`IBV_ACCESS_REMOTE_WRITE`).
         const REMOTE_WRITE = 2;
+        /// Peers may RDMA READ the memory (`IBV_ACCESS_REMOTE_READ`).
         const REMOTE_READ = 4;
+        /// Peers may run atomic operations on the memory (`IBV_ACCESS_REMOTE_ATOMIC`).
         const REMOTE_ATOMIC = 8;
         /// Memory windows may be bound to the region.
         const MW_BIND = 16;
@@ -199,14 +275,22 @@ bitflags::bitflags! {
 pub struct SendFlags(pub u32);
 
 impl SendFlags {
+    /// Start this WR only after earlier RDMA READ and atomic WRs have completed
+    /// (`IBV_SEND_FENCE`).
     pub const FENCE: SendFlags = SendFlags(1);
+    /// Generate a completion for this WR (`IBV_SEND_SIGNALED`).
     pub const SIGNALED: SendFlags = SendFlags(2);
+    /// Set the solicited event bit, to wake the responder's solicited-only CQ notification
+    /// (`IBV_SEND_SOLICITED`).
     pub const SOLICITED: SendFlags = SendFlags(4);
+    /// Copy the data into the WR at post time; its SGEs need no lkey (`IBV_SEND_INLINE`).
     pub const INLINE: SendFlags = SendFlags(8);
 
+    /// No flags.
     pub const fn empty() -> SendFlags {
         SendFlags(0)
     }
+    /// Whether every flag of `other` is set.
     pub const fn contains(self, other: SendFlags) -> bool {
         self.0 & other.0 == other.0
     }
@@ -233,13 +317,25 @@ pub enum MwType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum EventType {
+    /// A CQ overran (`IBV_EVENT_CQ_ERR`).
     CqErr = 0,
+    /// QP fatal error: the QP went to the error state (`IBV_EVENT_QP_FATAL`).
     QpFatal = 1,
+    /// Invalid request: the responder saw a request it cannot execute and the QP went to
+    /// the error state (`IBV_EVENT_QP_REQ_ERR`).
     QpReqErr = 2,
+    /// Access violation: a request broke the responder's access rights and the QP went to
+    /// the error state (`IBV_EVENT_QP_ACCESS_ERR`).
     QpAccessErr = 3,
+    /// Communication established: the first packet arrived on a QP in RTR
+    /// (`IBV_EVENT_COMM_EST`).
     CommEst = 4,
+    /// The send queue of a QP in SQD has no outstanding WRs left (`IBV_EVENT_SQ_DRAINED`).
     SqDrained = 5,
+    /// An SRQ holds fewer receives than its armed limit (`IBV_EVENT_SRQ_LIMIT_REACHED`).
     SrqLimitReached = 15,
+    /// A QP on an SRQ went to the error state and takes no more receives from it
+    /// (`IBV_EVENT_QP_LAST_WQE_REACHED`).
     QpLastWqeReached = 16,
 }
 
@@ -247,11 +343,26 @@ pub enum EventType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AsyncEvent {
     /// A completion queue overflowed (its completions are kept, but the CQ is in error).
-    Cq { cq: u32, event: EventType },
+    Cq {
+        /// The CQ's handle.
+        cq: u32,
+        /// The event (`CqErr`).
+        event: EventType,
+    },
     /// Something happened to a queue pair.
-    Qp { qpn: u32, event: EventType },
+    Qp {
+        /// The QP's number.
+        qpn: u32,
+        /// What happened to it.
+        event: EventType,
+    },
     /// A shared receive queue fell below its armed limit.
-    Srq { srq: u32, event: EventType },
+    Srq {
+        /// The SRQ's handle.
+        srq: u32,
+        /// The event (`SrqLimitReached`).
+        event: EventType,
+    },
 }
 
 #[cfg(test)]

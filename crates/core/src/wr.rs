@@ -7,8 +7,11 @@ use crate::verbs::{SendFlags, WcOpcode, WcStatus, WrOpcode};
 /// whose local key is `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sge {
+    /// Virtual address of the first byte, as the region names it (its iova).
     pub addr: u64,
+    /// Length in bytes.
     pub length: u32,
+    /// Local key of the memory region the bytes lie in.
     pub lkey: u32,
 }
 
@@ -31,15 +34,21 @@ pub enum SendData {
 /// `struct ibv_send_wr`, one WR at a time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendWr {
+    /// The caller's ID, returned in the WR's completion.
     pub wr_id: u64,
+    /// The operation.
     pub opcode: WrOpcode,
+    /// `IBV_SEND_*` flags (SIGNALED, INLINE, FENCE, SOLICITED).
     pub flags: SendFlags,
+    /// Local data: what is sent or written, or where a READ's data or an atomic's original
+    /// value lands.
     pub data: SendData,
     /// Immediate data (SEND_WITH_IMM, RDMA_WRITE_WITH_IMM), as the big-endian reading of the
     /// four bytes on the wire.
     pub imm: u32,
     /// Remote address and key (RDMA and atomic operations).
     pub remote_addr: u64,
+    /// Remote key of the target memory (RDMA and atomic operations).
     pub rkey: u32,
     /// FETCH_ADD addend, or COMPARE_SWAP compare value.
     pub compare_add: u64,
@@ -62,7 +71,9 @@ pub struct MwBind {
     pub rkey: u32,
     /// The memory region the window opens part of (its lkey); length 0 unbinds (type 1).
     pub lkey: u32,
+    /// Start of the window, as an address of the region (its iova).
     pub addr: u64,
+    /// Length of the window in bytes.
     pub length: u64,
     /// Remote rights through the window (REMOTE_READ/WRITE/ATOMIC).
     pub access: crate::verbs::Access,
@@ -73,6 +84,7 @@ pub struct MwBind {
 pub struct UdDest {
     /// From `Engine::create_ah`.
     pub ah: u32,
+    /// The destination QP number.
     pub remote_qpn: u32,
     /// With bit 31 set, the sending QP's own Q_Key is used instead (as the spec says).
     pub remote_qkey: u32,
@@ -108,15 +120,20 @@ impl SendWr {
 /// `struct ibv_recv_wr`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecvWr {
+    /// The caller's ID, returned in the receive's completion.
     pub wr_id: u64,
+    /// Where the incoming message is placed, in order.
     pub sges: SgeList,
 }
 
 /// `struct ibv_wc`, the fields oxrdma fills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
+    /// ID of the work request that completed.
     pub wr_id: u64,
+    /// Whether it succeeded, and if not, why.
     pub status: WcStatus,
+    /// What kind of work completed.
     pub opcode: WcOpcode,
     /// Bytes received (receive completions, READ) or sent.
     pub byte_len: u32,
@@ -136,7 +153,9 @@ pub struct WorkCompletion {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("work request {wr_id} completed with {status} ({status:?})")]
 pub struct WcError {
+    /// ID of the work request that failed.
     pub wr_id: u64,
+    /// Its completion status.
     pub status: crate::WcStatus,
 }
 

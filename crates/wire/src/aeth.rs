@@ -10,18 +10,22 @@ header_view!(
 );
 
 impl<T: AsRef<[u8]>> Aeth<T> {
+    /// The raw syndrome byte (bits 31..24): ACK type in bits 6..5 and a 5-bit value below.
     pub fn syndrome(&self) -> u8 {
         self.b()[0]
     }
+    /// Message sequence number (MSN), 24 bits: the last message the responder has completed.
     pub fn msn(&self) -> u32 {
         u24_at(self.b(), 1)
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Aeth<T> {
+    /// Writes the raw syndrome byte.
     pub fn set_syndrome(&mut self, s: u8) {
         self.m()[0] = s;
     }
+    /// Writes the MSN; bits above the low 24 are dropped.
     pub fn set_msn(&mut self, msn: u32) {
         set_u24(self.m(), 1, msn);
     }
@@ -36,15 +40,20 @@ pub const INVALID_CREDIT: u8 = 0x1f;
 pub enum NakCode {
     /// The responder expected another PSN; it carries the expected one.
     PsnSequenceError,
+    /// Invalid Request (code 1): the request was malformed or unsupported by the responder.
     InvalidRequest,
+    /// Remote Access Error (code 2): R_Key, address, length or access rights failed the check.
     RemoteAccessError,
+    /// Remote Operational Error (code 3): the responder could not complete the request.
     RemoteOperationalError,
+    /// Invalid RD Request (code 4), defined for Reliable Datagram.
     InvalidRdRequest,
     /// A code the spec reserves (5..=31); kept so re-emission is exact.
     Reserved(u8),
 }
 
 impl NakCode {
+    /// Decodes the low 5 bits of a NAK syndrome; codes 5..=31 become [`NakCode::Reserved`].
     pub fn from_code(code: u8) -> Self {
         match code & 0x1f {
             0 => NakCode::PsnSequenceError,
@@ -55,6 +64,7 @@ impl NakCode {
             c => NakCode::Reserved(c),
         }
     }
+    /// The 5-bit NAK code carried in the syndrome's low bits.
     pub fn code(self) -> u8 {
         match self {
             NakCode::PsnSequenceError => 0,
@@ -71,9 +81,15 @@ impl NakCode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Syndrome {
     /// Positive acknowledgement with a 5-bit credit count ([`INVALID_CREDIT`] = none).
-    Ack { credits: u8 },
+    Ack {
+        /// Credit count (5 bits): receive WQEs the responder has available, in the IBA encoding.
+        credits: u8,
+    },
     /// Receiver not ready; retry after the time named by the 5-bit timer code.
-    RnrNak { timer: u8 },
+    RnrNak {
+        /// The 5-bit RNR NAK timer code; [`rnr_timer_micros`] converts it.
+        timer: u8,
+    },
     /// Negative acknowledgement.
     Nak(NakCode),
 }
@@ -92,6 +108,7 @@ impl Syndrome {
             _ => Err(WireError::ReservedSyndrome(s)),
         }
     }
+    /// Encodes the syndrome byte: type 0b00 ACK, 0b01 RNR NAK, 0b11 NAK, value in the low 5 bits.
     pub fn to_byte(self) -> u8 {
         match self {
             Syndrome::Ack { credits } => credits & 0x1f,
@@ -104,18 +121,21 @@ impl Syndrome {
 /// An AETH as plain values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AethRepr {
+    /// The decoded syndrome: ACK, RNR NAK or NAK.
     pub syndrome: Syndrome,
     /// 24-bit message sequence number: messages the responder has completed.
     pub msn: u32,
 }
 
 impl AethRepr {
+    /// Reads an AETH, rejecting a reserved syndrome.
     pub fn parse<T: AsRef<[u8]>>(h: &Aeth<T>) -> Result<Self> {
         Ok(AethRepr {
             syndrome: Syndrome::from_byte(h.syndrome())?,
             msn: h.msn(),
         })
     }
+    /// Writes this AETH into `h`, masking the MSN to 24 bits.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Aeth<T>) {
         h.set_syndrome(self.syndrome.to_byte());
         h.set_msn(self.msn & 0x00ff_ffff);

@@ -9,9 +9,11 @@ header_view!(
 );
 
 impl<T: AsRef<[u8]>> AtomicEth<T> {
+    /// Virtual address (VA), 64 bits, of the 8-byte target in the responder's memory.
     pub fn virtual_address(&self) -> u64 {
         u64_at(self.b(), 0)
     }
+    /// Remote key (R_Key) of the memory region holding the target.
     pub fn rkey(&self) -> u32 {
         u32_at(self.b(), 8)
     }
@@ -19,21 +21,26 @@ impl<T: AsRef<[u8]>> AtomicEth<T> {
     pub fn swap_add(&self) -> u64 {
         u64_at(self.b(), 12)
     }
+    /// The compare operand of COMPARE_SWAP (ignored by FETCH_ADD).
     pub fn compare(&self) -> u64 {
         u64_at(self.b(), 20)
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> AtomicEth<T> {
+    /// Writes the 64-bit virtual address.
     pub fn set_virtual_address(&mut self, va: u64) {
         set_u64(self.m(), 0, va);
     }
+    /// Writes the R_Key.
     pub fn set_rkey(&mut self, rkey: u32) {
         set_u32(self.m(), 8, rkey);
     }
+    /// Writes the swap value (COMPARE_SWAP) or the addend (FETCH_ADD).
     pub fn set_swap_add(&mut self, v: u64) {
         set_u64(self.m(), 12, v);
     }
+    /// Writes the compare operand.
     pub fn set_compare(&mut self, v: u64) {
         set_u64(self.m(), 20, v);
     }
@@ -42,13 +49,18 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> AtomicEth<T> {
 /// An AtomicETH as plain values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AtomicEthRepr {
+    /// Virtual address (VA), 64 bits, of the 8-byte target in the responder's memory.
     pub virtual_address: u64,
+    /// Remote key (R_Key) of the memory region holding the target.
     pub rkey: u32,
+    /// The swap value (COMPARE_SWAP) or the addend (FETCH_ADD).
     pub swap_add: u64,
+    /// The compare operand of COMPARE_SWAP (ignored by FETCH_ADD).
     pub compare: u64,
 }
 
 impl AtomicEthRepr {
+    /// Reads an AtomicETH.
     pub fn parse<T: AsRef<[u8]>>(h: &AtomicEth<T>) -> Self {
         AtomicEthRepr {
             virtual_address: h.virtual_address(),
@@ -57,6 +69,7 @@ impl AtomicEthRepr {
             compare: h.compare(),
         }
     }
+    /// Writes this AtomicETH into `h`.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut AtomicEth<T>) {
         h.set_virtual_address(self.virtual_address);
         h.set_rkey(self.rkey);

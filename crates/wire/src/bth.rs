@@ -36,39 +36,50 @@ impl<T: AsRef<[u8]>> Bth<T> {
         need("BTH", buffer.as_ref(), Self::LEN)?;
         Ok(Bth { buffer })
     }
+    /// The wrapped buffer.
     pub fn into_inner(self) -> T {
         self.buffer
     }
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
+    /// The OpCode (byte 0): transport service and operation.
     pub fn opcode(&self) -> Opcode {
         Opcode(self.b()[0])
     }
+    /// Solicited Event (SE): the receiver should raise a completion event for this message.
     pub fn solicited(&self) -> bool {
         self.b()[1] & 0x80 != 0
     }
+    /// Migration request (MigReq), used by automatic path migration.
     pub fn migreq(&self) -> bool {
         self.b()[1] & 0x40 != 0
     }
+    /// Pad Count (2 bits): bytes added after the payload to reach a multiple of 4.
     pub fn pad_count(&self) -> u8 {
         (self.b()[1] >> 4) & 0x3
     }
+    /// Transport header version (TVer, 4 bits); 0 is the only one defined.
     pub fn transport_version(&self) -> u8 {
         self.b()[1] & 0x0f
     }
+    /// Partition key (P_Key).
     pub fn pkey(&self) -> u16 {
         u16_at(self.b(), 2)
     }
+    /// Forward explicit congestion notification (FECN).
     pub fn fecn(&self) -> bool {
         self.b()[4] & 0x80 != 0
     }
+    /// Backward explicit congestion notification (BECN).
     pub fn becn(&self) -> bool {
         self.b()[4] & 0x40 != 0
     }
+    /// Destination queue pair number (DestQP), 24 bits.
     pub fn dest_qpn(&self) -> u32 {
         u24_at(self.b(), 5)
     }
+    /// Acknowledge request (AckReq): the responder should acknowledge this packet.
     pub fn ack_req(&self) -> bool {
         self.b()[8] & 0x80 != 0
     }
@@ -76,6 +87,7 @@ impl<T: AsRef<[u8]>> Bth<T> {
     pub fn selective_repeat(&self) -> bool {
         self.b()[8] & SELECTIVE_REPEAT_BIT != 0
     }
+    /// Packet sequence number (PSN), 24 bits.
     pub fn psn(&self) -> Psn {
         Psn::new(u24_at(self.b(), 9))
     }
@@ -85,6 +97,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
     fn m(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
+    /// Writes the OpCode.
     pub fn set_opcode(&mut self, op: Opcode) {
         self.m()[0] = op.0;
     }
@@ -93,10 +106,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
         self.m()[1] =
             (u8::from(solicited) << 7) | (u8::from(migreq) << 6) | ((pad & 3) << 4) | (tver & 0xf);
     }
+    /// Sets the Pad Count (2 bits), leaving the rest of byte 1.
     pub fn set_pad_count(&mut self, pad: u8) {
         let b = self.m();
         b[1] = (b[1] & !0x30) | ((pad & 3) << 4);
     }
+    /// Writes the P_Key.
     pub fn set_pkey(&mut self, pkey: u16) {
         set_u16(self.m(), 2, pkey);
     }
@@ -104,6 +119,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
     pub fn set_ecn(&mut self, fecn: bool, becn: bool) {
         self.m()[4] = (u8::from(fecn) << 7) | (u8::from(becn) << 6);
     }
+    /// Writes the 24-bit destination QP; bits above the low 24 are dropped.
     pub fn set_dest_qpn(&mut self, qpn: u32) {
         set_u24(self.m(), 5, qpn);
     }
@@ -116,6 +132,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
         let b = self.m();
         b[8] = (b[8] & !SELECTIVE_REPEAT_BIT) | if on { SELECTIVE_REPEAT_BIT } else { 0 };
     }
+    /// Writes the 24-bit PSN.
     pub fn set_psn(&mut self, psn: Psn) {
         set_u24(self.m(), 9, psn.value());
     }
@@ -125,15 +142,23 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
 /// [`crate::PacketRepr`] writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BthRepr {
+    /// The OpCode: transport service and operation.
     pub opcode: Opcode,
+    /// Solicited Event (SE).
     pub solicited: bool,
+    /// Migration request (MigReq).
     pub migreq: bool,
+    /// Partition key (P_Key).
     pub pkey: u16,
+    /// Forward explicit congestion notification (FECN).
     pub fecn: bool,
+    /// Backward explicit congestion notification (BECN).
     pub becn: bool,
     /// 24-bit destination queue pair number.
     pub dest_qpn: u32,
+    /// Acknowledge request (AckReq).
     pub ack_req: bool,
+    /// Packet sequence number (PSN), 24 bits.
     pub psn: Psn,
     /// oxrdma's selective repeat (a reserved bit to everyone else). On a request: the
     /// requester takes SACKs and resends only what they show missing, so the responder may

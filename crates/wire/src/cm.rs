@@ -9,34 +9,52 @@ use crate::mad::MAD_DATA_LEN;
 
 /// CM attribute IDs (the MAD header's attribute ID says which message the data holds).
 pub mod attr {
+    /// Connection Request (REQ).
     pub const REQ: u16 = 0x0010;
+    /// Message Receipt Acknowledgement (MRA): asks the peer to wait longer for the reply.
     pub const MRA: u16 = 0x0011;
+    /// Reject (REJ).
     pub const REJ: u16 = 0x0012;
+    /// Reply to a connection request (REP).
     pub const REP: u16 = 0x0013;
+    /// Ready To Use (RTU): the active side's acknowledgement of a REP.
     pub const RTU: u16 = 0x0014;
+    /// Disconnection Request (DREQ).
     pub const DREQ: u16 = 0x0015;
+    /// Disconnection Reply (DREP).
     pub const DREP: u16 = 0x0016;
+    /// Service ID Resolution Request (SIDR_REQ).
     pub const SIDR_REQ: u16 = 0x0017;
+    /// Service ID Resolution Response (SIDR_REP).
     pub const SIDR_REP: u16 = 0x0018;
+    /// Load Alternate Path (LAP).
     pub const LAP: u16 = 0x0019;
+    /// Alternate Path Response (APR).
     pub const APR: u16 = 0x001a;
 }
 
 /// One path of a REQ (primary or alternate): 44 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CmPath {
+    /// Local Port LID (16 bits); the permissive LID 0xffff on RoCE.
     pub local_lid: u16,
+    /// Remote Port LID (16 bits); the permissive LID 0xffff on RoCE.
     pub remote_lid: u16,
+    /// Local Port GID: on RoCEv2 the active side's IP address in GID form.
     pub local_gid: [u8; 16],
+    /// Remote Port GID: on RoCEv2 the passive side's IP address in GID form.
     pub remote_gid: [u8; 16],
     /// 20 bits.
     pub flow_label: u32,
     /// 6 bits.
     pub packet_rate: u8,
+    /// Traffic Class of the GRH (on RoCEv2 the IP DSCP and ECN bits).
     pub traffic_class: u8,
+    /// Hop Limit of the GRH (on RoCEv2 the IP TTL).
     pub hop_limit: u8,
     /// 4 bits.
     pub sl: u8,
+    /// Subnet Local: the remote port is on the local subnet (no GRH needed on IB).
     pub subnet_local: bool,
     /// 5 bits.
     pub local_ack_timeout: u8,
@@ -86,22 +104,31 @@ impl CmPath {
 /// Connection request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Req {
+    /// Local Communication ID: the sender's identifier for this connection.
     pub local_comm_id: u32,
     /// 24 bits (ECE).
     pub vendor_id: u32,
+    /// Service ID the connection is for (the listener it addresses).
     pub service_id: u64,
+    /// Local CA GUID: the sending channel adapter's node GUID.
     pub local_ca_guid: u64,
+    /// Local Q_Key of the sender's QP.
     pub local_qkey: u32,
     /// 24 bits.
     pub local_qpn: u32,
+    /// Responder Resources: RDMA READs and atomics the sender accepts in flight as responder.
     pub responder_resources: u8,
+    /// Local EE context number (EECN), 24 bits; used by Reliable Datagram only.
     pub local_eecn: u32,
+    /// Initiator Depth: RDMA READs and atomics the sender keeps in flight as requester.
     pub initiator_depth: u8,
+    /// Remote EE context number (EECN), 24 bits; used by Reliable Datagram only.
     pub remote_eecn: u32,
     /// 5 bits.
     pub remote_cm_response_timeout: u8,
     /// 2 bits: 0 RC, 1 UC, 3 see `extended_transport`.
     pub transport: u8,
+    /// End-to-End Flow Control: the sender's responder generates AETH credits.
     pub e2e_flow_control: bool,
     /// 24 bits.
     pub starting_psn: u32,
@@ -109,25 +136,33 @@ pub struct Req {
     pub local_cm_response_timeout: u8,
     /// 3 bits.
     pub retry_count: u8,
+    /// Partition Key (P_Key) for the connection.
     pub pkey: u16,
     /// 4 bits (IBA encoding: 3 = 1024).
     pub path_mtu: u8,
+    /// RDC Exists: a Reliable Datagram channel already exists (RD only).
     pub rdc_exists: bool,
     /// 3 bits.
     pub rnr_retry_count: u8,
     /// 4 bits.
     pub max_cm_retries: u8,
+    /// SRQ: the sender's QP takes receives from a shared receive queue.
     pub srq: bool,
     /// 3 bits.
     pub extended_transport: u8,
+    /// Primary path.
     pub primary: CmPath,
+    /// Alternate path, all zero when there is none.
     pub alternate: CmPath,
+    /// Private Data (92 bytes), passed to the passive side's consumer.
     pub private_data: [u8; Req::PRIVATE_DATA],
 }
 
 impl Req {
+    /// Length of a REQ's private data in bytes.
     pub const PRIVATE_DATA: usize = 92;
 
+    /// Reads a REQ from the 232 bytes of CM MAD data `d`.
     pub fn parse(d: &[u8]) -> Result<Req> {
         need("CM REQ", d, MAD_DATA_LEN)?;
         let mut private_data = [0; Self::PRIVATE_DATA];
@@ -162,6 +197,7 @@ impl Req {
         })
     }
 
+    /// Writes this REQ into the 232 bytes of CM MAD data `d`, reserved bits zero.
     pub fn emit(&self, d: &mut [u8]) -> Result<()> {
         need("CM REQ", d, MAD_DATA_LEN)?;
         d[..MAD_DATA_LEN].fill(0);
@@ -197,33 +233,45 @@ impl Req {
 /// Connection reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rep {
+    /// Local Communication ID: the replying (passive) side's identifier.
     pub local_comm_id: u32,
+    /// Remote Communication ID: the REQ's Local Communication ID, echoed.
     pub remote_comm_id: u32,
+    /// Local Q_Key of the replying side's QP.
     pub local_qkey: u32,
     /// 24 bits.
     pub local_qpn: u32,
+    /// Local EE context number (EECN), 24 bits; used by Reliable Datagram only.
     pub local_eecn: u32,
     /// 24 bits.
     pub starting_psn: u32,
     /// ECE vendor ID, carried in the reserved bytes after the QPN, EECN and PSN.
     pub vendor_id: u32,
+    /// Responder Resources: RDMA READs and atomics the replier accepts in flight as responder.
     pub responder_resources: u8,
+    /// Initiator Depth: RDMA READs and atomics the replier keeps in flight as requester.
     pub initiator_depth: u8,
     /// 5 bits.
     pub target_ack_delay: u8,
     /// 2 bits.
     pub failover_accepted: u8,
+    /// End-to-End Flow Control: the replier's responder generates AETH credits.
     pub e2e_flow_control: bool,
     /// 3 bits.
     pub rnr_retry_count: u8,
+    /// SRQ: the replier's QP takes receives from a shared receive queue.
     pub srq: bool,
+    /// Local CA GUID: the replying channel adapter's node GUID.
     pub local_ca_guid: u64,
+    /// Private Data (196 bytes), passed to the active side's consumer.
     pub private_data: [u8; Rep::PRIVATE_DATA],
 }
 
 impl Rep {
+    /// Length of a REP's private data in bytes.
     pub const PRIVATE_DATA: usize = 196;
 
+    /// Reads a REP from the 232 bytes of CM MAD data `d`.
     pub fn parse(d: &[u8]) -> Result<Rep> {
         need("CM REP", d, MAD_DATA_LEN)?;
         let mut private_data = [0; Self::PRIVATE_DATA];
@@ -248,6 +296,7 @@ impl Rep {
         })
     }
 
+    /// Writes this REP into the 232 bytes of CM MAD data `d`, reserved bits zero.
     pub fn emit(&self, d: &mut [u8]) -> Result<()> {
         need("CM REP", d, MAD_DATA_LEN)?;
         d[..MAD_DATA_LEN].fill(0);
@@ -275,18 +324,24 @@ impl Rep {
 /// Connection reject.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rej {
+    /// Local Communication ID of the rejecting side.
     pub local_comm_id: u32,
+    /// Remote Communication ID: the peer's identifier for the connection being rejected.
     pub remote_comm_id: u32,
     /// 2 bits: 0 REQ, 1 REP, 2 other.
     pub message_rejected: u8,
     /// 7 bits.
     pub ari_length: u8,
+    /// Reason code (see the associated constants).
     pub reason: u16,
+    /// Additional Rejection Information (ARI), of which `ari_length` bytes are meaningful.
     pub ari: [u8; 72],
+    /// Private Data (148 bytes).
     pub private_data: [u8; Rej::PRIVATE_DATA],
 }
 
 impl Rej {
+    /// Length of a REJ's private data in bytes.
     pub const PRIVATE_DATA: usize = 148;
     /// The passive side has no resources for the connection.
     pub const NO_RESOURCES: u16 = 3;
@@ -299,6 +354,7 @@ impl Rej {
     /// `rdma_reject` and the like.
     pub const CONSUMER_DEFINED: u16 = 28;
 
+    /// Reads a REJ from the 232 bytes of CM MAD data `d`.
     pub fn parse(d: &[u8]) -> Result<Rej> {
         need("CM REJ", d, MAD_DATA_LEN)?;
         let mut ari = [0; 72];
@@ -316,6 +372,7 @@ impl Rej {
         })
     }
 
+    /// Writes this REJ into the 232 bytes of CM MAD data `d`, reserved bits zero.
     pub fn emit(&self, d: &mut [u8]) -> Result<()> {
         need("CM REJ", d, MAD_DATA_LEN)?;
         d[..MAD_DATA_LEN].fill(0);
@@ -335,7 +392,9 @@ impl Rej {
 /// data at 10).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommIds {
+    /// Local Communication ID of the sender.
     pub local_comm_id: u32,
+    /// Remote Communication ID: the peer's identifier for the connection.
     pub remote_comm_id: u32,
     /// DREQ: the remote QPN (24 bits). MRA: message MRAed (2 bits) << 8 | service timeout
     /// (5 bits). RTU, DREP: 0.
@@ -346,6 +405,7 @@ pub struct CommIds {
 }
 
 impl CommIds {
+    /// Length of the private data buffer: the largest of the four (RTU, DREP).
     pub const PRIVATE_DATA: usize = 224;
 
     fn data_at(attr_id: u16) -> usize {
@@ -375,6 +435,7 @@ impl CommIds {
         })
     }
 
+    /// Writes the message of `attr_id` (RTU, DREP, DREQ or MRA) into `d`, reserved bits zero.
     pub fn emit(&self, attr_id: u16, d: &mut [u8]) -> Result<()> {
         need("CM message", d, MAD_DATA_LEN)?;
         d[..MAD_DATA_LEN].fill(0);
@@ -397,15 +458,21 @@ impl CommIds {
 /// Service ID resolution request (UD: find the QPN and Q_Key behind a service ID).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SidrReq {
+    /// Request ID: chosen by the requester, echoed by the SIDR_REP.
     pub request_id: u32,
+    /// Partition Key (P_Key) the requester will use.
     pub pkey: u16,
+    /// Service ID to resolve.
     pub service_id: u64,
+    /// Private Data (216 bytes).
     pub private_data: [u8; SidrReq::PRIVATE_DATA],
 }
 
 impl SidrReq {
+    /// Length of a SIDR_REQ's private data in bytes.
     pub const PRIVATE_DATA: usize = 216;
 
+    /// Reads a SIDR_REQ from the 232 bytes of CM MAD data `d`.
     pub fn parse(d: &[u8]) -> Result<SidrReq> {
         need("CM SIDR_REQ", d, MAD_DATA_LEN)?;
         let mut private_data = [0; Self::PRIVATE_DATA];
@@ -418,6 +485,7 @@ impl SidrReq {
         })
     }
 
+    /// Writes this SIDR_REQ into the 232 bytes of CM MAD data `d`, reserved bits zero.
     pub fn emit(&self, d: &mut [u8]) -> Result<()> {
         need("CM SIDR_REQ", d, MAD_DATA_LEN)?;
         d[..MAD_DATA_LEN].fill(0);
@@ -432,21 +500,29 @@ impl SidrReq {
 /// Service ID resolution reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SidrRep {
+    /// Request ID of the SIDR_REQ this answers.
     pub request_id: u32,
     /// 0 valid; 1 service ID not supported; 2 rejected; 3 no QP; 4 redirect; 5 version.
     pub status: u8,
+    /// Additional Information Length: bytes of `info` that are meaningful.
     pub info_length: u8,
     /// 24 bits.
     pub qpn: u32,
+    /// Service ID that was resolved.
     pub service_id: u64,
+    /// Q_Key of the UD QP serving the service.
     pub qkey: u32,
+    /// Additional Information (72 bytes), of which `info_length` are meaningful.
     pub info: [u8; 72],
+    /// Private Data (136 bytes).
     pub private_data: [u8; SidrRep::PRIVATE_DATA],
 }
 
 impl SidrRep {
+    /// Length of a SIDR_REP's private data in bytes.
     pub const PRIVATE_DATA: usize = 136;
 
+    /// Reads a SIDR_REP from the 232 bytes of CM MAD data `d`.
     pub fn parse(d: &[u8]) -> Result<SidrRep> {
         need("CM SIDR_REP", d, MAD_DATA_LEN)?;
         let mut info = [0; 72];
@@ -465,6 +541,7 @@ impl SidrRep {
         })
     }
 
+    /// Writes this SIDR_REP into the 232 bytes of CM MAD data `d`, reserved bits zero.
     pub fn emit(&self, d: &mut [u8]) -> Result<()> {
         need("CM SIDR_REP", d, MAD_DATA_LEN)?;
         d[..MAD_DATA_LEN].fill(0);
@@ -485,12 +562,17 @@ impl SidrRep {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[allow(clippy::large_enum_variant)] // only `Other` is small
 pub enum CmMessage {
+    /// Connection Request (REQ).
     Req(Req),
+    /// Connection Reply (REP).
     Rep(Rep),
+    /// Reject (REJ).
     Rej(Rej),
     /// RTU, DREQ, DREP or MRA, with its attribute ID.
     CommIds(u16, CommIds),
+    /// Service ID Resolution Request (SIDR_REQ).
     SidrReq(SidrReq),
+    /// Service ID Resolution Response (SIDR_REP).
     SidrRep(SidrRep),
     /// LAP, APR or an attribute the CM does not define: its ID (answered as unsupported).
     Other(u16),

@@ -32,11 +32,14 @@ pub fn split_service_id(sid: u64) -> Option<(u16, u16)> {
 pub struct CmaHeader {
     /// The active side's port.
     pub src_port: u16,
+    /// The active side's IP address.
     pub src: IpAddr,
+    /// The passive side's (listener's) IP address.
     pub dst: IpAddr,
 }
 
 impl CmaHeader {
+    /// Header length in bytes.
     pub const LEN: usize = 36;
 
     /// Reads the header at the start of a REQ's private data; `None` for a version or IP

@@ -8,15 +8,18 @@ header_view!(
 );
 
 impl<T: AsRef<[u8]>> Deth<T> {
+    /// Queue key (Q_Key) the destination QP checks before accepting the datagram.
     pub fn qkey(&self) -> u32 {
         u32_at(self.b(), 0)
     }
+    /// Source queue pair number (SrcQP), 24 bits.
     pub fn src_qpn(&self) -> u32 {
         u24_at(self.b(), 5)
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Deth<T> {
+    /// Writes the Q_Key.
     pub fn set_qkey(&mut self, qkey: u32) {
         set_u32(self.m(), 0, qkey);
     }
@@ -30,18 +33,21 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Deth<T> {
 /// A DETH as plain values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DethRepr {
+    /// Queue key (Q_Key) the destination QP checks before accepting the datagram.
     pub qkey: u32,
     /// 24-bit source queue pair number.
     pub src_qpn: u32,
 }
 
 impl DethRepr {
+    /// Reads a DETH.
     pub fn parse<T: AsRef<[u8]>>(h: &Deth<T>) -> Self {
         DethRepr {
             qkey: h.qkey(),
             src_qpn: h.src_qpn(),
         }
     }
+    /// Writes this DETH into `h`, masking the source QPN to 24 bits.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Deth<T>) {
         h.set_qkey(self.qkey);
         h.set_src_qpn(self.src_qpn & 0x00ff_ffff);

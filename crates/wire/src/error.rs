@@ -7,8 +7,11 @@ pub enum WireError {
     /// The buffer ends before a header (or the ICRC) is complete.
     #[error("short packet: {header} needs {needed} bytes, {available} left")]
     Truncated {
+        /// What was being read, e.g. `"BTH"`, `"ICRC"` or `"CM REQ"`.
         header: &'static str,
+        /// Bytes it needs.
         needed: usize,
+        /// Bytes the buffer had left.
         available: usize,
     },
     /// The transport prefix (top 3 bits of the opcode) is one oxrdma does not speak (RD, XRC,
@@ -24,14 +27,29 @@ pub enum WireError {
     /// The pad count does not fit the payload: payload + pad not a multiple of 4, pad larger
     /// than the data, or pad on a FIRST/MIDDLE packet or on an opcode without payload.
     #[error("bad pad count {pad} with {data_len} bytes of payload area")]
-    BadPad { pad: u8, data_len: usize },
+    BadPad {
+        /// The BTH's Pad Count.
+        pad: u8,
+        /// Bytes between the extension headers and the ICRC (payload plus pad).
+        data_len: usize,
+    },
     /// Bytes follow the headers of an opcode that carries no payload.
     #[error("opcode {opcode:#04x} carries no payload, but {len} bytes follow its headers")]
-    UnexpectedPayload { opcode: u8, len: usize },
+    UnexpectedPayload {
+        /// The BTH opcode.
+        opcode: u8,
+        /// Length of the unexpected payload in bytes.
+        len: usize,
+    },
     /// The payload length is impossible for this opcode (over 4096 bytes, or not 8 for
     /// ATOMIC_WRITE).
     #[error("payload of {len} bytes is not allowed for opcode {opcode:#04x}")]
-    BadPayloadLength { opcode: u8, len: usize },
+    BadPayloadLength {
+        /// The BTH opcode.
+        opcode: u8,
+        /// The payload length in bytes.
+        len: usize,
+    },
     /// The SACK payload of a selective-repeat ACK is not whole words, or too long.
     #[error("SACK payload of {0} bytes is not whole 32-bit words (at most 1024 bytes)")]
     BadSack(usize),
@@ -40,7 +58,12 @@ pub enum WireError {
     ReservedSyndrome(u8),
     /// The invariant CRC does not match the packet.
     #[error("ICRC mismatch: computed {computed:#010x}, packet carries {carried:#010x}")]
-    IcrcMismatch { computed: u32, carried: u32 },
+    IcrcMismatch {
+        /// The ICRC computed for the packet.
+        computed: u32,
+        /// The ICRC the packet's last four bytes carry.
+        carried: u32,
+    },
     /// The IP/UDP header given for the ICRC is not IPv4 or IPv6 followed by an 8-byte UDP
     /// header.
     #[error("not an IPv4 or IPv6 header followed by UDP: {0}")]
@@ -50,7 +73,12 @@ pub enum WireError {
     HeadersMismatch(u8),
     /// The output buffer is too small (emit only).
     #[error("buffer too small: need {needed} bytes, have {available}")]
-    BufferTooSmall { needed: usize, available: usize },
+    BufferTooSmall {
+        /// Bytes the packet needs.
+        needed: usize,
+        /// Bytes the buffer has.
+        available: usize,
+    },
     /// A protocol version this crate does not speak (e.g. rsockets' connection data).
     #[error("unsupported {0}")]
     Unsupported(&'static str),

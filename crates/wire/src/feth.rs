@@ -30,17 +30,21 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Feth<T> {
 /// A FETH as plain values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FethRepr {
+    /// Placement Type (4 bits): 1 = global visibility, 2 = persistence.
     pub placement_type: u8,
+    /// Selectivity Level (2 bits): 0 = the whole memory region, 1 = the range the RETH gives.
     pub selectivity_level: u8,
 }
 
 impl FethRepr {
+    /// Reads a FETH.
     pub fn parse<T: AsRef<[u8]>>(h: &Feth<T>) -> Self {
         FethRepr {
             placement_type: h.placement_type(),
             selectivity_level: h.selectivity_level(),
         }
     }
+    /// Writes this FETH into `h`, reserved bits zero.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Feth<T>) {
         h.set_fields(self.placement_type, self.selectivity_level);
     }

@@ -16,6 +16,7 @@ impl<T: AsRef<[u8]>> ImmDt<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> ImmDt<T> {
+    /// Writes the immediate data as a big-endian number (see [`ImmDt::value`]).
     pub fn set_value(&mut self, v: u32) {
         set_u32(self.m(), 0, v);
     }

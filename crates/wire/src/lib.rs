@@ -6,6 +6,8 @@
 //! handles a whole UDP payload. Nothing here does I/O or allocates, and no input makes it
 //! panic: every rejection is a [`WireError`] naming the reason.
 
+#![deny(missing_docs)]
+
 pub mod aeth;
 pub mod atomic_ack_eth;
 pub mod atomic_eth;

@@ -25,15 +25,23 @@ pub const METHOD_SEND: u8 = 0x03;
 /// The MAD common header as plain values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MadHeader {
+    /// Base Version of the MAD format (1).
     pub base_version: u8,
+    /// Management Class (0x07 for the CM).
     pub mgmt_class: u8,
+    /// Class Version of the management class (2 for the CM).
     pub class_version: u8,
     /// The method, with the response bit (bit 7).
     pub method: u8,
+    /// Status, 16 bits (0 on a CM Send).
     pub status: u16,
+    /// Class-specific field of the common header.
     pub class_specific: u16,
+    /// Transaction ID (TID): ties a response to its request.
     pub transaction_id: u64,
+    /// Attribute ID: which message the class data holds (see [`crate::cm::attr`]).
     pub attr_id: u16,
+    /// Attribute Modifier.
     pub attr_mod: u32,
 }
 

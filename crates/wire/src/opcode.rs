@@ -24,28 +24,46 @@ pub enum Transport {
 /// What the packet does, independent of transport and position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operation {
+    /// SEND: a message consumed by a receive WQE at the responder.
     Send,
+    /// SEND with Immediate: a SEND whose last packet carries 4 bytes of immediate data.
     SendWithImm,
+    /// SEND with Invalidate: a SEND whose last packet names an R_Key to invalidate.
     SendWithInv,
+    /// RDMA WRITE: data placed at a remote virtual address.
     Write,
+    /// RDMA WRITE with Immediate: a WRITE that also consumes a receive WQE at the end.
     WriteWithImm,
+    /// RDMA READ Request: asks the responder for the bytes a RETH names.
     ReadRequest,
+    /// RDMA READ Response: the data of a READ, sent by the responder.
     ReadResponse,
+    /// Acknowledge: an AETH alone (ACK, RNR NAK or NAK).
     Acknowledge,
+    /// ATOMIC Acknowledge: an AETH and the original remote data.
     AtomicAcknowledge,
+    /// ATOMIC CmpSwap: compare a remote 8-byte word and swap it if equal.
     CompareSwap,
+    /// ATOMIC FetchAdd: add to a remote 8-byte word.
     FetchAdd,
+    /// FLUSH (IBA 1.5): make earlier writes to a region persistent or globally visible.
     Flush,
+    /// ATOMIC WRITE (IBA 1.5): an 8-byte write performed as one access.
     AtomicWrite,
+    /// RoCEv2 congestion notification.
     Cnp,
 }
 
 /// Where a packet sits in a (possibly multi-packet) message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Position {
+    /// FIRST packet of a message of two or more packets.
     First,
+    /// MIDDLE packet of a message of three or more packets.
     Middle,
+    /// LAST packet of a message of two or more packets.
     Last,
+    /// ONLY packet: the whole message in one packet.
     Only,
 }
 
@@ -65,14 +83,23 @@ impl Position {
 pub struct Headers(u16);
 
 impl Headers {
+    /// No extension headers.
     pub const NONE: Headers = Headers(0);
+    /// Datagram Extended Transport Header (8 bytes, UD).
     pub const DETH: Headers = Headers(1 << 0);
+    /// FLUSH Extended Transport Header (4 bytes).
     pub const FETH: Headers = Headers(1 << 1);
+    /// RDMA Extended Transport Header (16 bytes).
     pub const RETH: Headers = Headers(1 << 2);
+    /// Atomic Extended Transport Header (28 bytes).
     pub const ATOMIC_ETH: Headers = Headers(1 << 3);
+    /// ACK Extended Transport Header (4 bytes).
     pub const AETH: Headers = Headers(1 << 4);
+    /// Atomic Acknowledge Extended Transport Header (8 bytes).
     pub const ATOMIC_ACK_ETH: Headers = Headers(1 << 5);
+    /// Immediate Data (4 bytes).
     pub const IMMDT: Headers = Headers(1 << 6);
+    /// Invalidate Extended Transport Header (4 bytes).
     pub const IETH: Headers = Headers(1 << 7);
     /// The 16 reserved bytes of a RoCEv2 CNP.
     pub const CNP_RESERVED: Headers = Headers(1 << 8);
@@ -128,13 +155,19 @@ pub enum Payload {
 /// Everything the wire needs to know about one opcode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpcodeInfo {
+    /// The opcode this entry describes.
     pub opcode: Opcode,
     /// Wireshark-style name, e.g. `RC_SEND_FIRST`.
     pub name: &'static str,
+    /// Transport service: RC, UC, UD or CNP.
     pub transport: Transport,
+    /// The operation, independent of transport and position.
     pub operation: Operation,
+    /// Where the packet sits in its message.
     pub position: Position,
+    /// The extension headers that follow the BTH.
     pub headers: Headers,
+    /// What may follow the extension headers.
     pub payload: Payload,
 }
 
@@ -177,45 +210,85 @@ const fn entry(
 }
 
 impl Opcode {
+    /// RC SEND First.
     pub const RC_SEND_FIRST: Opcode = Opcode(0x00);
+    /// RC SEND Middle.
     pub const RC_SEND_MIDDLE: Opcode = Opcode(0x01);
+    /// RC SEND Last.
     pub const RC_SEND_LAST: Opcode = Opcode(0x02);
+    /// RC SEND Last with Immediate (ImmDt follows the BTH).
     pub const RC_SEND_LAST_WITH_IMMEDIATE: Opcode = Opcode(0x03);
+    /// RC SEND Only.
     pub const RC_SEND_ONLY: Opcode = Opcode(0x04);
+    /// RC SEND Only with Immediate (ImmDt follows the BTH).
     pub const RC_SEND_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x05);
+    /// RC RDMA WRITE First (carries the RETH).
     pub const RC_RDMA_WRITE_FIRST: Opcode = Opcode(0x06);
+    /// RC RDMA WRITE Middle.
     pub const RC_RDMA_WRITE_MIDDLE: Opcode = Opcode(0x07);
+    /// RC RDMA WRITE Last.
     pub const RC_RDMA_WRITE_LAST: Opcode = Opcode(0x08);
+    /// RC RDMA WRITE Last with Immediate (ImmDt follows the BTH).
     pub const RC_RDMA_WRITE_LAST_WITH_IMMEDIATE: Opcode = Opcode(0x09);
+    /// RC RDMA WRITE Only (carries the RETH).
     pub const RC_RDMA_WRITE_ONLY: Opcode = Opcode(0x0a);
+    /// RC RDMA WRITE Only with Immediate (RETH, then ImmDt).
     pub const RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x0b);
+    /// RC RDMA READ Request (RETH, no payload).
     pub const RC_RDMA_READ_REQUEST: Opcode = Opcode(0x0c);
+    /// RC RDMA READ Response First (carries an AETH).
     pub const RC_RDMA_READ_RESPONSE_FIRST: Opcode = Opcode(0x0d);
+    /// RC RDMA READ Response Middle.
     pub const RC_RDMA_READ_RESPONSE_MIDDLE: Opcode = Opcode(0x0e);
+    /// RC RDMA READ Response Last (carries an AETH).
     pub const RC_RDMA_READ_RESPONSE_LAST: Opcode = Opcode(0x0f);
+    /// RC RDMA READ Response Only (carries an AETH).
     pub const RC_RDMA_READ_RESPONSE_ONLY: Opcode = Opcode(0x10);
+    /// RC Acknowledge (AETH, no payload).
     pub const RC_ACKNOWLEDGE: Opcode = Opcode(0x11);
+    /// RC ATOMIC Acknowledge (AETH, then AtomicAckETH).
     pub const RC_ATOMIC_ACKNOWLEDGE: Opcode = Opcode(0x12);
+    /// RC ATOMIC CmpSwap (AtomicETH, no payload).
     pub const RC_COMPARE_SWAP: Opcode = Opcode(0x13);
+    /// RC ATOMIC FetchAdd (AtomicETH, no payload).
     pub const RC_FETCH_ADD: Opcode = Opcode(0x14);
+    /// RC SEND Last with Invalidate (IETH follows the BTH).
     pub const RC_SEND_LAST_WITH_INVALIDATE: Opcode = Opcode(0x16);
+    /// RC SEND Only with Invalidate (IETH follows the BTH).
     pub const RC_SEND_ONLY_WITH_INVALIDATE: Opcode = Opcode(0x17);
+    /// RC FLUSH (FETH, then RETH; no payload).
     pub const RC_FLUSH: Opcode = Opcode(0x1c);
+    /// RC ATOMIC WRITE (RETH, then exactly 8 bytes of payload).
     pub const RC_ATOMIC_WRITE: Opcode = Opcode(0x1d);
+    /// UC SEND First.
     pub const UC_SEND_FIRST: Opcode = Opcode(0x20);
+    /// UC SEND Middle.
     pub const UC_SEND_MIDDLE: Opcode = Opcode(0x21);
+    /// UC SEND Last.
     pub const UC_SEND_LAST: Opcode = Opcode(0x22);
+    /// UC SEND Last with Immediate (ImmDt follows the BTH).
     pub const UC_SEND_LAST_WITH_IMMEDIATE: Opcode = Opcode(0x23);
+    /// UC SEND Only.
     pub const UC_SEND_ONLY: Opcode = Opcode(0x24);
+    /// UC SEND Only with Immediate (ImmDt follows the BTH).
     pub const UC_SEND_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x25);
+    /// UC RDMA WRITE First (carries the RETH).
     pub const UC_RDMA_WRITE_FIRST: Opcode = Opcode(0x26);
+    /// UC RDMA WRITE Middle.
     pub const UC_RDMA_WRITE_MIDDLE: Opcode = Opcode(0x27);
+    /// UC RDMA WRITE Last.
     pub const UC_RDMA_WRITE_LAST: Opcode = Opcode(0x28);
+    /// UC RDMA WRITE Last with Immediate (ImmDt follows the BTH).
     pub const UC_RDMA_WRITE_LAST_WITH_IMMEDIATE: Opcode = Opcode(0x29);
+    /// UC RDMA WRITE Only (carries the RETH).
     pub const UC_RDMA_WRITE_ONLY: Opcode = Opcode(0x2a);
+    /// UC RDMA WRITE Only with Immediate (RETH, then ImmDt).
     pub const UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x2b);
+    /// UD SEND Only (DETH follows the BTH).
     pub const UD_SEND_ONLY: Opcode = Opcode(0x64);
+    /// UD SEND Only with Immediate (DETH, then ImmDt).
     pub const UD_SEND_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x65);
+    /// RoCEv2 congestion notification packet (CNP), 16 reserved bytes after the BTH.
     pub const CNP: Opcode = Opcode(0x81);
 
     /// The UC opcode with this RC SEND or RDMA WRITE opcode's operation and position (the

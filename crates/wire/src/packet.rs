@@ -20,11 +20,17 @@ pub const CNP_RESERVED_LEN: usize = 16;
 /// The extension headers of a packet; which are present is fixed by the opcode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExtHeaders {
+    /// Datagram ETH (UD opcodes).
     pub deth: Option<DethRepr>,
+    /// FLUSH ETH (RC FLUSH).
     pub feth: Option<FethRepr>,
+    /// RDMA ETH (WRITE First/Only, READ Request, FLUSH, ATOMIC WRITE).
     pub reth: Option<RethRepr>,
+    /// Atomic ETH (CmpSwap, FetchAdd).
     pub atomic_eth: Option<AtomicEthRepr>,
+    /// ACK ETH (Acknowledge, ATOMIC Acknowledge, READ Response First/Last/Only).
     pub aeth: Option<AethRepr>,
+    /// Atomic Acknowledge ETH (ATOMIC Acknowledge).
     pub atomic_ack_eth: Option<AtomicAckEthRepr>,
     /// Immediate data, as the big-endian reading of its four bytes.
     pub immdt: Option<u32>,
@@ -82,8 +88,11 @@ pub const fn pad_for(len: usize) -> u8 {
 /// A parsed (or to-be-emitted) transport packet. The payload borrows from the packet bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PacketRepr<'a> {
+    /// The Base Transport Header.
     pub bth: BthRepr,
+    /// The extension headers the opcode calls for.
     pub ext: ExtHeaders,
+    /// The payload, without pad or ICRC (on a selective-repeat ACK, the SACK).
     pub payload: &'a [u8],
 }
 

@@ -9,24 +9,30 @@ header_view!(
 );
 
 impl<T: AsRef<[u8]>> Reth<T> {
+    /// Virtual address (VA), 64 bits, where the remote access starts.
     pub fn virtual_address(&self) -> u64 {
         u64_at(self.b(), 0)
     }
+    /// Remote key (R_Key) of the target region.
     pub fn rkey(&self) -> u32 {
         u32_at(self.b(), 8)
     }
+    /// DMA length: bytes of the whole message (WRITE, READ) or range (FLUSH).
     pub fn dma_length(&self) -> u32 {
         u32_at(self.b(), 12)
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Reth<T> {
+    /// Writes the 64-bit virtual address.
     pub fn set_virtual_address(&mut self, va: u64) {
         set_u64(self.m(), 0, va);
     }
+    /// Writes the R_Key.
     pub fn set_rkey(&mut self, rkey: u32) {
         set_u32(self.m(), 8, rkey);
     }
+    /// Writes the DMA length.
     pub fn set_dma_length(&mut self, len: u32) {
         set_u32(self.m(), 12, len);
     }
@@ -35,13 +41,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Reth<T> {
 /// A RETH as plain values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RethRepr {
+    /// Virtual address (VA), 64 bits, where the remote access starts.
     pub virtual_address: u64,
+    /// Remote key (R_Key) of the target region.
     pub rkey: u32,
     /// Length of the whole message (WRITE, READ) in bytes.
     pub dma_length: u32,
 }
 
 impl RethRepr {
+    /// Reads a RETH.
     pub fn parse<T: AsRef<[u8]>>(h: &Reth<T>) -> Self {
         // One length check for the header, not one per field.
         let h = Reth::new_unchecked(fixed::<{ Reth::<&[u8]>::LEN }>(h.b()));
@@ -51,6 +60,7 @@ impl RethRepr {
             dma_length: h.dma_length(),
         }
     }
+    /// Writes this RETH into `h`.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Reth<T>) {
         // One length check for the header, not one per field.
         let mut h = Reth::new_unchecked(fixed_mut::<{ Reth::<&[u8]>::LEN }>(h.m()));

@@ -22,12 +22,16 @@ pub const SGL_SIZE: u32 = 2;
 /// One scatter-gather entry as rsockets exchanges it: where, under which key, how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RsSge {
+    /// Virtual address of the buffer.
     pub addr: u64,
+    /// Remote key (R_Key) of the memory region holding it.
     pub key: u32,
+    /// Length of the buffer in bytes.
     pub length: u32,
 }
 
 impl RsSge {
+    /// Length of an SGE on the wire in bytes.
     pub const LEN: usize = 16;
 
     /// Reads the SGE at the start of `b`, big-endian (`net`) or little-endian.
@@ -71,6 +75,7 @@ impl RsSge {
 /// The connection data (`struct rs_conn_data`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnData {
+    /// Flags: [`FLAG_NET`] and [`FLAG_IOMAP`].
     pub flags: u8,
     /// Receives the sender keeps posted: how many messages the peer may send at first.
     pub credits: u16,
@@ -83,6 +88,7 @@ pub struct ConnData {
 }
 
 impl ConnData {
+    /// Length of the connection data in bytes (version byte included).
     pub const LEN: usize = 40;
 
     /// Reads the connection data at the start of `b`; a version other than 1 is an error
@@ -132,8 +138,11 @@ pub enum Op {
 
 /// Control messages (`Op::Ctrl`).
 pub mod ctrl {
+    /// The sender is closing the connection.
     pub const DISCONNECT: u32 = 0;
+    /// A keepalive, carrying nothing else.
     pub const KEEPALIVE: u32 = 1;
+    /// The sender has shut down its sending direction.
     pub const SHUTDOWN: u32 = 2;
 }
 

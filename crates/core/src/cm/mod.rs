@@ -20,6 +20,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 /// What the CM says of its device, and Linux's timing defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CmConfig {
+    /// The device's GID (`new` derives the node GUID from it).
     pub gid: Gid,
     /// The node GUID (the REQ's and REP's local CA GUID, a REJ timeout's ARI).
     pub guid: u64,
@@ -144,9 +145,11 @@ impl Cm {
         }
     }
 
+    /// The configuration the CM was made with.
     pub fn config(&self) -> &CmConfig {
         &self.config
     }
+    /// Counts of the CM MADs received, sent, resent and ignored.
     pub fn stats(&self) -> CmStats {
         self.stats
     }
@@ -428,6 +431,7 @@ impl Cm {
         self.out.pop_front()
     }
 
+    /// The next connection event, if any.
     pub fn poll_event(&mut self) -> Option<CmEvent> {
         self.events.pop_front()
     }

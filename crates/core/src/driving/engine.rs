@@ -75,7 +75,9 @@ pub enum Before {
     /// the application polls and serves the timers (a probe deadline its ACK made stale
     /// would wake this thread for nothing).
     Sleep {
+        /// How long to sleep.
         timeout: Duration,
+        /// Clear the deadline timer first: the polling application serves the timers.
         clear_deadline: bool,
     },
     /// Lock the device and ask `turn`.
@@ -92,7 +94,11 @@ pub enum Turn {
     /// Drive the device, then tell `driven`. `taken_over`: time woke this thread and the
     /// application no longer polls, so whatever waited since its last poll did so for a
     /// hand-off it skipped: the hand-off score starts again.
-    Drive { taken_over: bool },
+    Drive {
+        /// The application stopped polling and this thread takes the device back: the
+        /// hand-off score starts again.
+        taken_over: bool,
+    },
 }
 
 /// What the engine thread does after a turn that drove the device.

@@ -12,10 +12,12 @@ pub const BACK_WITHIN_NS: u64 = 200_000;
 /// How often the engine thread looks while waiters are busy, and at most how long it naps
 /// while they sleep on.
 pub const LOOK: Duration = Duration::from_millis(1);
+/// The longest nap while the waiters sleep on.
 pub const MAX_NAP: Duration = Duration::from_millis(50);
 
 /// The longest spin before a sleep, and the shortest worth making.
 pub const SPIN_MAX: Duration = Duration::from_micros(50);
+/// The shortest spin worth making before a sleep.
 pub const SPIN_MIN: Duration = Duration::from_micros(5);
 
 /// Whether the program takes its packets by sleeping on completion channels: `waiters`
@@ -34,6 +36,8 @@ pub struct SpinBudget {
 }
 
 impl SpinBudget {
+    /// How long to poll before sleeping: twice the typical wait, within `SPIN_MIN` and
+    /// `SPIN_MAX`; none when the typical wait is longer than `SPIN_MAX`.
     pub fn budget(self) -> Duration {
         if self.typical_ns > SPIN_MAX.as_nanos() as u64 {
             return Duration::ZERO;
@@ -74,7 +78,10 @@ impl Default for Nap {
 /// meanwhile must ring it (it naps longer than `LOOK`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Look {
+    /// How long to nap.
     pub nap: Duration,
+    /// A waiter that wakes meanwhile must ring the engine thread (the nap is longer than
+    /// `LOOK`).
     pub dozing: bool,
 }
 

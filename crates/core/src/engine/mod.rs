@@ -33,6 +33,7 @@ pub struct EngineConfig {
     pub gids: Vec<Gid>,
     /// The largest path MTU the port supports.
     pub max_mtu: Mtu,
+    /// Device limits (`ibv_device_attr`) the engine enforces.
     pub attr: DeviceAttr,
     /// Speak selective repeat with peers that do (oxrdma's; see `oxrdma_wire::sack`): RC
     /// requests offer it, and a responder asked keeps packets that arrive ahead of a gap.
@@ -52,29 +53,35 @@ pub struct EngineConfig {
 /// the transport bytes' part there (long packets), else with `icrc::fill`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
+    /// The destination GID (the peer's IP address).
     pub dest: Gid,
     /// The index of the device GID it leaves from (None: the driver picks by `dest`, as
     /// for the CM's MADs).
     pub sgid: Option<u8>,
+    /// UDP source port (RoCEv2 flow entropy: one per QP, a fixed one for MADs).
     pub src_port: u16,
+    /// Bytes written at the start of the buffer, ICRC included.
     pub len: usize,
 }
 
 /// Counters of what the engine did with received packets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Packets handed to the engine.
     pub rx_packets: u64,
     /// Of those, packets the run path took (the packets after the first of a run of one
     /// WRITE stream or of one READ's responses: see `handle_packets`).
     pub rx_run: u64,
     /// Received packets not acted on, by reason.
     pub rx_drops: RxDrops,
+    /// Packets the engine built for transmission, the CM's MADs included.
     pub tx_packets: u64,
     /// Of those, packets the send run path built (the middle packets after a request:
     /// `Qp::next_request_run`).
     pub tx_run: u64,
     /// Received packets whose IP header said CE (congestion experienced), and CNPs.
     pub rx_ce: u64,
+    /// RoCEv2 congestion notification packets (CNPs) received.
     pub cnps_received: u64,
 }
 
@@ -227,6 +234,7 @@ impl Engine {
         }
     }
 
+    /// What the engine was made with (selective repeat as last set).
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
@@ -245,6 +253,7 @@ impl Engine {
     pub fn gid_at(&self, index: u8) -> Option<Gid> {
         self.config.gids.get(usize::from(index)).copied()
     }
+    /// Counters of packets received, transmitted and dropped.
     pub fn stats(&self) -> Stats {
         self.stats
     }
@@ -635,6 +644,7 @@ impl Engine {
         &mut self.cm
     }
 
+    /// The connection manager, to read its configuration and counters.
     pub fn cm(&self) -> &Cm {
         &self.cm
     }

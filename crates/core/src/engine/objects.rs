@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 impl Engine {
+    /// `ibv_alloc_pd`: a new protection domain; returns its handle.
     pub fn alloc_pd(&mut self) -> Result<u32> {
         if self.pds.len() >= self.config.attr.max_pd as usize {
             return Err(VerbsError::Exhausted("protection domains"));
@@ -26,6 +27,7 @@ impl Engine {
         Ok(pd)
     }
 
+    /// `ibv_dealloc_pd`: refused (busy) while memory regions or QPs are in it.
     pub fn dealloc_pd(&mut self, pd: u32) -> Result<()> {
         if !self.pds.contains(&pd) {
             return Err(VerbsError::NotFound("protection domain"));
@@ -100,6 +102,8 @@ impl Engine {
         Ok(mr)
     }
 
+    /// `ibv_dereg_mr` of the region whose lkey is `lkey`: refused (busy) while memory
+    /// windows are bound to it.
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<()> {
         if self.mrs.windows_on(lkey) > 0 {
             return Err(VerbsError::Busy("memory windows are bound to the region"));
@@ -110,6 +114,7 @@ impl Engine {
             .ok_or(VerbsError::NotFound("memory region"))
     }
 
+    /// `ibv_create_cq` with room for `depth` completions (1..=max_cqe); returns its handle.
     pub fn create_cq(&mut self, depth: u32) -> Result<u32> {
         if depth == 0 || depth > self.config.attr.max_cqe {
             return Err(VerbsError::InvalidArgument("CQ depth must be 1..=max_cqe"));
@@ -123,6 +128,7 @@ impl Engine {
         Ok(id)
     }
 
+    /// `ibv_destroy_cq`: refused (busy) while a QP uses it.
     pub fn destroy_cq(&mut self, cq: u32) -> Result<()> {
         if !self.cqs.contains_key(&cq) {
             return Err(VerbsError::NotFound("completion queue"));
@@ -268,6 +274,7 @@ impl Engine {
             .arm(limit)
     }
 
+    /// `ibv_query_srq`: the SRQ's sizes, its armed limit and the receives posted.
     pub fn query_srq(&self, srq: u32) -> Result<SrqAttr> {
         let q = self
             .srqs
@@ -289,6 +296,7 @@ impl Engine {
             .post(wr)
     }
 
+    /// `ibv_destroy_srq`: refused (busy) while a QP uses it.
     pub fn destroy_srq(&mut self, srq: u32) -> Result<()> {
         if !self.srqs.contains_key(&srq) {
             return Err(VerbsError::NotFound("shared receive queue"));
@@ -315,6 +323,7 @@ impl Engine {
         Ok(id)
     }
 
+    /// `ibv_destroy_ah`.
     pub fn destroy_ah(&mut self, ah: u32) -> Result<()> {
         self.ahs
             .remove(&ah)

@@ -12,6 +12,8 @@ use rand_core::RngCore;
 use std::sync::Arc;
 
 impl Engine {
+    /// `ibv_create_qp` in `pd`, within the device limits; returns the new QP's number (24
+    /// bits, random, never 0 or 1). The QP starts in RESET.
     pub fn create_qp(&mut self, pd: u32, init: &QpInitAttr) -> Result<u32> {
         let lim = self.config.attr;
         if !self.pds.contains(&pd) {
@@ -109,6 +111,7 @@ impl Engine {
         }
     }
 
+    /// `ibv_destroy_qp`: removes the QP and its timers.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
         let qp = self
             .qps
@@ -119,6 +122,7 @@ impl Engine {
         Ok(())
     }
 
+    /// The QP's current state.
     pub fn qp_state(&self, qpn: u32) -> Result<QpState> {
         self.qps
             .get(&qpn)

@@ -55,10 +55,12 @@ pub struct QpTransport {
     pub window: u32,
     /// The smoothed and the smallest round-trip time measured.
     pub srtt: Option<Nanos>,
+    /// The smallest round-trip time measured.
     pub min_rtt: Option<Nanos>,
     /// RoCEv2 CNPs sent to the peer (requests that came marked CE), and received from it
     /// (ours did: the window yields).
     pub cnps_sent: u64,
+    /// RoCEv2 CNPs received from the peer (the send window yields to each).
     pub cnps_received: u64,
 }
 

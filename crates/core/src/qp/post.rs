@@ -177,6 +177,7 @@ impl QpPost {
         self.cap
     }
 
+    /// The QP's number.
     pub fn qpn(&self) -> u32 {
         self.qpn
     }

@@ -64,7 +64,9 @@ impl Suite {
 /// One end of a connection as the key derivation names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct End {
+    /// The end's GID.
     pub gid: Gid,
+    /// The end's QP number.
     pub qpn: u32,
     /// The PSN it sends from first (a direction's key takes its sender's).
     pub psn: u32,
@@ -86,8 +88,11 @@ impl std::fmt::Debug for DirectionKey {
 /// What a QP needs to be secure: the suite and the keys it sends and receives with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QpKeys {
+    /// The AEAD cipher suite.
     pub suite: Suite,
+    /// The key the QP seals the packets it sends with.
     pub send: DirectionKey,
+    /// The key the QP opens the packets it receives with.
     pub recv: DirectionKey,
 }
 
@@ -243,6 +248,7 @@ fn key(suite: Suite, k: &DirectionKey) -> LessSafeKey {
 }
 
 impl Secured {
+    /// A QP's state with both its keys: it sends and receives.
     pub fn new(keys: &QpKeys) -> Secured {
         let mut s = Secured::receiving(keys.suite, &keys.recv);
         s.add_send(&keys.send);
