@@ -48,6 +48,33 @@ pub struct ChannelStats {
 /// A file descriptor that becomes readable when an armed CQ has a completion
 /// (`ibv_comp_channel`). Taking an event blocks unless the descriptor is made
 /// non-blocking.
+///
+/// ```
+/// use oxrdma::{Access, ConnectOptions, Context, QpCap, QpType, RecvWr, SendWr};
+/// use std::time::Duration;
+/// # fn main() -> oxrdma::Result<()> {
+/// let (a, b) = (Context::open("127.0.1.20".parse().unwrap())?,
+///               Context::open("127.0.1.21".parse().unwrap())?);
+/// let (pa, pb) = (a.alloc_pd()?, b.alloc_pd()?);
+/// let mb = pb.register(64, Access::LOCAL_WRITE)?;
+/// let (ca, cb) = (a.create_cq(8)?, b.create_cq(8)?);
+/// let qa = pa.create_qp(&ca, &ca, QpType::Rc, QpCap::default())?;
+/// let qb = pb.create_qp(&cb, &cb, QpType::Rc, QpCap::default())?;
+/// qa.connect(&qb.endpoint(), &ConnectOptions::default())?;
+/// qb.connect(&qa.endpoint(), &ConnectOptions::default())?;
+/// // b sleeps on its channel until a completion comes to the CQ it armed.
+/// let channel = b.create_comp_channel()?;
+/// cb.req_notify(&channel);
+/// qb.post_recv(RecvWr { wr_id: 7, sges: vec![mb.sge(0, 64)?].into() })?;
+/// qa.post_send(SendWr::send_inline(1, b"wake up"))?;
+/// assert!(channel.wait(Duration::from_secs(10))?, "no event");
+/// // The event says only that there is something: the completions are polled.
+/// let mut wcs = Vec::new();
+/// assert_eq!(cb.poll(&mut wcs, 8)?, 1);
+/// assert_eq!((wcs[0].wr_id, wcs[0].byte_len), (7, 7));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct CompletionChannel {
     pub(crate) inner: Arc<ChannelInner>,

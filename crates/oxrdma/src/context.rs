@@ -28,6 +28,28 @@ impl Drop for Inner {
 /// An open RDMA device: one IP address, UDP port 4791, one engine thread. Clones are the
 /// same context; [`Context::open_again`] opens another context on the same device, as a
 /// second `ibv_open_device` does.
+///
+/// ```
+/// use oxrdma::{Access, Context, QpCap, QpState, QpType};
+/// # fn main() -> oxrdma::Result<()> {
+/// let ip = "127.0.1.8".parse().unwrap();
+/// let ctx = Context::open(ip)?;
+/// assert_eq!(ctx.gid().ip(), ip);
+/// // The rest is made through it: PDs, CQs and completion channels, and in a PD the
+/// // memory regions and QPs, within the device's limits.
+/// let pd = ctx.alloc_pd()?;
+/// let cq = ctx.create_cq(16)?;
+/// let mr = pd.register(4096, Access::LOCAL_WRITE)?;
+/// assert!(mr.len() as u64 <= ctx.attr().max_mr_size);
+/// let qp = pd.create_qp(&cq, &cq, QpType::Rc, QpCap::default())?;
+/// assert_eq!(qp.state()?, QpState::Reset);
+/// // Another context of the same device: the same NIC, its own asynchronous events.
+/// let again = ctx.open_again()?;
+/// assert!(again.same_device(&ctx));
+/// assert_eq!(again.poll_event(), None);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<Inner>,

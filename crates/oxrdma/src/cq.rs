@@ -21,6 +21,36 @@ thread_local! {
 /// A completion queue (`ibv_cq`): where the work requests of its QPs complete. Poll it
 /// ([`Self::poll`]), wait on it ([`Self::wait`], [`Self::wait_one`]) or arm it for a
 /// [`CompletionChannel`] ([`Self::req_notify`]).
+///
+/// ```
+/// use oxrdma::{Access, ConnectOptions, Context, QpCap, QpType, RecvWr, SendWr, WcStatus};
+/// use std::time::Duration;
+/// # fn main() -> oxrdma::Result<()> {
+/// let (a, b) = (Context::open("127.0.1.18".parse().unwrap())?,
+///               Context::open("127.0.1.19".parse().unwrap())?);
+/// let (pa, pb) = (a.alloc_pd()?, b.alloc_pd()?);
+/// let (ma, mb) = (pa.register(64, Access::LOCAL_WRITE)?, pb.register(64, Access::LOCAL_WRITE)?);
+/// let (ca, cb) = (a.create_cq(8)?, b.create_cq(8)?);
+/// let qa = pa.create_qp(&ca, &ca, QpType::Rc, QpCap::default())?;
+/// let qb = pb.create_qp(&cb, &cb, QpType::Rc, QpCap::default())?;
+/// qa.connect(&qb.endpoint(), &ConnectOptions::default())?;
+/// qb.connect(&qa.endpoint(), &ConnectOptions::default())?;
+/// for i in 0..2 {
+///     qb.post_recv(RecvWr { wr_id: i, sges: vec![mb.sge(32 * i as usize, 32)?].into() })?;
+///     qa.post_send(SendWr::send_inline(10 + i, b"ping"))?;
+/// }
+/// for wc in ca.wait_for(2, Duration::from_secs(10))? {
+///     wc.result()?;
+/// }
+/// let got = cb.wait_for(2, Duration::from_secs(10))?;
+/// assert_eq!((got[0].wr_id, got[1].wr_id, got[1].byte_len), (0, 1, 4));
+/// // A READ of memory b did not open to peers completes in error: `result` makes it an Err.
+/// qa.post_send(SendWr::read(3, [ma.sge(0, 8)?], mb.remote())?)?;
+/// let err = ca.wait_one(Duration::from_secs(10))?.result().unwrap_err();
+/// assert_eq!((err.wr_id, err.status), (3, WcStatus::RemAccessErr));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct CompletionQueue {
     pub(crate) ctx: Context,

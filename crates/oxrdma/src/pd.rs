@@ -7,6 +7,25 @@ use oxrdma_core::{Access, Sge, SharedBuffer, VerbsError};
 use std::sync::Arc;
 
 /// A protection domain: memory regions and QPs in it may be used together.
+///
+/// ```
+/// use oxrdma::{Access, Context, Error, QpCap, QpType, VerbsError};
+/// # fn main() -> oxrdma::Result<()> {
+/// let ctx = Context::open("127.0.1.9".parse().unwrap())?;
+/// let pd = ctx.alloc_pd()?;
+/// let cq = ctx.create_cq(8)?;
+/// // A QP's work requests may use the memory of its own PD only.
+/// let mr = pd.register(4096, Access::LOCAL_WRITE)?;
+/// let qp = pd.create_qp(&cq, &cq, QpType::Rc, QpCap::default())?;
+/// // While they exist the PD cannot go (EBUSY): it comes back, still usable.
+/// let (pd, err) = pd.try_destroy().unwrap_err();
+/// assert!(matches!(err, Error::Verbs(VerbsError::Busy(_))), "{err}");
+/// let more = pd.register(64, Access::LOCAL_WRITE)?;
+/// drop((qp, mr, more));
+/// pd.try_destroy().map_err(|(_, e)| e)?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct ProtectionDomain {
     pub(crate) ctx: Context,
@@ -214,6 +233,34 @@ impl QpInit<'_> {
 /// relaxed atomic loads and stores, so a copy that races with a transfer sees some old and
 /// some new bytes but is never undefined behaviour; [`MemoryRegion::as_slice`] lends the
 /// bytes without a copy to a caller that promises no transfer writes them meanwhile.
+///
+/// ```
+/// use oxrdma::{Access, ConnectOptions, Context, QpCap, QpType, SendWr};
+/// use std::time::Duration;
+/// # fn main() -> oxrdma::Result<()> {
+/// let (a, b) = (Context::open("127.0.1.10".parse().unwrap())?,
+///               Context::open("127.0.1.11".parse().unwrap())?);
+/// let (pa, pb) = (a.alloc_pd()?, b.alloc_pd()?);
+/// let ma = pa.register(64, Access::LOCAL_WRITE)?;
+/// let mb = pb.register(4096, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+/// // The program copies bytes in and out; a peer names them by address and rkey.
+/// mb.write(100, b"registered bytes")?;
+/// let part = mb.remote().slice(100..116)?;
+/// assert!(mb.remote().slice(4000..4097).is_err(), "past the end");
+/// let (ca, cb) = (a.create_cq(8)?, b.create_cq(8)?);
+/// let qa = pa.create_qp(&ca, &ca, QpType::Rc, QpCap::default())?;
+/// let qb = pb.create_qp(&cb, &cb, QpType::Rc, QpCap::default())?;
+/// qa.connect(&qb.endpoint(), &ConnectOptions::default())?;
+/// qb.connect(&qa.endpoint(), &ConnectOptions::default())?;
+/// // a READs them into its own region, at the bytes an SGE of it names.
+/// qa.post_send(SendWr::read(1, [ma.sge(8, 16)?], part)?)?;
+/// assert_eq!(ca.wait_one(Duration::from_secs(10))?.result()?.byte_len, 16);
+/// let mut back = [0u8; 16];
+/// ma.read(8, &mut back)?;
+/// assert_eq!(&back, b"registered bytes");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct MemoryRegion {
     ctx: Context,
@@ -301,6 +348,34 @@ impl MemoryRegion {
 }
 
 /// A destination for UD sends; name it in [`oxrdma_core::UdDest`] via [`AddressHandle::id`].
+///
+/// ```
+/// use oxrdma::{Access, Context, QpCap, QpType, RecvWr, SendWr};
+/// use std::time::Duration;
+/// # fn main() -> oxrdma::Result<()> {
+/// let (a, b) = (Context::open("127.0.1.12".parse().unwrap())?,
+///               Context::open("127.0.1.13".parse().unwrap())?);
+/// let (pa, pb) = (a.alloc_pd()?, b.alloc_pd()?);
+/// let mb = pb.register(4096, Access::LOCAL_WRITE)?;
+/// let (ca, cb) = (a.create_cq(8)?, b.create_cq(8)?);
+/// let qa = pa.create_qp(&ca, &ca, QpType::Ud, QpCap::default())?;
+/// let qb = pb.create_qp(&cb, &cb, QpType::Ud, QpCap::default())?;
+/// qa.ready_ud(0x1111)?;
+/// qb.ready_ud(0x1111)?;
+/// // A UD receive buffer begins with the 40 bytes of the GRH.
+/// qb.post_recv(RecvWr { wr_id: 1, sges: vec![mb.sge(0, 40 + 1024)?].into() })?;
+/// // No connection: each datagram names b's GID (an AH), its QP and its Q_Key.
+/// let to_b = pa.create_ah(b.gid())?;
+/// qa.post_send(SendWr::send_inline(2, b"a datagram").to(to_b.dest(qb.qpn(), 0x1111)))?;
+/// ca.wait_one(Duration::from_secs(10))?.result()?;
+/// let got = cb.wait_one(Duration::from_secs(10))?.result()?;
+/// assert_eq!((got.byte_len, got.src_qp, got.src_gid), (40 + 10, qa.qpn(), Some(a.gid())));
+/// let mut text = [0u8; 10];
+/// mb.read(40, &mut text)?;
+/// assert_eq!(&text, b"a datagram");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct AddressHandle {
     ctx: Context,
@@ -326,6 +401,40 @@ impl AddressHandle {
 }
 
 /// A pool of receive WQEs shared by QPs (`ibv_srq`).
+///
+/// ```
+/// use oxrdma::{Access, ConnectOptions, Context, QpCap, QpType, RecvWr, SendWr};
+/// use std::time::Duration;
+/// # fn main() -> oxrdma::Result<()> {
+/// let (a, b) = (Context::open("127.0.1.14".parse().unwrap())?,
+///               Context::open("127.0.1.15".parse().unwrap())?);
+/// let (pa, pb) = (a.alloc_pd()?, b.alloc_pd()?);
+/// let mb = pb.register(4096, Access::LOCAL_WRITE)?;
+/// let (ca, cb) = (a.create_cq(8)?, b.create_cq(8)?);
+/// let srq = pb.create_srq(16, 1, 0)?;
+/// let mut pairs = Vec::new();
+/// for _ in 0..2 {
+///     let qa = pa.create_qp(&ca, &ca, QpType::Rc, QpCap::default())?;
+///     let qb = pb.create_qp_on_srq(&cb, &cb, QpType::Rc, QpCap::default(), Some(&srq))?;
+///     qa.connect(&qb.endpoint(), &ConnectOptions::default())?;
+///     qb.connect(&qa.endpoint(), &ConnectOptions::default())?;
+///     pairs.push((qa, qb));
+/// }
+/// // Receives go to the SRQ: a message to either of b's QPs takes the next one.
+/// for i in 0..2 {
+///     srq.post_recv(RecvWr { wr_id: i, sges: vec![mb.sge(64 * i as usize, 64)?].into() })?;
+/// }
+/// for (i, (qa, qb)) in pairs.iter().enumerate() {
+///     qa.post_send(SendWr::send_inline(9, b"through the SRQ"))?;
+///     let got = cb.wait_one(Duration::from_secs(10))?.result()?;
+///     assert_eq!((got.wr_id, got.qp_num, got.byte_len), (i as u64, qb.qpn(), 15));
+/// }
+/// let mut text = [0u8; 15];
+/// mb.read(64, &mut text)?;
+/// assert_eq!(&text, b"through the SRQ");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct SharedReceiveQueue {
     ctx: Context,
@@ -361,6 +470,36 @@ impl SharedReceiveQueue {
 }
 
 /// A memory window: remote access to part of a region, under its own rkey.
+///
+/// ```
+/// use oxrdma::{Access, ConnectOptions, Context, MwType, QpCap, QpType, RemoteBuf, SendWr};
+/// use std::time::Duration;
+/// # fn main() -> oxrdma::Result<()> {
+/// let (a, b) = (Context::open("127.0.1.16".parse().unwrap())?,
+///               Context::open("127.0.1.17".parse().unwrap())?);
+/// let (pa, pb) = (a.alloc_pd()?, b.alloc_pd()?);
+/// let ma = pa.register(64, Access::LOCAL_WRITE)?;
+/// // b's region grants peers nothing itself, only the right to bind windows to it.
+/// let mb = pb.register(4096, Access::LOCAL_WRITE | Access::MW_BIND)?;
+/// let (ca, cb) = (a.create_cq(8)?, b.create_cq(8)?);
+/// let qa = pa.create_qp(&ca, &ca, QpType::Rc, QpCap::default())?;
+/// let qb = pb.create_qp(&cb, &cb, QpType::Rc, QpCap::default())?;
+/// qa.connect(&qb.endpoint(), &ConnectOptions::default())?;
+/// qb.connect(&qa.endpoint(), &ConnectOptions::default())?;
+/// // A type 1 window on bytes 1024..2048 that peers may WRITE, under the window's rkey.
+/// let mw = pb.alloc_mw(MwType::Type1)?;
+/// qb.bind_mw(1, true, mb.window(&mw, 1024, 1024, Access::REMOTE_WRITE))?;
+/// cb.wait_one(Duration::from_secs(10))?.result()?;
+/// let window = RemoteBuf::new(mb.addr() + 1024, mw.rkey(), 1024).unwrap();
+/// ma.write(0, b"through the window")?;
+/// qa.post_send(SendWr::write(2, [ma.sge(0, 18)?], window)?)?;
+/// ca.wait_one(Duration::from_secs(10))?.result()?;
+/// let mut got = [0u8; 18];
+/// mb.read(1024, &mut got)?;
+/// assert_eq!(&got, b"through the window");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct MemoryWindow {
     ctx: Context,
