@@ -75,8 +75,11 @@ fn run_pairs(test_args: &[&str], all: bool) {
         };
         assert!(ok, "{test_args:?}: client {i} failed: {out}{server}");
         if all {
-            let r: serde_json::Value =
-                serde_json::from_str(out.lines().last().unwrap_or("")).unwrap();
+            // The report is the last line of its standard output (a first try that found
+            // its server not yet listening said so on standard error).
+            let report = stdout_of(&out).lines().last().unwrap_or("");
+            let r: serde_json::Value = serde_json::from_str(report)
+                .unwrap_or_else(|e| panic!("{test_args:?} pair {i}: {e}: {out}"));
             assert_eq!(r["iterations"], 300, "{test_args:?} pair {i}");
         }
     }
@@ -102,24 +105,34 @@ fn finish(c: &mut Child, deadline: Instant, test_args: &[&str], i: usize) -> (bo
     }
 }
 
-/// What a finished child wrote.
+/// What a finished child wrote: its standard output, then `STDERR`, then its standard
+/// error.
 fn output(c: &mut Child) -> String {
     use std::io::Read;
     let mut text = String::new();
     if let Some(o) = c.stdout.as_mut() {
         let _ = o.read_to_string(&mut text);
     }
+    text.push_str(STDERR);
     if let Some(e) = c.stderr.as_mut() {
         let _ = e.read_to_string(&mut text);
     }
     text
 }
 
+const STDERR: &str = "\n[stderr]\n";
+
+/// The standard output part of what [`output`] gathered.
+fn stdout_of(out: &str) -> &str {
+    out.split(STDERR).next().unwrap_or("")
+}
+
 /// What `c` wrote, ended if it has not within a second.
 fn finish_or_kill(mut c: Child) -> String {
     for _ in 0..50 {
-        if c.try_wait().ok().flatten().is_some() {
-            return output(&mut c);
+        // How it ended too: a process killed by a signal (a crash) writes nothing.
+        if let Some(status) = c.try_wait().ok().flatten() {
+            return format!("({status}) {}", output(&mut c));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
