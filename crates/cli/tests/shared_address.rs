@@ -5,7 +5,7 @@
 //! dropped there (an unknown QPN), and its pair would fail or never finish.
 
 mod common;
-use common::{free_port, oxrdma};
+use common::{free_port, oxrdma, Reaped};
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -35,17 +35,18 @@ fn run_pairs(test_args: &[&str], all: bool) {
             .map(|s| s.to_string())
             .collect()
     };
-    let servers: Vec<Child> = ports
+    let servers: Vec<Reaped> = ports
         .iter()
         .map(|p| {
             let a = with(&["-d", "127.0.0.95", "-p", p]);
             perf(&a.iter().map(String::as_str).collect::<Vec<_>>())
                 .spawn()
+                .map(Reaped::new)
                 .unwrap()
         })
         .collect();
     // Each client tries until its server listens.
-    let clients: Vec<Child> = ports
+    let clients: Vec<Reaped> = ports
         .iter()
         .map(|p| {
             let a = with(&["127.0.0.1", "-d", "127.0.0.96", "-p", p]).join(" ");
@@ -58,11 +59,12 @@ fn run_pairs(test_args: &[&str], all: bool) {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
+                .map(Reaped::new)
                 .unwrap()
         })
         .collect();
     let deadline = Instant::now() + Duration::from_secs(120);
-    let mut servers: Vec<Option<Child>> = servers.into_iter().map(Some).collect();
+    let mut servers: Vec<Option<Reaped>> = servers.into_iter().map(Some).collect();
     for (i, mut c) in clients.into_iter().enumerate() {
         let (ok, out) = finish(&mut c, deadline, test_args, i);
         // A client that failed: its server's words too (it may be the one that failed).
@@ -70,7 +72,7 @@ fn run_pairs(test_args: &[&str], all: bool) {
             String::new()
         } else {
             servers[i].take().map_or(String::new(), |s| {
-                format!("\n  its server said: {}", finish_or_kill(s))
+                format!("\n  its server said: {}", finish_or_kill(s.into_child()))
             })
         };
         assert!(ok, "{test_args:?}: client {i} failed: {out}{server}");
@@ -186,15 +188,18 @@ fn a_killed_process_slot_is_taken_again_and_its_packets_are_dropped_and_counted(
         .stderr(Stdio::piped());
         c
     };
-    let mut dead = stream(&["-d", "127.0.0.115"], &p1, "10000000")
-        .spawn()
-        .unwrap();
+    let mut dead = Reaped::new(
+        stream(&["-d", "127.0.0.115"], &p1, "10000000")
+            .spawn()
+            .unwrap(),
+    );
     let mut peer = {
         let mut tries = 0;
         loop {
             std::thread::sleep(Duration::from_millis(100));
             let c = stream(&["127.0.0.1", "-d", "127.0.0.116"], &p1, "10000000")
                 .spawn()
+                .map(Reaped::new)
                 .unwrap();
             // Streaming once it has run a moment without failing to connect.
             std::thread::sleep(Duration::from_millis(400));
@@ -209,7 +214,7 @@ fn a_killed_process_slot_is_taken_again_and_its_packets_are_dropped_and_counted(
     dead.kill().unwrap();
     dead.wait().unwrap();
     // The next process on the address, with its own peer, at once.
-    let next = stream(&["-d", "127.0.0.115"], &p2, "3000").spawn().unwrap();
+    let next = Reaped::new(stream(&["-d", "127.0.0.115"], &p2, "3000").spawn().unwrap());
     let mut tries = 0;
     let peer2 = loop {
         std::thread::sleep(Duration::from_millis(50));
@@ -226,7 +231,7 @@ fn a_killed_process_slot_is_taken_again_and_its_packets_are_dropped_and_counted(
             String::from_utf8_lossy(&out.stderr)
         );
     };
-    let next = next.wait_with_output().unwrap();
+    let next = next.into_child().wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&next.stderr);
     assert!(next.status.success() && peer2.status.success(), "{err}");
     // Its receive path counted the dead QP's packets: left waiting in the slot, or
@@ -265,7 +270,7 @@ fn a_killed_process_slot_is_taken_again_and_its_packets_are_dropped_and_counted(
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    let out = peer.wait_with_output().unwrap();
+    let out = peer.into_child().wait_with_output().unwrap();
     assert!(
         !status.success(),
         "{}",

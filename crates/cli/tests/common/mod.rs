@@ -30,3 +30,44 @@ pub fn free_port() -> String {
         }
     }
 }
+
+/// A child process that is killed and reaped when dropped: a test that fails halfway
+/// leaves no process behind holding its addresses (a later run, under another `TMPDIR`,
+/// would find the port taken by a process outside its group and be refused).
+#[allow(dead_code)] // Not every test file needs one.
+pub struct Reaped(Option<std::process::Child>);
+
+#[allow(dead_code)]
+impl Reaped {
+    /// Guards `c`.
+    pub fn new(c: std::process::Child) -> Reaped {
+        Reaped(Some(c))
+    }
+
+    /// The child, no longer guarded (to wait for its output).
+    pub fn into_child(mut self) -> std::process::Child {
+        self.0.take().expect("guarded until taken")
+    }
+}
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("guarded until taken")
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.0.as_mut().expect("guarded until taken")
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
