@@ -115,7 +115,13 @@ pub(crate) struct Completer {
     /// This QP's part of the host's window, where it is less than `WINDOW`
     /// (`engine/share.rs`).
     share: Option<u32>,
+    /// Responses the READ requests sent again may still draw (one per PSN each asked
+    /// for): what a responder replays for them (`Completing::replayed`), and no more.
+    replays_due: u32,
 }
+
+/// Most `replays_due` holds: 64 READs of 2 GiB at 4 KiB packets' worth.
+const MAX_REPLAYS_DUE: u32 = 1 << 25;
 
 /// Packets a paced QP may send back to back (one GSO run's worth): pacing is for the
 /// path's queue, which a few packets do not fill.
@@ -344,6 +350,10 @@ impl Completing<'_> {
         if s.ack_req && std::mem::take(&mut self.c.time_resend) {
             self.c.resent_at = Some((s.psn, now));
         }
+        if s.asks && !s.fresh {
+            let due = self.c.replays_due.saturating_add(s.psns);
+            self.c.replays_due = due.min(MAX_REPLAYS_DUE);
+        }
         if s.asks && self.cur.repairing && std::mem::take(&mut self.c.time_repair) {
             self.c.reask_timed = Some((s.psn, now));
         }
@@ -407,6 +417,9 @@ impl Completing<'_> {
         let result = match (info.operation, pkt.ext.aeth.map(|a| a.syndrome)) {
             // An ACK of nothing new may still say what the responder holds.
             _ if !psn.in_window(self.c.una, outstanding) => {
+                if info.operation == Operation::ReadResponse {
+                    self.replayed(ctx.now);
+                }
                 if !self.sacked(ctx, pkt) {
                     return Err(RxDrop::StaleResponse);
                 }
@@ -563,6 +576,23 @@ impl Completing<'_> {
             self.arm_probe(ctx.now);
         }
         true
+    }
+
+    /// A READ response we had already: the responder replays a READ we asked for again
+    /// (whole, as rxe does, or the rest of it), and answers requests in order, so what we
+    /// asked after that READ waits behind the replay: neither a probe nor the ACK timeout
+    /// is due yet. Against rxe in a TCG guest, probes asked the READ queued behind a
+    /// replay again every probe timeout, each copy cost rxe another whole replay, and the
+    /// QP ended in RETRY_EXC with 22,604 responses dropped as stale. Only as many
+    /// responses as our requests sent again can draw count (`replays_due`): a stream of
+    /// forged ones cannot hold the timers off.
+    fn replayed(&mut self, now: Nanos) {
+        if self.c.replays_due == 0 || self.c.una == self.cur.high_psn || self.dead() {
+            return;
+        }
+        self.c.replays_due -= 1;
+        self.restart_ack_timer(now);
+        self.arm_probe(now);
     }
 
     /// Everything before `psn` is acknowledged (a NAK's implicit ACK).
@@ -738,6 +768,7 @@ impl Completing<'_> {
         let w = &mut self.sq[k];
         let i = w.first_psn.distance_to(psn);
         if w.next_missing(i, una) != i {
+            self.replayed(ctx.now);
             return Err(RxDrop::StaleResponse);
         }
         let off = u64::from(i) * mtu;
