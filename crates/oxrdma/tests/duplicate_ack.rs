@@ -9,9 +9,12 @@
 //! The peer is a UDP socket writing RoCEv2 packets by hand (the ICRC stays zero: a
 //! loopback source is not checked, SECURITY.md).
 
+mod common;
+use common::packet;
+
 use oxrdma::{Access, ConnectOptions, Context, Endpoint, Gid, QpCap, QpType, RecvWr, SendWr};
 use oxrdma_wire::aeth::INVALID_CREDIT;
-use oxrdma_wire::{AethRepr, BthRepr, ExtHeaders, Opcode, PacketRepr, Psn, Syndrome};
+use oxrdma_wire::{AethRepr, ExtHeaders, Opcode, PacketRepr, Psn, Syndrome};
 use std::net::{IpAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -27,33 +30,14 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-fn packet(opcode: Opcode, qpn: u32, psn: u32, aeth: Option<AethRepr>, payload: &[u8]) -> Vec<u8> {
-    let p = PacketRepr {
-        bth: BthRepr {
-            opcode,
-            solicited: false,
-            migreq: false,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qpn: qpn,
-            ack_req: aeth.is_none(),
-            psn: Psn::new(psn),
-            selective_repeat: false,
-        },
-        ext: ExtHeaders {
-            aeth,
-            ..ExtHeaders::default()
-        },
-        payload,
-    };
-    let mut buf = vec![0u8; p.buffer_len()];
-    p.emit(&mut buf).unwrap();
-    buf
-}
-
 fn send_only(qpn: u32, psn: u32) -> Vec<u8> {
-    packet(Opcode::RC_SEND_ONLY, qpn, psn, None, b"8 bytes!")
+    packet(
+        Opcode::RC_SEND_ONLY,
+        qpn,
+        psn,
+        ExtHeaders::default(),
+        b"8 bytes!",
+    )
 }
 
 /// The peer's ACK of the victim's request `psn`, its `msn`th message.
@@ -62,7 +46,11 @@ fn ack(qpn: u32, psn: u32, msn: u32) -> Vec<u8> {
         credits: INVALID_CREDIT,
     };
     let aeth = AethRepr { syndrome, msn };
-    packet(Opcode::RC_ACKNOWLEDGE, qpn, psn, Some(aeth), b"")
+    let ext = ExtHeaders {
+        aeth: Some(aeth),
+        ..ExtHeaders::default()
+    };
+    packet(Opcode::RC_ACKNOWLEDGE, qpn, psn, ext, b"")
 }
 
 /// The PSN of the victim's next SEND on the peer's socket (ACKs of the peer's skipped).

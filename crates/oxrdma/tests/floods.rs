@@ -8,11 +8,14 @@
 //! are printed beside the same without one, with what the victim sent back.
 //! Alone in its test binary: the timings must not share the cores with other tests.
 
+mod common;
+use common::packet;
+
 use oxrdma::{
     Access, CompletionQueue, ConnectOptions, Context, Counter, Counters, Endpoint, Gid, QpCap,
     QpType, QueuePair, SendData, SendFlags, SendWr, WcStatus, WrOpcode,
 };
-use oxrdma_wire::{BthRepr, ExtHeaders, Opcode, PacketRepr, Psn, RethRepr};
+use oxrdma_wire::{ExtHeaders, Opcode, RethRepr};
 use std::net::{IpAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -36,39 +39,6 @@ const READ_LEN: u32 = 64 << 10;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
-}
-
-/// A request packet as the attacker writes it (the ICRC stays zero: a loopback source is
-/// not checked, SECURITY.md).
-fn packet(opcode: Opcode, psn: u32, reth: Option<RethRepr>, payload: &[u8]) -> Vec<u8> {
-    let p = PacketRepr {
-        bth: BthRepr {
-            opcode,
-            solicited: false,
-            migreq: false,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qpn: 0,
-            ack_req: true,
-            psn: Psn::new(psn),
-            selective_repeat: false,
-        },
-        ext: ExtHeaders {
-            reth,
-            ..ExtHeaders::default()
-        },
-        payload,
-    };
-    let mut buf = vec![0u8; p.buffer_len()];
-    p.emit(&mut buf).unwrap();
-    buf
-}
-
-/// Sets the BTH's destination QPN of a written packet.
-fn to_qp(mut buf: Vec<u8>, qpn: u32) -> Vec<u8> {
-    buf[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
-    buf
 }
 
 struct Side {
@@ -194,16 +164,31 @@ impl Flood {
         (0..FLOOD)
             .map(|i| match self {
                 Flood::Junk if i % 2 == 0 => vec![0xff; 40],
-                Flood::Junk => to_qp(packet(Opcode::RC_SEND_ONLY, 0, None, b"junk"), 0xdead),
-                Flood::RnrStorm => to_qp(packet(Opcode::RC_SEND_ONLY, ATT_PSN, None, b"x"), qpn),
+                Flood::Junk => packet(
+                    Opcode::RC_SEND_ONLY,
+                    0xdead,
+                    0,
+                    ExtHeaders::default(),
+                    b"junk",
+                ),
+                Flood::RnrStorm => packet(
+                    Opcode::RC_SEND_ONLY,
+                    qpn,
+                    ATT_PSN,
+                    ExtHeaders::default(),
+                    b"x",
+                ),
                 Flood::DuplicateReads => {
                     let reth = RethRepr {
                         virtual_address: v.addr,
                         rkey: v.rkey,
                         dma_length: READ_LEN,
                     };
-                    let p = packet(Opcode::RC_RDMA_READ_REQUEST, ATT_PSN, Some(reth), &[]);
-                    to_qp(p, qpn)
+                    let ext = ExtHeaders {
+                        reth: Some(reth),
+                        ..ExtHeaders::default()
+                    };
+                    packet(Opcode::RC_RDMA_READ_REQUEST, qpn, ATT_PSN, ext, &[])
                 }
             })
             .collect()

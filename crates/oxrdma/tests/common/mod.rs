@@ -137,3 +137,35 @@ pub fn send_racing(
         }
     }
 }
+
+/// An RC packet as a test's hand-written peer sends it to QP `qpn`: a request asks for an
+/// ACK, an ACK or response (an AETH) does not. The ICRC stays zero: a loopback source is
+/// not checked (SECURITY.md).
+#[allow(dead_code)]
+pub fn packet(
+    opcode: oxrdma_wire::Opcode,
+    qpn: u32,
+    psn: u32,
+    ext: oxrdma_wire::ExtHeaders,
+    payload: &[u8],
+) -> Vec<u8> {
+    let p = oxrdma_wire::PacketRepr {
+        bth: oxrdma_wire::BthRepr {
+            opcode,
+            solicited: false,
+            migreq: false,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qpn: qpn,
+            ack_req: ext.aeth.is_none(),
+            psn: oxrdma_wire::Psn::new(psn),
+            selective_repeat: false,
+        },
+        ext,
+        payload,
+    };
+    let mut buf = vec![0u8; p.buffer_len()];
+    p.emit(&mut buf).expect("the buffer fits the packet");
+    buf
+}
