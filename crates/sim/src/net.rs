@@ -22,6 +22,9 @@ pub struct NetConfig {
     pub bandwidth_bps: u64,
     /// Time windows during which every packet is dropped.
     pub partitions: Vec<(Nanos, Nanos)>,
+    /// Time windows during which nothing arrives: what would, arrives in order at the
+    /// window's end (a host whose virtual machine was descheduled, a slow rxe's pauses).
+    pub stalls: Vec<(Nanos, Nanos)>,
     /// A tail-drop queue at each egress port: a packet that would wait longer than this
     /// before it starts on the wire is dropped (a router queue of `queue_limit` times the
     /// bandwidth in bytes). 0: unbounded.
@@ -50,6 +53,7 @@ impl Default for NetConfig {
             jitter: 0,
             bandwidth_bps: 10_000_000_000,
             partitions: Vec::new(),
+            stalls: Vec::new(),
             queue_limit: 0,
             ecn_threshold: 0,
             bottleneck_bps: 0,
@@ -188,6 +192,9 @@ impl Network {
             let mut at = departs + c.delay;
             if c.jitter > 0 {
                 at += self.rng.random_range(0..c.jitter);
+            }
+            if let Some(&(_, end)) = c.stalls.iter().find(|&&(a, b)| (a..b).contains(&at)) {
+                at = end;
             }
             let last = self.last_arrival.entry((d.from, d.to)).or_insert(0);
             at = at.max(*last);

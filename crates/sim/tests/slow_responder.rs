@@ -7,6 +7,8 @@
 //! - A replay of what came already means the same: a request held on its way, asked again
 //!   by a probe, costs one replay and no more (before, probes kept asking again the READ
 //!   queued behind the replay).
+//! - A replay after a probe shows the responder only paused: probes of READs then wait
+//!   longer, and a responder that pauses for milliseconds is not asked everything twice.
 
 use oxrdma_core::{Counter, Mtu, QpCap, SendData, SendFlags, SendWr, WcStatus, WrOpcode};
 use oxrdma_sim::{NetConfig, Pair, PairOptions};
@@ -143,6 +145,68 @@ fn a_held_request_costs_one_replay_at_most() {
             for (every, rd) in [(5, 1), (3, 1), (3, 2), (3, 16)] {
                 held_requests([true, responder_selective], every, rd, seed);
             }
+        }
+    }
+}
+
+/// A responder that pauses: nothing arrives for `pause` every 30 ms (rxe in a TCG guest
+/// stops for milliseconds mid-READ), at most `rd` READs outstanding. A probe that asks
+/// again a READ whose responses only paused draws a replay of it; once replays show the
+/// pauses, the requester waits them out: few replays, no timeout.
+fn pausing(selective_repeat: [bool; 2], pause: u64, rd: u8, seed: u64) {
+    let case = format!(
+        "responder selective {}, pauses of {pause} ns, max_rd_atomic {rd}, seed {seed}",
+        selective_repeat[1]
+    );
+    let mut p = Pair::new(&PairOptions {
+        seed,
+        timeout: 14,
+        max_rd_atomic: rd,
+        mtu: Mtu::Mtu1024,
+        buf_len: 16 << 20,
+        selective_repeat,
+        net: NetConfig {
+            bandwidth_bps: 300_000_000,
+            stalls: (1..60)
+                .map(|k| (k * 30_000_000, k * 30_000_000 + pause))
+                .collect(),
+            ..Default::default()
+        },
+        cap: QpCap {
+            max_send_wr: 64,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    post_reads(&mut p);
+    p.run();
+    let wcs = p.wcs(0);
+    let c = p.world.nodes[0].engine.qp_counters(p.a.qpn).unwrap();
+    assert_eq!(wcs.len(), READS, "{case}: {wcs:?}");
+    assert!(
+        wcs.iter().all(|w| w.status == WcStatus::Success),
+        "{case}: {wcs:?}"
+    );
+    let (requests, stale) = (c[Counter::SentPkts], c[Counter::StaleResponse]);
+    assert_eq!(c[Counter::LocalAckTimeout], 0, "{case}");
+    // 1 KiB responses: 1024 a READ. Before, 19 pauses drew 2,122 (3 ms, max_rd_atomic 1) to
+    // 5,572 (8 ms) responses twice; each replay now teaches the requester to wait longer.
+    assert!(
+        stale < 1536,
+        "{case}: {requests} requests, {stale} responses twice"
+    );
+}
+
+#[test]
+fn pauses_are_waited_out() {
+    for responder_selective in [true, false] {
+        for (pause, rd) in [
+            (3_000_000, 1),
+            (8_000_000, 1),
+            (8_000_000, 2),
+            (8_000_000, 16),
+        ] {
+            pausing([true, responder_selective], pause, rd, 1);
         }
     }
 }

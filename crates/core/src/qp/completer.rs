@@ -118,7 +118,17 @@ pub(crate) struct Completer {
     /// Responses the READ requests sent again may still draw (one per PSN each asked
     /// for): what a responder replays for them (`Completing::replayed`), and no more.
     replays_due: u32,
+    /// The first PSNs the last probes asked a READ's responses again from: such a response
+    /// coming when we had it already shows the probe need not have asked (the responses
+    /// had paused, not stopped).
+    read_probed: [Option<Psn>; 4],
+    /// The least a probe waits before it asks a READ again: doubled by each probe a replay
+    /// showed needless, up to half the ACK timeout (0: the probe timeout decides).
+    read_wait: Nanos,
 }
+
+/// Most a probe of a READ waits where the ACK timeout is infinite (`read_wait`).
+const MAX_READ_WAIT: Nanos = 500_000_000;
 
 /// Most `replays_due` holds: 64 READs of 2 GiB at 4 KiB packets' worth.
 const MAX_REPLAYS_DUE: u32 = 1 << 25;
@@ -271,6 +281,12 @@ impl Completer {
     }
 
     /// Packets resent because selective repeat found them lost.
+    /// A probe asks a READ's responses again from `psn` (`read_probed`).
+    fn read_probed(&mut self, psn: Psn) {
+        self.read_probed.rotate_right(1);
+        self.read_probed[0] = Some(psn);
+    }
+
     pub(crate) fn resent(&self) -> u64 {
         self.sb.as_ref().map_or(0, |s| s.resent)
     }
@@ -418,7 +434,7 @@ impl Completing<'_> {
             // An ACK of nothing new may still say what the responder holds.
             _ if !psn.in_window(self.c.una, outstanding) => {
                 if info.operation == Operation::ReadResponse {
-                    self.replayed(ctx.now);
+                    self.replayed(ctx.now, psn);
                 }
                 if !self.sacked(ctx, pkt) {
                     return Err(RxDrop::StaleResponse);
@@ -586,13 +602,23 @@ impl Completing<'_> {
     /// QP ended in RETRY_EXC with 22,604 responses dropped as stale. Only as many
     /// responses as our requests sent again can draw count (`replays_due`): a stream of
     /// forged ones cannot hold the timers off.
-    fn replayed(&mut self, now: Nanos) {
-        if self.c.replays_due == 0 || self.c.una == self.cur.high_psn || self.dead() {
+    /// A replay of what a probe of a READ asked for shows the responder only paused: probes
+    /// of READs wait twice as long from then on (rxe in a TCG guest pauses for milliseconds
+    /// mid-READ, where its first response came within 0.5 ms).
+    fn replayed(&mut self, now: Nanos, psn: Psn) {
+        if self.c.replays_due == 0 || self.dead() {
             return;
         }
         self.c.replays_due -= 1;
-        self.restart_ack_timer(now);
-        self.arm_probe(now);
+        if let Some(p) = self.c.read_probed.iter_mut().find(|p| **p == Some(psn)) {
+            *p = None;
+            let most = self.retransmit_timeout().map_or(MAX_READ_WAIT, |t| t / 2);
+            self.c.read_wait = (2 * self.c.read_wait.max(self.probe_timeout())).min(most);
+        }
+        if self.c.una != self.cur.high_psn {
+            self.restart_ack_timer(now);
+            self.arm_probe(now);
+        }
     }
 
     /// Everything before `psn` is acknowledged (a NAK's implicit ACK).
@@ -768,7 +794,7 @@ impl Completing<'_> {
         let w = &mut self.sq[k];
         let i = w.first_psn.distance_to(psn);
         if w.next_missing(i, una) != i {
-            self.replayed(ctx.now);
+            self.replayed(ctx.now, psn);
             return Err(RxDrop::StaleResponse);
         }
         let off = u64::from(i) * mtu;
@@ -953,6 +979,7 @@ impl Completing<'_> {
             if self.c.passed {
                 self.c.probes += 1;
                 self.c.counts.bump(Counter::Probes);
+                self.c.read_probed(self.c.una);
                 self.ask_again_passed(ctx);
                 self.arm_probe(ctx.now);
             } else if self.c.una != self.cur.high_psn && self.c.rnr_wait().is_none() {
@@ -963,7 +990,11 @@ impl Completing<'_> {
                         self.c.probed_sample = Some((p, ctx.now));
                     }
                 }
-                match self.next_probe(self.c.probes).0 {
+                let (sends, target) = self.next_probe(self.c.probes);
+                if target.is_some_and(|w| w.wr.opcode == WrOpcode::RdmaRead) {
+                    self.c.read_probed(self.c.una);
+                }
+                match sends {
                     ProbeSends::Lost => {
                         // Nothing moved for this stall's probe timeouts: past SRTT +
                         // 4 RTTVAR, what was sent last is lost too (a resend lost again).
@@ -1147,6 +1178,11 @@ impl Completing<'_> {
             2 * self.probe_timeout()
         } else {
             self.probe_timeout()
+        };
+        let wait = if target.is_some_and(|w| w.wr.opcode == WrOpcode::RdmaRead) {
+            wait.max(self.c.read_wait)
+        } else {
+            wait
         } << self.c.probes.saturating_sub(1);
         let max = if self.c.srtt.is_some() {
             MAX_PROBES_SAMPLED
