@@ -82,6 +82,17 @@ pub enum WireError {
     /// A protocol version this crate does not speak (e.g. rsockets' connection data).
     #[error("unsupported {0}")]
     Unsupported(&'static str),
+    /// A field holds a value its protocol forbids (named: e.g. `"MPA key"`).
+    #[error("malformed {0}")]
+    Malformed(&'static str),
+    /// An MPA FPDU's CRC32c does not match its bytes.
+    #[error("MPA CRC mismatch: computed {computed:#010x}, FPDU carries {carried:#010x}")]
+    MpaCrcMismatch {
+        /// The CRC32c computed over the FPDU.
+        computed: u32,
+        /// The CRC32c the FPDU carries.
+        carried: u32,
+    },
 }
 
 /// Result type of this crate.
@@ -92,6 +103,18 @@ pub(crate) fn need(header: &'static str, buf: &[u8], needed: usize) -> Result<()
     if buf.len() < needed {
         Err(WireError::Truncated {
             header,
+            needed,
+            available: buf.len(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// Fails with [`WireError::BufferTooSmall`] unless `buf` has room for `needed` bytes.
+pub(crate) fn room(buf: &[u8], needed: usize) -> Result<()> {
+    if buf.len() < needed {
+        Err(WireError::BufferTooSmall {
             needed,
             available: buf.len(),
         })

@@ -1,5 +1,6 @@
 //! RoCEv2 on the wire: the InfiniBand transport headers that ride in UDP datagrams to port
-//! 4791, their opcode table, 24-bit PSN arithmetic and the invariant CRC.
+//! 4791, their opcode table, 24-bit PSN arithmetic and the invariant CRC; and iWARP's MPA,
+//! DDP and RDMAP headers ([`iwarp`]).
 //!
 //! Each header has a zero-copy view (`Bth<T>`, `Reth<T>`, …) over any `AsRef<[u8]>` and a
 //! plain `…Repr` value with `parse` and `emit`, in the manner of smoltcp. [`PacketRepr`]
@@ -24,6 +25,7 @@ pub mod icrc_id;
 pub mod icrc_part;
 pub mod ieth;
 pub mod immdt;
+pub mod iwarp;
 pub mod mad;
 pub mod opcode;
 pub mod packet;
