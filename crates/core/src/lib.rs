@@ -18,6 +18,7 @@ mod engine;
 mod error;
 mod gid;
 pub mod grh;
+pub mod iwarp;
 mod keys;
 mod limits;
 pub mod memory;
