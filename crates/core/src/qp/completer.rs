@@ -280,13 +280,13 @@ impl Completer {
         self.win.min_rtt()
     }
 
-    /// Packets resent because selective repeat found them lost.
     /// A probe asks a READ's responses again from `psn` (`read_probed`).
     fn read_probed(&mut self, psn: Psn) {
         self.read_probed.rotate_right(1);
         self.read_probed[0] = Some(psn);
     }
 
+    /// Packets resent because selective repeat found them lost.
     pub(crate) fn resent(&self) -> u64 {
         self.sb.as_ref().map_or(0, |s| s.resent)
     }
@@ -602,6 +602,7 @@ impl Completing<'_> {
     /// QP ended in RETRY_EXC with 22,604 responses dropped as stale. Only as many
     /// responses as our requests sent again can draw count (`replays_due`): a stream of
     /// forged ones cannot hold the timers off.
+    ///
     /// A replay of what a probe of a READ asked for shows the responder only paused: probes
     /// of READs wait twice as long from then on (rxe in a TCG guest pauses for milliseconds
     /// mid-READ, where its first response came within 0.5 ms).
