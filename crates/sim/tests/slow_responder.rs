@@ -10,7 +10,7 @@
 //! - A replay after a probe shows the responder only paused: probes of READs then wait
 //!   longer, and a responder that pauses for milliseconds is not asked everything twice.
 
-use oxrdma_core::{Counter, Mtu, QpCap, SendData, SendFlags, SendWr, WcStatus, WrOpcode};
+use oxrdma_core::{Counter, Counters, Mtu, QpCap, SendData, SendFlags, SendWr, WcStatus, WrOpcode};
 use oxrdma_sim::{NetConfig, Pair, PairOptions};
 
 const READS: usize = 20;
@@ -23,34 +23,13 @@ fn reads(selective_repeat: [bool; 2], bps: u64, loss: f64, seed: u64) {
         "responder selective {}, {bps} bit/s, loss {loss}, seed {seed}",
         selective_repeat[1]
     );
-    let mut p = Pair::new(&PairOptions {
-        seed,
-        timeout: 14,
-        max_rd_atomic: 16,
-        mtu: Mtu::Mtu4096,
-        buf_len: 16 << 20,
-        selective_repeat,
-        net: NetConfig {
-            bandwidth_bps: bps,
-            loss,
-            ..Default::default()
-        },
-        cap: QpCap {
-            max_send_wr: 64,
-            ..Default::default()
-        },
+    let net = NetConfig {
+        bandwidth_bps: bps,
+        loss,
         ..Default::default()
-    });
-    post_reads(&mut p);
-    p.run();
-    let wcs = p.wcs(0);
-    let counts = p.world.nodes[0].engine.qp_counters(p.a.qpn).unwrap();
-    assert_eq!(wcs.len(), READS, "{case}: {wcs:?}");
-    assert!(
-        wcs.iter().all(|w| w.status == WcStatus::Success),
-        "{case}: {wcs:?}"
-    );
-    assert_eq!(counts[Counter::LocalAckTimeout], 0, "{case}");
+    };
+    let mut p = pair(selective_repeat, 16, Mtu::Mtu4096, net, seed);
+    let counts = run_reads(&mut p, &case);
     // 4 KiB responses: 256 a READ.
     let came = counts[Counter::RcvdReadResponse];
     assert!(
@@ -85,23 +64,11 @@ fn held_requests(selective_repeat: [bool; 2], every: usize, rd: u8, seed: u64) {
         "responder selective {}, every {every}th request held, max_rd_atomic {rd}, seed {seed}",
         selective_repeat[1]
     );
-    let mut p = Pair::new(&PairOptions {
-        seed,
-        timeout: 14,
-        max_rd_atomic: rd,
-        mtu: Mtu::Mtu1024,
-        buf_len: 16 << 20,
-        selective_repeat,
-        net: NetConfig {
-            bandwidth_bps: 300_000_000,
-            ..Default::default()
-        },
-        cap: QpCap {
-            max_send_wr: 64,
-            ..Default::default()
-        },
+    let net = NetConfig {
+        bandwidth_bps: 300_000_000,
         ..Default::default()
-    });
+    };
+    let mut p = pair(selective_repeat, rd, Mtu::Mtu1024, net, seed);
     let mut n = 0;
     p.world.tap = Some(Tap(Box::new(move |d| {
         let pkt = PacketRepr::parse(&d.data).expect("engine packets parse");
@@ -113,15 +80,7 @@ fn held_requests(selective_repeat: [bool; 2], every: usize, rd: u8, seed: u64) {
         }
         TapAction::Pass
     })));
-    post_reads(&mut p);
-    p.run();
-    let wcs = p.wcs(0);
-    let c = p.world.nodes[0].engine.qp_counters(p.a.qpn).unwrap();
-    assert_eq!(wcs.len(), READS, "{case}: {wcs:?}");
-    assert!(
-        wcs.iter().all(|w| w.status == WcStatus::Success),
-        "{case}: {wcs:?}"
-    );
+    let c = run_reads(&mut p, &case);
     // The held ones among the first READS requests (a held copy sent again may be held
     // too: that costs one more).
     let held = (READS / every) as u64 + 1;
@@ -135,7 +94,6 @@ fn held_requests(selective_repeat: [bool; 2], every: usize, rd: u8, seed: u64) {
         stale <= held * 1024 * 11 / 10,
         "{case}: {stale} responses twice"
     );
-    assert_eq!(c[Counter::LocalAckTimeout], 0, "{case}");
 }
 
 #[test]
@@ -158,37 +116,16 @@ fn pausing(selective_repeat: [bool; 2], pause: u64, rd: u8, seed: u64) {
         "responder selective {}, pauses of {pause} ns, max_rd_atomic {rd}, seed {seed}",
         selective_repeat[1]
     );
-    let mut p = Pair::new(&PairOptions {
-        seed,
-        timeout: 14,
-        max_rd_atomic: rd,
-        mtu: Mtu::Mtu1024,
-        buf_len: 16 << 20,
-        selective_repeat,
-        net: NetConfig {
-            bandwidth_bps: 300_000_000,
-            stalls: (1..60)
-                .map(|k| (k * 30_000_000, k * 30_000_000 + pause))
-                .collect(),
-            ..Default::default()
-        },
-        cap: QpCap {
-            max_send_wr: 64,
-            ..Default::default()
-        },
+    let net = NetConfig {
+        bandwidth_bps: 300_000_000,
+        stalls: (1..60)
+            .map(|k| (k * 30_000_000, k * 30_000_000 + pause))
+            .collect(),
         ..Default::default()
-    });
-    post_reads(&mut p);
-    p.run();
-    let wcs = p.wcs(0);
-    let c = p.world.nodes[0].engine.qp_counters(p.a.qpn).unwrap();
-    assert_eq!(wcs.len(), READS, "{case}: {wcs:?}");
-    assert!(
-        wcs.iter().all(|w| w.status == WcStatus::Success),
-        "{case}: {wcs:?}"
-    );
+    };
+    let mut p = pair(selective_repeat, rd, Mtu::Mtu1024, net, seed);
+    let c = run_reads(&mut p, &case);
     let (requests, stale) = (c[Counter::SentPkts], c[Counter::StaleResponse]);
-    assert_eq!(c[Counter::LocalAckTimeout], 0, "{case}");
     // 1 KiB responses: 1024 a READ. Before, 19 pauses drew 2,122 (3 ms, max_rd_atomic 1) to
     // 5,572 (8 ms) responses twice; each replay now teaches the requester to wait longer.
     assert!(
@@ -209,6 +146,40 @@ fn pauses_are_waited_out() {
             pausing([true, responder_selective], pause, rd, 1);
         }
     }
+}
+
+/// Two QPs (timeout 14: 67 ms) over `net`, at most `rd` READs outstanding.
+fn pair(selective_repeat: [bool; 2], rd: u8, mtu: Mtu, net: NetConfig, seed: u64) -> Pair {
+    Pair::new(&PairOptions {
+        seed,
+        timeout: 14,
+        max_rd_atomic: rd,
+        mtu,
+        buf_len: 16 << 20,
+        selective_repeat,
+        net,
+        cap: QpCap {
+            max_send_wr: 64,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+}
+
+/// Posts the READs and runs the pair to the end; panics with `case` named unless every
+/// READ succeeded with no ACK timeout. The requester's QP counters.
+fn run_reads(p: &mut Pair, case: &str) -> Counters {
+    post_reads(p);
+    p.run();
+    let wcs = p.wcs(0);
+    let c = p.world.nodes[0].engine.qp_counters(p.a.qpn).unwrap();
+    assert_eq!(wcs.len(), READS, "{case}: {wcs:?}");
+    assert!(
+        wcs.iter().all(|w| w.status == WcStatus::Success),
+        "{case}: {wcs:?}"
+    );
+    assert_eq!(c[Counter::LocalAckTimeout], 0, "{case}");
+    c
 }
 
 /// Posts READS signaled READs of LEN bytes, each of its own part of the peer's buffer.

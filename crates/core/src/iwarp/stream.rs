@@ -161,12 +161,12 @@ impl FpduReader {
 
     /// The next whole segment (its header and payload), if one has arrived.
     pub fn next_segment(&mut self) -> Result<Option<(DdpRepr, &[u8])>, WireError> {
-        let (at, len) = match mpa::parse_fpdu(&self.buf[self.start..], self.crc) {
+        let (seg_len, fpdu_len) = match mpa::parse_fpdu(&self.buf[self.start..], self.crc) {
             Err(WireError::Truncated { .. }) => return Ok(None),
             Err(e) => return Err(e),
-            Ok((seg, len)) => (self.start + mpa::FPDU_HEADER_LEN, (seg.len(), len)),
+            Ok((seg, len)) => (seg.len(), len),
         };
-        let (seg_len, fpdu_len) = len;
+        let at = self.start + mpa::FPDU_HEADER_LEN;
         self.start += fpdu_len;
         let seg = &self.buf[at..at + seg_len];
         let (header, h) = DdpRepr::parse(seg)?;
