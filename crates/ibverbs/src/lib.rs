@@ -1,15 +1,14 @@
 //! oxrdma as `libibverbs.so.1`: rdma-core 44's C ABI, so that unmodified verbs programs
 //! (ibv_devinfo, ibv_rc_pingpong, perftest) run on oxrdma.
 //!
-//! `abi` holds every struct a compiled program touches, laid out exactly as rdma-core
-//! 44's `infiniband/verbs.h` lays it out on x86_64 Linux (`tests/layout.rs` compiles a
-//! C program against the real header and compares every size and offset). The structs are
-//! written by hand rather than generated with bindgen: bindgen would need libclang on every machine that builds the library, while the test
-//! needs only the header and a C compiler, and proves the same thing. The entry points
+//! `abi` (the `oxrdma-verbs-abi` crate, shared with the API's rdma-core backend) holds
+//! every struct a compiled program touches, laid out exactly as rdma-core 44's
+//! `infiniband/verbs.h` lays it out on x86_64 Linux (`tests/layout.rs` compiles a C
+//! program against the real header and compares every size and offset). The entry points
 //! (one file per verbs object) are a thin translation onto the `oxrdma` API: no
 //! transport logic here.
 
-pub mod abi;
+pub use oxrdma_verbs_abi as abi;
 mod ah;
 mod async_event;
 pub mod cm;
