@@ -125,7 +125,7 @@ impl CmLink {
             ..ConnParam::default()
         };
         if let Some(server) = self.server {
-            let id = CmId::with_type(&self.ch, &self.ctx, self.ps, qp.qp_type());
+            let id = CmId::with_type(&self.ch, &self.ctx, self.ps, qp.qp_type())?;
             id.resolve_addr(None, server)?;
             self.expect(CmEventType::AddrResolved)?;
             id.resolve_route()?;

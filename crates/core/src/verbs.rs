@@ -222,6 +222,26 @@ pub enum Mtu {
     Mtu4096 = 5,
 }
 
+/// The value of a C enum (`enum ibv_*`) as one of oxrdma's, where they share numbering.
+macro_rules! from_ibv {
+    ($ty:ident: $($v:ident),* $(,)?) => {
+        impl $ty {
+            /// The value whose libibverbs number is `n` (None for numbers oxrdma lacks).
+            pub fn from_ibv(n: u32) -> Option<$ty> {
+                [$($ty::$v),*].into_iter().find(|v| *v as u32 == n)
+            }
+        }
+    };
+}
+
+from_ibv!(WcStatus: Success, LocLenErr, LocQpOpErr, LocEecOpErr, LocProtErr, WrFlushErr,
+    MwBindErr, BadRespErr, LocAccessErr, RemInvReqErr, RemAccessErr, RemOpErr, RetryExcErr,
+    RnrRetryExcErr, LocRddViolErr, RemInvRdReqErr, RemAbortErr, InvEecnErr, InvEecStateErr,
+    FatalErr, RespTimeoutErr, GeneralErr);
+from_ibv!(WcOpcode: Send, RdmaWrite, RdmaRead, CompSwap, FetchAdd, BindMw, LocalInv, Recv,
+    RecvRdmaWithImm);
+from_ibv!(QpState: Reset, Init, Rtr, Rts, Sqd, Sqe, Err);
+
 impl Mtu {
     /// The MTU in bytes.
     pub fn bytes(self) -> usize {
@@ -368,6 +388,24 @@ pub enum AsyncEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn c_numbers_map_back_to_the_values_that_carry_them() {
+        for n in 0..300 {
+            if let Some(s) = WcStatus::from_ibv(n) {
+                assert_eq!(s as u32, n);
+            }
+            if let Some(o) = WcOpcode::from_ibv(n) {
+                assert_eq!(o as u32, n);
+            }
+        }
+        assert_eq!(WcStatus::from_ibv(12), Some(WcStatus::RetryExcErr));
+        assert_eq!(WcStatus::from_ibv(22), None);
+        assert_eq!(WcOpcode::from_ibv(129), Some(WcOpcode::RecvRdmaWithImm));
+        assert_eq!(WcOpcode::from_ibv(7), None);
+        assert_eq!(QpState::from_ibv(6), Some(QpState::Err));
+        assert_eq!(QpState::from_ibv(7), None);
+    }
 
     #[test]
     fn libibverbs_numbers() {

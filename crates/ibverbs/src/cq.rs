@@ -273,7 +273,9 @@ pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: 
     };
     // SAFETY: a CQ's channel outlives it.
     if let Some(ch) = unsafe { ChannelObj::get(c.ox().channel) } {
-        c.ox().cq.req_notify(&ch.ox().ch);
+        if let Err(e) = c.ox().cq.req_notify(&ch.ox().ch) {
+            return crate::errno::errno_of(&e);
+        }
     }
     0
 }

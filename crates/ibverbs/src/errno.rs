@@ -25,6 +25,8 @@ pub(crate) fn errno_of(e: &Error) -> c_int {
         Error::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
         Error::Cm(oxrdma::CmError::InUse) => libc::EADDRINUSE,
         Error::Cm(_) | Error::CmState(_) => libc::EINVAL,
+        Error::Unsupported(_) => libc::EOPNOTSUPP,
+        Error::RdmaCore { errno, .. } => *errno,
         _ => libc::EIO,
     }
 }

@@ -62,16 +62,7 @@ fn qp_type(t: c_uint) -> Result<QpType, c_int> {
 }
 
 fn qp_state(s: c_uint) -> Result<QpState, c_int> {
-    Ok(match s {
-        0 => QpState::Reset,
-        1 => QpState::Init,
-        2 => QpState::Rtr,
-        3 => QpState::Rts,
-        4 => QpState::Sqd,
-        5 => QpState::Sqe,
-        6 => QpState::Err,
-        _ => return Err(libc::EINVAL),
-    })
+    QpState::from_ibv(s).ok_or(libc::EINVAL)
 }
 
 /// `ibv_create_qp`: writes the capacities the QP got back into `attr.cap`.

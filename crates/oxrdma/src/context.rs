@@ -1,40 +1,27 @@
-//! A device context: an open device (`shared.rs`) and its engine thread (`nic.rs`).
+//! The public device context: an engine device (`engine_context.rs`, the software NIC) or
+//! a device of the system's rdma-core (`rdma_core/`), behind one type.
 
-use crate::device::Device;
+use crate::engine_context::{EngineContext, WeakDevice};
 use crate::error::{Error, Result};
-use crate::events::{Events, Source};
-use crate::shared::Shared;
+use crate::events::Events;
+use crate::rdma_core;
 use std::net::IpAddr;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 
-/// Owns the engine thread: stops and joins it when the last handle goes away.
-pub(crate) struct Inner {
-    pub shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.shared.ring();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// An open RDMA device: one IP address, UDP port 4791, one engine thread. Clones are the
-/// same context; [`Context::open_again`] opens another context on the same device, as a
-/// second `ibv_open_device` does.
+/// An open RDMA device. By default oxrdma's engine: one IP address, UDP port 4791, one
+/// engine thread (a software NIC). Or a device of the system's rdma-core (a ConnectX NIC,
+/// Linux rxe): [`Context::open_rdma_core`], or `OXRDMA_BACKEND=rdma-core` for
+/// [`Context::open`]; the same program runs on either. Clones are the same context;
+/// [`Context::open_again`] opens another context on the same device, as a second
+/// `ibv_open_device` does.
 ///
 /// ```
-/// use oxrdma::{Access, Context, QpCap, QpState, QpType};
+/// use oxrdma::{Access, Backend, Context, QpCap, QpState, QpType};
 /// # fn main() -> oxrdma::Result<()> {
 /// let ip = "127.0.1.8".parse().unwrap();
-/// let ctx = Context::open(ip)?;
+/// let ctx = Context::open_engine(ip)?;
 /// assert_eq!(ctx.gid().ip(), ip);
+/// assert_eq!(ctx.backend(), Backend::Engine);
 /// // The rest is made through it: PDs, CQs and completion channels, and in a PD the
 /// // memory regions and QPs, within the device's limits.
 /// let pd = ctx.alloc_pd()?;
@@ -52,329 +39,313 @@ impl Drop for Inner {
 /// ```
 #[derive(Clone)]
 pub struct Context {
-    pub(crate) inner: Arc<Inner>,
-    /// This context's asynchronous events (those of the CQs, QPs and SRQs made through it).
-    events: Arc<Events>,
+    pub(crate) kind: Kind,
 }
 
-/// A device that may be open: does not keep it open, and opens another context on it
-/// while some context of it is ([`WeakDevice::open_again`]).
-#[derive(Clone, Debug, Default)]
-pub struct WeakDevice {
-    inner: Weak<Inner>,
+#[derive(Clone)]
+pub(crate) enum Kind {
+    Engine(EngineContext),
+    RdmaCore(Arc<RdmaCoreContext>),
 }
 
-impl WeakDevice {
-    /// A new context on the device, if some context still holds it open.
-    pub fn open_again(&self) -> Option<Result<Context>> {
-        let inner = self.inner.upgrade()?;
-        Some(Events::new().map(|e| Context {
-            inner,
-            events: Arc::new(e),
-        }))
-    }
+/// An rdma-core device and what the API keeps beside it.
+#[derive(Debug)]
+pub(crate) struct RdmaCoreContext {
+    pub dev: Arc<rdma_core::Device>,
+    /// Address handles by the id `UdDest` names.
+    pub ahs: std::sync::Mutex<rdma_core::Ahs>,
+    /// A descriptor that never becomes readable: rdma-core's asynchronous events are not
+    /// carried (`Context::async_fd`).
+    events: Events,
+}
 
-    /// Whether some context still holds the device open.
-    pub fn is_open(&self) -> bool {
-        self.inner.strong_count() > 0
+/// Which implementation runs a [`Context`]'s device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// oxrdma's engine: RoCEv2 in software over UDP (the default).
+    Engine,
+    /// A device of the system's libibverbs (rdma-core): hardware, rxe or siw.
+    RdmaCore,
+}
+
+impl From<EngineContext> for Context {
+    fn from(e: EngineContext) -> Context {
+        Context {
+            kind: Kind::Engine(e),
+        }
     }
 }
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Context({})", self.gid())
+        match &self.kind {
+            Kind::Engine(e) => e.fmt(f),
+            Kind::RdmaCore(r) => write!(f, "Context({}, rdma-core {})", self.gid(), r.dev.name),
+        }
     }
 }
 
-/// The engine thread's name: "nic-" and as much of the device's address as Linux keeps (15
-/// bytes), its end, so that two devices of one host (127.0.0.2 and 127.0.0.3 on loopback)
-/// tell apart in `top -H`, `ps -L` and perf. ("oxrdma-nic-127.0.0.2" was cut to
-/// "oxrdma-nic-127.", the same for both.)
-fn engine_thread_name(ip: IpAddr) -> String {
-    const LINUX_MAX: usize = 15;
-    const PREFIX: &str = "nic-";
-    let addr = ip.to_string();
-    let keep = addr.len().min(LINUX_MAX - PREFIX.len());
-    // An address is ASCII, so any byte is a character boundary.
-    format!("{PREFIX}{}", &addr[addr.len() - keep..])
+/// What `OXRDMA_BACKEND` asks [`Context::open`] for.
+fn backend_from_env() -> Result<Backend> {
+    match std::env::var("OXRDMA_BACKEND").as_deref() {
+        Err(_) | Ok("") | Ok("engine") => Ok(Backend::Engine),
+        Ok("rdma-core") => Ok(Backend::RdmaCore),
+        Ok(other) => Err(Error::Config(format!(
+            "OXRDMA_BACKEND={other}: expected engine or rdma-core"
+        ))),
+    }
 }
 
 impl Context {
-    /// Opens the device whose GID is `ip` (an address of this host), which this user's
-    /// processes share as a NIC's: each owns some of the QPNs (up to 64 processes on one
-    /// address). `OXRDMA_SHARE=0` makes it [`Context::open_alone`].
+    /// Opens the device whose GID is `ip` (an address of this host). On the engine
+    /// (the default), this user's processes share it as a NIC's: each owns some of the
+    /// QPNs (up to 64 processes on one address); `OXRDMA_SHARE=0` makes it
+    /// [`Context::open_alone`]. With `OXRDMA_BACKEND=rdma-core`, the rdma-core device
+    /// that has `ip` among its RoCE v2 GIDs instead.
     pub fn open(ip: IpAddr) -> Result<Context> {
-        Self::open_with(ip, false)
-    }
-
-    /// Opens the device whose GID is `ip` for this process alone: refused if another
-    /// process uses the address.
-    pub fn open_alone(ip: IpAddr) -> Result<Context> {
-        Self::open_with(ip, true)
-    }
-
-    /// Opens a device on network interface `name` (as `rdma link add rxe0 type rxe netdev
-    /// NAME`): its GID table holds the interface's addresses in rxe's order (the default
-    /// link-local GID, the IPv4 addresses, the other IPv6 ones), each shared with this
-    /// user's other processes as [`Context::open`]'s; [`Context::gid`] is its main one.
-    pub fn open_interface(name: &str) -> Result<Context> {
-        let iface = oxrdma_udp::interfaces::interface(name)
-            .ok_or_else(|| Error::NoInterface(name.to_string()))?;
-        let mut seed = [0u8; 32];
-        getrandom_seed(&mut seed);
-        let dev = Device::open_interface(&iface, seed)?;
-        Self::start(dev, format!("nic-{name}"))
-    }
-
-    fn open_with(ip: IpAddr, alone: bool) -> Result<Context> {
-        let mut seed = [0u8; 32];
-        getrandom_seed(&mut seed);
-        let dev = Device::open(ip, alone, seed)?;
-        Self::start(dev, engine_thread_name(ip))
-    }
-
-    /// Starts the engine thread of `dev`, named `name` (Linux keeps 15 bytes).
-    fn start(dev: Device, name: String) -> Result<Context> {
-        let shared = Arc::new(Shared::new(dev)?);
-        let s = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name(name.chars().take(15).collect())
-            .spawn(move || crate::nic::engine_thread(&s))?;
-        // Its thread id is known once it runs (`engine_tid`): wait for that, briefly.
-        while shared.engine_tid.load(Ordering::Acquire) == 0 && !thread.is_finished() {
-            std::thread::yield_now();
+        match backend_from_env()? {
+            Backend::Engine => Self::open_engine(ip),
+            Backend::RdmaCore => Self::from_rdma_core(rdma_core::Device::open_by_ip(ip)?),
         }
+    }
+
+    /// Opens the engine device whose GID is `ip`, whatever `OXRDMA_BACKEND` says.
+    pub fn open_engine(ip: IpAddr) -> Result<Context> {
+        EngineContext::open(ip).map(Context::from)
+    }
+
+    /// Opens the engine device whose GID is `ip` for this process alone: refused if
+    /// another process uses the address.
+    pub fn open_alone(ip: IpAddr) -> Result<Context> {
+        EngineContext::open_alone(ip).map(Context::from)
+    }
+
+    /// Opens an engine device on network interface `name` (as `rdma link add rxe0 type
+    /// rxe netdev NAME`): its GID table holds the interface's addresses in rxe's order
+    /// (the default link-local GID, the IPv4 addresses, the other IPv6 ones), each shared
+    /// with this user's other processes as [`Context::open`]'s; [`Context::gid`] is its
+    /// main one.
+    pub fn open_interface(name: &str) -> Result<Context> {
+        EngineContext::open_interface(name).map(Context::from)
+    }
+
+    /// Opens the device `name` of the system's rdma-core (`ibv_devices` lists them:
+    /// `mlx5_0`, `rxe0`), through its `libibverbs.so.1` (`OXRDMA_LIBIBVERBS` names
+    /// another file), loaded now. What the backend covers: `oxrdma::rdma_core`.
+    pub fn open_rdma_core(name: &str) -> Result<Context> {
+        Self::from_rdma_core(rdma_core::Device::open(name)?)
+    }
+
+    fn from_rdma_core(dev: rdma_core::Device) -> Result<Context> {
         Ok(Context {
-            inner: Arc::new(Inner {
-                shared,
-                thread: Some(thread),
-            }),
-            events: Arc::new(Events::new()?),
+            kind: Kind::RdmaCore(Arc::new(RdmaCoreContext {
+                dev: Arc::new(dev),
+                ahs: Default::default(),
+                events: Events::new()?,
+            })),
         })
+    }
+
+    /// Which implementation runs this device.
+    pub fn backend(&self) -> Backend {
+        match self.kind {
+            Kind::Engine(_) => Backend::Engine,
+            Kind::RdmaCore(_) => Backend::RdmaCore,
+        }
+    }
+
+    /// The engine context, or the error that names `what` as the engine's alone.
+    pub(crate) fn engine(&self, what: &'static str) -> Result<&EngineContext> {
+        match &self.kind {
+            Kind::Engine(e) => Ok(e),
+            Kind::RdmaCore(_) => Err(Error::Unsupported(what)),
+        }
     }
 
     /// Another context on this context's device (what a second `ibv_open_device` of one
     /// device gives on a NIC): the same address, GID and engine, so QPs of the two reach
     /// each other through the one port and name each other by QPN; its own asynchronous
-    /// events and descriptor. The device closes when the last context of it goes.
+    /// events and descriptor. The device closes when the last context of it goes. An
+    /// engine device's.
     pub fn open_again(&self) -> Result<Context> {
-        Ok(Context {
-            inner: self.inner.clone(),
-            events: Arc::new(Events::new()?),
-        })
+        self.engine("another context of the device")?
+            .open_again()
+            .map(Context::from)
     }
 
     /// This context's device, without keeping it open (to open it again while it is, as
-    /// the C library does when a program opens one device twice).
+    /// the C library does when a program opens one device twice). An rdma-core device's
+    /// is never open again.
     pub fn weak_device(&self) -> WeakDevice {
-        WeakDevice {
-            inner: Arc::downgrade(&self.inner),
+        match &self.kind {
+            Kind::Engine(e) => e.weak_device(),
+            Kind::RdmaCore(_) => WeakDevice::default(),
         }
     }
 
     /// Whether `self` and `other` are contexts of the same open device.
     pub fn same_device(&self, other: &Context) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
-    }
-
-    /// The events of `src` (just made through this context) go to this context.
-    pub(crate) fn claim(&self, src: Source) {
-        self.shared().owners.claim(src, &self.events);
-    }
-
-    pub(crate) fn shared(&self) -> &Shared {
-        &self.inner.shared
+        match (&self.kind, &other.kind) {
+            (Kind::Engine(a), Kind::Engine(b)) => a.same_device(b),
+            (Kind::RdmaCore(a), Kind::RdmaCore(b)) => Arc::ptr_eq(&a.dev, &b.dev),
+            _ => false,
+        }
     }
 
     /// The device's counters now: traffic by opcode class, every drop by reason, NAKs,
     /// retransmissions, timeouts, congestion notification (`Counter` names each, with
     /// rxe's and mlx5's names where they mean the same). A copy, taken under the device
     /// lock; QPs destroyed still count. `oxrdma stats` shows every device of the host.
+    /// All zero on an rdma-core device (its provider's are in sysfs, `rdma statistic`).
     pub fn counters(&self) -> oxrdma_core::Counters {
-        self.shared().lock().counters()
+        match &self.kind {
+            Kind::Engine(e) => e.counters(),
+            Kind::RdmaCore(_) => oxrdma_core::Counters::default(),
+        }
     }
 
     /// The OS thread id of the device's engine thread (the software NIC; None if it has
-    /// died): to pin it to a core (`taskset -p`), or to read the CPU time it uses
-    /// (`/proc/self/task/<tid>/schedstat`).
+    /// died, or on an rdma-core device): to pin it to a core (`taskset -p`), or to read
+    /// the CPU time it uses (`/proc/self/task/<tid>/schedstat`).
     pub fn engine_tid(&self) -> Option<i32> {
-        let tid = self.shared().engine_tid.load(Ordering::Acquire);
-        (tid != 0).then_some(tid)
+        self.engine("").ok()?.engine_tid()
     }
 
     /// This device's main GID (its IP address, IPv4 as `::ffff:a.b.c.d`; a device on an
     /// interface: its first IPv4 address, else its first global one, `main_gid`).
     pub fn gid(&self) -> oxrdma_core::Gid {
-        oxrdma_core::main_gid(&self.shared().facts.gids)
+        match &self.kind {
+            Kind::Engine(e) => e.gid(),
+            Kind::RdmaCore(r) => r.dev.main_gid(),
+        }
     }
 
     /// The index of the device GID that sends to `dest` by default: the main one if it is
     /// of `dest`'s IP family, else the first of that family and scope (link-local or
-    /// not), else the first of the family, else 0.
+    /// not), else the first of the family, else 0 (RoCE v2 GIDs only on rdma-core).
     pub fn gid_index_for(&self, dest: oxrdma_core::Gid) -> u8 {
-        let gids = self.gids();
-        let v4 = dest.ip().is_ipv4();
-        let main = self.gid();
-        let family = |g: &oxrdma_core::Gid| g.ip().is_ipv4() == v4;
-        let at = gids.iter().position(|g| *g == main && family(g));
-        let at = at.or_else(|| {
-            gids.iter()
-                .position(|g| family(g) && g.is_link_local() == dest.is_link_local())
-        });
-        let at = at.or_else(|| gids.iter().position(family));
-        at.unwrap_or(0) as u8
+        match &self.kind {
+            Kind::Engine(e) => e.gid_index_for(dest),
+            Kind::RdmaCore(r) => r.dev.gid_index_for(dest),
+        }
     }
 
     /// Whether the device is free to take within `within` (nobody holds it then). At
     /// `exit`, a thread that a signal interrupted inside the library may hold it for good:
     /// an exit handler asks before it tears anything down.
     pub fn free_within(&self, within: std::time::Duration) -> bool {
-        let until = std::time::Instant::now() + within;
-        loop {
-            if self.shared().try_lock().is_some() {
-                return true;
-            }
-            if std::time::Instant::now() >= until {
-                return false;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
+        match &self.kind {
+            Kind::Engine(e) => e.free_within(within),
+            Kind::RdmaCore(_) => true,
         }
     }
 
     /// This device's GID table, by index (one entry, unless the device is on an
-    /// interface: then its addresses in Linux rxe's order).
+    /// interface: then its addresses in Linux rxe's order; on rdma-core, its port's
+    /// table with every entry that is not RoCE v2 zero).
     pub fn gids(&self) -> &[oxrdma_core::Gid] {
-        &self.shared().facts.gids
+        match &self.kind {
+            Kind::Engine(e) => e.gids(),
+            Kind::RdmaCore(r) => &r.dev.gids,
+        }
     }
 
     /// Writes every RoCEv2 packet this device sends or receives to a pcap file (raw IP
-    /// frames with the headers they had on the wire), until the device closes.
+    /// frames with the headers they had on the wire), until the device closes. An engine
+    /// device's.
     pub fn capture_to(&self, path: &std::path::Path) -> Result<()> {
-        self.shared().lock().link.port_mut().capture_to(path)?;
-        Ok(())
+        self.engine("captures")?.capture_to(path)
     }
 
     /// The index of the network interface that holds the device's address (the GID
-    /// table's `ndev_ifindex`), or 0 if none is found.
+    /// table's `ndev_ifindex`), or 0 if none is found (or on rdma-core).
     pub fn ifindex(&self) -> u32 {
-        self.shared().ifindex
+        self.engine("").map_or(0, |e| e.ifindex())
     }
 
     /// The port's active MTU: the largest path MTU a QP may use (from the interface MTU).
     pub fn active_mtu(&self) -> oxrdma_core::Mtu {
-        self.shared().facts.max_mtu
+        match &self.kind {
+            Kind::Engine(e) => e.active_mtu(),
+            Kind::RdmaCore(r) => r.dev.active_mtu,
+        }
     }
 
     /// Every received packet dropped so far, by who dropped it (kernel, port, engine) and
-    /// why: the first thing to look at when a peer seems to send nothing.
+    /// why: the first thing to look at when a peer seems to send nothing (none on
+    /// rdma-core).
     pub fn rx_drops(&self) -> oxrdma_udp::RxDropReport {
-        self.shared().lock().rx_drops()
+        self.engine("")
+            .map_or_else(|_| Default::default(), |e| e.rx_drops())
     }
 
     /// Device limits.
     pub fn attr(&self) -> oxrdma_core::DeviceAttr {
-        self.shared().facts.attr
+        match &self.kind {
+            Kind::Engine(e) => e.attr(),
+            Kind::RdmaCore(r) => r.dev.attr,
+        }
     }
 
     /// A protection domain.
     pub fn alloc_pd(&self) -> Result<crate::ProtectionDomain> {
-        let pd = self.shared().lock().engine.alloc_pd()?;
-        Ok(crate::ProtectionDomain {
-            ctx: self.clone(),
-            pd,
-            live: true,
+        Ok(match &self.kind {
+            Kind::Engine(e) => e.alloc_pd()?.into(),
+            Kind::RdmaCore(r) => crate::ProtectionDomain::rdma_core(r)?,
         })
     }
 
     /// A completion queue of `depth` entries.
     pub fn create_cq(&self, depth: u32) -> Result<crate::CompletionQueue> {
-        let mut dev = self.shared().lock();
-        let cq = dev.engine.create_cq(depth)?;
-        let ring = dev.engine.cq_ring(cq).expect("the CQ just made");
-        self.claim(Source::Cq(cq));
-        drop(dev);
-        Ok(crate::CompletionQueue {
-            ctx: self.clone(),
-            cq,
-            ring,
-            live: true,
-            waiter: std::sync::OnceLock::new(),
+        Ok(match &self.kind {
+            Kind::Engine(e) => e.create_cq(depth)?.into(),
+            Kind::RdmaCore(r) => crate::CompletionQueue::rdma_core(&r.dev, depth)?,
         })
     }
 
     /// A completion channel: a file descriptor that becomes readable when an armed CQ gets
-    /// a completion (use it with epoll, poll or an async runtime).
+    /// a completion (use it with epoll, poll or an async runtime). An engine device's (a
+    /// CQ of an rdma-core device has its own, used by [`crate::CompletionQueue::wait`]).
     pub fn create_comp_channel(&self) -> Result<crate::CompletionChannel> {
-        crate::CompletionChannel::new(&self.inner.shared)
+        self.engine("completion channels")?.create_comp_channel()
     }
 
     /// The next asynchronous event, without waiting: CQ overflow, QP errors and
-    /// communication established, SRQ limit reached, last WQE reached.
+    /// communication established, SRQ limit reached, last WQE reached (never on
+    /// rdma-core).
     pub fn poll_event(&self) -> Option<oxrdma_core::AsyncEvent> {
-        let shared = self.shared();
-        // Events the engine holds are moved out when the lock is let go.
-        drop(shared.try_lock());
-        self.events.pop()
+        self.engine("").ok()?.poll_event()
     }
 
     /// The next asynchronous event (`ibv_get_async_event`): waits for one, unless
-    /// [`Context::async_fd`] was made non-blocking (then `Ok(None)` when none waits).
+    /// [`Context::async_fd`] was made non-blocking (then `Ok(None)` when none waits). An
+    /// engine device's.
     pub fn get_async_event(&self) -> Result<Option<oxrdma_core::AsyncEvent>> {
-        drop(self.shared().try_lock());
-        self.events.wait()
+        self.engine("asynchronous events")?.get_async_event()
     }
 
     /// A descriptor readable exactly while asynchronous events wait
-    /// (`ibv_context.async_fd`).
+    /// (`ibv_context.async_fd`; never readable on rdma-core).
     pub fn async_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
-        self.events.as_fd()
+        match &self.kind {
+            Kind::Engine(e) => e.async_fd(),
+            Kind::RdmaCore(r) => r.events.as_fd(),
+        }
     }
 
     /// How many doorbells posting threads have rung on this device: one per `post_send`
     /// call, one per [`crate::QueuePair::post_list`] however many WRs it holds (a NIC's
-    /// doorbell counter; each one drives the device once).
+    /// doorbell counter; each one drives the device once). 0 on rdma-core.
     pub fn doorbells(&self) -> u64 {
-        self.shared().doorbells.load(Ordering::Relaxed)
+        self.engine("").map_or(0, |e| e.doorbells())
     }
 
-    /// A random 24-bit PSN from the device's CSPRNG.
+    /// A random 24-bit PSN from a CSPRNG (the engine's, or the OS's).
     pub fn random_psn(&self) -> u32 {
-        self.shared().lock().engine.random_psn()
-    }
-}
-
-/// Fills `seed` from the OS (the engine's CSPRNG draws keys, QPNs and PSNs from it).
-fn getrandom_seed(seed: &mut [u8; 32]) {
-    use std::io::Read;
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(seed))
-        .is_err()
-    {
-        // No /dev/urandom: fall back to time and address entropy (still never sequential).
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        seed[..16].copy_from_slice(&t.as_nanos().to_le_bytes());
-        let here = seed.as_ptr() as u64;
-        seed[16..24].copy_from_slice(&here.to_le_bytes());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::engine_thread_name;
-
-    #[test]
-    fn a_thread_name_keeps_the_end_of_the_address_within_linux_limit() {
-        let name = |a: &str| engine_thread_name(a.parse().unwrap());
-        assert_eq!(name("127.0.0.2"), "nic-127.0.0.2");
-        assert_eq!(name("::1"), "nic-::1");
-        // Longer addresses keep their end, where two devices of a host differ.
-        assert_eq!(name("192.168.100.200"), "nic-168.100.200");
-        assert_eq!(name("fd00::1:2:3:4"), "nic-00::1:2:3:4");
-        for a in ["255.255.255.255", "fe80::1234:5678:9abc:def0"] {
-            assert!(name(a).len() <= 15, "{a}: {}", name(a));
+        match &self.kind {
+            Kind::Engine(e) => e.random_psn(),
+            Kind::RdmaCore(_) => crate::secure::random_u32() & 0xff_ffff,
         }
     }
 }

@@ -1,8 +1,10 @@
-//! Completion queues: polled without locks, armed for a completion channel.
+//! Completion queues: the public one (of an engine or an rdma-core device) and the
+//! engine's, polled without locks and armed for a completion channel.
 
 use crate::channel::CompletionChannel;
-use crate::context::Context;
-use crate::error::Result;
+use crate::engine_context::EngineContext;
+use crate::error::{Error, Result};
+use crate::rdma_core;
 use oxrdma_core::WorkCompletion;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -53,26 +55,59 @@ thread_local! {
 /// ```
 #[derive(Debug)]
 pub struct CompletionQueue {
-    pub(crate) ctx: Context,
-    pub(crate) cq: u32,
-    /// The CQ's entries, popped without the device lock.
-    pub(crate) ring: Arc<oxrdma_core::CqRing>,
-    /// Cleared by `try_destroy` once the engine has let the CQ go.
-    pub(crate) live: bool,
-    /// The channel [`Self::wait`] sleeps on, made at its first sleep.
-    pub(crate) waiter: OnceLock<Box<CompletionChannel>>,
+    kind: CqKind,
+}
+
+#[derive(Debug)]
+enum CqKind {
+    Engine(EngineCq),
+    RdmaCore(Arc<rdma_core::Cq>),
+}
+
+/// How long [`CompletionQueue::wait`] polls an rdma-core CQ before it arms it and sleeps.
+const RDMA_CORE_SPIN: Duration = Duration::from_micros(50);
+
+impl From<EngineCq> for CompletionQueue {
+    fn from(cq: EngineCq) -> CompletionQueue {
+        CompletionQueue {
+            kind: CqKind::Engine(cq),
+        }
+    }
 }
 
 impl CompletionQueue {
-    /// The CQ's handle, as [`CompletionChannel::get_event`] names it.
+    pub(crate) fn rdma_core(dev: &Arc<rdma_core::Device>, depth: u32) -> Result<Self> {
+        Ok(CompletionQueue {
+            kind: CqKind::RdmaCore(Arc::new(rdma_core::Cq::create(dev, depth)?)),
+        })
+    }
+
+    pub(crate) fn engine_cq(&self) -> Option<&EngineCq> {
+        match &self.kind {
+            CqKind::Engine(cq) => Some(cq),
+            CqKind::RdmaCore(_) => None,
+        }
+    }
+
+    pub(crate) fn rdma_core_cq(&self) -> Option<&Arc<rdma_core::Cq>> {
+        match &self.kind {
+            CqKind::Engine(_) => None,
+            CqKind::RdmaCore(cq) => Some(cq),
+        }
+    }
+
+    /// The CQ's handle, as [`CompletionChannel::get_event`] names it (0 on rdma-core).
     pub fn handle(&self) -> u32 {
-        self.cq
+        self.engine_cq().map_or(0, |c| c.cq)
     }
 
     /// `ibv_resize_cq`: holds up to `depth` completions from now on; refused (invalid
-    /// argument) below what it holds now.
+    /// argument) below what it holds now. An engine device's.
     pub fn resize(&self, depth: u32) -> Result<()> {
-        self.ctx.shared().lock().engine.resize_cq(self.cq, depth)?;
+        let cq = self
+            .engine_cq()
+            .ok_or(Error::Unsupported("resizing a CQ"))?;
+        cq.ctx.shared().lock().engine.resize_cq(cq.cq, depth)?;
         Ok(())
     }
 
@@ -88,6 +123,131 @@ impl CompletionQueue {
     /// so a thread that busy-polls drives the device directly instead of competing with the
     /// engine thread for the CPU.
     pub fn poll_each(&self, max: usize, mut f: impl FnMut(WorkCompletion)) -> Result<usize> {
+        match &self.kind {
+            CqKind::Engine(cq) => cq.poll_each(max, f),
+            CqKind::RdmaCore(cq) => cq.poll_each(max, &mut f),
+        }
+    }
+
+    /// Asks for `channel` to report this CQ at its next completion (`ibv_req_notify_cq`).
+    /// An engine device's CQ (an rdma-core CQ has a channel of its own, for
+    /// [`Self::wait`]).
+    pub fn req_notify(&self, channel: &CompletionChannel) -> Result<()> {
+        let cq = self
+            .engine_cq()
+            .ok_or(Error::Unsupported("arming a CQ for a completion channel"))?;
+        cq.ctx
+            .shared()
+            .arm(cq.cq, cq.ring.clone(), channel.inner.clone());
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for completions and appends up to `max` of them to `out`
+    /// (the first that come; 0 if none came in time). While none is there it moves the
+    /// device's packets, spins briefly, then sleeps on a completion channel of its own
+    /// (armed here; a CQ a program armed for its own channel is looked at every
+    /// millisecond instead), so an idle waiter costs no CPU.
+    pub fn wait(
+        &self,
+        out: &mut Vec<WorkCompletion>,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<usize> {
+        let start = Instant::now();
+        loop {
+            let n = self.poll(out, max)?;
+            if n > 0 || max == 0 {
+                return Ok(n);
+            }
+            let left = match timeout.checked_sub(start.elapsed()) {
+                Some(left) if !left.is_zero() => left,
+                _ => return Ok(0),
+            };
+            match &self.kind {
+                CqKind::Engine(cq) => {
+                    let (channel, ours) = cq.arm_waiter()?;
+                    // What came before the arm raises no event: look once more.
+                    let n = self.poll(out, max)?;
+                    if n > 0 {
+                        return Ok(n);
+                    }
+                    channel.wait(if ours { left } else { left.min(ELSEWHERE) })?;
+                }
+                CqKind::RdmaCore(cq) => {
+                    // A NIC completes in microseconds: poll a little before the syscalls.
+                    if start.elapsed() < RDMA_CORE_SPIN {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    cq.arm()?;
+                    let n = self.poll(out, max)?;
+                    if n > 0 {
+                        return Ok(n);
+                    }
+                    cq.sleep(left)?;
+                }
+            }
+        }
+    }
+
+    /// The next completion, waiting up to `timeout` for it ([`Self::wait`]); an error
+    /// (`TimedOut`) if none came.
+    pub fn wait_one(&self, timeout: Duration) -> Result<WorkCompletion> {
+        let mut out = Vec::with_capacity(1);
+        self.wait(&mut out, 1, timeout)?;
+        out.pop().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::TimedOut, "no completion came in time").into()
+        })
+    }
+
+    /// The next `n` completions, waiting up to `timeout` in all ([`Self::wait`]); an error
+    /// (`TimedOut`) naming how many came if not all did (those stay taken).
+    pub fn wait_for(&self, n: usize, timeout: Duration) -> Result<Vec<WorkCompletion>> {
+        let start = Instant::now();
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let left = timeout.saturating_sub(start.elapsed());
+            let want = n - out.len();
+            if self.wait(&mut out, want, left)? == 0 {
+                let why = format!("{} of {n} completions came in {timeout:?}", out.len());
+                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why).into());
+            }
+        }
+        Ok(out)
+    }
+
+    /// `ibv_destroy_cq`: busy while a QP uses it; the CQ comes back with the error.
+    pub fn try_destroy(self) -> std::result::Result<(), (Self, Error)> {
+        match self.kind {
+            CqKind::Engine(cq) => cq.try_destroy().map_err(|(cq, e)| (cq.into(), e)),
+            CqKind::RdmaCore(cq) => match Arc::try_unwrap(cq) {
+                Ok(_) => Ok(()),
+                Err(cq) => Err((
+                    CompletionQueue {
+                        kind: CqKind::RdmaCore(cq),
+                    },
+                    oxrdma_core::VerbsError::Busy("CQ in use").into(),
+                )),
+            },
+        }
+    }
+}
+
+/// A CQ of an engine device.
+#[derive(Debug)]
+pub(crate) struct EngineCq {
+    pub(crate) ctx: EngineContext,
+    pub(crate) cq: u32,
+    /// The CQ's entries, popped without the device lock.
+    pub(crate) ring: Arc<oxrdma_core::CqRing>,
+    /// Cleared by `try_destroy` once the engine has let the CQ go.
+    pub(crate) live: bool,
+    /// The channel [`CompletionQueue::wait`] sleeps on, made at its first sleep.
+    pub(crate) waiter: OnceLock<Box<CompletionChannel>>,
+}
+
+impl EngineCq {
+    fn poll_each(&self, max: usize, mut f: impl FnMut(WorkCompletion)) -> Result<usize> {
         let mut n = 0;
         while n < max {
             match self.ring.pop() {
@@ -118,78 +278,21 @@ impl CompletionQueue {
         Ok(n)
     }
 
-    /// Asks for `channel` to report this CQ at its next completion (`ibv_req_notify_cq`).
-    pub fn req_notify(&self, channel: &CompletionChannel) {
-        self.ctx
+    /// Arms the CQ for its own waiting channel (made at the first call); the channel, and
+    /// whether the arm is ours (false: the program armed it for its own channel).
+    fn arm_waiter(&self) -> Result<(&CompletionChannel, bool)> {
+        let channel = match self.waiter.get() {
+            Some(c) => c,
+            None => {
+                let c = Box::new(self.ctx.create_comp_channel()?);
+                self.waiter.get_or_init(|| c)
+            }
+        };
+        let ours = self
+            .ctx
             .shared()
             .arm(self.cq, self.ring.clone(), channel.inner.clone());
-    }
-
-    /// Waits up to `timeout` for completions and appends up to `max` of them to `out`
-    /// (the first that come; 0 if none came in time). While none is there it moves the
-    /// device's packets, spins briefly, then sleeps on a completion channel of its own
-    /// (armed here; a CQ a program armed for its own channel is looked at every
-    /// millisecond instead), so an idle waiter costs no CPU.
-    pub fn wait(
-        &self,
-        out: &mut Vec<WorkCompletion>,
-        max: usize,
-        timeout: Duration,
-    ) -> Result<usize> {
-        let start = Instant::now();
-        loop {
-            let n = self.poll(out, max)?;
-            if n > 0 || max == 0 {
-                return Ok(n);
-            }
-            let left = match timeout.checked_sub(start.elapsed()) {
-                Some(left) if !left.is_zero() => left,
-                _ => return Ok(0),
-            };
-            let channel = match self.waiter.get() {
-                Some(c) => c,
-                None => {
-                    let c = Box::new(self.ctx.create_comp_channel()?);
-                    self.waiter.get_or_init(|| c)
-                }
-            };
-            let ours = self
-                .ctx
-                .shared()
-                .arm(self.cq, self.ring.clone(), channel.inner.clone());
-            // What came before the arm raises no event: look once more.
-            let n = self.poll(out, max)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            channel.wait(if ours { left } else { left.min(ELSEWHERE) })?;
-        }
-    }
-
-    /// The next completion, waiting up to `timeout` for it ([`Self::wait`]); an error
-    /// (`TimedOut`) if none came.
-    pub fn wait_one(&self, timeout: Duration) -> Result<WorkCompletion> {
-        let mut out = Vec::with_capacity(1);
-        self.wait(&mut out, 1, timeout)?;
-        out.pop().ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::TimedOut, "no completion came in time").into()
-        })
-    }
-
-    /// The next `n` completions, waiting up to `timeout` in all ([`Self::wait`]); an error
-    /// (`TimedOut`) naming how many came if not all did (those stay taken).
-    pub fn wait_for(&self, n: usize, timeout: Duration) -> Result<Vec<WorkCompletion>> {
-        let start = Instant::now();
-        let mut out = Vec::with_capacity(n);
-        while out.len() < n {
-            let left = timeout.saturating_sub(start.elapsed());
-            let want = n - out.len();
-            if self.wait(&mut out, want, left)? == 0 {
-                let why = format!("{} of {n} completions came in {timeout:?}", out.len());
-                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why).into());
-            }
-        }
-        Ok(out)
+        Ok((channel, ours))
     }
 
     /// Once destroyed: an arm left waiting reports nothing (and no longer tells the
@@ -201,5 +304,5 @@ impl CompletionQueue {
 
 crate::destroy::destroy_with! {
     /// `ibv_destroy_cq`: busy while a QP uses it.
-    CompletionQueue.cq => destroy_cq, events Cq, then disarm;
+    EngineCq.cq => destroy_cq, events Cq, then disarm;
 }

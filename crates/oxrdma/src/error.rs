@@ -41,6 +41,21 @@ pub enum Error {
     /// A work request that completed in error (`WorkCompletion::result`).
     #[error(transparent)]
     Completion(#[from] oxrdma_core::WcError),
+    /// The rdma-core backend could not start: no `libibverbs.so.1`, or no such device.
+    #[error("rdma-core: {0}")]
+    NoRdmaCore(String),
+    /// A verb of the system's libibverbs failed with `errno`.
+    #[error("rdma-core: {verb} failed: {}", std::io::Error::from_raw_os_error(*errno))]
+    RdmaCore {
+        /// The verb (`ibv_create_qp`, ...).
+        verb: &'static str,
+        /// Its errno.
+        errno: i32,
+    },
+    /// What the object's device does not offer (the engine's extras on an rdma-core
+    /// device, or a verb its provider lacks).
+    #[error("not offered on this device: {0}")]
+    Unsupported(&'static str),
 }
 
 /// A result of the public API.
@@ -78,6 +93,9 @@ impl From<Error> for std::io::Error {
             Error::Cm(_) | Error::CmState(_) | Error::Config(_) => K::InvalidInput,
             Error::Completion(_) => K::Other,
             Error::Rejected { .. } => K::ConnectionRefused,
+            Error::NoRdmaCore(_) => K::NotFound,
+            Error::RdmaCore { errno, .. } => std::io::Error::from_raw_os_error(*errno).kind(),
+            Error::Unsupported(_) => K::Unsupported,
         };
         std::io::Error::new(kind, e)
     }

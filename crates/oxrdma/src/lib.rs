@@ -65,15 +65,20 @@ mod cq;
 mod destroy;
 mod device;
 mod endpoint;
+mod engine_context;
 mod error;
 mod events;
 mod fdqueue;
 mod handoff;
 pub mod host_stats;
 mod lock;
+mod mr;
 mod nic;
+mod objects;
 mod pd;
 mod qp;
+mod qp_rdma_core;
+pub mod rdma_core;
 pub mod rsocket;
 mod secure;
 mod shared;
@@ -81,7 +86,8 @@ mod sleeper;
 
 pub use channel::{ChannelStats, CompletionChannel};
 pub use connect::{exchange, PeerInfo};
-pub use context::{Context, WeakDevice};
+pub use context::{Backend, Context};
+pub use engine_context::WeakDevice;
 /// The engine and its link, for tools that drive them by hand (`oxrdma scale`).
 pub mod raw {
     pub use crate::device::Device;
@@ -89,13 +95,13 @@ pub mod raw {
 pub use cq::CompletionQueue;
 pub use endpoint::Endpoint;
 pub use error::{Error, Result};
+pub use mr::MemoryRegion;
+pub use objects::{AddressHandle, MemoryWindow, SharedReceiveQueue};
 pub use oxrdma_core::cm::CmError;
 pub use oxrdma_core::secure::Suite;
 pub use oxrdma_core::RemoteBuf;
 pub use oxrdma_udp::{interfaces, BindError, RxDropReport};
-pub use pd::{
-    AddressHandle, MemoryRegion, MemoryWindow, ProtectionDomain, QpInit, SharedReceiveQueue,
-};
+pub use pd::{ProtectionDomain, QpInit};
 pub use qp::{ConnectOptions, PostList, QueuePair};
 pub use secure::PublicKey;
 

@@ -63,6 +63,16 @@ impl Offer {
     }
 }
 
+/// A random number from the OS's CSPRNG (a PSN for an rdma-core QP).
+pub(crate) fn random_u32() -> u32 {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 4];
+    // The OS's generator fails only if the kernel has none (then any value will do: the
+    // PSN is not a secret, only hard to guess).
+    let _ = SystemRandom::new().fill(&mut b);
+    u32::from_le_bytes(b)
+}
+
 /// The keys of QP `qpn`: from the agreement of `offer` with the peer's `public` key, if
 /// both ends offered one, then `psk`. `local` names this end when it offered nothing.
 pub(crate) fn keys(

@@ -107,7 +107,7 @@ fn completion_channel_wakes_a_sleeping_thread() {
     connect_all(&a, &b);
     let ch = a.ctx.create_comp_channel().unwrap();
     // Nothing posted: no event.
-    a.cq.req_notify(&ch);
+    a.cq.req_notify(&ch).unwrap();
     assert!(!ch.wait(Duration::from_millis(50)).unwrap());
     write_16(&a, &b, 1);
     assert!(ch.wait(Duration::from_secs(5)).unwrap(), "no wake-up");
@@ -129,7 +129,7 @@ fn a_cq_armed_right_after_an_empty_poll_still_wakes_at_once() {
     for round in 0..7 {
         let mut wcs = Vec::new();
         assert_eq!(a.cq.poll(&mut wcs, 8).unwrap(), 0);
-        a.cq.req_notify(&ch);
+        a.cq.req_notify(&ch).unwrap();
         let start = std::time::Instant::now();
         write_16(&a, &b, round);
         assert!(ch.wait(Duration::from_secs(5)).unwrap(), "no wake-up");
@@ -157,7 +157,7 @@ fn an_armed_cq_reports_only_completions_that_come_after_the_arm() {
     let b = side("127.0.0.86", 1, 4096);
     connect_all(&a, &b);
     let ch = a.ctx.create_comp_channel().unwrap();
-    a.cq.req_notify(&ch);
+    a.cq.req_notify(&ch).unwrap();
     for round in 0..5 {
         write_16(&a, &b, round);
         assert!(
@@ -167,7 +167,7 @@ fn an_armed_cq_reports_only_completions_that_come_after_the_arm() {
         // Re-armed while the completion waits in the CQ, then polled, after a pause (as a
         // program may do other work between the two) in which the engine thread, rung by
         // the arm, looks at the CQ.
-        a.cq.req_notify(&ch);
+        a.cq.req_notify(&ch).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         let mut wcs = Vec::new();
         assert_eq!(a.cq.poll(&mut wcs, 8).unwrap(), 1, "round {round}");

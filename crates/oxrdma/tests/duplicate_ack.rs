@@ -111,14 +111,14 @@ fn a_duplicate_is_acknowledged_at_once_while_the_program_sleeps_on_its_channel()
     sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
 
     // The program: sleeps on its channel, takes each event, re-arms, polls.
-    cq.req_notify(&ch);
+    cq.req_notify(&ch).unwrap();
     let stop = AtomicBool::new(false);
     let (firsts, dups, received) = std::thread::scope(|s| {
         let waiter = s.spawn(|| {
             let mut received = 0;
             while !stop.load(Ordering::Acquire) {
                 if ch.wait(Duration::from_millis(100)).unwrap() {
-                    cq.req_notify(&ch);
+                    cq.req_notify(&ch).unwrap();
                     let mut wcs = Vec::new();
                     cq.poll(&mut wcs, 8).unwrap();
                     received += wcs.len();

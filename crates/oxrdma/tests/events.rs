@@ -65,7 +65,7 @@ impl End {
                 self.ch.wait(Duration::from_secs(10)).unwrap(),
                 "round {round}: no event in 10 s"
             );
-            self.cq.req_notify(&self.ch);
+            self.cq.req_notify(&self.ch).unwrap();
             let mut wcs = Vec::new();
             self.cq.poll(&mut wcs, 8).unwrap();
             for wc in &wcs {
@@ -88,7 +88,7 @@ fn ping_pong(a: &str, b: &str, rounds: u64, pause: Duration) -> [oxrdma::Channel
     let (a, b) = pair(a, b);
     for e in [&a, &b] {
         e.post_recv();
-        e.cq.req_notify(&e.ch);
+        e.cq.req_notify(&e.ch).unwrap();
     }
     std::thread::scope(|s| {
         s.spawn(|| {

@@ -14,7 +14,7 @@ fn an_idle_waiter_costs_no_cpu() {
     // Some traffic first, each completion waited for on the channel, so the device has
     // been busy and its waiter quick (a spin is then tried).
     for i in 0..20 {
-        ca.req_notify(ch);
+        ca.req_notify(ch).unwrap();
         let mut w = SendWr::new(i, WrOpcode::RdmaWrite, SendData::Inline(vec![7; 8].into()));
         (w.remote_addr, w.rkey) = (mr.addr(), mr.rkey());
         qa.post_send(w).unwrap();
@@ -26,7 +26,7 @@ fn an_idle_waiter_costs_no_cpu() {
         assert_eq!(ca.poll(&mut wcs, 4).unwrap(), 1);
     }
     // Then nothing, for a second, a thread sleeping on the armed CQ's channel.
-    ca.req_notify(ch);
+    ca.req_notify(ch).unwrap();
     let (cpu, start) = (process_cpu(), Instant::now());
     assert!(
         !ch.wait(Duration::from_secs(1)).unwrap(),

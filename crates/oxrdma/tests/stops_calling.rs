@@ -74,7 +74,7 @@ fn a_program_that_polled_and_stopped_leaves_its_peer_s_reads_to_the_engine_threa
 fn a_program_that_slept_on_events_and_stopped_leaves_its_peer_s_reads_to_the_engine_thread() {
     let worst = slowest_read(
         |a, b, id| {
-            a.cq.req_notify(&a.ch);
+            a.cq.req_notify(&a.ch).unwrap();
             write_8(a, b, id);
             assert!(a.ch.wait(Duration::from_secs(10)).unwrap(), "no event");
             assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::Success);

@@ -149,7 +149,7 @@ impl Side {
         let Some(channel) = self.channel.as_ref().filter(|_| wcs.is_empty()) else {
             return Ok(());
         };
-        self.cq.req_notify(channel);
+        self.cq.req_notify(channel)?;
         self.poll(wcs)?;
         if wcs.is_empty() {
             channel.wait(timeout)?;

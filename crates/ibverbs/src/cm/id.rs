@@ -315,7 +315,8 @@ impl Id {
         let chan = self.chan().ok_or(libc::EINVAL)?;
         // SAFETY: `dev.verbs()` is open for the process's life.
         let ctx = unsafe { Context::from_ibv(dev.verbs()) }.ok_or(libc::ENODEV)?;
-        let ox = CmId::with_type(&chan.ox, &ctx.ox, self.port_space(), self.qp_type());
+        let ox = CmId::with_type(&chan.ox, &ctx.ox, self.port_space(), self.qp_type())
+            .map_err(|e| crate::errno::errno_of(&e))?;
         register(ox.key().0, std::ptr::from_ref(self).cast_mut());
         self.on_device(dev);
         st.ox = Some(ox.clone());

@@ -20,7 +20,10 @@ impl AsyncCq {
     /// `cq`, its completions to be awaited (within a tokio runtime). A CQ is armed for
     /// one channel at a time: do not arm this one for another.
     pub fn new(cq: CompletionQueue) -> Result<AsyncCq> {
-        let channel = cq.ctx.create_comp_channel()?;
+        let engine = cq
+            .engine_cq()
+            .ok_or(crate::Error::Unsupported("awaiting an rdma-core CQ"))?;
+        let channel = engine.ctx.create_comp_channel()?;
         channel.set_nonblocking(true)?;
         // SAFETY: `channel` owns the descriptor and is dropped after `fd` (field order).
         let fd = unsafe { super::register(channel.as_raw_fd()) }?;
@@ -40,7 +43,7 @@ impl AsyncCq {
             if n > 0 || max == 0 {
                 return Ok(n);
             }
-            self.cq.req_notify(&self.channel);
+            self.cq.req_notify(&self.channel)?;
             // What came before the arm raises no event: look once more.
             let n = self.cq.poll(out, max)?;
             if n > 0 {
@@ -48,7 +51,9 @@ impl AsyncCq {
             }
             // This task will not poll again until woken: the engine thread must move the
             // packets meanwhile (an empty poll told it the program polls on).
-            self.cq.ctx.shared().app_leaves();
+            if let Some(cq) = self.cq.engine_cq() {
+                cq.ctx.shared().app_leaves();
+            }
             let mut ready = self.fd.readable().await?;
             while self.channel.try_get_event()?.is_some() {}
             ready.clear_ready();

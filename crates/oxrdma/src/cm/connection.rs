@@ -27,7 +27,7 @@ impl CmId {
         let plan = self.plan(&st, Call::Connect)?;
         let (src, dst) = (st.src.unwrap_or(any()), st.dst.unwrap_or(any()));
         let ps = self.inner.ps;
-        let shared = self.inner.ctx.shared();
+        let shared = self.inner.engine.shared();
         let own = self.inner.local_gid(&st).0;
         let peer = route::target(ps.value(), dst, own);
         let mut data = Vec::with_capacity(92);
@@ -122,7 +122,7 @@ impl CmId {
                 .ok_or(einval("accept without a connection request"))?,
         );
         let qpn = st.qp.unwrap_or(param.qp_num);
-        let shared = self.inner.ctx.shared();
+        let shared = self.inner.engine.shared();
         if plan.wire == Wire::SidrRep {
             let reply = SidrReplyParams {
                 status: 0,
@@ -183,7 +183,7 @@ impl CmId {
         let mut st = lock(&self.inner.st);
         let plan = self.plan(&st, Call::Reject)?;
         let comm = CommId(st.comm.ok_or(einval("reject without a request or reply"))?);
-        let shared = self.inner.ctx.shared();
+        let shared = self.inner.engine.shared();
         let mut dev = shared.lock();
         if self.inner.qp_type == QpType::Ud {
             let reply = SidrReplyParams {
@@ -206,7 +206,7 @@ impl CmId {
         let mut st = lock(&self.inner.st);
         let plan = self.plan(&st, Call::Establish)?;
         let comm = CommId(st.comm.ok_or(einval("establish without a connection"))?);
-        let shared = self.inner.ctx.shared();
+        let shared = self.inner.engine.shared();
         let mut dev = shared.lock();
         dev.engine.cm_mut().establish(comm)?;
         shared.drive_through(&mut dev);
@@ -225,7 +225,7 @@ impl CmId {
         let Some(comm) = comm else {
             return Ok(()); // UD: nothing on the wire
         };
-        let shared = self.inner.ctx.shared();
+        let shared = self.inner.engine.shared();
         let mut dev = shared.lock();
         let now = dev.now();
         let r = dev.engine.cm_mut().disconnect(now, CommId(comm));
@@ -260,7 +260,7 @@ impl CmId {
         if let Some(m) = &st.mover {
             return m.modify(attr);
         }
-        let shared = self.inner.ctx.shared();
+        let shared = self.inner.engine.shared();
         let agreed = shared.agreed_for(qpn);
         let mut dev = shared.lock();
         let r = dev.engine.modify_qp(qpn, attr).map_err(Error::from);
@@ -317,7 +317,7 @@ impl CmId {
             secret: None,
             require: mode == SecureMode::Require,
         };
-        let shared = self.inner.ctx.shared();
+        let shared = self.inner.engine.shared();
         let dev = shared.lock();
         let (Ok(keyed), Ok((now, _, _))) = (dev.engine.qp_secure(qpn), dev.engine.query_qp(qpn))
         else {

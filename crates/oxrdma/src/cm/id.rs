@@ -28,36 +28,39 @@ impl CmId {
         } else {
             QpType::Rc
         };
-        Ok(CmId::with_type(channel, ctx, ps, qp_type))
+        CmId::with_type(channel, ctx, ps, qp_type)
     }
 
-    /// `rdma_create_id` with an explicit QP type (`RDMA_PS_IB` ids choose theirs).
+    /// `rdma_create_id` with an explicit QP type (`RDMA_PS_IB` ids choose theirs). The
+    /// RDMA CM is an engine device's: refused on rdma-core (use its librdmacm).
     pub fn with_type(
         channel: &EventChannel,
         ctx: &Context,
         ps: PortSpace,
         qp_type: QpType,
-    ) -> CmId {
-        let dev = dev_key(ctx);
+    ) -> Result<CmId> {
+        let engine = ctx.engine("the RDMA CM")?.clone();
+        let dev = dev_key(&engine);
         lock(&channel.inner.devices)
             .entry(dev)
-            .or_insert_with(|| Arc::downgrade(&ctx.inner.shared));
+            .or_insert_with(|| Arc::downgrade(&engine.inner.shared));
         let st = State {
             seq_num: ctx.random_psn(),
             ack_timeout: ACK_TIMEOUT,
             ..State::default()
         };
-        CmId {
+        Ok(CmId {
             inner: Arc::new(IdInner {
                 key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
                 ctx: ctx.clone(),
+                engine,
                 dev,
                 channel: Mutex::new(channel.inner.clone()),
                 ps,
                 qp_type,
                 st: Mutex::new(st),
             }),
-        }
+        })
     }
 
     /// How this id's connections are secured (`SecureMode`; without this call,
@@ -153,7 +156,7 @@ impl CmId {
             (src.port(), r)
         };
         let sid = cma::service_id(ps, port);
-        let shared = self.inner.ctx.shared();
+        let shared = self.inner.engine.shared();
         let ch = self.inner.channel();
         {
             let mut dev = shared.lock();
@@ -260,7 +263,7 @@ impl CmId {
     /// [`Self::local_event`] with a status (a negative errno, as the kernel's CM gives).
     fn local_event_status(&self, event: CmEventType, status: i32) {
         // The application is busy with the CM now, not polling: serve the data path.
-        let shared = self.inner.ctx.shared();
+        let shared = self.inner.engine.shared();
         shared.drive_through(&mut shared.lock());
         self.inner.channel().queue.push(Raw::Local {
             id: Arc::downgrade(&self.inner),
@@ -324,10 +327,10 @@ impl CmId {
         }
         let (old, new) = (cur.clone(), to.inner.clone());
         let st = lock(&inner.st);
-        let shared = inner.ctx.shared();
+        let shared = inner.engine.shared();
         lock(&new.devices)
             .entry(inner.dev)
-            .or_insert_with(|| Arc::downgrade(&inner.ctx.inner.shared));
+            .or_insert_with(|| Arc::downgrade(&inner.engine.inner.shared));
         let comm = st.comm;
         let sid = st.listen.as_ref().map(|(sid, _)| *sid);
         if let Some(c) = comm {
@@ -365,7 +368,7 @@ impl CmId {
 impl Drop for IdInner {
     fn drop(&mut self) {
         let st = self.st.get_mut().unwrap_or_else(|p| p.into_inner());
-        let shared = self.ctx.shared();
+        let shared = self.engine.shared();
         let mut dev = shared.lock();
         let now = dev.now();
         if let Some(comm) = st.comm.take() {

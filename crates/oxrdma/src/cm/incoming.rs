@@ -137,6 +137,7 @@ fn child(listener: &Arc<IdInner>, comm: CommId, peer: Gid, h: Option<CmaHeader>)
     let inner = Arc::new(IdInner {
         key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
         ctx: ctx.clone(),
+        engine: listener.engine.clone(),
         dev: listener.dev,
         channel: Mutex::new(listener.channel()),
         ps: listener.ps,
@@ -146,7 +147,7 @@ fn child(listener: &Arc<IdInner>, comm: CommId, peer: Gid, h: Option<CmaHeader>)
     let ch = listener.channel();
     lock(&ch.conns).insert((listener.dev, comm.0), Arc::downgrade(&inner));
     // The listener may have moved to another channel since the request was routed.
-    ctx.shared().cm.route_conn(comm.0, &ch);
+    listener.engine.shared().cm.route_conn(comm.0, &ch);
     CmId { inner }
 }
 
@@ -283,7 +284,7 @@ impl CmId {
             let _ = self.take_qp_step(&st, &plan);
         }
         if plan.wire == Wire::Rtu {
-            let shared = self.inner.ctx.shared();
+            let shared = self.inner.engine.shared();
             let mut dev = shared.lock();
             let _ = dev
                 .engine
@@ -343,7 +344,7 @@ impl CmId {
             secret,
             require: require || secret.is_none(),
         };
-        self.inner.ctx.shared().agree(qpn, agreed);
+        self.inner.engine.shared().agree(qpn, agreed);
     }
 }
 

@@ -10,6 +10,7 @@ use super::rendezvous::Registration;
 use super::steps::{Depths, QpMover};
 use super::{CmEventType, PortSpace, UDP_QKEY};
 use crate::context::Context;
+use crate::engine_context::EngineContext;
 use crate::error::{Error, Result};
 use crate::fdqueue::FdQueue;
 use crate::lock::lock;
@@ -71,6 +72,8 @@ impl State {
 pub(crate) struct IdInner {
     pub(super) key: u64,
     pub(super) ctx: Context,
+    /// The engine of `ctx` (the RDMA CM is the engine's).
+    pub(super) engine: EngineContext,
     pub(super) dev: usize,
     /// The channel its events go to (`migrate` changes it).
     pub(super) channel: Mutex<Arc<ChannelInner>>,
@@ -102,7 +105,7 @@ pub(super) fn errno(e: rustix::io::Errno) -> Error {
     Error::Io(std::io::Error::from_raw_os_error(e.raw_os_error()))
 }
 
-pub(super) fn dev_key(ctx: &Context) -> usize {
+pub(super) fn dev_key(ctx: &EngineContext) -> usize {
     Arc::as_ptr(&ctx.inner.shared) as usize
 }
 

@@ -167,7 +167,9 @@ impl RStream {
         }
         // The program may now spin on its own memory for the answer (riostream does),
         // never polling: the engine thread must take what comes.
-        self.cq.ctx.shared().app_leaves();
+        if let Some(cq) = self.cq.engine_cq() {
+            cq.ctx.shared().app_leaves();
+        }
         Ok(sent)
     }
 }

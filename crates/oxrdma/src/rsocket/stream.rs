@@ -451,7 +451,8 @@ impl RStream {
             return Some(r);
         }
         if !f.armed {
-            self.cq.req_notify(&self.comp);
+            // A stream's CQ is an engine device's (the RDMA CM's): the arm cannot fail.
+            let _ = self.cq.req_notify(&self.comp);
             f.armed = true;
             self.progress(&mut f);
             let r = self.readiness(&f, want);
@@ -482,7 +483,9 @@ impl RStream {
     /// pending): the engine thread moves the packets meanwhile.
     #[cfg(feature = "tokio")]
     pub(crate) fn app_leaves(&self) {
-        self.cq.ctx.shared().app_leaves();
+        if let Some(cq) = self.cq.engine_cq() {
+            cq.ctx.shared().app_leaves();
+        }
     }
 
     /// SO_ERROR: the pending error, cleared.
@@ -553,7 +556,8 @@ impl RStream {
                 continue;
             }
             if !f.armed {
-                self.cq.req_notify(&self.comp);
+                // As in `ready`: an engine CQ's arm cannot fail.
+                let _ = self.cq.req_notify(&self.comp);
                 f.armed = true;
                 continue;
             }

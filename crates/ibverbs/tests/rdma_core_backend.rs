@@ -1,0 +1,291 @@
+//! The Rust API's rdma-core backend (issue 59) on this repository's own `libibverbs.so.1`:
+//! a program written against `oxrdma` opens device `oxr0` through the C ABI, as it would
+//! open `mlx5_0` or `rxe0`, and talks to an engine device of the same process. Every
+//! operation crosses between the two backends in both directions, so each side's
+//! conversions (work requests, completions, QP attributes, address handles) are checked
+//! against the other's.
+//!
+//! One test function: the library to load and its device are named through the
+//! environment, which is set once, before anything reads it.
+
+use oxrdma::{
+    Access, Backend, ConnectOptions, Context, Error, QpCap, QpState, QpType, RecvWr, SendWr,
+    WcOpcode, WcStatus,
+};
+use std::time::Duration;
+
+const HW_IP: &str = "127.0.3.10";
+const ENGINE_IP: &str = "127.0.3.11";
+const WAIT: Duration = Duration::from_secs(10);
+
+/// The C library this test binary was built with.
+fn our_libibverbs() -> std::path::PathBuf {
+    std::env::current_exe()
+        .unwrap()
+        .with_file_name("liboxrdma_ibverbs.so")
+}
+
+#[test]
+fn the_rust_api_runs_on_rdma_core_against_the_engine() {
+    let lib = our_libibverbs();
+    assert!(lib.exists(), "{} is not built", lib.display());
+    // SAFETY (of the test's logic, not memory): the only test of this binary, so no
+    // other thread reads the environment meanwhile.
+    std::env::set_var("OXRDMA_LIBIBVERBS", &lib);
+    std::env::set_var("OXRDMA_DEVICES", format!("oxr0={HW_IP}"));
+
+    assert_eq!(oxrdma::rdma_core::devices().unwrap(), ["oxr0"]);
+    let hw = Context::open_rdma_core("oxr0").unwrap();
+    let sw = Context::open_engine(ENGINE_IP.parse().unwrap()).unwrap();
+    assert_eq!(hw.backend(), Backend::RdmaCore);
+    assert_eq!(sw.backend(), Backend::Engine);
+    assert_eq!(hw.gid().ip().to_string(), HW_IP);
+    assert!(hw.attr().max_qp > 0 && hw.attr().max_mr_size > 0);
+    assert!(matches!(
+        Context::open_rdma_core("mlx5_0"),
+        Err(Error::NoRdmaCore(_))
+    ));
+
+    rc_both_ways(&hw, &sw);
+    ud_both_ways(&hw, &sw);
+    refusals(&hw);
+}
+
+/// WRITE, READ, SEND, WRITE with immediate and both atomics, each way; a bad rkey.
+fn rc_both_ways(hw: &Context, sw: &Context) {
+    let all =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let (ph, ps) = (hw.alloc_pd().unwrap(), sw.alloc_pd().unwrap());
+    let (mh, ms) = (
+        ph.register(8192, all).unwrap(),
+        ps.register(8192, all).unwrap(),
+    );
+    let (ch, cs) = (hw.create_cq(64).unwrap(), sw.create_cq(64).unwrap());
+    let qh = ph
+        .create_qp(&ch, &ch, QpType::Rc, QpCap::default())
+        .unwrap();
+    let qs = ps
+        .create_qp(&cs, &cs, QpType::Rc, QpCap::default())
+        .unwrap();
+    assert_eq!(qh.state().unwrap(), QpState::Reset);
+    let eh = qh.endpoint().with_buffer(mh.remote());
+    let es = qs.endpoint().with_buffer(ms.remote());
+    assert_eq!(eh.gid, hw.gid());
+    // Through the byte form, as two programs would exchange them.
+    let eh = oxrdma::Endpoint::from_bytes(&eh.to_bytes()).unwrap();
+    qh.connect(&es, &ConnectOptions::default()).unwrap();
+    qs.connect(&eh, &ConnectOptions::default()).unwrap();
+    assert_eq!(qh.state().unwrap(), QpState::Rts);
+
+    // rdma-core WRITEs into the engine, then READs it back elsewhere.
+    mh.write(0, b"from rdma-core to the engine").unwrap();
+    qh.post_send(
+        SendWr::write(
+            1,
+            [mh.sge(0, 28).unwrap()],
+            es.buffers[0].slice(100..128).unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let wc = ch.wait_one(WAIT).unwrap().result().unwrap();
+    assert_eq!((wc.wr_id, wc.opcode), (1, WcOpcode::RdmaWrite));
+    let mut got = [0u8; 28];
+    ms.read(100, &mut got).unwrap();
+    assert_eq!(&got, b"from rdma-core to the engine");
+    qh.post_send(
+        SendWr::read(
+            2,
+            [mh.sge(1000, 28).unwrap()],
+            es.buffers[0].slice(100..128).unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let wc = ch.wait_one(WAIT).unwrap().result().unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.opcode, wc.byte_len),
+        (2, WcOpcode::RdmaRead, 28)
+    );
+    mh.read(1000, &mut got).unwrap();
+    assert_eq!(&got, b"from rdma-core to the engine");
+
+    // The engine WRITEs into rdma-core's memory with an immediate: a receive there.
+    qh.post_recv(RecvWr {
+        wr_id: 3,
+        sges: vec![mh.sge(4096, 64).unwrap()].into(),
+    })
+    .unwrap();
+    ms.write(200, b"engine to rdma-core").unwrap();
+    let w = SendWr::write(
+        4,
+        [ms.sge(200, 19).unwrap()],
+        eh.buffers[0].slice(2000..2019).unwrap(),
+    )
+    .unwrap()
+    .with_imm(0xfeed_f00d)
+    .unwrap();
+    qs.post_send(w).unwrap();
+    cs.wait_one(WAIT).unwrap().result().unwrap();
+    let wc = ch.wait_one(WAIT).unwrap().result().unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.opcode, wc.imm),
+        (3, WcOpcode::RecvRdmaWithImm, Some(0xfeed_f00d))
+    );
+    assert_eq!(wc.qp_num, qh.qpn());
+    let mut got = [0u8; 19];
+    mh.read(2000, &mut got).unwrap();
+    assert_eq!(&got, b"engine to rdma-core");
+
+    // SENDs each way, one inline, one from registered memory.
+    qs.post_recv(RecvWr {
+        wr_id: 5,
+        sges: vec![ms.sge(4096, 64).unwrap()].into(),
+    })
+    .unwrap();
+    qh.post_send(SendWr::send_inline(6, b"inline from rdma-core"))
+        .unwrap();
+    assert_eq!(ch.wait_one(WAIT).unwrap().result().unwrap().wr_id, 6);
+    let wc = cs.wait_one(WAIT).unwrap().result().unwrap();
+    assert_eq!((wc.wr_id, wc.byte_len, wc.src_qp), (5, 21, qh.qpn()));
+    qh.post_recv(RecvWr {
+        wr_id: 7,
+        sges: vec![mh.sge(5000, 64).unwrap()].into(),
+    })
+    .unwrap();
+    ms.write(300, b"a SEND from the engine").unwrap();
+    qs.post_send(SendWr::send(8, [ms.sge(300, 22).unwrap()]))
+        .unwrap();
+    cs.wait_one(WAIT).unwrap().result().unwrap();
+    let wc = ch.wait_one(WAIT).unwrap().result().unwrap();
+    assert_eq!((wc.wr_id, wc.opcode, wc.byte_len), (7, WcOpcode::Recv, 22));
+    let mut got = [0u8; 22];
+    mh.read(5000, &mut got).unwrap();
+    assert_eq!(&got, b"a SEND from the engine");
+
+    // Atomics each way on an 8-byte word.
+    ms.write(512, &40u64.to_ne_bytes()).unwrap();
+    let word_s = es.buffers[0].slice(512..520).unwrap();
+    qh.post_send(SendWr::atomic_fetch_add(9, mh.sge(6000, 8).unwrap(), word_s, 2).unwrap())
+        .unwrap();
+    ch.wait_one(WAIT).unwrap().result().unwrap();
+    let mut old = [0u8; 8];
+    mh.read(6000, &mut old).unwrap();
+    assert_eq!(u64::from_ne_bytes(old), 40);
+    ms.read(512, &mut old).unwrap();
+    assert_eq!(u64::from_ne_bytes(old), 42);
+    mh.write(520, &7u64.to_ne_bytes()).unwrap();
+    let word_h = eh.buffers[0].slice(520..528).unwrap();
+    qs.post_send(SendWr::atomic_cas(10, ms.sge(600, 8).unwrap(), word_h, 7, 99).unwrap())
+        .unwrap();
+    cs.wait_one(WAIT).unwrap().result().unwrap();
+    mh.read(520, &mut old).unwrap();
+    assert_eq!(u64::from_ne_bytes(old), 99);
+
+    // A READ with a wrong rkey completes in error on the rdma-core side.
+    let good = es.buffers[0];
+    let bad = oxrdma::RemoteBuf::new(good.addr(), good.rkey() ^ 0x5a5a, good.len()).unwrap();
+    qh.post_send(SendWr::read(11, [mh.sge(0, 8).unwrap()], bad).unwrap())
+        .unwrap();
+    let err = ch.wait_one(WAIT).unwrap().result().unwrap_err();
+    assert_eq!((err.wr_id, err.status), (11, WcStatus::RemAccessErr));
+    assert_eq!(qh.state().unwrap(), QpState::Err);
+
+    // The PD is busy while its region and QP live, then goes.
+    let (ph, e) = ph.try_destroy().unwrap_err();
+    assert!(
+        matches!(e, Error::Verbs(oxrdma::VerbsError::Busy(_))),
+        "{e}"
+    );
+    drop((qh, mh));
+    ph.try_destroy().map_err(|(_, e)| e).unwrap();
+}
+
+/// Datagrams each way through address handles; the receiver's 40-byte GRH area.
+fn ud_both_ways(hw: &Context, sw: &Context) {
+    let (ph, ps) = (hw.alloc_pd().unwrap(), sw.alloc_pd().unwrap());
+    let (mh, ms) = (
+        ph.register(4096, Access::LOCAL_WRITE).unwrap(),
+        ps.register(4096, Access::LOCAL_WRITE).unwrap(),
+    );
+    let (ch, cs) = (hw.create_cq(16).unwrap(), sw.create_cq(16).unwrap());
+    let qh = ph
+        .create_qp(&ch, &ch, QpType::Ud, QpCap::default())
+        .unwrap();
+    let qs = ps
+        .create_qp(&cs, &cs, QpType::Ud, QpCap::default())
+        .unwrap();
+    qh.ready_ud(0x1111).unwrap();
+    qs.ready_ud(0x1111).unwrap();
+    qh.post_recv(RecvWr {
+        wr_id: 1,
+        sges: vec![mh.sge(0, 40 + 256).unwrap()].into(),
+    })
+    .unwrap();
+    qs.post_recv(RecvWr {
+        wr_id: 2,
+        sges: vec![ms.sge(0, 40 + 256).unwrap()].into(),
+    })
+    .unwrap();
+    let to_sw = ph.create_ah(sw.gid()).unwrap();
+    let to_hw = ps.create_ah(hw.gid()).unwrap();
+    qh.post_send(
+        SendWr::send_inline(3, b"datagram to the engine").to(to_sw.dest(qs.qpn(), 0x1111)),
+    )
+    .unwrap();
+    qs.post_send(SendWr::send_inline(4, b"datagram to rdma-core").to(to_hw.dest(qh.qpn(), 0x1111)))
+        .unwrap();
+    // Each CQ holds its send's completion and its receive's, in either order.
+    let both = |cq: &oxrdma::CompletionQueue| {
+        let mut wcs = cq.wait_for(2, WAIT).unwrap();
+        wcs.sort_by_key(|w| w.opcode == WcOpcode::Recv);
+        assert_eq!(wcs[0].opcode, WcOpcode::Send);
+        wcs[0].result().unwrap();
+        wcs[1].result().unwrap()
+    };
+    let (at_hw, at_sw) = (both(&ch), both(&cs));
+    assert_eq!(
+        (at_sw.wr_id, at_sw.byte_len, at_sw.src_qp),
+        (2, 40 + 22, qh.qpn())
+    );
+    assert_eq!(
+        (at_hw.wr_id, at_hw.byte_len, at_hw.src_qp),
+        (1, 40 + 21, qs.qpn())
+    );
+    let mut text = [0u8; 21];
+    mh.read(40, &mut text).unwrap();
+    assert_eq!(&text, b"datagram to rdma-core");
+    // An address handle that is gone cannot be named.
+    let id = to_sw.id();
+    to_sw.try_destroy().map_err(|(_, e)| e).unwrap();
+    let stale = SendWr::send_inline(5, b"x").to(oxrdma::UdDest {
+        ah: id,
+        remote_qpn: qs.qpn(),
+        remote_qkey: 0x1111,
+    });
+    assert!(qh.post_send(stale).is_err());
+}
+
+/// What the engine alone offers is refused, with the reason.
+fn refusals(hw: &Context) {
+    let unsupported = |r: Result<(), Error>| match r {
+        Err(Error::Unsupported(_)) => {}
+        other => panic!("expected Unsupported, got {other:?}"),
+    };
+    unsupported(hw.create_comp_channel().map(drop));
+    unsupported(hw.capture_to(std::path::Path::new("/dev/null")));
+    unsupported(hw.open_again().map(drop));
+    let pd = hw.alloc_pd().unwrap();
+    unsupported(pd.create_srq(4, 1, 0).map(drop));
+    unsupported(pd.alloc_mw(oxrdma::MwType::Type2).map(drop));
+    let cq = hw.create_cq(4).unwrap();
+    let qp = pd
+        .create_qp(&cq, &cq, QpType::Rc, QpCap::default())
+        .unwrap();
+    unsupported(qp.secure_endpoint().map(drop));
+    unsupported(qp.counters().map(drop));
+    let ch = oxrdma::cm::EventChannel::new().unwrap();
+    unsupported(oxrdma::cm::CmId::new(&ch, hw, oxrdma::cm::PortSpace::Tcp).map(drop));
+    let io = std::io::Error::from(Error::Unsupported("x"));
+    assert_eq!(io.kind(), std::io::ErrorKind::Unsupported);
+}
