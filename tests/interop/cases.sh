@@ -17,7 +17,7 @@
 #   NETEM   "" or netem arguments applied to the guest's eth0 egress for this
 #           case (and, if OXR_NETEM_HOST=1, to tap0 in the namespace too)
 #   GUEST_CMD  run by sh in the guest; has $IDX4 and $IDX6 (RoCE v2 GID indexes of its IPv4
-#              and IPv6 addresses) and $HOST_IP
+#              and IPv6 addresses), $HOST_IP and $GUEST_IP (its own IPv4 address)
 #   HOST_CMD   run by bash in the namespace; has $OXR, $HOST_IP, $GUEST_IP, $HOST_IP6 and
 #              $PCAP (where oxrdma should write its own capture)
 # IPv6 cases (family *_v6) carry RoCE over fd78::1 <-> fd78::fe; the TCP exchange stays on
@@ -211,6 +211,34 @@ tcase "cm/rstream_unequal/lib-server" on host~3  240 rc "" "$rs_cmd -B 65536 -s 
 EXPECT="65536 200"
 cm_case ib_write_bw_R 180 perf "ib_write_bw -R -F -m $MTU_ARG -s 65536 -n 200 --report_gbits" \
     "ib_write_bw -R -F -m $MTU_ARG -s 65536 -n 200 --report_gbits"
+EXPECT=""
+
+# --- the Rust API on rdma-core (issue 59): oxrdma's own tool in the guest, built on the
+# host, its verbs on rxe0 through the guest's libibverbs (OXRDMA_BACKEND=rdma-core) <->
+# oxrdma's engine on the host; both roles. The same program on both sides, each side on
+# another implementation of the API.
+RS_G="OXRDMA_BACKEND=rdma-core /mnt/share/oxrdma"
+for s in ${OXR_RS_PP_SIZES:-1 65536}; do
+    n=$(pp_iters "$s")
+    g="$RS_G pingpong -d \$GUEST_IP -m $MTU_ARG -s $s -n $n"
+    h="\"\$OXR\" pingpong -d \"\$HOST_IP\" -m $MTU_ARG -s $s -n $n --pcap \"\$PCAP\""
+    EXPECT=$((2 * s * n))
+    tcase "rs_rdma_core_pingpong/oxr-client/s$s" on guest 120 bytes "" "$g"               "$h \"\$GUEST_IP\""
+    tcase "rs_rdma_core_pingpong/oxr-server/s$s" on host  120 bytes "" "$g \"\$HOST_IP\"" "$h"
+done
+g="$RS_G ud-pingpong -d \$GUEST_IP -s 1024 -n 200"
+h="\"\$OXR\" ud-pingpong -d \"\$HOST_IP\" -s 1024 -n 200 --pcap \"\$PCAP\""
+EXPECT=$((2 * 1024 * 200))
+tcase "rs_rdma_core_ud_pingpong/oxr-client/s1024" on guest 120 bytes "" "$g"               "$h \"\$GUEST_IP\""
+tcase "rs_rdma_core_ud_pingpong/oxr-server/s1024" on host  120 bytes "" "$g \"\$HOST_IP\"" "$h"
+for sub_s in write-bw:65536 read-bw:65536 atomic-bw:8; do
+    sub=${sub_s%%:*}; s=${sub_s#*:}; sz="-s $s"; [ "$sub" = atomic-bw ] && sz=""
+    g="$RS_G perf $sub --perftest --no-progress -d \$GUEST_IP $sz -n 200"
+    h="\"\$OXR\" perf $sub --perftest --no-progress -d \"\$HOST_IP\" $sz -n 200 --pcap \"\$PCAP\""
+    EXPECT="$s 200"
+    tcase "rs_rdma_core_$sub/oxr-client/s$s" on guest 180 perf "" "$g"               "$h \"\$GUEST_IP\""
+    tcase "rs_rdma_core_$sub/oxr-server/s$s" on host  180 perf "" "$g \"\$HOST_IP\"" "$h"
+done
 EXPECT=""
 
 # --- two oxrdma processes on the host's one address at once (shared, as two processes

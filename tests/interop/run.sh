@@ -104,6 +104,8 @@ start_guest() {
     BOOTS=$((BOOTS + 1)); GSEQ=0
     rm -f "$SHARE"/runner.ready "$SHARE"/guest.env "$SHARE"/cmd.* "$SHARE"/out.* "$SHARE"/rc.* "$SHARE"/listen.*
     cp "$HERE/guest/runner.sh" "$SHARE/runner.sh"
+    # The rs_rdma_core cases run the tool itself in the guest, on rxe0 through rdma-core.
+    cp "$OXR" "$SHARE/oxrdma"
     guest_boot "$NS" "$SHARE" "$RUN/console.$BOOTS.log"
     log "qemu pid $QEMU_PID (boot $BOOTS)"
     guest_ready "$SHARE" "${OXR_BOOT_TIMEOUT:-300}" || return 1

@@ -284,6 +284,36 @@ fn refusals(hw: &Context) {
         .unwrap();
     unsupported(qp.secure_endpoint().map(drop));
     unsupported(qp.counters().map(drop));
+    // A source GID that is not one of the port's RoCE v2 GIDs is named as the reason.
+    let av = oxrdma::AddressVector {
+        dgid: hw.gid(),
+        sgid_index: 5,
+    };
+    let e = pd.create_ah_av(av).unwrap_err().to_string();
+    assert!(e.contains("not a RoCE v2 GID"), "{e}");
+    let e = qp
+        .modify(&oxrdma::QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            qp_access_flags: Some(Access::empty()),
+            ..Default::default()
+        })
+        .and_then(|()| {
+            qp.modify(&oxrdma::QpAttr {
+                qp_state: Some(QpState::Rtr),
+                ah_attr: Some(av),
+                path_mtu: Some(oxrdma::Mtu::Mtu1024),
+                dest_qp_num: Some(1),
+                rq_psn: Some(0),
+                max_dest_rd_atomic: Some(1),
+                min_rnr_timer: Some(12),
+                ..Default::default()
+            })
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a RoCE v2 GID"), "{e}");
     let ch = oxrdma::cm::EventChannel::new().unwrap();
     unsupported(oxrdma::cm::CmId::new(&ch, hw, oxrdma::cm::PortSpace::Tcp).map(drop));
     let io = std::io::Error::from(Error::Unsupported("x"));

@@ -56,7 +56,8 @@ echo "IDX4=$IDX4 IDX6=$IDX6 ($gid6)"
 rdma link
 ibv_devinfo -d rxe0 2>&1 | grep -E 'hca_id|state|active_mtu|transport'
 { echo "IDX4=$IDX4"; echo "IDX6=$IDX6"; echo "KERNEL=$(uname -r)"; } > $S/.guest.env.tmp && mv $S/.guest.env.tmp $S/guest.env
-export IDX4 IDX6 HOST_IP
+GUEST_IP=$ip4
+export IDX4 IDX6 HOST_IP GUEST_IP
 echo ready > $S/.ready.tmp && mv $S/.ready.tmp $S/runner.ready
 n=1
 while :; do

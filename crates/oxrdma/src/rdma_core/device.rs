@@ -182,6 +182,19 @@ impl Device {
         at.unwrap_or(0) as u8
     }
 
+    /// `index` names a RoCE v2 GID of the port: what a RoCE QP or AH may send from (an
+    /// IB or RoCE v1 entry, as rxe's index 0, is refused by the provider with a bare
+    /// EINVAL; this says why).
+    pub fn check_sgid(&self, index: u8) -> Result<()> {
+        match self.gids.get(usize::from(index)) {
+            Some(g) if *g != Gid::default() => Ok(()),
+            _ => Err(oxrdma_core::VerbsError::InvalidArgument(
+                "the source GID index is not a RoCE v2 GID of the device (Context::gid_index_for finds one)",
+            )
+            .into()),
+        }
+    }
+
     /// The main GID: its first RoCE v2 IPv4 one, else its first global one, else the first.
     pub fn main_gid(&self) -> Gid {
         let used: Vec<Gid> = self

@@ -118,6 +118,7 @@ unsafe impl Sync for Ah {}
 
 impl Ah {
     pub fn create(pd: &Arc<Pd>, av: AddressVector) -> Result<Ah> {
+        pd.dev.check_sgid(av.sgid_index)?;
         let v = verbs()?;
         let mut attr = ah_attr(av);
         // SAFETY: a PD of an open device and a readable attribute.

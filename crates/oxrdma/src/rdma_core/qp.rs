@@ -82,6 +82,9 @@ impl Qp {
 
     /// `ibv_modify_qp`.
     pub fn modify(&self, a: &QpAttr) -> Result<()> {
+        if let Some(av) = a.ah_attr {
+            self.pd.dev.check_sgid(av.sgid_index)?;
+        }
         let v = verbs()?;
         let (mut c, mask) = qp_attr(a);
         // SAFETY: a live QP and a readable attribute.

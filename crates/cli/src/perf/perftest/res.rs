@@ -155,7 +155,11 @@ impl Res {
         self.qp
             .modify(&QpAttr {
                 qp_state: Some(QpState::Rtr),
-                ah_attr: Some(AddressVector::to(oxrdma::Gid(peer.gid))),
+                // From the device GID that suits the peer's (on rxe, index 0 is RoCE v1).
+                ah_attr: Some(AddressVector {
+                    dgid: oxrdma::Gid(peer.gid),
+                    sgid_index: self.ctx.gid_index_for(oxrdma::Gid(peer.gid)),
+                }),
                 path_mtu: Some(mtu),
                 dest_qp_num: Some(peer.qpn),
                 rq_psn: Some(peer.psn),
