@@ -48,6 +48,7 @@ fn the_rust_api_runs_on_rdma_core_against_the_engine() {
 
     rc_both_ways(&hw, &sw);
     ud_both_ways(&hw, &sw);
+    awaited(&hw, &sw);
     refusals(&hw);
 }
 
@@ -264,6 +265,61 @@ fn ud_both_ways(hw: &Context, sw: &Context) {
         remote_qkey: 0x1111,
     });
     assert!(qh.post_send(stale).is_err());
+}
+
+/// An rdma-core CQ's completions awaited on tokio, the sender pausing between messages so
+/// that the task sleeps on the CQ's channel each time.
+fn awaited(hw: &Context, sw: &Context) {
+    let (ph, ps) = (hw.alloc_pd().unwrap(), sw.alloc_pd().unwrap());
+    let mh = ph.register(64 * 64, Access::LOCAL_WRITE).unwrap();
+    let (ch, cs) = (hw.create_cq(64).unwrap(), sw.create_cq(64).unwrap());
+    let qh = ph
+        .create_qp(&ch, &ch, QpType::Rc, QpCap::default())
+        .unwrap();
+    let qs = ps
+        .create_qp(&cs, &cs, QpType::Rc, QpCap::default())
+        .unwrap();
+    qh.connect(&qs.endpoint(), &ConnectOptions::default())
+        .unwrap();
+    qs.connect(&qh.endpoint(), &ConnectOptions::default())
+        .unwrap();
+    const N: u64 = 40;
+    for i in 0..N {
+        let sges = vec![mh.sge(64 * i as usize, 64).unwrap()].into();
+        qh.post_recv(RecvWr { wr_id: i, sges }).unwrap();
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let got = rt.block_on(async {
+        let ach = oxrdma::aio::AsyncCq::new(ch).unwrap();
+        let sender = std::thread::spawn(move || {
+            for i in 0..N {
+                std::thread::sleep(Duration::from_millis(2));
+                qs.post_send(SendWr::send_inline(i, &i.to_le_bytes()))
+                    .unwrap();
+                cs.wait_one(WAIT).unwrap().result().unwrap();
+            }
+        });
+        let mut got = Vec::new();
+        while got.len() < N as usize {
+            let wc = tokio::time::timeout(WAIT, ach.next()).await;
+            got.push(
+                wc.expect("a completion in time")
+                    .unwrap()
+                    .result()
+                    .unwrap()
+                    .wr_id,
+            );
+        }
+        sender.join().unwrap();
+        got
+    });
+    assert_eq!(got, (0..N).collect::<Vec<_>>());
+    let mut last = [0u8; 8];
+    mh.read(64 * (N as usize - 1), &mut last).unwrap();
+    assert_eq!(u64::from_le_bytes(last), N - 1);
 }
 
 /// What the engine alone offers is refused, with the reason.

@@ -7,12 +7,14 @@ use oxrdma_core::WorkCompletion;
 use std::os::fd::AsRawFd;
 use tokio::io::unix::AsyncFd;
 
-/// A CQ with a completion channel of its own, armed whenever a task finds it empty.
+/// A CQ with a completion channel of its own, armed whenever a task finds it empty (an
+/// engine CQ's made here; an rdma-core CQ's is the one it was made with).
 #[derive(Debug)]
 pub struct AsyncCq {
     // Dropped first: the reactor lets the descriptor go before the channel closes it.
     fd: AsyncFd<Fd>,
-    channel: CompletionChannel,
+    /// The engine CQ's channel (None on rdma-core).
+    channel: Option<CompletionChannel>,
     cq: CompletionQueue,
 }
 
@@ -20,19 +22,52 @@ impl AsyncCq {
     /// `cq`, its completions to be awaited (within a tokio runtime). A CQ is armed for
     /// one channel at a time: do not arm this one for another.
     pub fn new(cq: CompletionQueue) -> Result<AsyncCq> {
-        let engine = cq
-            .engine_cq()
-            .ok_or(crate::Error::Unsupported("awaiting an rdma-core CQ"))?;
-        let channel = engine.ctx.create_comp_channel()?;
-        channel.set_nonblocking(true)?;
-        // SAFETY: `channel` owns the descriptor and is dropped after `fd` (field order).
-        let fd = unsafe { super::register(channel.as_raw_fd()) }?;
-        Ok(AsyncCq { fd, channel, cq })
+        if let Some(engine) = cq.engine_cq() {
+            let channel = engine.ctx.create_comp_channel()?;
+            channel.set_nonblocking(true)?;
+            // SAFETY: `channel` owns the descriptor and is dropped after `fd` (field order).
+            let fd = unsafe { super::register(channel.as_raw_fd()) }?;
+            return Ok(AsyncCq {
+                fd,
+                channel: Some(channel),
+                cq,
+            });
+        }
+        let raw = cq.rdma_core_cq().map(|c| c.event_fd());
+        let raw = raw.ok_or(crate::Error::Unsupported("awaiting this CQ"))?;
+        // SAFETY: the CQ owns its channel's descriptor and is dropped after `fd`.
+        let fd = unsafe { super::register(raw) }?;
+        Ok(AsyncCq {
+            fd,
+            channel: None,
+            cq,
+        })
     }
 
     /// The CQ, for what does not wait.
     pub fn cq(&self) -> &CompletionQueue {
         &self.cq
+    }
+
+    /// Asks for an event at the next completion.
+    fn arm(&self) -> Result<()> {
+        match (&self.channel, self.cq.rdma_core_cq()) {
+            (Some(channel), _) => self.cq.req_notify(channel),
+            (None, Some(cq)) => cq.arm(),
+            (None, None) => Err(crate::Error::Unsupported("awaiting this CQ")),
+        }
+    }
+
+    /// Takes the events that woke the task.
+    fn take_events(&self) -> Result<()> {
+        match (&self.channel, self.cq.rdma_core_cq()) {
+            (Some(channel), _) => while channel.try_get_event()?.is_some() {},
+            (None, Some(cq)) => {
+                cq.take_events()?;
+            }
+            (None, None) => {}
+        }
+        Ok(())
     }
 
     /// Appends up to `max` completions to `out` once at least one is there; returns how
@@ -43,7 +78,7 @@ impl AsyncCq {
             if n > 0 || max == 0 {
                 return Ok(n);
             }
-            self.cq.req_notify(&self.channel)?;
+            self.arm()?;
             // What came before the arm raises no event: look once more.
             let n = self.cq.poll(out, max)?;
             if n > 0 {
@@ -55,7 +90,7 @@ impl AsyncCq {
                 cq.ctx.shared().app_leaves();
             }
             let mut ready = self.fd.readable().await?;
-            while self.channel.try_get_event()?.is_some() {}
+            self.take_events()?;
             ready.clear_ready();
         }
     }

@@ -109,7 +109,7 @@ impl Cq {
     }
 
     /// Sleeps until the CQ's channel reports it (after `arm`) or `left` passes; takes and
-    /// acknowledges the event. Whether one came.
+    /// acknowledges the events. Whether one came.
     pub fn sleep(&self, left: Duration) -> Result<bool> {
         use rustix::event::{poll, PollFd, PollFlags, Timespec};
         let fd = self.channel_fd();
@@ -119,18 +119,33 @@ impl Cq {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(std::io::Error::from(e).into()),
         }
+        Ok(self.take_events()? > 0)
+    }
+
+    /// Takes and acknowledges every event the channel holds, without waiting; how many.
+    pub fn take_events(&self) -> Result<usize> {
         let v = verbs()?;
-        let mut cq = std::ptr::null_mut();
-        let mut user = std::ptr::null_mut();
-        // SAFETY: the channel is live; the descriptor is non-blocking, so this returns at
-        // once whether or not an event waits.
-        let rc = unsafe { (v.ibv_get_cq_event)(self.channel.as_ptr(), &mut cq, &mut user) };
-        if rc != 0 {
-            return Ok(false);
+        let mut n = 0;
+        loop {
+            let mut cq = std::ptr::null_mut();
+            let mut user = std::ptr::null_mut();
+            // SAFETY: the channel is live; the descriptor is non-blocking, so this returns
+            // at once whether or not an event waits.
+            let rc = unsafe { (v.ibv_get_cq_event)(self.channel.as_ptr(), &mut cq, &mut user) };
+            if rc != 0 {
+                return Ok(n);
+            }
+            // SAFETY: the one event just taken, of this channel's only CQ.
+            unsafe { (v.ibv_ack_cq_events)(cq, 1) };
+            n += 1;
         }
-        // SAFETY: the one event just taken, of this channel's only CQ.
-        unsafe { (v.ibv_ack_cq_events)(cq, 1) };
-        Ok(true)
+    }
+
+    /// The descriptor that becomes readable when an armed completion comes (for a
+    /// reactor; `take_events` then).
+    pub fn event_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.channel_fd().as_raw_fd()
     }
 }
 

@@ -4,8 +4,9 @@
 //! device: [`Context::open_rdma_core`](crate::Context::open_rdma_core), or
 //! `OXRDMA_BACKEND=rdma-core` for [`Context::open`](crate::Context::open).
 //!
-//! What it covers: PDs, memory regions (owned or lent), CQs (polling and blocking waits),
-//! RC, UC and UD QPs (connect, post, state), address handles. The engine's own extras
+//! What it covers: PDs, memory regions (owned or lent), CQs (polling, blocking waits and
+//! `aio::AsyncCq`), RC, UC and UD QPs (connect, post, state), address handles. The
+//! engine's own extras
 //! (counters, captures, secure QPs, the RDMA CM and rsockets, SRQs, memory windows,
 //! completion channels shared among CQs, async events) are refused with
 //! [`Error::Unsupported`](crate::Error::Unsupported) on such a device.
