@@ -3,8 +3,10 @@
 use super::Fd;
 use crate::error::Result;
 use crate::{CompletionChannel, CompletionQueue};
+use oxrdma_core::driving::waiters::SpinBudget;
 use oxrdma_core::WorkCompletion;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::unix::AsyncFd;
 
 /// A CQ with a completion channel of its own, armed whenever a task finds it empty (an
@@ -16,6 +18,8 @@ pub struct AsyncCq {
     /// The engine CQ's channel (None on rdma-core).
     channel: Option<CompletionChannel>,
     cq: CompletionQueue,
+    /// How long its waits lately lasted (ns, `SpinBudget`).
+    typical_ns: AtomicU64,
 }
 
 impl AsyncCq {
@@ -31,6 +35,7 @@ impl AsyncCq {
                 fd,
                 channel: Some(channel),
                 cq,
+                typical_ns: AtomicU64::new(0),
             });
         }
         let raw = cq.rdma_core_cq().map(|c| c.event_fd());
@@ -41,6 +46,7 @@ impl AsyncCq {
             fd,
             channel: None,
             cq,
+            typical_ns: AtomicU64::new(0),
         })
     }
 
@@ -72,16 +78,36 @@ impl AsyncCq {
 
     /// Appends up to `max` completions to `out` once at least one is there; returns how
     /// many.
+    ///
+    /// While the CQ is empty the task polls on, yielding to the runtime between looks, for
+    /// as long as its waits lately lasted twice over (at most 50 us: `SpinBudget`, as a
+    /// blocking waiter does), then arms the CQ and sleeps until its channel wakes it. A
+    /// ping-pong's answer is so taken without a wake-up; an idle CQ costs one short spin.
     pub async fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
+        let start = std::time::Instant::now();
+        let typical_ns = self.typical_ns.load(Ordering::Relaxed);
+        let budget = SpinBudget { typical_ns }.budget();
+        let mut waited = false;
         loop {
             let n = self.cq.poll(out, max)?;
             if n > 0 || max == 0 {
+                if waited {
+                    let next = SpinBudget { typical_ns }.waited(start.elapsed());
+                    self.typical_ns.store(next.typical_ns, Ordering::Relaxed);
+                }
                 return Ok(n);
+            }
+            waited = true;
+            if start.elapsed() < budget {
+                tokio::task::yield_now().await;
+                continue;
             }
             self.arm()?;
             // What came before the arm raises no event: look once more.
             let n = self.cq.poll(out, max)?;
             if n > 0 {
+                let next = SpinBudget { typical_ns }.waited(start.elapsed());
+                self.typical_ns.store(next.typical_ns, Ordering::Relaxed);
                 return Ok(n);
             }
             // This task will not poll again until woken: the engine thread must move the
@@ -92,6 +118,7 @@ impl AsyncCq {
             let mut ready = self.fd.readable().await?;
             self.take_events()?;
             ready.clear_ready();
+            // Woken: look again at once, and learn how long this wait took when it ends.
         }
     }
 
