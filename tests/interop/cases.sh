@@ -226,6 +226,13 @@ for s in ${OXR_RS_PP_SIZES:-1 65536}; do
     tcase "rs_rdma_core_pingpong/oxr-client/s$s" on guest 120 bytes "" "$g"               "$h \"\$GUEST_IP\""
     tcase "rs_rdma_core_pingpong/oxr-server/s$s" on host  120 bytes "" "$g \"\$HOST_IP\"" "$h"
 done
+# Through the RDMA CM: librdmacm in the guest (oxrdma::cm on rdma-core), the engine's CM on
+# the host; the listener starts first, the other side 3 s after it.
+g="$RS_G pingpong --cm -d \$GUEST_IP -p 7479 -m $MTU_ARG -s 4096 -n 200"
+h="\"\$OXR\" pingpong --cm -d \"\$HOST_IP\" -p 7479 -m $MTU_ARG -s 4096 -n 200 --pcap \"\$PCAP\""
+EXPECT=$((2 * 4096 * 200))
+tcase "rs_rdma_core_pingpong_cm/oxr-client/s4096" on guest~3 120 bytes "" "$g"               "$h \"\$GUEST_IP\""
+tcase "rs_rdma_core_pingpong_cm/oxr-server/s4096" on host~3  120 bytes "" "$g \"\$HOST_IP\"" "$h"
 g="$RS_G ud-pingpong -d \$GUEST_IP -s 1024 -n 200"
 h="\"\$OXR\" ud-pingpong -d \"\$HOST_IP\" -s 1024 -n 200 --pcap \"\$PCAP\""
 EXPECT=$((2 * 1024 * 200))

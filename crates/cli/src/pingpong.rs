@@ -7,7 +7,6 @@
 //! client sends first, and each side sends again once its previous send completed and a
 //! message arrived.
 
-use crate::cmlink::CmLink;
 use crate::drops::explain;
 use crate::oob::{exchange, print_result};
 use crate::pingloop::PingLoop;
@@ -85,7 +84,7 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
     };
     // Kept until the end: dropping the ids disconnects.
     let _cm = if a.cm {
-        Some(connect_cm(a, &ctx, &qp, &mr, &post_recv)?)
+        Some(connect_cm(a, &ctx, &qp, &post_recv)?)
     } else {
         let me = qp.endpoint();
         let peer = exchange(a.server.as_deref(), a.port, &me, TOOL, &mut |_| Ok(()))?;
@@ -130,14 +129,14 @@ pub fn pingpong(a: &PingpongArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Connects `qp` through the RDMA CM, its receives posted before the peer can send.
+/// Connects `qp` through the RDMA CM (`oxrdma::cm`'s calls, so on an engine device and on
+/// an rdma-core one alike), its receives posted before the peer can send.
 fn connect_cm(
     a: &PingpongArgs,
     ctx: &Context,
     qp: &oxrdma::QueuePair,
-    mr: &oxrdma::MemoryRegion,
     post_recv: &dyn Fn() -> oxrdma::Result<()>,
-) -> anyhow::Result<CmLink> {
+) -> anyhow::Result<oxrdma::cm::Connection> {
     // INIT first, so the receives are in place when the connection is up.
     qp.modify(&oxrdma::QpAttr {
         qp_state: Some(oxrdma::QpState::Init),
@@ -149,25 +148,28 @@ fn connect_cm(
     for _ in 0..a.rx_depth {
         post_recv()?;
     }
-    let mut link = match &a.server {
+    let hello = format!("oxrdma pingpong -s {} -n {}", a.size, a.iters);
+    let conn = match &a.server {
         Some(host) => {
             let ip = (host.as_str(), a.port)
                 .to_socket_addrs()
                 .with_context(|| format!("cannot resolve {host}"))?
                 .next()
                 .with_context(|| format!("{host} has no address"))?;
-            CmLink::client(ctx, ip, false)?
+            oxrdma::cm::connect(ctx, ip, qp, hello.as_bytes())?
         }
-        None => CmLink::listen(ctx, a.port, false)?,
+        None => {
+            let any = std::net::SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, a.port));
+            oxrdma::cm::Listener::bind(ctx, any)?.accept(qp, hello.as_bytes())?
+        }
     };
-    let me = oxrdma::PeerInfo {
-        endpoint: qp.endpoint(),
-        addr: mr.addr(),
-        rkey: mr.rkey(),
-        len: a.size as u64,
-    };
-    link.link(qp, &me)?;
-    Ok(link)
+    // Both sides must run the same test.
+    anyhow::ensure!(
+        conn.private_data() == hello.as_bytes(),
+        "the peer runs another test: {:?}",
+        String::from_utf8_lossy(conn.private_data())
+    );
+    Ok(conn)
 }
 
 #[cfg(test)]

@@ -33,6 +33,18 @@ fn the_rust_api_runs_on_rdma_core_against_the_engine() {
     // other thread reads the environment meanwhile.
     std::env::set_var("OXRDMA_LIBIBVERBS", &lib);
     std::env::set_var("OXRDMA_DEVICES", format!("oxr0={HW_IP}"));
+    let rdmacm = lib
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("librdmacm.so.1");
+    assert!(
+        rdmacm.exists(),
+        "{} is not built: run the workspace's tests",
+        rdmacm.display()
+    );
+    std::env::set_var("OXRDMA_LIBRDMACM", &rdmacm);
 
     assert_eq!(oxrdma::rdma_core::devices().unwrap(), ["oxr0"]);
     let hw = Context::open_rdma_core("oxr0").unwrap();
@@ -49,6 +61,7 @@ fn the_rust_api_runs_on_rdma_core_against_the_engine() {
     rc_both_ways(&hw, &sw);
     ud_both_ways(&hw, &sw);
     awaited(&hw, &sw);
+    cm_both_ways(&hw, &sw);
     refusals(&hw);
 }
 
@@ -320,6 +333,64 @@ fn awaited(hw: &Context, sw: &Context) {
     let mut last = [0u8; 8];
     mh.read(64 * (N as usize - 1), &mut last).unwrap();
     assert_eq!(u64::from_le_bytes(last), N - 1);
+}
+
+/// The Rust-shaped RDMA CM on rdma-core (the system's librdmacm, here this repository's)
+/// against the engine's, each side listening once; private data both ways at its length,
+/// then a WRITE over each connection.
+fn cm_both_ways(hw: &Context, sw: &Context) {
+    use oxrdma::cm;
+    let rc = |ctx: &Context| {
+        let pd = ctx.alloc_pd().unwrap();
+        let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let mr = pd.register(4096, all).unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let qp = pd
+            .create_qp(&cq, &cq, QpType::Rc, QpCap::default())
+            .unwrap();
+        (pd, mr, cq, qp)
+    };
+    for (server, client, port) in [(hw, sw, 7481), (sw, hw, 7482)] {
+        let at: std::net::SocketAddr = (server.gid().ip(), port).into();
+        let listener = cm::Listener::bind(server, at).unwrap();
+        let (_pc, mc, cc, qc) = rc(client);
+        let (_ps, ms, cs, qs) = rc(server);
+        let remote = qs.endpoint().with_buffer(ms.remote()).to_bytes();
+        let dialer = std::thread::scope(|t| {
+            let dial = t.spawn(|| cm::connect(client, at, &qc, b"hello from the client").unwrap());
+            let req = listener.next_request(WAIT).unwrap();
+            assert_eq!(req.private_data(), b"hello from the client");
+            let conn = req.accept(&qs, &remote).unwrap();
+            let dialed = dial.join().unwrap();
+            assert_eq!(conn.private_data(), b"hello from the client");
+            (dialed, conn)
+        });
+        let (dialed, _accepted) = dialer;
+        // The server's buffer came in the accept's private data: WRITE into it.
+        let target = oxrdma::Endpoint::from_bytes(dialed.private_data())
+            .unwrap()
+            .buffers[0];
+        mc.write(0, b"over the RDMA CM").unwrap();
+        qc.post_send(SendWr::write(1, [mc.sge(0, 16).unwrap()], target).unwrap())
+            .unwrap();
+        cc.wait_one(WAIT).unwrap().result().unwrap();
+        let mut got = [0u8; 16];
+        ms.read(0, &mut got).unwrap();
+        assert_eq!(&got, b"over the RDMA CM", "server {:?}", server.backend());
+        assert!(cs.poll(&mut Vec::new(), 1).unwrap() == 0);
+    }
+    // A rejection from the engine reaches an rdma-core client with its reason's data.
+    let at: std::net::SocketAddr = (sw.gid().ip(), 7483).into();
+    let listener = cm::Listener::bind(sw, at).unwrap();
+    let (_p, _m, _c, qc) = rc(hw);
+    std::thread::scope(|t| {
+        let dial = t.spawn(|| cm::connect(hw, at, &qc, b"may I").map(drop));
+        listener.next_request(WAIT).unwrap().reject(b"no").unwrap();
+        match dial.join().unwrap() {
+            Err(Error::Rejected { private_data, .. }) => assert_eq!(private_data, b"no"),
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+    });
 }
 
 /// What the engine alone offers is refused, with the reason.

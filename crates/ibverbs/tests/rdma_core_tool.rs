@@ -27,13 +27,16 @@ fn free_port() -> String {
     l.local_addr().unwrap().port().to_string()
 }
 
-/// `oxrdma pingpong` with `args`, on the rdma-core backend if `hw` names its address.
+/// `oxrdma pingpong` with `args`, on the rdma-core backend if `hw` names its address
+/// (with this repository's librdmacm beside its libibverbs).
 fn pingpong(tool: &PathBuf, lib: &PathBuf, hw: Option<&str>, args: &[&str]) -> Command {
     let mut c = Command::new(tool);
     c.arg("pingpong").args(args);
     if let Some(ip) = hw {
+        let rdmacm = tool.with_file_name("librdmacm.so.1");
         c.env("OXRDMA_BACKEND", "rdma-core")
             .env("OXRDMA_LIBIBVERBS", lib)
+            .env("OXRDMA_LIBRDMACM", rdmacm)
             .env("OXRDMA_DEVICES", format!("oxr0={ip}"));
     }
     c
@@ -116,6 +119,34 @@ fn the_tool_runs_unchanged_on_rdma_core_in_both_roles() {
         n,
         size,
     );
+}
+
+#[test]
+fn the_tool_connects_through_the_rdma_cm_on_rdma_core_in_both_roles() {
+    let (tool, lib) = built();
+    assert!(
+        tool.with_file_name("librdmacm.so.1").exists(),
+        "librdmacm.so.1 is not built"
+    );
+    let (hw, sw) = ("127.0.3.16", "127.0.3.17");
+    let common = ["--cm", "-n", "100", "-s", "4096"];
+    for (hw_serves, port) in [(true, "7491"), (false, "7492")] {
+        let (s_ip, c_ip) = if hw_serves { (hw, sw) } else { (sw, hw) };
+        let side = |ip: &str| (ip == hw).then_some(hw);
+        let mut args = vec!["-d", s_ip, "-p", port];
+        args.extend(common);
+        let server = pingpong(&tool, &lib, side(s_ip), &args);
+        run_pair(
+            server,
+            || {
+                let mut a = vec![s_ip, "-d", c_ip, "-p", port];
+                a.extend(common);
+                pingpong(&tool, &lib, side(c_ip), &a)
+            },
+            100,
+            4096,
+        );
+    }
 }
 
 #[test]

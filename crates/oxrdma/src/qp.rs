@@ -131,6 +131,14 @@ impl QueuePair {
         })
     }
 
+    /// The rdma-core QP (None for an engine one).
+    pub(crate) fn rdma_core_qp(&self) -> Option<&rdma_core::Qp> {
+        match &self.kind {
+            QpKind::Engine(_) => None,
+            QpKind::RdmaCore(q) => Some(&q.qp),
+        }
+    }
+
     /// The engine QP, or the error that names `what` as the engine's alone.
     fn engine(&self, what: &'static str) -> Result<&EngineQp> {
         match &self.kind {

@@ -10,6 +10,7 @@
 
 #![allow(non_camel_case_types, non_snake_case)]
 
+pub mod cm;
 mod consts;
 mod device;
 mod ex;

@@ -4,7 +4,7 @@
 //! `OXRDMA_RDMACM`); the `librdmacm.so.1` beside it (crate `oxrdma-rdmacm`) binds
 //! rdma-core's names and version nodes to them.
 
-pub mod abi;
+pub use oxrdma_verbs_abi::cm as abi;
 pub(crate) mod addrinfo;
 pub(crate) mod calls;
 pub(crate) mod devices;

@@ -143,6 +143,7 @@ impl Cq {
 
     /// The descriptor that becomes readable when an armed completion comes (for a
     /// reactor; `take_events` then).
+    #[cfg(feature = "tokio")]
     pub fn event_fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
         self.channel_fd().as_raw_fd()

@@ -5,12 +5,14 @@
 //! `OXRDMA_BACKEND=rdma-core` for [`Context::open`](crate::Context::open).
 //!
 //! What it covers: PDs, memory regions (owned or lent), CQs (polling, blocking waits and
-//! `aio::AsyncCq`), RC, UC and UD QPs (connect, post, state), address handles. The
-//! engine's own extras
-//! (counters, captures, secure QPs, the RDMA CM and rsockets, SRQs, memory windows,
-//! completion channels shared among CQs, async events) are refused with
-//! [`Error::Unsupported`](crate::Error::Unsupported) on such a device.
+//! `aio::AsyncCq`), RC, UC and UD QPs (connect, post, state), address handles, and the
+//! RDMA CM's Rust-shaped calls (`cm::connect`, `cm::Listener`) through the system's
+//! `librdmacm.so.1` (`cm.rs`). The engine's own extras (counters, captures, secure QPs,
+//! the RDMA CM's event API and rsockets, SRQs, memory windows, completion channels shared
+//! among CQs, async events) are refused with [`Error::Unsupported`](crate::Error::Unsupported)
+//! on such a device.
 
+pub(crate) mod cm;
 mod convert;
 mod cq;
 mod device;

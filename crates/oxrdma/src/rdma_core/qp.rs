@@ -93,6 +93,15 @@ impl Qp {
         })
     }
 
+    /// `ibv_modify_qp` with attributes already in C form (the RDMA CM's).
+    pub fn modify_raw(&self, a: &mut ibv_qp_attr, mask: i32) -> Result<()> {
+        let v = verbs()?;
+        // SAFETY: a live QP and a readable attribute.
+        check("ibv_modify_qp", unsafe {
+            (v.ibv_modify_qp)(self.qp.as_ptr(), a, mask)
+        })
+    }
+
     /// The state the provider reports (`ibv_query_qp` of the state alone).
     pub fn state(&self) -> Result<QpState> {
         let v = verbs()?;

@@ -14,28 +14,30 @@ fn library_name() -> std::ffi::OsString {
     std::env::var_os("OXRDMA_LIBIBVERBS").unwrap_or_else(|| "libibverbs.so.1".into())
 }
 
-/// One C function of the library, by its C name and type.
-macro_rules! verbs {
-    ($($name:ident: fn($($arg:ty),*) -> $ret:ty;)*) => {
-        /// The exported verbs, resolved once.
-        pub(crate) struct Verbs {
+/// A C library's functions, by their C names and types, in a struct `$lib` loaded from
+/// the file `$file()` names.
+macro_rules! library {
+    ($lib:ident from $file:expr; $($name:ident: fn($($arg:ty),*) -> $ret:ty;)*) => {
+        /// The library's exported functions, resolved once.
+        pub(crate) struct $lib {
             /// Kept loaded for the life of the process (the pointers below point into it).
-            _lib: libloading::Library,
+            pub(crate) _lib: libloading::Library,
             $(pub(crate) $name: unsafe extern "C" fn($($arg),*) -> $ret,)*
         }
 
-        impl Verbs {
-            fn load() -> std::result::Result<Verbs, String> {
-                let name = library_name();
+        impl $lib {
+            pub(crate) fn load() -> std::result::Result<$lib, String> {
+                let name = $file;
                 // SAFETY: loading runs the library's initialisers; libibverbs' only set up
                 // its own state (it reads its configuration and sysfs lazily).
                 let lib = unsafe { libloading::Library::new(&name) }
                     .map_err(|e| format!("cannot load {}: {e}", name.to_string_lossy()))?;
-                Ok(Verbs {
+                Ok($lib {
                     $($name: {
                         let sym = concat!(stringify!($name), "\0");
                         // SAFETY: the symbol is the C function of that name in every
-                        // libibverbs since 1.1, with the type `verbs.h` gives it.
+                        // version of the library since its first, with the type its
+                        // header gives it.
                         let f = unsafe {
                             lib.get::<unsafe extern "C" fn($($arg),*) -> $ret>(sym.as_bytes())
                         };
@@ -47,8 +49,10 @@ macro_rules! verbs {
         }
     };
 }
+pub(crate) use library;
 
-verbs! {
+library! {
+    Verbs from library_name();
     ibv_get_device_list: fn(*mut c_int) -> *mut *mut ibv_device;
     ibv_free_device_list: fn(*mut *mut ibv_device) -> ();
     ibv_get_device_name: fn(*mut ibv_device) -> *const c_char;

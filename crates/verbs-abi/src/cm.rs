@@ -1,11 +1,9 @@
 //! librdmacm 44's structs (`rdma/rdma_cma.h`, `infiniband/sa.h`), field for field with the
-//! header's names; `tests/layout.rs` holds them against the real header.
+//! header's names; the C library's `tests/layout.rs` holds them against the real header.
 
 #![allow(non_camel_case_types)]
 
-use crate::abi::{
-    ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_srq,
-};
+use crate::{ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_srq};
 use std::ffi::{c_char, c_int, c_void};
 
 /// `struct sockaddr_storage`: 128 bytes, 8-aligned (the address unions of an id).
