@@ -104,6 +104,8 @@ OXRDMA_SECURE=off timeout 60 rping -s -p $port -C 1 >"$work/srv" 2>&1 &
 srv=$!
 sleep 0.5
 OXRDMA_SECURE=require timeout 60 rping -c -a 127.0.0.1 -p $port -C 1 >"$work/cli" 2>&1
+# The server hears of the REJ the client sent as it left: give it a moment to say so.
+for _ in $(seq 50); do grep -q "REJECTED" "$work/srv" && break; sleep 0.1; done
 if grep -q "CONNECT_ERROR" "$work/cli" && grep -q "REJECTED" "$work/srv"; then
   row "rping: OXRDMA_SECURE=require, server off" "PASS (refused)"
 else

@@ -13,4 +13,4 @@ pub(crate) mod id;
 pub(crate) mod misc;
 pub(crate) mod qp;
 mod qpattr;
-pub(crate) mod sockaddr;
+pub(crate) use oxrdma_verbs_abi::sockaddr;

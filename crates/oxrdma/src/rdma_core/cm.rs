@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use oxrdma_verbs_abi::cm::*;
 use oxrdma_verbs_abi::{ibv_context, ibv_qp_attr};
 use std::ffi::{c_int, c_void, CStr};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
 use std::sync::OnceLock;
@@ -350,7 +350,12 @@ pub(crate) fn connect(qp: &Qp, addr: SocketAddr, data: &[u8]) -> Result<Conn> {
     let mut dst = to_storage(addr);
     // SAFETY: a live id and a socket address of its family's length.
     check("rdma_resolve_addr", unsafe {
-        (cm.rdma_resolve_addr)(id.ptr(), std::ptr::null_mut(), dst.as_mut_ptr(), RESOLVE_MS)
+        (cm.rdma_resolve_addr)(
+            id.ptr(),
+            std::ptr::null_mut(),
+            (&mut dst as *mut sockaddr_storage).cast(),
+            RESOLVE_MS,
+        )
     })?;
     channel.expect(ev::ADDR_RESOLVED)?;
     // SAFETY: a live id whose address is resolved.
@@ -393,7 +398,7 @@ impl Listener {
         let mut at = to_storage(addr);
         // SAFETY: a live id and a socket address of its family's length.
         check("rdma_bind_addr", unsafe {
-            (cm.rdma_bind_addr)(id.ptr(), at.as_mut_ptr())
+            (cm.rdma_bind_addr)(id.ptr(), (&mut at as *mut sockaddr_storage).cast())
         })?;
         // SAFETY: a live, bound id.
         check("rdma_listen", unsafe { (cm.rdma_listen)(id.ptr(), 128) })?;
@@ -478,59 +483,17 @@ impl Request {
     }
 }
 
-/// A socket address in C form.
-struct Storage(libc::sockaddr_storage);
-
-impl Storage {
-    fn as_mut_ptr(&mut self) -> *mut Sockaddr {
-        (&mut self.0 as *mut libc::sockaddr_storage).cast()
-    }
+/// `addr` in C form.
+fn to_storage(addr: SocketAddr) -> sockaddr_storage {
+    let mut s = sockaddr_storage::default();
+    oxrdma_verbs_abi::sockaddr::write(&mut s, addr);
+    s
 }
 
-fn to_storage(addr: SocketAddr) -> Storage {
-    // SAFETY: all-zero bytes are a valid `sockaddr_storage`.
-    let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from(*a.ip()).to_be(),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: a sockaddr_in fits in a sockaddr_storage, whose alignment is larger.
-            unsafe { std::ptr::write((&mut s as *mut libc::sockaddr_storage).cast(), sin) };
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: as above, for sockaddr_in6.
-            unsafe { std::ptr::write((&mut s as *mut libc::sockaddr_storage).cast(), sin6) };
-        }
-    }
-    Storage(s)
-}
-
-/// The address in `s` (librdmacm's storage form: family in the first two bytes).
+/// The address in `s`, if it holds an IPv4 or IPv6 one.
 fn from_storage(s: &sockaddr_storage) -> Option<SocketAddr> {
-    let b = &s.bytes;
-    let family = i32::from(u16::from_ne_bytes([b[0], b[1]]));
-    let port = u16::from_be_bytes([b[2], b[3]]);
-    let ip = match family {
-        libc::AF_INET => IpAddr::from([b[4], b[5], b[6], b[7]]),
-        libc::AF_INET6 => IpAddr::from(<[u8; 16]>::try_from(&b[8..24]).ok()?),
-        _ => return None,
-    };
-    Some(SocketAddr::new(ip, port))
+    // SAFETY: the storage is 128 bytes, large and aligned enough for either family.
+    unsafe { oxrdma_verbs_abi::sockaddr::read(s.bytes.as_ptr().cast()) }
 }
 
 #[cfg(test)]
@@ -541,10 +504,7 @@ mod tests {
     fn socket_addresses_go_to_c_and_back() {
         for a in ["10.1.2.3:7471", "[fd00::5]:18515"] {
             let a: SocketAddr = a.parse().unwrap();
-            let s = to_storage(a);
-            // SAFETY: same size and the C struct's alignment is at least the Rust one's.
-            let bytes: &sockaddr_storage = unsafe { &*(&s.0 as *const _ as *const _) };
-            assert_eq!(from_storage(bytes), Some(a));
+            assert_eq!(from_storage(&to_storage(a)), Some(a));
         }
     }
 }

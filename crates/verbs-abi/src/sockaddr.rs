@@ -1,6 +1,7 @@
-//! C socket addresses (`sockaddr_in`, `sockaddr_in6`) to and from Rust's.
+//! C socket addresses (`sockaddr_in`, `sockaddr_in6`) to and from Rust's, for librdmacm's
+//! calls and structs (the C library's, and the API's rdma-core backend's).
 
-use super::abi::sockaddr_storage;
+use crate::cm::sockaddr_storage;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 /// The address `sa` points to; None for NULL or a family other than IPv4 and IPv6.
