@@ -33,7 +33,8 @@ fn pingpong(tool: &PathBuf, lib: &PathBuf, hw: Option<&str>, args: &[&str]) -> C
     let mut c = Command::new(tool);
     c.arg("pingpong").args(args);
     if let Some(ip) = hw {
-        let rdmacm = tool.with_file_name("librdmacm.so.1");
+        // Built beside the C library by the rdmacm package's test.
+        let rdmacm = lib.with_file_name("liboxrdma_rdmacm.so");
         c.env("OXRDMA_BACKEND", "rdma-core")
             .env("OXRDMA_LIBIBVERBS", lib)
             .env("OXRDMA_LIBRDMACM", rdmacm)
@@ -125,8 +126,8 @@ fn the_tool_runs_unchanged_on_rdma_core_in_both_roles() {
 fn the_tool_connects_through_the_rdma_cm_on_rdma_core_in_both_roles() {
     let (tool, lib) = built();
     assert!(
-        tool.with_file_name("librdmacm.so.1").exists(),
-        "librdmacm.so.1 is not built"
+        lib.with_file_name("liboxrdma_rdmacm.so").exists(),
+        "liboxrdma_rdmacm.so is not built: run the workspace's tests"
     );
     let (hw, sw) = ("127.0.3.16", "127.0.3.17");
     let common = ["--cm", "-n", "100", "-s", "4096"];
