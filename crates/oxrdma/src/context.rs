@@ -1,12 +1,13 @@
 //! The public device context: an engine device (`engine_context.rs`, the software NIC) or
 //! a device of the system's rdma-core (`rdma_core/`), behind one type.
 
-use crate::engine_context::{EngineContext, WeakDevice};
+use crate::cq::EngineCq;
+use crate::engine_context::{EngineContext, Inner};
 use crate::error::{Error, Result};
-use crate::events::Events;
-use crate::rdma_core;
+use crate::pd::EnginePd;
+use crate::rdma_core::{self, RdmaCoreContext};
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// An open RDMA device. By default oxrdma's engine: one IP address, UDP port 4791, one
 /// engine thread (a software NIC). Or a device of the system's rdma-core (a ConnectX NIC,
@@ -48,15 +49,24 @@ pub(crate) enum Kind {
     RdmaCore(Arc<RdmaCoreContext>),
 }
 
-/// An rdma-core device and what the API keeps beside it.
-#[derive(Debug)]
-pub(crate) struct RdmaCoreContext {
-    pub dev: Arc<rdma_core::Device>,
-    /// Address handles by the id `UdDest` names.
-    pub ahs: std::sync::Mutex<rdma_core::Ahs>,
-    /// A descriptor that never becomes readable: rdma-core's asynchronous events are not
-    /// carried (`Context::async_fd`).
-    events: Events,
+/// A device that may be open: does not keep it open, and opens another context on it
+/// while some context of it is ([`WeakDevice::open_again`]). An engine device's.
+#[derive(Clone, Debug, Default)]
+pub struct WeakDevice {
+    inner: Weak<Inner>,
+}
+
+impl WeakDevice {
+    /// A new context on the device, if some context still holds it open.
+    pub fn open_again(&self) -> Option<Result<Context>> {
+        let inner = self.inner.upgrade()?;
+        Some(EngineContext::on(inner).map(Context::from))
+    }
+
+    /// Whether some context still holds the device open.
+    pub fn is_open(&self) -> bool {
+        self.inner.strong_count() > 0
+    }
 }
 
 /// Which implementation runs a [`Context`]'s device.
@@ -138,11 +148,7 @@ impl Context {
 
     fn from_rdma_core(dev: rdma_core::Device) -> Result<Context> {
         Ok(Context {
-            kind: Kind::RdmaCore(Arc::new(RdmaCoreContext {
-                dev: Arc::new(dev),
-                ahs: Default::default(),
-                events: Events::new()?,
-            })),
+            kind: Kind::RdmaCore(Arc::new(RdmaCoreContext::new(dev)?)),
         })
     }
 
@@ -178,7 +184,9 @@ impl Context {
     /// is never open again.
     pub fn weak_device(&self) -> WeakDevice {
         match &self.kind {
-            Kind::Engine(e) => e.weak_device(),
+            Kind::Engine(e) => WeakDevice {
+                inner: e.downgrade(),
+            },
             Kind::RdmaCore(_) => WeakDevice::default(),
         }
     }
@@ -290,7 +298,7 @@ impl Context {
     /// A protection domain.
     pub fn alloc_pd(&self) -> Result<crate::ProtectionDomain> {
         Ok(match &self.kind {
-            Kind::Engine(e) => e.alloc_pd()?.into(),
+            Kind::Engine(e) => EnginePd::alloc(e)?.into(),
             Kind::RdmaCore(r) => crate::ProtectionDomain::rdma_core(r)?,
         })
     }
@@ -298,7 +306,7 @@ impl Context {
     /// A completion queue of `depth` entries.
     pub fn create_cq(&self, depth: u32) -> Result<crate::CompletionQueue> {
         Ok(match &self.kind {
-            Kind::Engine(e) => e.create_cq(depth)?.into(),
+            Kind::Engine(e) => EngineCq::create(e, depth)?.into(),
             Kind::RdmaCore(r) => crate::CompletionQueue::rdma_core(&r.dev, depth)?,
         })
     }
@@ -327,10 +335,9 @@ impl Context {
     /// A descriptor readable exactly while asynchronous events wait
     /// (`ibv_context.async_fd`; never readable on rdma-core).
     pub fn async_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        use std::os::fd::AsFd;
         match &self.kind {
             Kind::Engine(e) => e.async_fd(),
-            Kind::RdmaCore(r) => r.events.as_fd(),
+            Kind::RdmaCore(r) => r.async_fd(),
         }
     }
 

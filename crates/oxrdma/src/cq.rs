@@ -247,6 +247,27 @@ pub(crate) struct EngineCq {
 }
 
 impl EngineCq {
+    /// A CQ of `depth` entries on `ctx`'s device.
+    pub(crate) fn create(ctx: &EngineContext, depth: u32) -> Result<EngineCq> {
+        let mut dev = ctx.shared().lock();
+        let cq = dev.engine.create_cq(depth)?;
+        let ring = dev
+            .engine
+            .cq_ring(cq)
+            .ok_or(oxrdma_core::VerbsError::NotFound(
+                "the ring of the CQ just made",
+            ))?;
+        ctx.claim(crate::events::Source::Cq(cq));
+        drop(dev);
+        Ok(EngineCq {
+            ctx: ctx.clone(),
+            cq,
+            ring,
+            live: true,
+            waiter: OnceLock::new(),
+        })
+    }
+
     fn poll_each(&self, max: usize, mut f: impl FnMut(WorkCompletion)) -> Result<usize> {
         let mut n = 0;
         while n < max {

@@ -35,31 +35,6 @@ pub(crate) struct EngineContext {
     events: Arc<Events>,
 }
 
-/// A device that may be open: does not keep it open, and opens another context on it
-/// while some context of it is ([`WeakDevice::open_again`]).
-#[derive(Clone, Debug, Default)]
-pub struct WeakDevice {
-    inner: Weak<Inner>,
-}
-
-impl WeakDevice {
-    /// A new context on the device, if some context still holds it open.
-    pub fn open_again(&self) -> Option<Result<crate::Context>> {
-        let inner = self.inner.upgrade()?;
-        Some(Events::new().map(|e| {
-            crate::Context::from(EngineContext {
-                inner,
-                events: Arc::new(e),
-            })
-        }))
-    }
-
-    /// Whether some context still holds the device open.
-    pub fn is_open(&self) -> bool {
-        self.inner.strong_count() > 0
-    }
-}
-
 impl std::fmt::Debug for EngineContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Context({})", self.gid())
@@ -144,12 +119,17 @@ impl EngineContext {
         })
     }
 
-    /// This context's device, without keeping it open (to open it again while it is, as
-    /// the C library does when a program opens one device twice).
-    pub fn weak_device(&self) -> WeakDevice {
-        WeakDevice {
-            inner: Arc::downgrade(&self.inner),
-        }
+    /// This context's device, without keeping it open (`WeakDevice`).
+    pub(crate) fn downgrade(&self) -> Weak<Inner> {
+        Arc::downgrade(&self.inner)
+    }
+
+    /// A new context on the open device `inner` (its own asynchronous events).
+    pub(crate) fn on(inner: Arc<Inner>) -> Result<EngineContext> {
+        Ok(EngineContext {
+            inner,
+            events: Arc::new(Events::new()?),
+        })
     }
 
     /// Whether `self` and `other` are contexts of the same open device.
@@ -254,32 +234,6 @@ impl EngineContext {
     /// Device limits.
     pub fn attr(&self) -> oxrdma_core::DeviceAttr {
         self.shared().facts.attr
-    }
-
-    /// A protection domain.
-    pub fn alloc_pd(&self) -> Result<crate::pd::EnginePd> {
-        let pd = self.shared().lock().engine.alloc_pd()?;
-        Ok(crate::pd::EnginePd {
-            ctx: self.clone(),
-            pd,
-            live: true,
-        })
-    }
-
-    /// A completion queue of `depth` entries.
-    pub fn create_cq(&self, depth: u32) -> Result<crate::cq::EngineCq> {
-        let mut dev = self.shared().lock();
-        let cq = dev.engine.create_cq(depth)?;
-        let ring = dev.engine.cq_ring(cq).expect("the CQ just made");
-        self.claim(Source::Cq(cq));
-        drop(dev);
-        Ok(crate::cq::EngineCq {
-            ctx: self.clone(),
-            cq,
-            ring,
-            live: true,
-            waiter: std::sync::OnceLock::new(),
-        })
     }
 
     /// A completion channel: a file descriptor that becomes readable when an armed CQ gets

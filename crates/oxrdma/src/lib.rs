@@ -86,8 +86,7 @@ mod sleeper;
 
 pub use channel::{ChannelStats, CompletionChannel};
 pub use connect::{exchange, PeerInfo};
-pub use context::{Backend, Context};
-pub use engine_context::WeakDevice;
+pub use context::{Backend, Context, WeakDevice};
 /// The engine and its link, for tools that drive them by hand (`oxrdma scale`).
 pub mod raw {
     pub use crate::device::Device;

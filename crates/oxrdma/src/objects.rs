@@ -1,10 +1,9 @@
 //! Address handles (of an engine or an rdma-core device), and the engine's shared
 //! receive queues and memory windows.
 
-use crate::context::RdmaCoreContext;
 use crate::engine_context::EngineContext;
 use crate::error::Result;
-use crate::rdma_core;
+use crate::rdma_core::{self, RdmaCoreContext};
 use crate::MemoryRegion;
 use oxrdma_core::Access;
 use std::sync::Arc;

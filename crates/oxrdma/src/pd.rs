@@ -1,14 +1,13 @@
 //! Protection domains: the public one (of an engine or an rdma-core device) and the
 //! engine's.
 
-use crate::context::RdmaCoreContext;
 use crate::cq::EngineCq;
 use crate::engine_context::EngineContext;
 use crate::error::{Error, Result};
 use crate::events::Source;
 use crate::objects::{AddressHandle, MemoryWindow, SharedReceiveQueue};
 use crate::qp::EngineQp;
-use crate::rdma_core;
+use crate::rdma_core::{self, RdmaCoreContext};
 use crate::MemoryRegion;
 use oxrdma_core::{Access, SharedBuffer, VerbsError};
 use std::sync::Arc;
@@ -250,6 +249,16 @@ pub(crate) struct EnginePd {
 }
 
 impl EnginePd {
+    /// A PD of `ctx`'s device.
+    pub(crate) fn alloc(ctx: &EngineContext) -> Result<EnginePd> {
+        let pd = ctx.shared().lock().engine.alloc_pd()?;
+        Ok(EnginePd {
+            ctx: ctx.clone(),
+            pd,
+            live: true,
+        })
+    }
+
     fn register_buffer(
         &self,
         buf: Arc<SharedBuffer>,

@@ -1,11 +1,10 @@
 //! Queue pairs: the public one (of an engine or an rdma-core device) and the engine's.
 
-use crate::context::RdmaCoreContext;
 pub use crate::endpoint::Endpoint;
 use crate::engine_context::EngineContext;
 use crate::error::{Error, Result};
 use crate::qp_rdma_core::RdmaCoreQp;
-use crate::rdma_core;
+use crate::rdma_core::{self, RdmaCoreContext};
 use crate::secure::{self, Offer};
 use oxrdma_core::secure::{End, Suite};
 use oxrdma_core::{AddressVector, Mtu, QpAttr, QpPost, QpState, RecvWr, SendWr, VerbsError};

@@ -1,8 +1,7 @@
 //! A queue pair of an rdma-core device, as the public `QueuePair` holds it.
 
-use crate::context::RdmaCoreContext;
 use crate::error::Result;
-use crate::rdma_core;
+use crate::rdma_core::{self, RdmaCoreContext};
 use crate::Endpoint;
 use oxrdma_core::{Gid, QpType, RecvWr, SendWr, VerbsError};
 use std::sync::atomic::{AtomicU32, Ordering};

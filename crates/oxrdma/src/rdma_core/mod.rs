@@ -13,6 +13,7 @@
 //! on such a device.
 
 pub(crate) mod cm;
+mod context;
 mod convert;
 mod cq;
 mod device;
@@ -20,6 +21,7 @@ mod objects;
 mod qp;
 mod verbs;
 
+pub(crate) use context::RdmaCoreContext;
 pub(crate) use cq::Cq;
 pub(crate) use device::Device;
 pub(crate) use objects::{Ah, Mr, Pd};
