@@ -352,7 +352,7 @@ impl Context {
     pub fn random_psn(&self) -> u32 {
         match &self.kind {
             Kind::Engine(e) => e.random_psn(),
-            Kind::RdmaCore(_) => crate::secure::random_u32() & 0xff_ffff,
+            Kind::RdmaCore(r) => r.random_psn(),
         }
     }
 }

@@ -175,12 +175,12 @@ impl QueuePair {
     /// program that exchanges PSNs its own way). Before [`Self::endpoint`] and
     /// [`Self::connect`]; refused after [`Self::secure_endpoint`] (its keys name the PSN).
     pub fn set_psn(&self, psn: u32) -> Result<()> {
+        if psn >= 1 << 24 {
+            return Err(VerbsError::InvalidArgument("a PSN has 24 bits").into());
+        }
         match &self.kind {
             QpKind::Engine(q) => q.set_psn(psn),
             QpKind::RdmaCore(q) => {
-                if psn >= 1 << 24 {
-                    return Err(VerbsError::InvalidArgument("a PSN has 24 bits").into());
-                }
                 q.psn.store(psn, Ordering::Relaxed);
                 Ok(())
             }
@@ -426,10 +426,8 @@ impl EngineQp {
     /// Sets the first PSN this QP sends, for a peer that dictates it (interop with a
     /// program that exchanges PSNs its own way). Before [`Self::endpoint`] and
     /// [`Self::connect`]; refused after [`Self::secure_endpoint`] (its keys name the PSN).
-    pub fn set_psn(&self, psn: u32) -> Result<()> {
-        if psn >= 1 << 24 {
-            return Err(VerbsError::InvalidArgument("a PSN has 24 bits").into());
-        }
+    /// (A PSN of 24 bits: `QueuePair::set_psn` checked it.)
+    fn set_psn(&self, psn: u32) -> Result<()> {
         if self.offers().contains_key(&self.qpn) {
             return Err(VerbsError::InvalidArgument(
                 "the PSN is set before the secure endpoint is made",

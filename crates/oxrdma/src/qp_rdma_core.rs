@@ -36,7 +36,7 @@ impl RdmaCoreQp {
             ctx: ctx.clone(),
             qp,
             qp_type: init.qp_type,
-            psn: AtomicU32::new(crate::secure::random_u32() & 0xff_ffff),
+            psn: AtomicU32::new(ctx.random_psn()),
         })
     }
 

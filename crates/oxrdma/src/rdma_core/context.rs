@@ -26,6 +26,11 @@ impl RdmaCoreContext {
         })
     }
 
+    /// A random 24-bit PSN from the OS's CSPRNG.
+    pub fn random_psn(&self) -> u32 {
+        crate::secure::random_u32() & 0xff_ffff
+    }
+
     pub fn async_fd(&self) -> BorrowedFd<'_> {
         self.events.as_fd()
     }

@@ -31,8 +31,11 @@ unsafe impl Send for Device {}
 unsafe impl Sync for Device {}
 
 impl Device {
-    /// The names of the devices rdma-core sees (`ibv_get_device_list`).
-    pub fn names() -> Result<Vec<String>> {
+    /// Walks the devices rdma-core sees (`ibv_get_device_list`), giving each one's name
+    /// and handle to `f` until it returns Some; the list is freed after.
+    fn each<T>(
+        mut f: impl FnMut(&CStr, *mut ibv_device) -> Option<Result<T>>,
+    ) -> Result<Option<T>> {
         let v = verbs()?;
         let mut n = 0;
         // SAFETY: `n` is writable; the list is freed below.
@@ -40,50 +43,45 @@ impl Device {
         if list.is_null() {
             return Err(last_error("ibv_get_device_list"));
         }
-        let mut names = Vec::new();
+        let mut found = None;
         for i in 0..usize::try_from(n).unwrap_or(0) {
             // SAFETY: the list holds `n` device pointers.
             let dev = unsafe { *list.add(i) };
             // SAFETY: a device of the list; its name is a C string it owns.
             let name = unsafe { CStr::from_ptr((v.ibv_get_device_name)(dev)) };
-            names.push(name.to_string_lossy().into_owned());
+            found = f(name, dev);
+            if found.is_some() {
+                break;
+            }
         }
-        // SAFETY: the list `ibv_get_device_list` returned, freed once.
+        // SAFETY: the list `ibv_get_device_list` returned, freed once; a context opened
+        // from it outlives it.
         unsafe { (v.ibv_free_device_list)(list) };
+        found.transpose()
+    }
+
+    /// The names of the devices rdma-core sees.
+    pub fn names() -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        Self::each::<()>(|name, _| {
+            names.push(name.to_string_lossy().into_owned());
+            None
+        })?;
         Ok(names)
     }
 
     /// Opens the device `name`.
     pub fn open(name: &str) -> Result<Device> {
         let v = verbs()?;
-        let mut n = 0;
-        // SAFETY: as in `names`.
-        let list = unsafe { (v.ibv_get_device_list)(&mut n) };
-        if list.is_null() {
-            return Err(last_error("ibv_get_device_list"));
-        }
-        let mut ctx = std::ptr::null_mut();
-        for i in 0..usize::try_from(n).unwrap_or(0) {
-            // SAFETY: as in `names`.
-            let dev = unsafe { *list.add(i) };
-            // SAFETY: as in `names`.
-            let this = unsafe { CStr::from_ptr((v.ibv_get_device_name)(dev)) };
-            if this.to_bytes() == name.as_bytes() {
+        let ctx = Self::each(|this, dev| {
+            (this.to_bytes() == name.as_bytes()).then(|| {
                 // SAFETY: a device of the list, opened before the list is freed.
-                ctx = unsafe { (v.ibv_open_device)(dev) };
-                if ctx.is_null() {
-                    let e = last_error("ibv_open_device");
-                    // SAFETY: freed once.
-                    unsafe { (v.ibv_free_device_list)(list) };
-                    return Err(e);
-                }
-                break;
-            }
-        }
-        // SAFETY: freed once; an open context outlives the list.
-        unsafe { (v.ibv_free_device_list)(list) };
-        let ctx = NonNull::new(ctx)
-            .ok_or_else(|| Error::NoRdmaCore(format!("no rdma-core device named {name}")))?;
+                let ctx = unsafe { (v.ibv_open_device)(dev) };
+                NonNull::new(ctx).ok_or_else(|| last_error("ibv_open_device"))
+            })
+        })?;
+        let ctx =
+            ctx.ok_or_else(|| Error::NoRdmaCore(format!("no rdma-core device named {name}")))?;
         // Closed by Drop if a query fails.
         let mut dev = Device {
             ctx,
