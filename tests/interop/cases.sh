@@ -246,6 +246,30 @@ for sub_s in write-bw:65536 read-bw:65536 atomic-bw:8; do
     tcase "rs_rdma_core_$sub/oxr-client/s$s" on guest 180 perf "" "$g"               "$h \"\$GUEST_IP\""
     tcase "rs_rdma_core_$sub/oxr-server/s$s" on host  180 perf "" "$g \"\$HOST_IP\"" "$h"
 done
+# The RDMA CM's event API (oxrdma::cm::CmId, EventChannel) on the guest's librdmacm: perf
+# -R connects each QP with REQ/REP/RTU, the id moving its QP; a send-bw over UD goes
+# through SIDR (RDMA_PS_UDP). The listener starts first.
+for sub_s in write-bw:65536 send-bw-ud:1024; do
+    sub=${sub_s%%:*}; s=${sub_s#*:}; ud=""
+    [ "$sub" = send-bw-ud ] && ud="-c UD"
+    g="$RS_G perf ${sub%-ud} -R $ud --no-progress -d \$GUEST_IP -p 7477 -s $s -n 200"
+    h="\"\$OXR\" perf ${sub%-ud} -R $ud --no-progress -d \"\$HOST_IP\" -p 7477 -s $s -n 200 --pcap \"\$PCAP\""
+    EXPECT="$s 200"
+    # Without --perftest (not yet with -R) only the client prints its row.
+    tcase "rs_rdma_core_${sub}_cm/oxr-client/s$s" on guest~3 180 perf1 "" "$g"               "$h \"\$GUEST_IP\""
+    tcase "rs_rdma_core_${sub}_cm/oxr-server/s$s" on host~3  180 perf1 "" "$g \"\$HOST_IP\"" "$h"
+done
+# rsockets (oxrdma::rsocket::RStream) on the guest's librdmacm and rxe against the
+# engine's, every byte checked both ways: large messages (credits go round the 1 MiB
+# receive buffers) and small ones.
+for sn in 65536:200 100:2000; do
+    s=${sn%%:*}; n=${sn#*:}
+    g="$RS_G rstream -d \$GUEST_IP -p 7476 -s $s -n $n"
+    h="\"\$OXR\" rstream -d \"\$HOST_IP\" -p 7476 -s $s -n $n --pcap \"\$PCAP\""
+    EXPECT=$((2 * s * n))
+    tcase "rs_rdma_core_rstream/oxr-client/s$s" on guest~3 180 bytes "" "$g"               "$h \"\$GUEST_IP\""
+    tcase "rs_rdma_core_rstream/oxr-server/s$s" on host~3  180 bytes "" "$g \"\$HOST_IP\"" "$h"
+done
 EXPECT=""
 
 # --- two oxrdma processes on the host's one address at once (shared, as two processes

@@ -59,7 +59,7 @@ fn decode(b: &[u8], gid: oxrdma::Gid) -> anyhow::Result<PeerInfo> {
 impl CmLink {
     fn new(ctx: &Context, ud: bool) -> anyhow::Result<CmLink> {
         Ok(CmLink {
-            ch: EventChannel::new()?,
+            ch: EventChannel::for_context(ctx)?,
             ctx: ctx.clone(),
             ps: if ud { PortSpace::Udp } else { PortSpace::Tcp },
             listener: None,

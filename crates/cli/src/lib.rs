@@ -14,6 +14,7 @@ pub mod pathemu;
 pub mod perf;
 pub mod pingloop;
 pub mod pingpong;
+pub mod rstream;
 pub mod scale;
 pub mod sim;
 pub mod stats;

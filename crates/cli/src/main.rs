@@ -2,7 +2,8 @@
 
 use clap::{Parser, Subcommand};
 use oxrdma_cli::{
-    decode, devinfo, devnodes, exec, pathemu, pingpong, scale, sim, stats, threads, udpingpong,
+    decode, devinfo, devnodes, exec, pathemu, pingpong, rstream, scale, sim, stats, threads,
+    udpingpong,
 };
 use std::io;
 use std::process::ExitCode;
@@ -23,6 +24,9 @@ enum Command {
     Sim(sim::SimArgs),
     /// RC SEND/RECV ping-pong, compatible with ibv_rc_pingpong (server without a peer name).
     Pingpong(pingpong::PingpongArgs),
+    /// A ping-pong over an rsocket (byte streams over RDMA, as rdma-core's rstream), every
+    /// byte checked (server without a peer name).
+    Rstream(rstream::RstreamArgs),
     /// UD SEND/RECV ping-pong, compatible with ibv_ud_pingpong (server without a peer name).
     UdPingpong(udpingpong::UdPingpongArgs),
     /// List the devices (interface, MTU, GIDs by index), or describe the one on an
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
         Command::Decode(a) => decode::run(a),
         Command::Sim(a) => sim::run_cmd(a),
         Command::Pingpong(a) => done(pingpong::pingpong(a)),
+        Command::Rstream(a) => done(rstream::run(a)),
         Command::UdPingpong(a) => done(udpingpong::ud_pingpong(a)),
         Command::Devinfo(a) => done(devinfo::run(a)),
         Command::DevNodes(a) => done(devnodes::run(a)),

@@ -58,6 +58,10 @@ fn the_rust_api_runs_on_rdma_core_against_the_engine() {
     ud_both_ways(&hw, &sw);
     awaited(&hw, &sw);
     cm_both_ways(&hw, &sw);
+    cm_events_both_ways(&hw, &sw);
+    ud_cm_both_ways(&hw, &sw);
+    rstream_both_ways(&hw, &sw);
+    rstream_awaited(&hw, &sw);
     refusals(&hw);
 }
 
@@ -387,6 +391,288 @@ fn cm_both_ways(hw: &Context, sw: &Context) {
             other => panic!("expected a rejection, got {other:?}"),
         }
     });
+}
+
+/// An RC QP, its CQ and a region, on `ctx`.
+fn rc_qp(
+    ctx: &Context,
+) -> (
+    oxrdma::MemoryRegion,
+    oxrdma::CompletionQueue,
+    oxrdma::QueuePair,
+) {
+    let pd = ctx.alloc_pd().unwrap();
+    let mr = pd.register(4096, Access::LOCAL_WRITE).unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let qp = pd
+        .create_qp(&cq, &cq, QpType::Rc, QpCap::default())
+        .unwrap();
+    (mr, cq, qp)
+}
+
+/// The next event of `ch`, which must be `want`.
+fn event(ch: &oxrdma::cm::EventChannel, want: oxrdma::cm::CmEventType) -> oxrdma::cm::CmEvent {
+    let e = ch
+        .get_event_timeout(WAIT)
+        .unwrap()
+        .unwrap_or_else(|| panic!("no {want:?} event in {WAIT:?}"));
+    assert_eq!(e.event, want, "status {}", e.status);
+    e
+}
+
+/// A client id of `ctx` in `ps`, its address and route to `at` resolved.
+fn routed(
+    ch: &oxrdma::cm::EventChannel,
+    ctx: &Context,
+    ps: oxrdma::cm::PortSpace,
+    at: std::net::SocketAddr,
+) -> oxrdma::cm::CmId {
+    use oxrdma::cm::CmEventType as Ev;
+    let id = oxrdma::cm::CmId::new(ch, ctx, ps).unwrap();
+    id.resolve_addr(None, at).unwrap();
+    event(ch, Ev::AddrResolved);
+    id.resolve_route().unwrap();
+    event(ch, Ev::RouteResolved);
+    id
+}
+
+/// librdmacm's event API (`CmId`, `EventChannel`) on rdma-core against the engine's,
+/// each side listening: the QPs attached to the ids are moved by them (the client's
+/// connected when it sees ESTABLISHED, the server's ready to receive at accept), private
+/// data goes both ways, a SEND crosses, and a disconnect reaches the other side. Then a
+/// rejection, whose client QP ends in ERR.
+fn cm_events_both_ways(hw: &Context, sw: &Context) {
+    use oxrdma::cm::{CmEventType as Ev, CmId, ConnParam, EventChannel, PortSpace};
+    for (server, client, port) in [(hw, sw, 7491), (sw, hw, 7492)] {
+        let at: std::net::SocketAddr = (server.gid().ip(), port).into();
+        let (sch, cch) = (
+            EventChannel::for_context(server).unwrap(),
+            EventChannel::for_context(client).unwrap(),
+        );
+        assert_eq!(sch.backend(), server.backend());
+        let listener = CmId::new(&sch, server, PortSpace::Tcp).unwrap();
+        listener.bind_addr(at).unwrap();
+        listener.listen(8).unwrap();
+        let (mc, cc, qc) = rc_qp(client);
+        let (ms, cs, qs) = rc_qp(server);
+        let id = routed(&cch, client, PortSpace::Tcp, at);
+        id.attach_qp(&qc).unwrap();
+        assert_eq!(qc.state().unwrap(), QpState::Init);
+        let hello = ConnParam {
+            private_data: b"client says hi".to_vec(),
+            ..ConnParam::default()
+        };
+        id.connect(&hello).unwrap();
+        let req = event(&sch, Ev::ConnectRequest);
+        assert_eq!(req.listen_id, Some(listener.key()));
+        assert!(req.conn.private_data.starts_with(b"client says hi"));
+        let new = req.new_id.expect("a request's id");
+        assert_eq!(new.key(), req.id);
+        assert!(new.peer_addr().is_some());
+        assert_eq!(
+            new.peer_addr(),
+            id.local_addr(),
+            "the server sees the client's address"
+        );
+        new.attach_qp(&qs).unwrap();
+        let sges = vec![ms.sge(0, 64).unwrap()].into();
+        qs.post_recv(RecvWr { wr_id: 5, sges }).unwrap();
+        let back = ConnParam {
+            private_data: b"server says hello".to_vec(),
+            ..req.conn.clone()
+        };
+        new.accept(&back).unwrap();
+        assert_eq!(qs.state().unwrap(), QpState::Rts);
+        let up = event(&cch, Ev::Established);
+        assert!(up.conn.private_data.starts_with(b"server says hello"));
+        assert_eq!(qc.state().unwrap(), QpState::Rts);
+        event(&sch, Ev::Established);
+        mc.write(0, b"sent over the event API").unwrap();
+        qc.post_send(SendWr::send(1, [mc.sge(0, 23).unwrap()]))
+            .unwrap();
+        cc.wait_one(WAIT).unwrap().result().unwrap();
+        let wc = cs.wait_one(WAIT).unwrap().result().unwrap();
+        assert_eq!((wc.wr_id, wc.byte_len), (5, 23));
+        let mut got = [0u8; 23];
+        ms.read(0, &mut got).unwrap();
+        assert_eq!(
+            &got,
+            b"sent over the event API",
+            "server {:?}",
+            server.backend()
+        );
+        id.disconnect().unwrap();
+        assert_eq!(qc.state().unwrap(), QpState::Err);
+        event(&sch, Ev::Disconnected);
+        new.disconnect().unwrap();
+        event(&cch, Ev::Disconnected);
+
+        // Turned away: the client sees REJECTED with the reason's data; its QP is in ERR.
+        let (_m, _c, qc) = rc_qp(client);
+        let id = routed(&cch, client, PortSpace::Tcp, at);
+        id.attach_qp(&qc).unwrap();
+        id.connect(&ConnParam::default()).unwrap();
+        let req = event(&sch, Ev::ConnectRequest);
+        req.new_id.unwrap().reject(b"not today").unwrap();
+        let no = event(&cch, Ev::Rejected);
+        assert!(no.conn.private_data.starts_with(b"not today"));
+        assert_eq!(qc.state().unwrap(), QpState::Err);
+    }
+}
+
+/// UD through the RDMA CM (RDMA_PS_UDP, SIDR) between the backends: the server's id
+/// accepts with its UD QP, the client's ESTABLISHED names the peer's QP and Q_Key, and a
+/// datagram goes to them.
+fn ud_cm_both_ways(hw: &Context, sw: &Context) {
+    use oxrdma::cm::{CmEventType as Ev, CmId, ConnParam, EventChannel, PortSpace};
+    for (server, client, port) in [(hw, sw, 7493), (sw, hw, 7494)] {
+        let at: std::net::SocketAddr = (server.gid().ip(), port).into();
+        let (sch, cch) = (
+            EventChannel::for_context(server).unwrap(),
+            EventChannel::for_context(client).unwrap(),
+        );
+        let listener = CmId::new(&sch, server, PortSpace::Udp).unwrap();
+        listener.bind_addr(at).unwrap();
+        listener.listen(8).unwrap();
+        let ud = |ctx: &Context| {
+            let pd = ctx.alloc_pd().unwrap();
+            let mr = pd.register(4096, Access::LOCAL_WRITE).unwrap();
+            let cq = ctx.create_cq(16).unwrap();
+            let qp = pd
+                .create_qp(&cq, &cq, QpType::Ud, QpCap::default())
+                .unwrap();
+            (pd, mr, cq, qp)
+        };
+        let (pc, _mc, cc, qc) = ud(client);
+        let (_ps, ms, cs, qs) = ud(server);
+        let id = routed(&cch, client, PortSpace::Udp, at);
+        id.attach_qp(&qc).unwrap();
+        assert_eq!(qc.state().unwrap(), QpState::Rts);
+        id.connect(&ConnParam {
+            private_data: b"ud?".to_vec(),
+            ..ConnParam::default()
+        })
+        .unwrap();
+        let req = event(&sch, Ev::ConnectRequest);
+        let new = req.new_id.expect("a request's id");
+        assert!(req
+            .ud
+            .expect("UD parameters")
+            .private_data
+            .starts_with(b"ud?"));
+        new.attach_qp(&qs).unwrap();
+        let sges = vec![ms.sge(0, 4096).unwrap()].into();
+        qs.post_recv(RecvWr { wr_id: 9, sges }).unwrap();
+        new.accept(&ConnParam::default()).unwrap();
+        let up = event(&cch, Ev::Established).ud.expect("UD parameters");
+        assert_eq!(up.qp_num, qs.qpn(), "server {:?}", server.backend());
+        assert_eq!(up.qkey, oxrdma::cm::UDP_QKEY);
+        let ah = pc
+            .create_ah_av(oxrdma::AddressVector {
+                dgid: up.dgid,
+                sgid_index: client.gid_index_for(up.dgid),
+            })
+            .unwrap();
+        qc.post_send(SendWr::send_inline(3, b"datagram").to(ah.dest(up.qp_num, up.qkey)))
+            .unwrap();
+        cc.wait_one(WAIT).unwrap().result().unwrap();
+        let wc = cs.wait_one(WAIT).unwrap().result().unwrap();
+        // 40 bytes of GRH, then the datagram.
+        assert_eq!((wc.wr_id, wc.byte_len), (9, 48));
+        let mut got = [0u8; 8];
+        ms.read(40, &mut got).unwrap();
+        assert_eq!(&got, b"datagram");
+    }
+}
+
+/// rsockets between the backends, each side listening: a stream of 4 MiB in pieces of
+/// every size class (more than the receive buffer, so credits go round), echoed back,
+/// then an orderly close seen as the end of the stream.
+fn rstream_both_ways(hw: &Context, sw: &Context) {
+    use oxrdma::rsocket::{RListener, RStream};
+    use std::io::{Read, Write};
+    let data: Vec<u8> = (0..4u32 << 20).map(|i| (i * 7 + i / 251) as u8).collect();
+    for (server, client, port) in [(hw, sw, 7495), (sw, hw, 7496)] {
+        let at: std::net::SocketAddr = (server.gid().ip(), port).into();
+        let listener = RListener::bind(server, at).unwrap();
+        std::thread::scope(|t| {
+            let echo = t.spawn(|| {
+                let mut s = listener.accept().unwrap();
+                let mut buf = vec![0u8; 70_000];
+                let mut n = 0;
+                loop {
+                    let got = s.read(&mut buf).unwrap();
+                    if got == 0 {
+                        return n;
+                    }
+                    s.write_all(&buf[..got]).unwrap();
+                    n += got;
+                }
+            });
+            let mut c = RStream::connect(client, at).unwrap();
+            assert_eq!(c.peer_addr().map(|a| a.ip()), Some(server.gid().ip()));
+            let mut back = vec![0u8; data.len()];
+            std::thread::scope(|u| {
+                let (c1, c2, data) = (&c, &c, &data);
+                let w = u.spawn(move || {
+                    let mut at = 0;
+                    for size in [1usize, 7, 64, 1000, 4096, 65_536, 300_000].iter().cycle() {
+                        if at == data.len() {
+                            break;
+                        }
+                        let end = (at + size).min(data.len());
+                        let mut w = c1;
+                        w.write_all(&data[at..end]).unwrap();
+                        at = end;
+                    }
+                    c1.shutdown_std(std::net::Shutdown::Write).unwrap();
+                });
+                let mut r = c2;
+                r.read_exact(&mut back).unwrap();
+                w.join().unwrap();
+            });
+            assert!(back == data, "echo through a {:?} server", server.backend());
+            assert_eq!(echo.join().unwrap(), data.len());
+            let mut end = [0u8; 1];
+            assert_eq!(c.read(&mut end).unwrap(), 0, "the end of the stream");
+        });
+    }
+}
+
+/// An rsocket on rdma-core awaited on tokio (`AsyncRStream`) against an engine server.
+fn rstream_awaited(hw: &Context, sw: &Context) {
+    use oxrdma::rsocket::{RListener, RStream};
+    use std::io::{Read, Write};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let at: std::net::SocketAddr = (sw.gid().ip(), 7497).into();
+    let listener = RListener::bind(sw, at).unwrap();
+    let echo = std::thread::spawn(move || {
+        let mut s = listener.accept().unwrap();
+        let mut buf = [0u8; 64];
+        for _ in 0..100 {
+            s.read_exact(&mut buf).unwrap();
+            s.write_all(&buf).unwrap();
+        }
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let s = RStream::connect(hw, at).unwrap();
+        let mut s = oxrdma::aio::AsyncRStream::new(s).unwrap();
+        for i in 0..100u8 {
+            let msg = [i; 64];
+            s.write_all(&msg).await.unwrap();
+            let mut back = [0u8; 64];
+            tokio::time::timeout(WAIT, s.read_exact(&mut back))
+                .await
+                .expect("the echo in time")
+                .unwrap();
+            assert_eq!(back, msg);
+        }
+    });
+    echo.join().unwrap();
 }
 
 /// What the engine alone offers is refused, with the reason.

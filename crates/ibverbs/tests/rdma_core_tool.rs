@@ -30,8 +30,13 @@ fn free_port() -> String {
 /// `oxrdma pingpong` with `args`, on the rdma-core backend if `hw` names its address
 /// (with this repository's librdmacm beside its libibverbs).
 fn pingpong(tool: &PathBuf, lib: &PathBuf, hw: Option<&str>, args: &[&str]) -> Command {
+    oxrdma(tool, lib, hw, "pingpong", args)
+}
+
+/// `oxrdma <sub>` with `args`, on the rdma-core backend if `hw` names its address.
+fn oxrdma(tool: &PathBuf, lib: &PathBuf, hw: Option<&str>, sub: &str, args: &[&str]) -> Command {
     let mut c = Command::new(tool);
-    c.arg("pingpong").args(args);
+    c.arg(sub).args(args);
     if let Some(ip) = hw {
         // Built beside the C library by the rdmacm package's test.
         let rdmacm = lib.with_file_name("liboxrdma_rdmacm.so");
@@ -146,6 +151,30 @@ fn the_tool_connects_through_the_rdma_cm_on_rdma_core_in_both_roles() {
             },
             100,
             4096,
+        );
+    }
+}
+
+#[test]
+fn rsockets_run_unchanged_on_rdma_core_in_both_roles() {
+    let (tool, lib) = built();
+    let (hw, sw) = ("127.0.3.18", "127.0.3.19");
+    let common = ["-n", "200", "-s", "65536"];
+    for (hw_serves, port) in [(true, "7493"), (false, "7494")] {
+        let (s_ip, c_ip) = if hw_serves { (hw, sw) } else { (sw, hw) };
+        let side = |ip: &str| (ip == hw).then_some(hw);
+        let mut args = vec!["-d", s_ip, "-p", port];
+        args.extend(common);
+        let server = oxrdma(&tool, &lib, side(s_ip), "rstream", &args);
+        run_pair(
+            server,
+            || {
+                let mut a = vec![s_ip, "-d", c_ip, "-p", port];
+                a.extend(common);
+                oxrdma(&tool, &lib, side(c_ip), "rstream", &a)
+            },
+            200,
+            65536,
         );
     }
 }

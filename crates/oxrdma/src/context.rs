@@ -96,7 +96,7 @@ impl std::fmt::Debug for Context {
 }
 
 /// What `OXRDMA_BACKEND` asks [`Context::open`] for.
-fn backend_from_env() -> Result<Backend> {
+pub(crate) fn backend_from_env() -> Result<Backend> {
     match std::env::var("OXRDMA_BACKEND").as_deref() {
         Err(_) | Ok("") | Ok("engine") => Ok(Backend::Engine),
         Ok("rdma-core") => Ok(Backend::RdmaCore),

@@ -131,7 +131,7 @@ impl QueuePair {
     }
 
     /// The rdma-core QP (None for an engine one).
-    pub(crate) fn rdma_core_qp(&self) -> Option<&rdma_core::Qp> {
+    pub(crate) fn rdma_core_qp(&self) -> Option<&Arc<rdma_core::Qp>> {
         match &self.kind {
             QpKind::Engine(_) => None,
             QpKind::RdmaCore(q) => Some(&q.qp),

@@ -10,7 +10,8 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub(crate) struct RdmaCoreQp {
     pub ctx: Arc<RdmaCoreContext>,
-    pub qp: rdma_core::Qp,
+    /// Shared with an RDMA CM id it is attached to, which moves it as the connection goes.
+    pub qp: Arc<rdma_core::Qp>,
     pub qp_type: QpType,
     /// The first PSN it sends (drawn at creation; `set_psn`).
     pub psn: AtomicU32,
@@ -24,14 +25,14 @@ impl RdmaCoreQp {
         recv_cq: &Arc<rdma_core::Cq>,
         init: crate::QpInit<'_>,
     ) -> Result<RdmaCoreQp> {
-        let qp = rdma_core::Qp::create(
+        let qp = Arc::new(rdma_core::Qp::create(
             pd,
             send_cq,
             recv_cq,
             init.qp_type,
             init.cap,
             init.sq_sig_all,
-        )?;
+        )?);
         Ok(RdmaCoreQp {
             ctx: ctx.clone(),
             qp,

@@ -415,12 +415,12 @@ fn migrated_ids_get_their_events_on_the_new_channel() {
     listener.bind_addr(addr("0.0.0.0:47114")).unwrap();
     listener.listen(4).unwrap();
     // libfabric's passive endpoint: made on one channel, bound to its event queue's.
-    listener.migrate(&b);
+    listener.migrate(&b).unwrap();
     let id = CmId::new(&chc, &cc, PortSpace::Tcp).unwrap();
     id.resolve_addr(None, addr("127.0.0.1:47114")).unwrap();
     id.resolve_route().unwrap();
     // Its events wait on chc; moved to `a`, the ones already there come along, in order.
-    id.migrate(&a);
+    id.migrate(&a).unwrap();
     assert!(chc.try_event().is_none());
     expect(&a, CmEventType::AddrResolved);
     expect(&a, CmEventType::RouteResolved);
@@ -445,7 +445,7 @@ fn migrated_ids_get_their_events_on_the_new_channel() {
     expect(&b, CmEventType::Established);
     // The accepted connection moves to a channel of its own; its disconnect comes there.
     let own = EventChannel::new().unwrap();
-    conn.migrate(&own);
+    conn.migrate(&own).unwrap();
     id.disconnect().unwrap();
     expect(&own, CmEventType::Disconnected);
     assert!(b.try_event().is_none());

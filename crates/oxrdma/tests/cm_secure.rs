@@ -56,7 +56,7 @@ fn end(last: u8) -> End {
 fn listen(server: &End, port: u16, mode: Option<SecureMode>) -> CmId {
     let l = CmId::new(&server.ch, &server.ctx, PortSpace::Tcp).unwrap();
     if let Some(m) = mode {
-        l.set_secure(m);
+        l.set_secure(m).unwrap();
     }
     l.bind_addr(addr(&format!("0.0.0.0:{port}"))).unwrap();
     l.listen(4).unwrap();
@@ -67,7 +67,7 @@ fn listen(server: &End, port: u16, mode: Option<SecureMode>) -> CmId {
 fn resolved(client: &End, port: u16, mode: Option<SecureMode>) -> CmId {
     let id = CmId::new(&client.ch, &client.ctx, PortSpace::Tcp).unwrap();
     if let Some(m) = mode {
-        id.set_secure(m);
+        id.set_secure(m).unwrap();
     }
     id.resolve_addr(None, addr(&format!("127.0.0.1:{port}")))
         .unwrap();
@@ -272,7 +272,7 @@ fn programs_that_move_their_own_qps_get_them_keyed() {
     let (c, s) = (end(199), end(200));
     let _l = listen(&s, 47199, None);
     let id = CmId::new(&c.ch, &c.ctx, PortSpace::Tcp).unwrap();
-    id.set_secure(SecureMode::Require);
+    id.set_secure(SecureMode::Require).unwrap();
     id.resolve_addr(None, addr("127.0.0.1:47199")).unwrap();
     expect(&c.ch, CmEventType::AddrResolved);
     id.resolve_route().unwrap();

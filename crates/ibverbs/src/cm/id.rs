@@ -68,7 +68,7 @@ impl Drop for ChanUse {
 impl Chan {
     pub fn new() -> Result<*mut Chan, c_int> {
         use std::os::fd::{AsFd, AsRawFd};
-        let ox = EventChannel::new().map_err(|e| errno_of(&e))?;
+        let ox = EventChannel::new_engine().map_err(|e| errno_of(&e))?;
         let fd = ox.as_fd().as_raw_fd();
         let p = Box::into_raw(Box::new(Chan {
             c: rdma_event_channel { fd },

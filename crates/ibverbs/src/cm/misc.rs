@@ -95,7 +95,8 @@ pub(crate) unsafe extern "C" fn migrate_id(
     };
     let old_chan = idr.chan();
     if let Ok(ox) = idr.ox() {
-        ox.migrate(&to.ox);
+        // Both the C library's, so of the engine: the move cannot be refused.
+        let _ = ox.migrate(&to.ox);
     }
     // Events a synchronous wait set aside for this id move too.
     if let (Some(old), Ok(ox)) = (old_chan, idr.ox()) {

@@ -28,7 +28,7 @@ pub(crate) extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c
         crate::errno::set_errno(libc::ENODEV);
         return -1;
     }
-    match EventChannel::new() {
+    match EventChannel::new_engine() {
         Ok(ch) => insert(ch, domain, Kind::Fresh, Opts::default()),
         Err(_) => {
             crate::errno::set_errno(libc::ENOMEM);

@@ -4,7 +4,7 @@
 //! device moves them (`Shared::collect_events` → [`CmRoutes::deliver`]) to the channel of
 //! the id that owns the comm ID, or of the listener a request is for. Nothing there
 //! upgrades an id: the id behind an event is found when the application takes it
-//! (`EventChannel::get_event`), which also does what librdmacm does in
+//! (`EngineChannel::get_event`), which also does what librdmacm does in
 //! `rdma_get_cm_event` (the QP's RTR and RTS and the RTU on a REP, ERR on a rejection).
 
 use super::state::{ChannelInner, Raw};
@@ -15,20 +15,20 @@ use crate::lock::lock;
 use crate::shared::Shared;
 use oxrdma_core::cm::CmEventKind;
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex, Weak};
 
-/// An event channel: [`EventChannel::get_event`] takes the next event of its ids, and its
-/// descriptor is readable while one waits.
+/// An event channel of the engine's devices: `get_event` takes the next event of its
+/// ids, and its descriptor is readable while one waits.
 #[derive(Debug, Clone)]
-pub struct EventChannel {
+pub(crate) struct EngineChannel {
     pub(crate) inner: Arc<ChannelInner>,
 }
 
-impl EventChannel {
+impl EngineChannel {
     /// `rdma_create_event_channel`.
-    pub fn new() -> Result<EventChannel> {
-        Ok(EventChannel {
+    pub fn new() -> Result<EngineChannel> {
+        Ok(EngineChannel {
             inner: Arc::new(ChannelInner {
                 queue: FdQueue::new()?,
                 conns: Mutex::default(),
@@ -51,21 +51,15 @@ impl EventChannel {
     }
 }
 
-impl AsFd for EventChannel {
+impl AsFd for EngineChannel {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.inner.queue.as_fd()
     }
 }
 
-impl AsRawFd for EventChannel {
-    fn as_raw_fd(&self) -> RawFd {
-        self.inner.queue.as_fd().as_raw_fd()
-    }
-}
-
-impl EventChannel {
-    /// Makes [`Self::get_event`] return `Ok(None)` at once when no event waits (as
-    /// `O_NONBLOCK` on the descriptor does), or wait again.
+impl EngineChannel {
+    /// Makes `get_event` return `Ok(None)` at once when no event waits (as `O_NONBLOCK`
+    /// on the descriptor does), or wait again.
     pub fn set_nonblocking(&self, nonblocking: bool) -> Result<()> {
         crate::fdqueue::set_nonblocking(self.as_fd(), nonblocking)
     }

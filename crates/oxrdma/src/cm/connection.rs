@@ -5,7 +5,7 @@
 use super::keys::{self, KeyPair};
 use super::machine::{self, Call, Plan, QpStep, Wire};
 use super::route;
-use super::state::{einval, errno as errno_error, qp_attr, CmId, State, ACK_TIMEOUT};
+use super::state::{einval, errno as errno_error, qp_attr, EngineId, State, ACK_TIMEOUT};
 use super::steps::{self, Depths, TO_RTS};
 use super::{ConnParam, PortSpace, UDP_QKEY};
 use crate::error::{Error, Result};
@@ -19,7 +19,7 @@ use rustix::io::Errno;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
-impl CmId {
+impl EngineId {
     /// `rdma_connect`: sends the REQ (UD: the SIDR_REQ) with up to 56 bytes of private
     /// data (IP port spaces; 92 on `RDMA_PS_IB`, 180 for UD).
     pub fn connect(&self, param: &ConnParam) -> Result<()> {

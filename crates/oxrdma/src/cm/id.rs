@@ -1,14 +1,16 @@
 //! `rdma_cm_id`: one endpoint of the RDMA CM (a listener, or one side of a connection),
 //! its calls, and what its events do to it and its QP.
 
+use super::channel::EngineChannel;
 use super::machine::{self, Call, Plan};
 use super::rendezvous::{self};
 use super::route;
 use super::state::{
-    dev_key, einval, errno, qp_attr, CmId, IdInner, Raw, State, ACK_TIMEOUT, EPHEMERAL, NEXT_KEY,
+    dev_key, einval, errno, qp_attr, EngineId, IdInner, Raw, State, ACK_TIMEOUT, EPHEMERAL,
+    NEXT_KEY,
 };
 use super::steps::{QpMover, TO_RTS};
-use super::{CmEventType, CmIdKey, EventChannel, PortSpace};
+use super::{CmEventType, CmIdKey, PortSpace};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::lock::lock;
@@ -20,25 +22,14 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-impl CmId {
-    /// `rdma_create_id` on `ctx`'s device: RC for every port space but UDP (UD).
-    pub fn new(channel: &EventChannel, ctx: &Context, ps: PortSpace) -> Result<CmId> {
-        let qp_type = if ps == PortSpace::Udp {
-            QpType::Ud
-        } else {
-            QpType::Rc
-        };
-        CmId::with_type(channel, ctx, ps, qp_type)
-    }
-
-    /// `rdma_create_id` with an explicit QP type (`RDMA_PS_IB` ids choose theirs). The
-    /// RDMA CM is an engine device's: refused on rdma-core (use its librdmacm).
+impl EngineId {
+    /// `rdma_create_id` on `ctx`'s device (an engine device's).
     pub fn with_type(
-        channel: &EventChannel,
+        channel: &EngineChannel,
         ctx: &Context,
         ps: PortSpace,
         qp_type: QpType,
-    ) -> Result<CmId> {
+    ) -> Result<EngineId> {
         let engine = ctx.engine("the RDMA CM")?.clone();
         let dev = dev_key(&engine);
         lock(&channel.inner.devices)
@@ -49,7 +40,7 @@ impl CmId {
             ack_timeout: ACK_TIMEOUT,
             ..State::default()
         };
-        Ok(CmId {
+        Ok(EngineId {
             inner: Arc::new(IdInner {
                 key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
                 ctx: ctx.clone(),
@@ -104,7 +95,7 @@ impl CmId {
     pub fn peer_gid(&self) -> Option<Gid> {
         lock(&self.inner.st).peer
     }
-    /// The QP attached with [`CmId::attach_qp`].
+    /// The QP attached with [`EngineId::attach_qp`].
     pub fn qp_num(&self) -> Option<u32> {
         lock(&self.inner.st).qp
     }
@@ -316,10 +307,10 @@ impl CmId {
     }
 }
 
-impl CmId {
+impl EngineId {
     /// `rdma_migrate_id`: from now on this id's events (and a listener's requests) go to
     /// `to`; those already waiting on its old channel move with it, in order.
-    pub fn migrate(&self, to: &EventChannel) {
+    pub fn migrate(&self, to: &EngineChannel) {
         let inner = &self.inner;
         let mut cur = lock(&inner.channel);
         if Arc::ptr_eq(&cur, &to.inner) {

@@ -2,13 +2,13 @@
 //! what `rdma_get_cm_event` does on the way (new ids for requests, the QP's RTR and RTS
 //! and the RTU on a REP, ERR on a rejection).
 
-use super::channel::EventChannel;
+use super::channel::EngineChannel;
 use super::keys::{self, KeyPair};
 use super::machine::{self, Event, Wire};
 use super::route;
-use super::state::{ChannelInner, CmId, IdInner, Phase, Raw, State, ACK_TIMEOUT, NEXT_KEY};
+use super::state::{ChannelInner, EngineId, IdInner, Phase, Raw, State, ACK_TIMEOUT, NEXT_KEY};
 use super::steps::Depths;
-use super::{CmEvent, CmEventType, CmIdKey, ConnParam, UdParam};
+use super::{CmEvent, CmEventType, CmId, CmIdKey, ConnParam, UdParam};
 use crate::lock::lock;
 use crate::secure::{Agreed, SecureMode};
 use oxrdma_core::cm::{CmEvent as CoreEvent, CmEventKind, CmId as CommId, SidrReplyParams};
@@ -47,7 +47,7 @@ pub(crate) fn take_event(ch: &Arc<ChannelInner>, raw: Raw) -> Option<CmEvent> {
             if ends {
                 lock(&ch.conns).remove(&(dev, comm.0));
             }
-            CmId { inner: id }.on_event(kind)
+            EngineId { inner: id }.on_event(kind)
         }
     }
 }
@@ -116,7 +116,7 @@ fn header_for(listener: &IdInner, data: &[u8]) -> Option<Option<CmaHeader>> {
 }
 
 /// A new id for a request to `listener`, on its channel and device.
-fn child(listener: &Arc<IdInner>, comm: CommId, peer: Gid, h: Option<CmaHeader>) -> CmId {
+fn child(listener: &Arc<IdInner>, comm: CommId, peer: Gid, h: Option<CmaHeader>) -> EngineId {
     let ctx = &listener.ctx;
     let lst = lock(&listener.st);
     let port = lst.src.map_or(0, |s| s.port());
@@ -148,7 +148,7 @@ fn child(listener: &Arc<IdInner>, comm: CommId, peer: Gid, h: Option<CmaHeader>)
     lock(&ch.conns).insert((listener.dev, comm.0), Arc::downgrade(&inner));
     // The listener may have moved to another channel since the request was routed.
     listener.engine.shared().cm.route_conn(comm.0, &ch);
-    CmId { inner }
+    EngineId { inner }
 }
 
 fn request(
@@ -202,7 +202,7 @@ fn request(
             qp_num: req.local_qpn,
         },
         ud: None,
-        new_id: Some(new),
+        new_id: Some(CmId::from_engine(new)),
     })
 }
 
@@ -231,11 +231,11 @@ fn sidr_request(
         qp_num: 0,
         qkey: 0,
     });
-    e.new_id = Some(new);
+    e.new_id = Some(CmId::from_engine(new));
     Some(e)
 }
 
-impl CmId {
+impl EngineId {
     /// What an event of the device's CM does to this id (the machine's plan, carried
     /// out), and the event the application sees, if any.
     fn on_event(&self, kind: CmEventKind) -> Option<CmEvent> {
@@ -348,7 +348,7 @@ impl CmId {
     }
 }
 
-impl EventChannel {
+impl EngineChannel {
     /// The next event: waits for one unless the descriptor was made non-blocking
     /// (`Ok(None)` then, as `rdma_get_cm_event` fails with EAGAIN).
     pub fn get_event(&self) -> crate::error::Result<Option<CmEvent>> {

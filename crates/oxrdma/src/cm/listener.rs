@@ -11,7 +11,6 @@ use super::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::qp::QueuePair;
-use crate::rdma_core;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -78,14 +77,10 @@ fn expect(ch: &EventChannel, want: CmEventType) -> Result<CmEvent> {
 /// An established RC connection and its QP's peer: dropping it disconnects.
 #[derive(Debug)]
 pub struct Connection {
-    kind: ConnKind,
+    // Destroyed before its channel.
+    id: CmId,
+    _channel: EventChannel,
     private_data: Vec<u8>,
-}
-
-#[derive(Debug)]
-enum ConnKind {
-    Engine { id: CmId, _channel: EventChannel },
-    RdmaCore(rdma_core::cm::Conn),
 }
 
 impl Connection {
@@ -96,26 +91,17 @@ impl Connection {
 
     /// The peer's address.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        match &self.kind {
-            ConnKind::Engine { id, .. } => id.peer_addr(),
-            ConnKind::RdmaCore(c) => c.peer_addr(),
-        }
+        self.id.peer_addr()
     }
 
     /// This side's address.
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        match &self.kind {
-            ConnKind::Engine { id, .. } => id.local_addr(),
-            ConnKind::RdmaCore(c) => c.local_addr(),
-        }
+        self.id.local_addr()
     }
 
     /// The connection's id, for what the event API offers beyond these calls.
-    pub fn id(&self) -> Option<&CmId> {
-        match &self.kind {
-            ConnKind::Engine { id, .. } => Some(id),
-            ConnKind::RdmaCore(_) => None,
-        }
+    pub fn id(&self) -> &CmId {
+        &self.id
     }
 }
 
@@ -130,24 +116,7 @@ pub fn connect(
     private_data: &[u8],
 ) -> Result<Connection> {
     let data = framed(private_data, MAX_CONNECT_DATA, CONNECT_TOO_LONG)?;
-    if let Some(qp) = qp.rdma_core_qp() {
-        let conn = rdma_core::cm::connect(qp, addr, &data).map_err(|e| match e {
-            // The REJ's data is framed too.
-            Error::Rejected {
-                status,
-                private_data,
-            } => Error::Rejected {
-                status,
-                private_data: unframed(&private_data),
-            },
-            e => e,
-        })?;
-        return Ok(Connection {
-            private_data: unframed(&conn.private_data),
-            kind: ConnKind::RdmaCore(conn),
-        });
-    }
-    let ch = EventChannel::new()?;
+    let ch = EventChannel::for_context(ctx)?;
     let id = CmId::new(&ch, ctx, PortSpace::Tcp)?;
     id.resolve_addr(None, addr)?;
     expect(&ch, CmEventType::AddrResolved)?;
@@ -160,7 +129,8 @@ pub fn connect(
     })?;
     let e = expect(&ch, CmEventType::Established)?;
     Ok(Connection {
-        kind: ConnKind::Engine { id, _channel: ch },
+        id,
+        _channel: ch,
         private_data: unframed(&e.conn.private_data),
     })
 }
@@ -190,66 +160,42 @@ pub fn connect(
 /// ```
 #[derive(Debug)]
 pub struct Listener {
-    kind: ListenerKind,
-}
-
-#[derive(Debug)]
-enum ListenerKind {
-    Engine { id: CmId, channel: EventChannel },
-    RdmaCore(rdma_core::cm::Listener),
+    id: CmId,
+    channel: EventChannel,
 }
 
 impl Listener {
     /// Listens on `addr` (`0.0.0.0:port` for every address of `ctx`'s device) with a
     /// backlog of 128.
     pub fn bind(ctx: &Context, addr: SocketAddr) -> Result<Listener> {
-        if ctx.backend() == crate::Backend::RdmaCore {
-            return Ok(Listener {
-                kind: ListenerKind::RdmaCore(rdma_core::cm::Listener::bind(addr)?),
-            });
-        }
-        let channel = EventChannel::new()?;
+        let channel = EventChannel::for_context(ctx)?;
         let id = CmId::new(&channel, ctx, PortSpace::Tcp)?;
         id.bind_addr(addr)?;
         id.listen(128)?;
-        Ok(Listener {
-            kind: ListenerKind::Engine { id, channel },
-        })
+        Ok(Listener { id, channel })
     }
 
     /// The address it listens on.
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        match &self.kind {
-            ListenerKind::Engine { id, .. } => id.local_addr(),
-            ListenerKind::RdmaCore(l) => l.local_addr(),
-        }
+        self.id.local_addr()
     }
 
     /// The next connection request, waiting up to `timeout` for one.
     pub fn next_request(&self, timeout: Duration) -> Result<Request> {
-        let channel = match &self.kind {
-            ListenerKind::Engine { channel, .. } => channel,
-            ListenerKind::RdmaCore(l) => {
-                let r = l.next_request(timeout)?;
-                return Ok(Request {
-                    private_data: unframed(&r.private_data),
-                    kind: RequestKind::RdmaCore(r),
-                });
-            }
-        };
         let start = Instant::now();
         loop {
             let left = timeout.saturating_sub(start.elapsed());
-            let e = next(channel, left)?;
+            let e = next(&self.channel, left)?;
             if e.event != CmEventType::ConnectRequest {
                 continue; // nothing else concerns a listener here
             }
             let Some(id) = e.new_id else { continue };
             // The connection's events go to a channel of its own from now on.
-            let channel = EventChannel::new()?;
-            id.migrate(&channel);
+            let channel = EventChannel::for_context(id.context())?;
+            id.migrate(&channel)?;
             return Ok(Request {
-                kind: RequestKind::Engine { id, channel },
+                id,
+                channel,
                 private_data: unframed(&e.conn.private_data),
             });
         }
@@ -266,14 +212,10 @@ impl Listener {
 /// A connection request not yet answered: dropping it rejects it.
 #[derive(Debug)]
 pub struct Request {
-    kind: RequestKind,
+    // Destroyed before its channel.
+    id: CmId,
+    channel: EventChannel,
     private_data: Vec<u8>,
-}
-
-#[derive(Debug)]
-enum RequestKind {
-    Engine { id: CmId, channel: EventChannel },
-    RdmaCore(rdma_core::cm::Request),
 }
 
 impl Request {
@@ -284,30 +226,18 @@ impl Request {
 
     /// The peer's address.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        match &self.kind {
-            RequestKind::Engine { id, .. } => id.peer_addr(),
-            RequestKind::RdmaCore(r) => r.peer_addr(),
-        }
+        self.id.peer_addr()
     }
 
     /// Accepts with `qp` (an RC QP of the listener's device, in RESET), answering
     /// `private_data` (195 bytes at most); returns once the peer confirms.
     pub fn accept(self, qp: &QueuePair, private_data: &[u8]) -> Result<Connection> {
         let data = framed(private_data, MAX_ACCEPT_DATA, ACCEPT_TOO_LONG)?;
-        let (id, channel) = match self.kind {
-            RequestKind::Engine { id, channel } => (id, channel),
-            RequestKind::RdmaCore(r) => {
-                let qp = qp
-                    .rdma_core_qp()
-                    .ok_or(oxrdma_core::VerbsError::InvalidArgument(
-                        "a QP of another kind of device than the request's",
-                    ))?;
-                return Ok(Connection {
-                    kind: ConnKind::RdmaCore(r.accept(qp, &data)?),
-                    private_data: self.private_data,
-                });
-            }
-        };
+        let Request {
+            id,
+            channel,
+            private_data: peer_data,
+        } = self;
         id.attach_qp(qp)?;
         id.accept(&ConnParam {
             private_data: data,
@@ -315,21 +245,16 @@ impl Request {
         })?;
         expect(&channel, CmEventType::Established)?;
         Ok(Connection {
-            kind: ConnKind::Engine {
-                id,
-                _channel: channel,
-            },
-            private_data: self.private_data,
+            id,
+            _channel: channel,
+            private_data: peer_data,
         })
     }
 
     /// Rejects it, with `private_data` for the peer (147 bytes at most).
     pub fn reject(self, private_data: &[u8]) -> Result<()> {
         let data = framed(private_data, 147, "reject carries 147 bytes at most")?;
-        match self.kind {
-            RequestKind::Engine { id, .. } => id.reject(&data),
-            RequestKind::RdmaCore(r) => r.reject(&data),
-        }
+        self.id.reject(&data)
     }
 }
 

@@ -7,6 +7,7 @@
 //! rendezvous (`rendezvous.rs`); others by their address.
 
 mod channel;
+mod cm_id;
 mod connection;
 mod id;
 mod incoming;
@@ -20,9 +21,8 @@ mod steps;
 
 pub use crate::secure::SecureMode;
 pub(crate) use channel::CmRoutes;
-pub use channel::EventChannel;
+pub use cm_id::{CmId, EventChannel};
 pub use listener::{connect, Connection, Listener, Request, MAX_ACCEPT_DATA, MAX_CONNECT_DATA};
-pub use state::CmId;
 pub use steps::{Depths, QpMover, TooDeep, MAX_DEPTH};
 
 use oxrdma_core::Gid;
@@ -72,6 +72,11 @@ impl PortSpace {
     }
 }
 
+/// A fresh process-wide id key (engine and rdma-core ids share the sequence).
+pub(crate) fn next_key() -> u64 {
+    state::NEXT_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// `enum rdma_cm_event_type`, with its numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
@@ -111,6 +116,31 @@ pub enum CmEventType {
 }
 
 impl CmEventType {
+    /// The event type numbered `n` (librdmacm's numbers).
+    pub(crate) fn from_raw(n: u32) -> Option<CmEventType> {
+        use CmEventType::*;
+        [
+            AddrResolved,
+            AddrError,
+            RouteResolved,
+            RouteError,
+            ConnectRequest,
+            ConnectResponse,
+            ConnectError,
+            Unreachable,
+            Rejected,
+            Established,
+            Disconnected,
+            DeviceRemoval,
+            MulticastJoin,
+            MulticastError,
+            AddrChange,
+            TimewaitExit,
+        ]
+        .into_iter()
+        .find(|e| *e as u32 == n)
+    }
+
     /// `rdma_event_str`'s name.
     pub fn name(self) -> &'static str {
         match self {

@@ -82,11 +82,11 @@ pub(crate) struct IdInner {
     pub(super) st: Mutex<State>,
 }
 
-/// An RDMA CM id: bind, resolve, connect or listen, accept; its events come on its
+/// An RDMA CM id of an engine device: bind, resolve, connect or listen, accept; its events come on its
 /// channel. Dropping it destroys it (`rdma_destroy_id`): a connection is disconnected, a
 /// request rejected, a listener's port freed.
 #[derive(Debug, Clone)]
-pub struct CmId {
+pub(crate) struct EngineId {
     pub(super) inner: Arc<IdInner>,
 }
 

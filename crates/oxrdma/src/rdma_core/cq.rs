@@ -56,8 +56,8 @@ impl Cq {
         Ok(made)
     }
 
-    /// The channel's descriptor.
-    fn channel_fd(&self) -> BorrowedFd<'_> {
+    /// The channel's descriptor (non-blocking).
+    pub fn channel_fd(&self) -> BorrowedFd<'_> {
         // SAFETY: the channel and its descriptor live while this CQ does.
         unsafe { BorrowedFd::borrow_raw(self.channel.as_ref().fd) }
     }

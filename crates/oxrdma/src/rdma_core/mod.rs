@@ -6,13 +6,15 @@
 //!
 //! What it covers: PDs, memory regions (owned or lent), CQs (polling, blocking waits and
 //! `aio::AsyncCq`), RC, UC and UD QPs (connect, post, state), address handles, and the
-//! RDMA CM's Rust-shaped calls (`cm::connect`, `cm::Listener`) through the system's
-//! `librdmacm.so.1` (`cm.rs`). The engine's own extras (counters, captures, secure QPs,
-//! the RDMA CM's event API and rsockets, SRQs, memory windows, completion channels shared
-//! among CQs, async events) are refused with [`Error::Unsupported`](crate::Error::Unsupported)
-//! on such a device.
+//! RDMA CM through the system's `librdmacm.so.1`: its Rust-shaped calls (`cm::connect`,
+//! `cm::Listener`; `cm.rs`), its event API (`cm::CmId`, `cm::EventChannel`; `cm_id.rs`)
+//! and so rsockets, which the API builds on that. The engine's own extras (counters,
+//! captures, secure QPs, SRQs, memory windows, completion channels shared among CQs,
+//! async events) are refused with [`Error::Unsupported`](crate::Error::Unsupported) on
+//! such a device.
 
 pub(crate) mod cm;
+mod cm_id;
 mod context;
 mod convert;
 mod cq;
@@ -21,6 +23,7 @@ mod objects;
 mod qp;
 mod verbs;
 
+pub(crate) use cm_id::{RcChannel, RcId};
 pub(crate) use context::RdmaCoreContext;
 pub(crate) use cq::Cq;
 pub(crate) use device::Device;

@@ -35,7 +35,7 @@ impl RListener {
 
     /// Listens on `addr` of `ctx`'s device (a backlog of 128), as `TcpListener::bind`.
     pub fn bind(ctx: &Context, addr: SocketAddr) -> Result<RListener> {
-        let ch = EventChannel::new().map_err(io)?;
+        let ch = EventChannel::for_context(ctx).map_err(io)?;
         RListener::listen(&ch, ctx, addr, 128)
     }
 
@@ -66,8 +66,8 @@ impl RListener {
                 let _ = new.reject(&[]);
                 continue;
             };
-            let ch = EventChannel::new().map_err(io)?;
-            new.migrate(&ch);
+            let ch = EventChannel::for_context(new.context()).map_err(io)?;
+            new.migrate(&ch).map_err(io)?;
             match RStream::accept(new.clone(), ch, &ev.conn, &peer, options) {
                 Ok(s) => return Ok(s),
                 Err(e) => {

@@ -16,6 +16,7 @@ mod flow;
 mod iomap;
 mod listener;
 mod maps;
+mod notify;
 mod stream;
 
 pub use listener::RListener;

@@ -4,12 +4,11 @@
 
 use super::flow::{Flow, Link};
 use super::maps::IoMaps;
+use super::notify::Notify;
 use super::{io, os, partial, RsOptions};
 use crate::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use crate::lock::lock;
-use crate::{
-    CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInit, QueuePair,
-};
+use crate::{CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInit, QueuePair};
 use oxrdma_core::{
     Access, InlineData, QpAttr, QpCap, QpState, QpType, RecvWr, SendData, SendFlags, SendWr,
     SgeList, WcStatus, WorkCompletion, WrOpcode,
@@ -95,7 +94,7 @@ pub struct RStream {
     /// The target SGL the peer's credit updates land in, then the iomap table.
     tmr: MemoryRegion,
     pub(super) cq: CompletionQueue,
-    comp: CompletionChannel,
+    comp: Notify,
     pub(super) pd: ProtectionDomain,
     id: CmId,
     ch: EventChannel,
@@ -105,7 +104,7 @@ impl RStream {
     /// Connects to the rsocket listener at `dst` from `ctx`'s device with the default
     /// options, as `TcpStream::connect` does: returns once the connection is up.
     pub fn connect(ctx: &Context, dst: SocketAddr) -> Result<RStream> {
-        let ch = EventChannel::new().map_err(io)?;
+        let ch = EventChannel::for_context(ctx).map_err(io)?;
         RStream::connect_with(&ch, ctx, None, dst, &RsOptions::default(), false)
     }
 
@@ -170,10 +169,8 @@ impl RStream {
         let ctx = id.context().clone();
         let max = ctx.attr().max_qp_wr.clamp(16, 0xfffe);
         let (sq, rq) = (o.sq_size.clamp(16, max), o.rq_size.clamp(16, max));
-        let comp = ctx.create_comp_channel().map_err(io)?;
-        let fl = rustix::fs::fcntl_getfl(&comp)?;
-        rustix::fs::fcntl_setfl(&comp, fl | rustix::fs::OFlags::NONBLOCK)?;
         let cq = ctx.create_cq(sq + rq).map_err(io)?;
+        let comp = Notify::new(&ctx, &cq).map_err(io)?;
         let pd = ctx.alloc_pd().map_err(io)?;
         let cap = QpCap {
             max_send_wr: sq,
@@ -421,6 +418,15 @@ impl RStream {
         self.readiness(&f, want)
     }
 
+    /// The CQ could not be armed (the device failed): the stream fails with the error.
+    fn arm_failed(&self, f: &mut Flow, e: crate::Error, want: Ready) -> Ready {
+        let e = io(e)
+            .raw_os_error()
+            .map_or(Errno::IO, Errno::from_raw_os_error);
+        self.fail(f, e);
+        self.readiness(f, want)
+    }
+
     fn readiness(&self, f: &Flow, want: Ready) -> Ready {
         let mut r = Ready::default();
         match f.link {
@@ -451,8 +457,9 @@ impl RStream {
             return Some(r);
         }
         if !f.armed {
-            // A stream's CQ is an engine device's (the RDMA CM's): the arm cannot fail.
-            let _ = self.cq.req_notify(&self.comp);
+            if let Err(e) = self.comp.arm(&self.cq) {
+                return Some(self.arm_failed(&mut f, e, want));
+            }
             f.armed = true;
             self.progress(&mut f);
             let r = self.readiness(&f, want);
@@ -465,16 +472,12 @@ impl RStream {
 
     /// The descriptors to sleep on after `arm`: the completion channel, the CM channel.
     pub fn fds(&self) -> [BorrowedFd<'_>; 2] {
-        [self.comp.as_fd(), self.ch.as_fd()]
+        [self.comp.fd(), self.ch.as_fd()]
     }
 
     /// After sleeping: takes the completion events (the CQ must be armed again).
     pub fn woke(&self) {
-        let mut any = false;
-        while let Ok(Some(_)) = self.comp.get_event() {
-            any = true;
-        }
-        if any {
+        if self.comp.take() {
             lock(&self.flow).armed = false;
         }
     }
@@ -556,8 +559,9 @@ impl RStream {
                 continue;
             }
             if !f.armed {
-                // As in `ready`: an engine CQ's arm cannot fail.
-                let _ = self.cq.req_notify(&self.comp);
+                if let Err(e) = self.comp.arm(&self.cq) {
+                    return Err(io(e));
+                }
                 f.armed = true;
                 continue;
             }
