@@ -10,7 +10,7 @@ use crate::pd::Pd;
 use crate::registry::Kind;
 use crate::srq::SrqObj;
 use crate::work::{post_list, post_recv_list, send_wr};
-use oxrdma::{AddressVector, Gid, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, QueuePair};
+use oxrdma::{QpAttr, QpCap, QpInit, QpState, QpType, QueuePair};
 use std::ffi::{c_int, c_uint};
 use std::sync::Mutex;
 
@@ -59,10 +59,6 @@ fn qp_type(t: c_uint) -> Result<QpType, c_int> {
         8..=10 => Err(libc::EOPNOTSUPP),
         _ => Err(libc::EINVAL),
     }
-}
-
-fn qp_state(s: c_uint) -> Result<QpState, c_int> {
-    QpState::from_ibv(s).ok_or(libc::EINVAL)
 }
 
 /// `ibv_create_qp`: writes the capacities the QP got back into `attr.cap`.
@@ -173,61 +169,10 @@ pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
     r
 }
 
-/// `v` if `mask` has `bit`.
-fn given<T>(mask: u32, bit: u32, v: T) -> Option<T> {
-    (mask & bit != 0).then_some(v)
-}
-
-/// The attributes `mask` names in `a`.
+/// The attributes `mask` names in `a` (CAP, RATE_LIMIT and unknown bits refused, as rxe
+/// does: EINVAL).
 fn qp_attr(a: &ibv_qp_attr, m: u32) -> Result<QpAttr, c_int> {
-    use oxrdma::qp_attr_mask::*;
-    // Alternate paths, migration and the drained event do not exist on one RoCE port:
-    // taken and ignored. CAP, RATE_LIMIT and unknown bits are refused, as rxe does.
-    let ignored = IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY;
-    let known = ignored | CARRIED;
-    if m & !known != 0 {
-        return Err(libc::EINVAL);
-    }
-    let on = |bit: u32| m & bit != 0;
-    let av = if on(AV) {
-        // RoCE needs a GRH: the kernel refuses an address without one.
-        if a.ah_attr.is_global == 0 {
-            return Err(libc::EINVAL);
-        }
-        Some(AddressVector {
-            dgid: Gid(a.ah_attr.grh.dgid.raw),
-            sgid_index: a.ah_attr.grh.sgid_index,
-        })
-    } else {
-        None
-    };
-    Ok(QpAttr {
-        qp_state: on(STATE).then(|| qp_state(a.qp_state)).transpose()?,
-        cur_qp_state: on(CUR_STATE)
-            .then(|| qp_state(a.cur_qp_state))
-            .transpose()?,
-        qp_access_flags: given(
-            m,
-            ACCESS_FLAGS,
-            oxrdma::Access::from_bits_retain(a.qp_access_flags),
-        ),
-        pkey_index: given(m, PKEY_INDEX, a.pkey_index),
-        port_num: given(m, PORT, a.port_num),
-        qkey: given(m, QKEY, a.qkey),
-        ah_attr: av,
-        path_mtu: on(PATH_MTU)
-            .then(|| Mtu::from_ibv(a.path_mtu).ok_or(libc::EINVAL))
-            .transpose()?,
-        timeout: given(m, TIMEOUT, a.timeout),
-        retry_cnt: given(m, RETRY_CNT, a.retry_cnt),
-        rnr_retry: given(m, RNR_RETRY, a.rnr_retry),
-        rq_psn: given(m, RQ_PSN, a.rq_psn),
-        max_rd_atomic: given(m, MAX_QP_RD_ATOMIC, a.max_rd_atomic),
-        min_rnr_timer: given(m, MIN_RNR_TIMER, a.min_rnr_timer),
-        sq_psn: given(m, SQ_PSN, a.sq_psn),
-        max_dest_rd_atomic: given(m, MAX_DEST_RD_ATOMIC, a.max_dest_rd_atomic),
-        dest_qp_num: given(m, DEST_QPN, a.dest_qp_num),
-    })
+    crate::abi::qp_attr::from_c(a, m).map_err(|_| libc::EINVAL)
 }
 
 /// `ibv_modify_qp`: 0, or the errno (EINVAL for a transition or mask that rdma-core on

@@ -517,6 +517,56 @@ fn cm_events_both_ways(hw: &Context, sw: &Context) {
         let no = event(&cch, Ev::Rejected);
         assert!(no.conn.private_data.starts_with(b"not today"));
         assert_eq!(qc.state().unwrap(), QpState::Err);
+
+        // A client that moves its own QP with `init_qp_attr` (INIT before the REQ; INIT
+        // again, RTR, RTS and the RTU on CONNECT_RESPONSE), the REQ naming its region: the
+        // server WRITEs into it, which the attributes must allow.
+        let pd = client.alloc_pd().unwrap();
+        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        let mc = pd.register(64, rw).unwrap();
+        let cc = client.create_cq(4).unwrap();
+        let qc = pd
+            .create_qp(&cc, &cc, QpType::Rc, QpCap::default())
+            .unwrap();
+        let id = routed(&cch, client, PortSpace::Tcp, at);
+        let step = |s: QpState| qc.modify(&id.init_qp_attr(s).unwrap()).unwrap();
+        step(QpState::Init);
+        let mut data = mc.addr().to_le_bytes().to_vec();
+        data.extend(mc.rkey().to_le_bytes());
+        id.connect(&ConnParam {
+            private_data: data,
+            qp_num: qc.qpn(),
+            ..ConnParam::default()
+        })
+        .unwrap();
+        let req = event(&sch, Ev::ConnectRequest);
+        let (addr, rkey) = (
+            u64::from_le_bytes(req.conn.private_data[..8].try_into().unwrap()),
+            u32::from_le_bytes(req.conn.private_data[8..12].try_into().unwrap()),
+        );
+        let new = req.new_id.unwrap();
+        let (ms, cs, qs) = rc_qp(server);
+        new.attach_qp(&qs).unwrap();
+        new.accept(&req.conn).unwrap();
+        event(&cch, Ev::ConnectResponse);
+        for s in [QpState::Init, QpState::Rtr, QpState::Rts] {
+            step(s);
+        }
+        id.establish().unwrap();
+        event(&sch, Ev::Established);
+        ms.write(0, b"written by the server").unwrap();
+        let target = oxrdma::RemoteBuf::new(addr, rkey, 64).unwrap();
+        qs.post_send(SendWr::write(2, [ms.sge(0, 21).unwrap()], target).unwrap())
+            .unwrap();
+        cs.wait_one(WAIT).unwrap().result().unwrap();
+        let mut got = [0u8; 21];
+        mc.read(0, &mut got).unwrap();
+        assert_eq!(
+            &got,
+            b"written by the server",
+            "client {:?}",
+            client.backend()
+        );
     }
 }
 

@@ -16,6 +16,7 @@ mod device;
 mod ex;
 mod objects;
 mod qp;
+pub mod qp_attr;
 pub mod sockaddr;
 mod wr;
 

@@ -372,10 +372,12 @@ impl CmId {
     }
 
     /// `rdma_init_qp_attr`: the attributes that take a QP of this connection to `state`
-    /// (INIT, RTR or RTS), for callers that move their own QP. An engine device's (on
-    /// rdma-core, attach the QP and the id moves it).
+    /// (INIT, RTR or RTS), for callers that move their own QP.
     pub fn init_qp_attr(&self, state: QpState) -> Result<QpAttr> {
-        self.engine("rdma_init_qp_attr")?.init_qp_attr(state)
+        match &self.kind {
+            IdKind::Engine(id) => id.init_qp_attr(state),
+            IdKind::RdmaCore(id) => id.init_qp_attr(state),
+        }
     }
 
     /// `rdma_migrate_id`: from now on this id's events (and a listener's requests) go to

@@ -370,6 +370,22 @@ impl RcId {
         Ok(())
     }
 
+    /// `rdma_init_qp_attr`: what takes a QP of this connection to `state`.
+    pub fn init_qp_attr(&self, state: QpState) -> Result<oxrdma_core::QpAttr> {
+        let cm = rdmacm()?;
+        let mut attr = ibv_qp_attr {
+            qp_state: state as u32,
+            ..Default::default()
+        };
+        let mut mask = 0;
+        // SAFETY: a live id and writable attributes.
+        check("rdma_init_qp_attr", unsafe {
+            (cm.rdma_init_qp_attr)(self.id.ptr(), &mut attr, &mut mask)
+        })?;
+        oxrdma_verbs_abi::qp_attr::from_c(&attr, mask as u32)
+            .map_err(|e| Error::BadPeer(format!("librdmacm's attributes for {state:?}: {e}")))
+    }
+
     pub fn detach_qp(&self) {
         *lock(&self.qp) = None;
     }

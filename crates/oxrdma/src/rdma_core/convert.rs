@@ -1,9 +1,8 @@
 //! oxrdma's work requests, completions and QP attributes in rdma-core's C form (the C
 //! library, `oxrdma-ibverbs`, converts the other way).
 
-use super::objects::ah_attr;
 use crate::error::{Error, Result};
-use oxrdma_core::{QpAttr, RecvWr, SendData, SendFlags, SendWr, Sge, WcOpcode, WcStatus};
+use oxrdma_core::{RecvWr, SendData, SendFlags, SendWr, Sge, WcOpcode, WcStatus};
 use oxrdma_core::{WorkCompletion, WrOpcode};
 use oxrdma_verbs_abi::*;
 use smallvec::SmallVec;
@@ -136,43 +135,10 @@ pub(crate) fn recv_wr(w: &RecvWr, sge_store: &mut Sges) -> ibv_recv_wr {
     }
 }
 
-/// `a` as an `ibv_qp_attr` and its mask.
-pub(crate) fn qp_attr(a: &QpAttr) -> (ibv_qp_attr, i32) {
-    let mut c = ibv_qp_attr::default();
-    if let Some(s) = a.qp_state {
-        c.qp_state = s as u32;
-    }
-    if let Some(s) = a.cur_qp_state {
-        c.cur_qp_state = s as u32;
-    }
-    if let Some(f) = a.qp_access_flags {
-        c.qp_access_flags = f.bits();
-    }
-    c.pkey_index = a.pkey_index.unwrap_or(0);
-    c.port_num = a.port_num.unwrap_or(0);
-    c.qkey = a.qkey.unwrap_or(0);
-    if let Some(av) = a.ah_attr {
-        c.ah_attr = ah_attr(av);
-    }
-    if let Some(m) = a.path_mtu {
-        c.path_mtu = m as u32;
-    }
-    c.timeout = a.timeout.unwrap_or(0);
-    c.retry_cnt = a.retry_cnt.unwrap_or(0);
-    c.rnr_retry = a.rnr_retry.unwrap_or(0);
-    c.rq_psn = a.rq_psn.unwrap_or(0);
-    c.max_rd_atomic = a.max_rd_atomic.unwrap_or(0);
-    c.min_rnr_timer = a.min_rnr_timer.unwrap_or(0);
-    c.sq_psn = a.sq_psn.unwrap_or(0);
-    c.max_dest_rd_atomic = a.max_dest_rd_atomic.unwrap_or(0);
-    c.dest_qp_num = a.dest_qp_num.unwrap_or(0);
-    (c, a.mask() as i32)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oxrdma_core::{AddressVector, Gid, Mtu, QpState, RemoteBuf};
+    use oxrdma_core::RemoteBuf;
 
     #[test]
     fn a_write_with_immediate_carries_its_target_and_big_endian_immediate() {
@@ -239,27 +205,5 @@ mod tests {
             ..Default::default()
         };
         assert!(work_completion(&junk).is_err());
-    }
-
-    #[test]
-    fn qp_attributes_carry_their_mask() {
-        let a = QpAttr {
-            qp_state: Some(QpState::Rtr),
-            ah_attr: Some(AddressVector::to(Gid::from(
-                "10.0.0.1".parse::<std::net::IpAddr>().unwrap(),
-            ))),
-            path_mtu: Some(Mtu::Mtu1024),
-            dest_qp_num: Some(0x11),
-            rq_psn: Some(0x22),
-            ..Default::default()
-        };
-        let (c, mask) = qp_attr(&a);
-        assert_eq!(mask as u32, a.mask());
-        assert_eq!(
-            (c.qp_state, c.path_mtu, c.dest_qp_num, c.rq_psn),
-            (2, 3, 0x11, 0x22)
-        );
-        assert_eq!(c.ah_attr.is_global, 1);
-        assert_eq!(c.ah_attr.grh.dgid.raw, a.ah_attr.unwrap().dgid.0);
     }
 }

@@ -1,16 +1,13 @@
 //! Protection domains, memory regions and address handles on an rdma-core device. Each
 //! holds what it was made on, so a device outlives its objects as verbs require.
 
-use super::device::{Device, PORT};
+use super::device::Device;
 use super::verbs::{check, last_error, verbs};
 use crate::error::Result;
 use oxrdma_core::{Access, AddressVector, SharedBuffer};
 use oxrdma_verbs_abi::*;
 use std::ptr::NonNull;
 use std::sync::Arc;
-
-/// The hop limit of the GRH a UD send carries (the IP TTL), as rdma-core's examples set.
-const HOP_LIMIT: u8 = 64;
 
 /// `ibv_alloc_pd`.
 #[derive(Debug)]
@@ -120,7 +117,7 @@ impl Ah {
     pub fn create(pd: &Arc<Pd>, av: AddressVector) -> Result<Ah> {
         pd.dev.check_sgid(av.sgid_index)?;
         let v = verbs()?;
-        let mut attr = ah_attr(av);
+        let mut attr = oxrdma_verbs_abi::qp_attr::ah_attr(av);
         // SAFETY: a PD of an open device and a readable attribute.
         let ah = unsafe { (v.ibv_create_ah)(pd.ptr(), &mut attr) };
         Ok(Ah {
@@ -141,21 +138,5 @@ impl Drop for Ah {
             // to have completed (as with a NIC).
             let _ = check("ibv_destroy_ah", unsafe { (v.ibv_destroy_ah)(self.ptr()) });
         }
-    }
-}
-
-/// The RoCE address of `av`: a GRH to its GID, from the port's GID `sgid_index`.
-pub(crate) fn ah_attr(av: AddressVector) -> ibv_ah_attr {
-    ibv_ah_attr {
-        grh: ibv_global_route {
-            dgid: ibv_gid { raw: av.dgid.0 },
-            flow_label: 0,
-            sgid_index: av.sgid_index,
-            hop_limit: HOP_LIMIT,
-            traffic_class: 0,
-        },
-        is_global: 1,
-        port_num: PORT,
-        ..Default::default()
     }
 }

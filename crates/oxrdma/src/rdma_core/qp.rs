@@ -1,6 +1,6 @@
 //! Queue pairs on an rdma-core device.
 
-use super::convert::{qp_attr, recv_wr, send_wr, Sges};
+use super::convert::{recv_wr, send_wr, Sges};
 use super::cq::Cq;
 use super::objects::{Ah, Pd};
 use super::verbs::{check, last_error, verbs};
@@ -86,10 +86,10 @@ impl Qp {
             self.pd.dev.check_sgid(av.sgid_index)?;
         }
         let v = verbs()?;
-        let (mut c, mask) = qp_attr(a);
+        let (mut c, mask) = oxrdma_verbs_abi::qp_attr::to_c(a);
         // SAFETY: a live QP and a readable attribute.
         check("ibv_modify_qp", unsafe {
-            (v.ibv_modify_qp)(self.qp.as_ptr(), &mut c, mask)
+            (v.ibv_modify_qp)(self.qp.as_ptr(), &mut c, mask as i32)
         })
     }
 
