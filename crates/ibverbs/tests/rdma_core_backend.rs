@@ -62,7 +62,16 @@ fn the_rust_api_runs_on_rdma_core_against_the_engine() {
     ud_cm_both_ways(&hw, &sw);
     rstream_both_ways(&hw, &sw);
     rstream_awaited(&hw, &sw);
+    srq_channel_and_events(&hw, &sw);
     refusals(&hw);
+}
+
+/// Connects two RC QPs to each other.
+fn join(a: &oxrdma::QueuePair, b: &oxrdma::QueuePair) {
+    a.connect(&b.endpoint(), &ConnectOptions::default())
+        .unwrap();
+    b.connect(&a.endpoint(), &ConnectOptions::default())
+        .unwrap();
 }
 
 /// WRITE, READ, SEND, WRITE with immediate and both atomics, each way; a bad rkey.
@@ -292,10 +301,7 @@ fn awaited(hw: &Context, sw: &Context) {
     let qs = ps
         .create_qp(&cs, &cs, QpType::Rc, QpCap::default())
         .unwrap();
-    qh.connect(&qs.endpoint(), &ConnectOptions::default())
-        .unwrap();
-    qs.connect(&qh.endpoint(), &ConnectOptions::default())
-        .unwrap();
+    join(&qh, &qs);
     const N: u64 = 40;
     for i in 0..N {
         let sges = vec![mh.sge(64 * i as usize, 64).unwrap()].into();
@@ -725,17 +731,72 @@ fn rstream_awaited(hw: &Context, sw: &Context) {
     echo.join().unwrap();
 }
 
+/// A shared receive queue on rdma-core feeding two QPs, its limit event read as an
+/// asynchronous event, and a completion channel shared by two CQs naming each by its
+/// handle; against the engine's QPs.
+fn srq_channel_and_events(hw: &Context, sw: &Context) {
+    use oxrdma::{AsyncEvent, EventType};
+    let (ph, ps) = (hw.alloc_pd().unwrap(), sw.alloc_pd().unwrap());
+    let mh = ph.register(4096, Access::LOCAL_WRITE).unwrap();
+    let srq = ph.create_srq(16, 1, 0).unwrap();
+    assert!(srq.query().unwrap().max_wr >= 16);
+    let channel = hw.create_comp_channel().unwrap();
+    let mut pairs = Vec::new();
+    for _ in 0..2 {
+        let ch = hw.create_cq(16).unwrap();
+        let cs = sw.create_cq(16).unwrap();
+        let qh = ph
+            .create_qp_on_srq(&ch, &ch, QpType::Rc, QpCap::default(), Some(&srq))
+            .unwrap();
+        let qs = ps
+            .create_qp(&cs, &cs, QpType::Rc, QpCap::default())
+            .unwrap();
+        join(&qh, &qs);
+        pairs.push((ch, cs, qh, qs));
+    }
+    for i in 0..4u64 {
+        let sges = vec![mh.sge(64 * i as usize, 64).unwrap()].into();
+        srq.post_recv(RecvWr { wr_id: i, sges }).unwrap();
+    }
+    // Below 3 receives left, the SRQ says so once.
+    srq.arm(3).unwrap();
+    for (i, (ch, cs, qh, qs)) in pairs.iter().enumerate() {
+        ch.req_notify(&channel).unwrap();
+        qs.post_send(SendWr::send_inline(9, b"to the SRQ")).unwrap();
+        cs.wait_one(WAIT).unwrap().result().unwrap();
+        // The channel names the CQ that has the completion.
+        assert_eq!(channel.get_event().unwrap(), Some(ch.handle()));
+        let wc = ch.wait_one(WAIT).unwrap().result().unwrap();
+        assert_eq!((wc.wr_id, wc.qp_num, wc.byte_len), (i as u64, qh.qpn(), 10));
+    }
+    let until = std::time::Instant::now() + WAIT;
+    let event = loop {
+        if let Some(e) = hw.poll_event() {
+            break e;
+        }
+        assert!(std::time::Instant::now() < until, "no SRQ limit event");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(
+        event,
+        AsyncEvent::Srq {
+            srq: srq.id(),
+            event: EventType::SrqLimitReached
+        }
+    );
+    drop(pairs);
+    srq.try_destroy().unwrap();
+}
+
 /// What the engine alone offers is refused, with the reason.
 fn refusals(hw: &Context) {
     let unsupported = |r: Result<(), Error>| match r {
         Err(Error::Unsupported(_)) => {}
         other => panic!("expected Unsupported, got {other:?}"),
     };
-    unsupported(hw.create_comp_channel().map(drop));
     unsupported(hw.capture_to(std::path::Path::new("/dev/null")));
     unsupported(hw.open_again().map(drop));
     let pd = hw.alloc_pd().unwrap();
-    unsupported(pd.create_srq(4, 1, 0).map(drop));
     unsupported(pd.alloc_mw(oxrdma::MwType::Type2).map(drop));
     let cq = hw.create_cq(4).unwrap();
     let qp = pd

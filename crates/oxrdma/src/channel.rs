@@ -31,7 +31,7 @@ const EVENT: u64 = 0;
 const PACKET: u64 = 1;
 
 /// What the threads waiting on a channel did: to tune a program, and to see that a
-/// waiter takes its own packets ([`CompletionChannel::stats`]).
+/// waiter takes its own packets ([`crate::CompletionChannel::stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChannelStats {
     /// Events reported to the channel.
@@ -45,38 +45,9 @@ pub struct ChannelStats {
     pub slept: u64,
 }
 
-/// A file descriptor that becomes readable when an armed CQ has a completion
-/// (`ibv_comp_channel`). Taking an event blocks unless the descriptor is made
-/// non-blocking.
-///
-/// ```
-/// use oxrdma::{Access, ConnectOptions, Context, QpCap, QpType, RecvWr, SendWr};
-/// use std::time::Duration;
-/// # fn main() -> oxrdma::Result<()> {
-/// let (a, b) = (Context::open("127.0.1.20".parse().unwrap())?,
-///               Context::open("127.0.1.21".parse().unwrap())?);
-/// let (pa, pb) = (a.alloc_pd()?, b.alloc_pd()?);
-/// let mb = pb.register(64, Access::LOCAL_WRITE)?;
-/// let (ca, cb) = (a.create_cq(8)?, b.create_cq(8)?);
-/// let qa = pa.create_qp(&ca, &ca, QpType::Rc, QpCap::default())?;
-/// let qb = pb.create_qp(&cb, &cb, QpType::Rc, QpCap::default())?;
-/// qa.connect(&qb.endpoint(), &ConnectOptions::default())?;
-/// qb.connect(&qa.endpoint(), &ConnectOptions::default())?;
-/// // b sleeps on its channel until a completion comes to the CQ it armed.
-/// let channel = b.create_comp_channel()?;
-/// cb.req_notify(&channel);
-/// qb.post_recv(RecvWr { wr_id: 7, sges: vec![mb.sge(0, 64)?].into() })?;
-/// qa.post_send(SendWr::send_inline(1, b"wake up"))?;
-/// assert!(channel.wait(Duration::from_secs(10))?, "no event");
-/// // The event says only that there is something: the completions are polled.
-/// let mut wcs = Vec::new();
-/// assert_eq!(cb.poll(&mut wcs, 8)?, 1);
-/// assert_eq!((wcs[0].wr_id, wcs[0].byte_len), (7, 7));
-/// # Ok(())
-/// # }
-/// ```
+/// A completion channel of an engine device.
 #[derive(Debug)]
-pub struct CompletionChannel {
+pub(crate) struct EngineCompChannel {
     pub(crate) inner: Arc<ChannelInner>,
     /// The device whose packets a waiter moves.
     device: Weak<Shared>,
@@ -88,7 +59,7 @@ pub struct CompletionChannel {
     cores: Mutex<Cores>,
 }
 
-impl CompletionChannel {
+impl EngineCompChannel {
     pub(crate) fn new(device: &Arc<Shared>) -> Result<Self> {
         use rustix::event::{eventfd, EventfdFlags};
         // SEMAPHORE: each read takes one event, so the count matches `fired`.
@@ -104,7 +75,7 @@ impl CompletionChannel {
             )
             .map_err(std::io::Error::from)?;
         }
-        Ok(CompletionChannel {
+        Ok(EngineCompChannel {
             inner: Arc::new(ChannelInner::new(fd)),
             device: Arc::downgrade(device),
             epoll,
@@ -299,19 +270,13 @@ impl CompletionChannel {
     }
 }
 
-impl AsFd for CompletionChannel {
+impl AsFd for EngineCompChannel {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.inner.fd.as_fd()
     }
 }
 
-impl std::os::fd::AsRawFd for CompletionChannel {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.inner.fd.as_raw_fd()
-    }
-}
-
-impl CompletionChannel {
+impl EngineCompChannel {
     /// Makes [`Self::get_event`] return `Ok(None)` at once when no event waits (as
     /// `O_NONBLOCK` on the descriptor does), or wait again.
     pub fn set_nonblocking(&self, nonblocking: bool) -> Result<()> {

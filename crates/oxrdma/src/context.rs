@@ -312,28 +312,35 @@ impl Context {
     }
 
     /// A completion channel: a file descriptor that becomes readable when an armed CQ gets
-    /// a completion (use it with epoll, poll or an async runtime). An engine device's (a
-    /// CQ of an rdma-core device has its own, used by [`crate::CompletionQueue::wait`]).
+    /// a completion (use it with epoll, poll or an async runtime).
     pub fn create_comp_channel(&self) -> Result<crate::CompletionChannel> {
-        self.engine("completion channels")?.create_comp_channel()
+        match &self.kind {
+            Kind::Engine(e) => e.create_comp_channel(),
+            Kind::RdmaCore(_) => crate::CompletionChannel::rdma_core(),
+        }
     }
 
     /// The next asynchronous event, without waiting: CQ overflow, QP errors and
-    /// communication established, SRQ limit reached, last WQE reached (never on
-    /// rdma-core).
+    /// communication established, SRQ limit reached, last WQE reached (on rdma-core, the
+    /// provider's events of these kinds; its port and device events are passed over).
     pub fn poll_event(&self) -> Option<oxrdma_core::AsyncEvent> {
-        self.engine("").ok()?.poll_event()
+        match &self.kind {
+            Kind::Engine(e) => e.poll_event(),
+            Kind::RdmaCore(r) => r.poll_event(),
+        }
     }
 
     /// The next asynchronous event (`ibv_get_async_event`): waits for one, unless
-    /// [`Context::async_fd`] was made non-blocking (then `Ok(None)` when none waits). An
-    /// engine device's.
+    /// [`Context::async_fd`] was made non-blocking (then `Ok(None)` when none waits).
     pub fn get_async_event(&self) -> Result<Option<oxrdma_core::AsyncEvent>> {
-        self.engine("asynchronous events")?.get_async_event()
+        match &self.kind {
+            Kind::Engine(e) => e.get_async_event(),
+            Kind::RdmaCore(r) => r.get_async_event(),
+        }
     }
 
     /// A descriptor readable exactly while asynchronous events wait
-    /// (`ibv_context.async_fd`; never readable on rdma-core).
+    /// (`ibv_context.async_fd`).
     pub fn async_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         match &self.kind {
             Kind::Engine(e) => e.async_fd(),

@@ -1,10 +1,11 @@
 //! Completion queues: the public one (of an engine or an rdma-core device) and the
 //! engine's, polled without locks and armed for a completion channel.
 
-use crate::channel::CompletionChannel;
+use crate::channel::EngineCompChannel;
 use crate::engine_context::EngineContext;
 use crate::error::{Error, Result};
 use crate::rdma_core;
+use crate::CompletionChannel;
 use oxrdma_core::WorkCompletion;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -96,9 +97,13 @@ impl CompletionQueue {
         }
     }
 
-    /// The CQ's handle, as [`CompletionChannel::get_event`] names it (0 on rdma-core).
+    /// The CQ's handle, as [`CompletionChannel::get_event`] and asynchronous events name
+    /// it.
     pub fn handle(&self) -> u32 {
-        self.engine_cq().map_or(0, |c| c.cq)
+        match &self.kind {
+            CqKind::Engine(cq) => cq.cq,
+            CqKind::RdmaCore(cq) => cq.handle,
+        }
     }
 
     /// `ibv_resize_cq`: holds up to `depth` completions from now on; refused (invalid
@@ -130,16 +135,20 @@ impl CompletionQueue {
     }
 
     /// Asks for `channel` to report this CQ at its next completion (`ibv_req_notify_cq`).
-    /// An engine device's CQ (an rdma-core CQ has a channel of its own, for
-    /// [`Self::wait`]).
+    /// The channel must be of the CQ's kind of device.
     pub fn req_notify(&self, channel: &CompletionChannel) -> Result<()> {
-        let cq = self
-            .engine_cq()
-            .ok_or(Error::Unsupported("arming a CQ for a completion channel"))?;
-        cq.ctx
-            .shared()
-            .arm(cq.cq, cq.ring.clone(), channel.inner.clone());
-        Ok(())
+        let other =
+            || oxrdma_core::VerbsError::InvalidArgument("a channel of another kind of device");
+        match &self.kind {
+            CqKind::Engine(cq) => {
+                let channel = channel.engine_channel().ok_or_else(other)?;
+                cq.ctx
+                    .shared()
+                    .arm(cq.cq, cq.ring.clone(), channel.inner.clone());
+                Ok(())
+            }
+            CqKind::RdmaCore(cq) => channel.rdma_core_channel().ok_or_else(other)?.arm(cq),
+        }
     }
 
     /// Waits up to `timeout` for completions and appends up to `max` of them to `out`
@@ -243,7 +252,7 @@ pub(crate) struct EngineCq {
     /// Cleared by `try_destroy` once the engine has let the CQ go.
     pub(crate) live: bool,
     /// The channel [`CompletionQueue::wait`] sleeps on, made at its first sleep.
-    pub(crate) waiter: OnceLock<Box<CompletionChannel>>,
+    pub(crate) waiter: OnceLock<Box<EngineCompChannel>>,
 }
 
 impl EngineCq {
@@ -301,11 +310,11 @@ impl EngineCq {
 
     /// Arms the CQ for its own waiting channel (made at the first call); the channel, and
     /// whether the arm is ours (false: the program armed it for its own channel).
-    fn arm_waiter(&self) -> Result<(&CompletionChannel, bool)> {
+    fn arm_waiter(&self) -> Result<(&EngineCompChannel, bool)> {
         let channel = match self.waiter.get() {
             Some(c) => c,
             None => {
-                let c = Box::new(self.ctx.create_comp_channel()?);
+                let c = Box::new(EngineCompChannel::new(&self.ctx.inner.shared)?);
                 self.waiter.get_or_init(|| c)
             }
         };

@@ -239,7 +239,8 @@ impl EngineContext {
     /// A completion channel: a file descriptor that becomes readable when an armed CQ gets
     /// a completion (use it with epoll, poll or an async runtime).
     pub fn create_comp_channel(&self) -> Result<crate::CompletionChannel> {
-        crate::CompletionChannel::new(&self.inner.shared)
+        crate::channel::EngineCompChannel::new(&self.inner.shared)
+            .map(crate::CompletionChannel::engine)
     }
 
     /// The next asynchronous event, without waiting: CQ overflow, QP errors and

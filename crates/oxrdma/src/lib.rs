@@ -57,6 +57,7 @@ pub mod aio;
 mod channel;
 mod channel_events;
 pub mod cm;
+mod comp_channel;
 pub mod config;
 mod connect;
 mod context;
@@ -84,7 +85,8 @@ mod secure;
 mod shared;
 mod sleeper;
 
-pub use channel::{ChannelStats, CompletionChannel};
+pub use channel::ChannelStats;
+pub use comp_channel::CompletionChannel;
 pub use connect::{exchange, PeerInfo};
 pub use context::{Backend, Context, WeakDevice};
 /// The engine and its link, for tools that drive them by hand (`oxrdma scale`).

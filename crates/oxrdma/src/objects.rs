@@ -171,6 +171,18 @@ impl AddressHandle {
 /// ```
 #[derive(Debug)]
 pub struct SharedReceiveQueue {
+    kind: SrqKind,
+}
+
+#[derive(Debug)]
+enum SrqKind {
+    Engine(EngineSrq),
+    RdmaCore(Arc<rdma_core::Srq>),
+}
+
+/// A shared receive queue of an engine device.
+#[derive(Debug)]
+struct EngineSrq {
     ctx: EngineContext,
     srq: u32,
     live: bool,
@@ -179,35 +191,89 @@ pub struct SharedReceiveQueue {
 impl SharedReceiveQueue {
     pub(crate) fn new(ctx: &EngineContext, srq: u32) -> SharedReceiveQueue {
         SharedReceiveQueue {
-            ctx: ctx.clone(),
-            srq,
-            live: true,
+            kind: SrqKind::Engine(EngineSrq {
+                ctx: ctx.clone(),
+                srq,
+                live: true,
+            }),
+        }
+    }
+
+    pub(crate) fn rdma_core(srq: rdma_core::Srq) -> SharedReceiveQueue {
+        SharedReceiveQueue {
+            kind: SrqKind::RdmaCore(Arc::new(srq)),
+        }
+    }
+
+    pub(crate) fn rdma_core_srq(&self) -> Option<&Arc<rdma_core::Srq>> {
+        match &self.kind {
+            SrqKind::Engine(_) => None,
+            SrqKind::RdmaCore(s) => Some(s),
+        }
+    }
+
+    pub(crate) fn engine_id(&self) -> Option<u32> {
+        match &self.kind {
+            SrqKind::Engine(s) => Some(s.srq),
+            SrqKind::RdmaCore(_) => None,
         }
     }
 
     /// The number its asynchronous events carry ([`oxrdma_core::AsyncEvent::Srq`]).
     pub fn id(&self) -> u32 {
-        self.srq
+        match &self.kind {
+            SrqKind::Engine(s) => s.srq,
+            SrqKind::RdmaCore(s) => s.handle,
+        }
     }
 
     /// `ibv_post_srq_recv` of one WR.
     pub fn post_recv(&self, wr: oxrdma_core::RecvWr) -> Result<()> {
-        self.ctx
-            .shared()
-            .lock()
-            .engine
-            .post_srq_recv(self.srq, wr)?;
-        Ok(())
+        match &self.kind {
+            SrqKind::Engine(s) => {
+                s.ctx.shared().lock().engine.post_srq_recv(s.srq, wr)?;
+                Ok(())
+            }
+            SrqKind::RdmaCore(s) => s.post_recv(&wr),
+        }
     }
+
     /// Arms the limit event (`ibv_modify_srq` with IBV_SRQ_LIMIT); it fires once, as an
     /// [`oxrdma_core::AsyncEvent::Srq`] from [`crate::Context::poll_event`], then disarms.
     pub fn arm(&self, limit: u32) -> Result<()> {
-        self.ctx.shared().lock().engine.arm_srq(self.srq, limit)?;
-        Ok(())
+        match &self.kind {
+            SrqKind::Engine(s) => {
+                s.ctx.shared().lock().engine.arm_srq(s.srq, limit)?;
+                Ok(())
+            }
+            SrqKind::RdmaCore(s) => s.arm(limit),
+        }
     }
-    /// `ibv_query_srq`: its depth and limit.
+
+    /// `ibv_query_srq`: its depth and limit (and on an engine device, what is posted).
     pub fn query(&self) -> Result<oxrdma_core::SrqAttr> {
-        Ok(self.ctx.shared().lock().engine.query_srq(self.srq)?)
+        match &self.kind {
+            SrqKind::Engine(s) => Ok(s.ctx.shared().lock().engine.query_srq(s.srq)?),
+            SrqKind::RdmaCore(s) => s.query(),
+        }
+    }
+
+    /// `ibv_destroy_srq`: busy while a QP uses it; the SRQ comes back with the error.
+    pub fn try_destroy(self) -> std::result::Result<(), (Self, crate::Error)> {
+        match self.kind {
+            SrqKind::Engine(s) => s.try_destroy().map_err(|(s, e)| {
+                let back = SharedReceiveQueue {
+                    kind: SrqKind::Engine(s),
+                };
+                (back, e)
+            }),
+            SrqKind::RdmaCore(s) => Arc::try_unwrap(s).map(drop).map_err(|s| {
+                let back = SharedReceiveQueue {
+                    kind: SrqKind::RdmaCore(s),
+                };
+                (back, oxrdma_core::VerbsError::Busy("SRQ in use").into())
+            }),
+        }
     }
 }
 
@@ -304,7 +370,7 @@ crate::destroy::destroy_with! {
     /// `ibv_destroy_ah`.
     EngineAh.ah => destroy_ah;
     /// `ibv_destroy_srq`: busy while a QP uses it.
-    SharedReceiveQueue.srq => destroy_srq, events Srq;
+    EngineSrq.srq => destroy_srq, events Srq;
     /// `ibv_dealloc_mw`.
     MemoryWindow.handle => dealloc_mw;
 }

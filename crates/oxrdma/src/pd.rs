@@ -12,6 +12,9 @@ use crate::MemoryRegion;
 use oxrdma_core::{Access, SharedBuffer, VerbsError};
 use std::sync::Arc;
 
+/// An SRQ of one kind of device given for a QP of the other.
+const OTHER_SRQ: VerbsError = VerbsError::InvalidArgument("an SRQ of another kind of device");
+
 /// A protection domain: memory regions and QPs in it may be used together.
 ///
 /// ```
@@ -155,15 +158,18 @@ impl ProtectionDomain {
     }
 
     /// A shared receive queue (`ibv_create_srq`); `srq_limit` 0 leaves the limit unarmed.
-    /// An engine device's.
     pub fn create_srq(
         &self,
         max_wr: u32,
         max_sge: u32,
         srq_limit: u32,
     ) -> Result<SharedReceiveQueue> {
-        self.engine("shared receive queues")?
-            .create_srq(max_wr, max_sge, srq_limit)
+        match &self.kind {
+            PdKind::Engine(pd) => pd.create_srq(max_wr, max_sge, srq_limit),
+            PdKind::RdmaCore { pd, .. } => Ok(SharedReceiveQueue::rdma_core(
+                rdma_core::Srq::create(pd, max_wr, max_sge, srq_limit)?,
+            )),
+        }
     }
 
     /// Creates a queue pair in this PD (in RESET; see [`crate::QueuePair::connect`]).
@@ -213,10 +219,11 @@ impl ProtectionDomain {
                 let (Some(s), Some(r)) = (send_cq.rdma_core_cq(), recv_cq.rdma_core_cq()) else {
                     return Err(other().into());
                 };
-                if init.srq.is_some() {
-                    return Err(Error::Unsupported("shared receive queues"));
-                }
-                crate::QueuePair::rdma_core(ctx, pd, s, r, init)
+                let srq = match init.srq {
+                    None => None,
+                    Some(srq) => Some(srq.rdma_core_srq().ok_or(OTHER_SRQ)?),
+                };
+                crate::QueuePair::rdma_core(ctx, pd, s, r, srq, init)
             }
         }
     }
@@ -307,7 +314,14 @@ impl EnginePd {
             recv_cq: recv_cq.cq,
             cap: init.cap,
             sq_sig_all: init.sq_sig_all,
-            srq: init.srq.map(|s| s.id()),
+            srq: init
+                .srq
+                .map(|s| {
+                    s.engine_id().ok_or(VerbsError::InvalidArgument(
+                        "an SRQ of another kind of device",
+                    ))
+                })
+                .transpose()?,
         };
         let mut dev = self.ctx.shared().lock();
         let qpn = dev.engine.create_qp(self.pd, &attr)?;

@@ -123,10 +123,11 @@ impl QueuePair {
         pd: &Arc<rdma_core::Pd>,
         send_cq: &Arc<rdma_core::Cq>,
         recv_cq: &Arc<rdma_core::Cq>,
+        srq: Option<&Arc<rdma_core::Srq>>,
         init: crate::QpInit<'_>,
     ) -> Result<QueuePair> {
         Ok(QueuePair {
-            kind: QpKind::RdmaCore(RdmaCoreQp::create(ctx, pd, send_cq, recv_cq, init)?),
+            kind: QpKind::RdmaCore(RdmaCoreQp::create(ctx, pd, [send_cq, recv_cq], srq, init)?),
         })
     }
 

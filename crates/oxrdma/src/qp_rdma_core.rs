@@ -21,14 +21,14 @@ impl RdmaCoreQp {
     pub fn create(
         ctx: &Arc<RdmaCoreContext>,
         pd: &Arc<rdma_core::Pd>,
-        send_cq: &Arc<rdma_core::Cq>,
-        recv_cq: &Arc<rdma_core::Cq>,
+        cqs: [&Arc<rdma_core::Cq>; 2],
+        srq: Option<&Arc<rdma_core::Srq>>,
         init: crate::QpInit<'_>,
     ) -> Result<RdmaCoreQp> {
         let qp = Arc::new(rdma_core::Qp::create(
             pd,
-            send_cq,
-            recv_cq,
+            cqs,
+            srq,
             init.qp_type,
             init.cap,
             init.sq_sig_all,

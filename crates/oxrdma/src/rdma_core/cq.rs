@@ -20,6 +20,8 @@ const BATCH: usize = 16;
 pub(crate) struct Cq {
     pub dev: Arc<Device>,
     cq: NonNull<ibv_cq>,
+    /// The number its asynchronous events and completion events name.
+    pub handle: u32,
     channel: NonNull<ibv_comp_channel>,
 }
 
@@ -49,6 +51,8 @@ impl Cq {
         // From here on Drop destroys both.
         let made = Cq {
             dev: dev.clone(),
+            // SAFETY: the CQ the library just returned.
+            handle: unsafe { cq.as_ref().handle },
             cq,
             channel,
         };

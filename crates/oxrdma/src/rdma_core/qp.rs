@@ -3,6 +3,7 @@
 use super::convert::{recv_wr, send_wr, Sges};
 use super::cq::Cq;
 use super::objects::{Ah, Pd};
+use super::srq::Srq;
 use super::verbs::{check, last_error, verbs};
 use crate::error::{Error, Result};
 use oxrdma_core::{QpAttr, QpCap, QpState, QpType, RecvWr, SendWr};
@@ -16,6 +17,7 @@ use std::sync::{Arc, Mutex};
 pub(crate) struct Qp {
     pub pd: Arc<Pd>,
     _cqs: [Arc<Cq>; 2],
+    _srq: Option<Arc<Srq>>,
     qp: NonNull<ibv_qp>,
     pub qpn: u32,
     /// The capacities the provider gave (at least those asked for).
@@ -30,8 +32,8 @@ unsafe impl Sync for Qp {}
 impl Qp {
     pub fn create(
         pd: &Arc<Pd>,
-        send_cq: &Arc<Cq>,
-        recv_cq: &Arc<Cq>,
+        [send_cq, recv_cq]: [&Arc<Cq>; 2],
+        srq: Option<&Arc<Srq>>,
         qp_type: QpType,
         cap: QpCap,
         sq_sig_all: bool,
@@ -41,7 +43,7 @@ impl Qp {
             qp_context: std::ptr::null_mut(),
             send_cq: send_cq.ptr(),
             recv_cq: recv_cq.ptr(),
-            srq: std::ptr::null_mut(),
+            srq: srq.map_or(std::ptr::null_mut(), |s| s.ptr()),
             cap: ibv_qp_cap {
                 max_send_wr: cap.max_send_wr,
                 max_recv_wr: cap.max_recv_wr,
@@ -62,6 +64,7 @@ impl Qp {
         Ok(Qp {
             pd: pd.clone(),
             _cqs: [send_cq.clone(), recv_cq.clone()],
+            _srq: srq.cloned(),
             qp,
             qpn,
             cap: QpCap {

@@ -78,6 +78,12 @@ library! {
     ibv_destroy_qp: fn(*mut ibv_qp) -> c_int;
     ibv_create_ah: fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah;
     ibv_destroy_ah: fn(*mut ibv_ah) -> c_int;
+    ibv_create_srq: fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq;
+    ibv_modify_srq: fn(*mut ibv_srq, *mut ibv_srq_attr, c_int) -> c_int;
+    ibv_query_srq: fn(*mut ibv_srq, *mut ibv_srq_attr) -> c_int;
+    ibv_destroy_srq: fn(*mut ibv_srq) -> c_int;
+    ibv_get_async_event: fn(*mut ibv_context, *mut ibv_async_event) -> c_int;
+    ibv_ack_async_event: fn(*mut ibv_async_event) -> ();
 }
 
 // SAFETY: plain function pointers into a library that stays loaded; libibverbs' exported

@@ -16,7 +16,6 @@ mod flow;
 mod iomap;
 mod listener;
 mod maps;
-mod notify;
 mod stream;
 
 pub use listener::RListener;

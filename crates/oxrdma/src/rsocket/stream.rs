@@ -4,11 +4,12 @@
 
 use super::flow::{Flow, Link};
 use super::maps::IoMaps;
-use super::notify::Notify;
 use super::{io, os, partial, RsOptions};
 use crate::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use crate::lock::lock;
-use crate::{CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInit, QueuePair};
+use crate::{
+    CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInit, QueuePair,
+};
 use oxrdma_core::{
     Access, InlineData, QpAttr, QpCap, QpState, QpType, RecvWr, SendData, SendFlags, SendWr,
     SgeList, WcStatus, WorkCompletion, WrOpcode,
@@ -94,7 +95,7 @@ pub struct RStream {
     /// The target SGL the peer's credit updates land in, then the iomap table.
     tmr: MemoryRegion,
     pub(super) cq: CompletionQueue,
-    comp: Notify,
+    comp: CompletionChannel,
     pub(super) pd: ProtectionDomain,
     id: CmId,
     ch: EventChannel,
@@ -169,8 +170,9 @@ impl RStream {
         let ctx = id.context().clone();
         let max = ctx.attr().max_qp_wr.clamp(16, 0xfffe);
         let (sq, rq) = (o.sq_size.clamp(16, max), o.rq_size.clamp(16, max));
+        let comp = ctx.create_comp_channel().map_err(io)?;
+        comp.set_nonblocking(true).map_err(io)?;
         let cq = ctx.create_cq(sq + rq).map_err(io)?;
-        let comp = Notify::new(&ctx, &cq).map_err(io)?;
         let pd = ctx.alloc_pd().map_err(io)?;
         let cap = QpCap {
             max_send_wr: sq,
@@ -457,7 +459,7 @@ impl RStream {
             return Some(r);
         }
         if !f.armed {
-            if let Err(e) = self.comp.arm(&self.cq) {
+            if let Err(e) = self.cq.req_notify(&self.comp) {
                 return Some(self.arm_failed(&mut f, e, want));
             }
             f.armed = true;
@@ -472,12 +474,16 @@ impl RStream {
 
     /// The descriptors to sleep on after `arm`: the completion channel, the CM channel.
     pub fn fds(&self) -> [BorrowedFd<'_>; 2] {
-        [self.comp.fd(), self.ch.as_fd()]
+        [self.comp.as_fd(), self.ch.as_fd()]
     }
 
     /// After sleeping: takes the completion events (the CQ must be armed again).
     pub fn woke(&self) {
-        if self.comp.take() {
+        let mut any = false;
+        while let Ok(Some(_)) = self.comp.get_event() {
+            any = true;
+        }
+        if any {
             lock(&self.flow).armed = false;
         }
     }
@@ -559,7 +565,7 @@ impl RStream {
                 continue;
             }
             if !f.armed {
-                if let Err(e) = self.comp.arm(&self.cq) {
+                if let Err(e) = self.cq.req_notify(&self.comp) {
                     return Err(io(e));
                 }
                 f.armed = true;
