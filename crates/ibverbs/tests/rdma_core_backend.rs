@@ -91,6 +91,9 @@ fn rc_both_ways(hw: &Context, sw: &Context) {
         .create_qp(&cs, &cs, QpType::Rc, QpCap::default())
         .unwrap();
     assert_eq!(qh.state().unwrap(), QpState::Reset);
+    let (attr, cap, signal_all) = qh.query().unwrap();
+    assert_eq!((attr.qp_state, attr.ah_attr), (Some(QpState::Reset), None));
+    assert!(cap.max_send_wr >= QpCap::default().max_send_wr && !signal_all);
     let eh = qh.endpoint().with_buffer(mh.remote());
     let es = qs.endpoint().with_buffer(ms.remote());
     assert_eq!(eh.gid, hw.gid());
@@ -98,6 +101,12 @@ fn rc_both_ways(hw: &Context, sw: &Context) {
     let eh = oxrdma::Endpoint::from_bytes(&eh.to_bytes()).unwrap();
     qh.connect(&es, &ConnectOptions::default()).unwrap();
     qs.connect(&eh, &ConnectOptions::default()).unwrap();
+    // Every attribute as the provider keeps it, the path included.
+    let (attr, _, _) = qh.query().unwrap();
+    assert_eq!(attr.qp_state, Some(QpState::Rts));
+    assert_eq!(attr.dest_qp_num, Some(qs.qpn()));
+    assert_eq!(attr.ah_attr.map(|a| a.dgid), Some(sw.gid()));
+    assert_eq!(attr.sq_psn, Some(eh.psn));
     assert_eq!(qh.state().unwrap(), QpState::Rts);
 
     // rdma-core WRITEs into the engine, then READs it back elsewhere.

@@ -230,10 +230,12 @@ impl QueuePair {
     }
 
     /// `ibv_query_qp`: every attribute as it stands, the capacities, and whether every
-    /// send WR is signaled (`sq_sig_all`). An engine device's ([`Self::state`] is
-    /// everyone's).
+    /// send WR is signaled (`sq_sig_all`).
     pub fn query(&self) -> Result<(QpAttr, oxrdma_core::QpCap, bool)> {
-        self.engine("ibv_query_qp of every attribute")?.query()
+        match &self.kind {
+            QpKind::Engine(q) => q.query(),
+            QpKind::RdmaCore(q) => q.qp.query(),
+        }
     }
 
     /// What the QP's transport has been through: packets sent and sent again, whether

@@ -122,6 +122,38 @@ impl Qp {
         })
     }
 
+    /// `ibv_query_qp` of every attribute oxrdma carries (the path only where one is set),
+    /// the capacities and whether every send is signaled.
+    pub fn query(&self) -> Result<(QpAttr, QpCap, bool)> {
+        use oxrdma_core::mask::{AV, CARRIED};
+        let v = verbs()?;
+        let mut a = ibv_qp_attr::default();
+        // SAFETY: all-zero bytes are a valid `ibv_qp_init_attr` (NULL pointers, zeros).
+        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: a live QP and writable structs.
+        check("ibv_query_qp", unsafe {
+            (v.ibv_query_qp)(self.qp.as_ptr(), &mut a, CARRIED as i32, &mut init)
+        })?;
+        // Before RTR there is no path (no GRH): it is left out, as unset.
+        let mask = if a.ah_attr.is_global == 0 {
+            CARRIED & !AV
+        } else {
+            CARRIED
+        };
+        let attr = oxrdma_verbs_abi::qp_attr::from_c(&a, mask).map_err(|e| {
+            Error::BadPeer(format!("the provider's QP attributes: {e}"))
+        })?;
+        let c = init.cap;
+        let cap = QpCap {
+            max_send_wr: c.max_send_wr,
+            max_recv_wr: c.max_recv_wr,
+            max_send_sge: c.max_send_sge,
+            max_recv_sge: c.max_recv_sge,
+            max_inline_data: c.max_inline_data,
+        };
+        Ok((attr, cap, init.sq_sig_all != 0))
+    }
+
     /// `ibv_post_send` of one WR; `ah` is the address handle a UD WR names.
     pub fn post_send(&self, w: &SendWr, ah: Option<&Ah>) -> Result<()> {
         let post = self
