@@ -63,6 +63,7 @@ fn the_rust_api_runs_on_rdma_core_against_the_engine() {
     rstream_both_ways(&hw, &sw);
     rstream_awaited(&hw, &sw);
     srq_channel_and_events(&hw, &sw);
+    memory_windows(&hw, &sw);
     refusals(&hw);
 }
 
@@ -797,6 +798,72 @@ fn srq_channel_and_events(hw: &Context, sw: &Context) {
     srq.try_destroy().unwrap();
 }
 
+/// Memory windows on rdma-core opened to an engine peer: type 1 bound with `bind_mw`,
+/// type 2 by a BIND_MW work request and closed by a LOCAL_INV, after which the peer's
+/// WRITE through it fails.
+fn memory_windows(hw: &Context, sw: &Context) {
+    use oxrdma::{MwType, RemoteBuf, SendData, WrOpcode};
+    let (ph, ps) = (hw.alloc_pd().unwrap(), sw.alloc_pd().unwrap());
+    let mh = ph
+        .register(8192, Access::LOCAL_WRITE | Access::MW_BIND)
+        .unwrap();
+    let ms = ps.register(64, Access::LOCAL_WRITE).unwrap();
+    let (ch, cs) = (hw.create_cq(16).unwrap(), sw.create_cq(16).unwrap());
+    let qh = ph
+        .create_qp(&ch, &ch, QpType::Rc, QpCap::default())
+        .unwrap();
+    let qs = ps
+        .create_qp(&cs, &cs, QpType::Rc, QpCap::default())
+        .unwrap();
+    join(&qh, &qs);
+    let write_through = |wr_id: u64, at: u64, rkey: u32| {
+        let window = RemoteBuf::new(mh.addr() + at, rkey, 18).unwrap();
+        qs.post_send(SendWr::write(wr_id, [ms.sge(0, 18).unwrap()], window).unwrap())
+            .unwrap();
+        cs.wait_one(WAIT).unwrap()
+    };
+    ms.write(0, b"through the window").unwrap();
+
+    let mw1 = ph.alloc_mw(MwType::Type1).unwrap();
+    let before = mw1.rkey();
+    qh.bind_mw(1, true, mh.window(&mw1, 1024, 1024, Access::REMOTE_WRITE))
+        .unwrap();
+    let wc = ch.wait_one(WAIT).unwrap().result().unwrap();
+    assert_eq!(wc.opcode, WcOpcode::BindMw);
+    assert_ne!(mw1.rkey(), before, "a bind gives the window a new rkey");
+    write_through(2, 1024, mw1.rkey()).result().unwrap();
+    let mut got = [0u8; 18];
+    mh.read(1024, &mut got).unwrap();
+    assert_eq!(&got, b"through the window");
+
+    let mw2 = ph.alloc_mw(MwType::Type2).unwrap();
+    let bind = mh.window(&mw2, 4096, 4096, Access::REMOTE_WRITE);
+    let mut wr = SendWr::new(3, WrOpcode::BindMw, SendData::Sges(vec![].into()));
+    wr.bind = Some(bind);
+    qh.post_send(wr).unwrap();
+    assert_eq!(
+        ch.wait_one(WAIT).unwrap().result().unwrap().opcode,
+        WcOpcode::BindMw
+    );
+    assert_eq!(mw2.rkey(), bind.rkey);
+    write_through(4, 5000, mw2.rkey()).result().unwrap();
+    mh.read(5000, &mut got).unwrap();
+    assert_eq!(&got, b"through the window");
+    let mut inv = SendWr::new(5, WrOpcode::LocalInv, SendData::Sges(vec![].into()));
+    inv.invalidate_rkey = mw2.rkey();
+    qh.post_send(inv).unwrap();
+    assert_eq!(
+        ch.wait_one(WAIT).unwrap().result().unwrap().opcode,
+        WcOpcode::LocalInv
+    );
+    let wc = write_through(6, 5000, mw2.rkey());
+    assert_eq!(
+        wc.status,
+        WcStatus::RemAccessErr,
+        "a WRITE through a closed window"
+    );
+}
+
 /// What the engine alone offers is refused, with the reason.
 fn refusals(hw: &Context) {
     let unsupported = |r: Result<(), Error>| match r {
@@ -806,7 +873,6 @@ fn refusals(hw: &Context) {
     unsupported(hw.capture_to(std::path::Path::new("/dev/null")));
     unsupported(hw.open_again().map(drop));
     let pd = hw.alloc_pd().unwrap();
-    unsupported(pd.alloc_mw(oxrdma::MwType::Type2).map(drop));
     let cq = hw.create_cq(4).unwrap();
     let qp = pd
         .create_qp(&cq, &cq, QpType::Rc, QpCap::default())

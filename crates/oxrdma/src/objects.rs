@@ -310,6 +310,18 @@ impl SharedReceiveQueue {
 /// ```
 #[derive(Debug)]
 pub struct MemoryWindow {
+    kind: MwKind,
+}
+
+#[derive(Debug)]
+enum MwKind {
+    Engine(EngineMw),
+    RdmaCore(Arc<rdma_core::Mw>),
+}
+
+/// A memory window of an engine device.
+#[derive(Debug)]
+struct EngineMw {
     ctx: EngineContext,
     handle: u32,
     live: bool,
@@ -318,30 +330,63 @@ pub struct MemoryWindow {
 impl MemoryWindow {
     pub(crate) fn new(ctx: &EngineContext, handle: u32) -> MemoryWindow {
         MemoryWindow {
-            ctx: ctx.clone(),
-            handle,
-            live: true,
+            kind: MwKind::Engine(EngineMw {
+                ctx: ctx.clone(),
+                handle,
+                live: true,
+            }),
         }
     }
 
-    /// What [`oxrdma_core::MwBind::mw`] names.
-    pub fn handle(&self) -> u32 {
-        self.handle
+    pub(crate) fn rdma_core(mw: Arc<rdma_core::Mw>) -> MemoryWindow {
+        MemoryWindow {
+            kind: MwKind::RdmaCore(mw),
+        }
     }
+
+    /// Its number, as binds name it.
+    pub fn handle(&self) -> u32 {
+        match &self.kind {
+            MwKind::Engine(m) => m.handle,
+            MwKind::RdmaCore(m) => m.handle,
+        }
+    }
+
     /// The current rkey (it changes with every bind).
     pub fn rkey(&self) -> u32 {
-        self.ctx
-            .shared()
-            .lock()
-            .engine
-            .mw_rkey(self.handle)
-            .unwrap_or_default()
+        match &self.kind {
+            MwKind::Engine(m) => m
+                .ctx
+                .shared()
+                .lock()
+                .engine
+                .mw_rkey(m.handle)
+                .unwrap_or_default(),
+            MwKind::RdmaCore(m) => m.rkey(),
+        }
     }
+
     /// The rkey the next bind should give: same window index, next key byte
     /// (`ibv_inc_rkey`).
     pub fn next_rkey(&self) -> u32 {
         let k = self.rkey();
         (k & !0xff) | (k.wrapping_add(1) & 0xff)
+    }
+
+    /// `ibv_dealloc_mw`; the window comes back with the error if refused.
+    pub fn try_destroy(self) -> std::result::Result<(), (Self, crate::Error)> {
+        match self.kind {
+            MwKind::Engine(m) => m.try_destroy().map_err(|(m, e)| {
+                let back = MemoryWindow {
+                    kind: MwKind::Engine(m),
+                };
+                (back, e)
+            }),
+            MwKind::RdmaCore(m) => {
+                drop(m);
+                Ok(())
+            }
+        }
     }
 }
 
@@ -356,7 +401,7 @@ impl MemoryRegion {
         access: Access,
     ) -> oxrdma_core::MwBind {
         oxrdma_core::MwBind {
-            mw: mw.handle,
+            mw: mw.handle(),
             rkey: mw.next_rkey(),
             lkey: self.lkey,
             addr: self.addr + off as u64,
@@ -372,5 +417,5 @@ crate::destroy::destroy_with! {
     /// `ibv_destroy_srq`: busy while a QP uses it.
     EngineSrq.srq => destroy_srq, events Srq;
     /// `ibv_dealloc_mw`.
-    MemoryWindow.handle => dealloc_mw;
+    EngineMw.handle => dealloc_mw;
 }

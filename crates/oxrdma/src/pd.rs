@@ -67,14 +67,6 @@ impl ProtectionDomain {
         })
     }
 
-    /// The engine PD, or the error that names `what` as the engine's alone.
-    fn engine(&self, what: &'static str) -> Result<&EnginePd> {
-        match &self.kind {
-            PdKind::Engine(pd) => Ok(pd),
-            PdKind::RdmaCore { .. } => Err(Error::Unsupported(what)),
-        }
-    }
-
     /// Allocates `len` zeroed bytes and registers them with `access`. The region owns its
     /// memory; read and write it through the region.
     pub fn register(&self, len: usize, access: Access) -> Result<MemoryRegion> {
@@ -132,10 +124,14 @@ impl ProtectionDomain {
     }
 
     /// A memory window (`ibv_alloc_mw`), unbound until a bind: type 1 with
-    /// [`crate::QueuePair::bind_mw`], type 2 with a BIND_MW work request. An engine
-    /// device's.
+    /// [`crate::QueuePair::bind_mw`], type 2 with a BIND_MW work request.
     pub fn alloc_mw(&self, mw_type: oxrdma_core::MwType) -> Result<MemoryWindow> {
-        self.engine("memory windows")?.alloc_mw(mw_type)
+        match &self.kind {
+            PdKind::Engine(pd) => pd.alloc_mw(mw_type),
+            PdKind::RdmaCore { pd, .. } => {
+                Ok(MemoryWindow::rdma_core(rdma_core::Mw::alloc(pd, mw_type)?))
+            }
+        }
     }
 
     /// An address handle: where UD sends go (`ibv_create_ah`), from the device GID

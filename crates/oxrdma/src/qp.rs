@@ -341,10 +341,12 @@ impl QueuePair {
     }
 
     /// `ibv_bind_mw` (type 1 windows): the bind runs in order on this QP's send queue and
-    /// completes there (IBV_WC_BIND_MW) when `signaled`. An engine device's.
+    /// completes there (IBV_WC_BIND_MW) when `signaled`.
     pub fn bind_mw(&self, wr_id: u64, signaled: bool, bind: oxrdma_core::MwBind) -> Result<()> {
-        self.engine("memory windows")?
-            .bind_mw(wr_id, signaled, bind)
+        match &self.kind {
+            QpKind::Engine(q) => q.bind_mw(wr_id, signaled, bind),
+            QpKind::RdmaCore(q) => q.qp.bind_mw(wr_id, signaled, &bind),
+        }
     }
 
     /// A list of work requests posted as one: each [`PostList::post_send`] or

@@ -50,11 +50,17 @@ fn sges(list: &[Sge]) -> Sges {
 }
 
 /// `w` as an `ibv_send_wr` whose SGE list is `sges` (filled here; it must stay put until
-/// the post returns). `ah` is the address handle of a UD send's destination. Inline data
-/// is pointed at in `w` itself (the provider copies it at post time).
-pub(crate) fn send_wr(w: &SendWr, sge_store: &mut Sges, ah: *mut ibv_ah) -> Result<ibv_send_wr> {
-    if w.bind.is_some() || matches!(w.opcode, WrOpcode::BindMw | WrOpcode::LocalInv) {
-        return Err(Error::Unsupported("memory windows on an rdma-core device"));
+/// the post returns). `ah` is the address handle of a UD send's destination; `window` a
+/// BIND_MW's window and region in C form. Inline data is pointed at in `w` itself (the
+/// provider copies it at post time).
+pub(crate) fn send_wr(
+    w: &SendWr,
+    sge_store: &mut Sges,
+    ah: *mut ibv_ah,
+    window: Option<ibv_send_wr_bind_mw>,
+) -> Result<ibv_send_wr> {
+    if (w.opcode == WrOpcode::BindMw) != window.is_some() {
+        return Err(oxrdma_core::VerbsError::InvalidArgument("a BIND_MW names its window").into());
     }
     let mut flags = w.flags;
     *sge_store = match &w.data {
@@ -101,8 +107,18 @@ pub(crate) fn send_wr(w: &SendWr, sge_store: &mut Sges, ah: *mut ibv_ah) -> Resu
     };
     let imm_data = match w.opcode {
         WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm => w.imm.to_be(),
-        WrOpcode::SendWithInv => w.invalidate_rkey,
+        WrOpcode::SendWithInv | WrOpcode::LocalInv => w.invalidate_rkey,
         _ => 0,
+    };
+    let bind_mw = match window {
+        Some(bind_mw) => ibv_send_wr_bind_mw_or_tso { bind_mw },
+        None => ibv_send_wr_bind_mw_or_tso {
+            tso: ibv_send_wr_tso {
+                hdr: std::ptr::null_mut(),
+                hdr_sz: 0,
+                mss: 0,
+            },
+        },
     };
     Ok(ibv_send_wr {
         wr_id: w.wr_id,
@@ -114,13 +130,7 @@ pub(crate) fn send_wr(w: &SendWr, sge_store: &mut Sges, ah: *mut ibv_ah) -> Resu
         imm_data,
         wr,
         qp_type: ibv_send_wr_qp_type { remote_srqn: 0 },
-        bind_mw: ibv_send_wr_bind_mw_or_tso {
-            tso: ibv_send_wr_tso {
-                hdr: std::ptr::null_mut(),
-                hdr_sz: 0,
-                mss: 0,
-            },
-        },
+        bind_mw,
     })
 }
 
@@ -153,7 +163,7 @@ mod tests {
             .with_imm(0x0102_0304)
             .unwrap();
         let mut store = Sges::new();
-        let c = send_wr(&w, &mut store, std::ptr::null_mut()).unwrap();
+        let c = send_wr(&w, &mut store, std::ptr::null_mut(), None).unwrap();
         assert_eq!((c.wr_id, c.opcode, c.num_sge), (9, 1, 1));
         assert_eq!(c.imm_data, 0x0102_0304u32.to_be());
         assert_eq!(
@@ -170,7 +180,7 @@ mod tests {
     fn inline_data_is_pointed_at_and_flagged() {
         let w = SendWr::send_inline(3, b"hello");
         let mut store = Sges::new();
-        let c = send_wr(&w, &mut store, std::ptr::null_mut()).unwrap();
+        let c = send_wr(&w, &mut store, std::ptr::null_mut(), None).unwrap();
         assert_ne!(c.send_flags & SendFlags::INLINE.0, 0);
         assert_eq!(store.len(), 1);
         assert_eq!(store[0].length, 5);

@@ -6,12 +6,13 @@
 //!
 //! What it covers: PDs, memory regions (owned or lent), CQs (polling, blocking waits and
 //! `aio::AsyncCq`), completion channels shared among CQs (`comp_channel.rs`), RC, UC and
-//! UD QPs (connect, post, state), SRQs (`srq.rs`), address handles, asynchronous events
-//! (`context.rs`), and the RDMA CM through the system's `librdmacm.so.1`: its event API
-//! (`cm::CmId`, `cm::EventChannel`; `cm.rs` loads the library, `cm_id.rs`) and so the
-//! Rust-shaped calls (`cm::connect`, `cm::Listener`) and rsockets, which the API builds on
-//! it. Memory windows and the engine's own extras (counters, captures, secure QPs) are
-//! refused with [`Error::Unsupported`](crate::Error::Unsupported) on such a device.
+//! UD QPs (connect, post, state, query), SRQs (`srq.rs`), memory windows (`mw.rs`),
+//! address handles, asynchronous events (`context.rs`), and the RDMA CM through the
+//! system's `librdmacm.so.1`: its event API (`cm::CmId`, `cm::EventChannel`; `cm.rs` loads
+//! the library, `cm_id.rs`) and so the Rust-shaped calls (`cm::connect`, `cm::Listener`)
+//! and rsockets, which the API builds on it. The engine's own extras (counters, captures,
+//! secure QPs, all-or-nothing batches) are refused with
+//! [`Error::Unsupported`](crate::Error::Unsupported) on such a device.
 
 pub(crate) mod cm;
 mod cm_id;
@@ -20,6 +21,7 @@ mod context;
 mod convert;
 mod cq;
 mod device;
+mod mw;
 mod objects;
 mod qp;
 mod srq;
@@ -30,6 +32,7 @@ pub(crate) use comp_channel::CompChannel;
 pub(crate) use context::RdmaCoreContext;
 pub(crate) use cq::Cq;
 pub(crate) use device::Device;
+pub(crate) use mw::Mw;
 pub(crate) use objects::{Ah, Mr, Pd};
 pub(crate) use qp::{Ahs, Qp};
 pub(crate) use srq::Srq;

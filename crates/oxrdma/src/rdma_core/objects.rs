@@ -2,18 +2,21 @@
 //! holds what it was made on, so a device outlives its objects as verbs require.
 
 use super::device::Device;
+use super::mw::Keys;
 use super::verbs::{check, last_error, verbs};
 use crate::error::Result;
 use oxrdma_core::{Access, AddressVector, SharedBuffer};
 use oxrdma_verbs_abi::*;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// `ibv_alloc_pd`.
 #[derive(Debug)]
 pub(crate) struct Pd {
     pub dev: Arc<Device>,
     pd: NonNull<ibv_pd>,
+    /// Its regions and windows by the numbers binds name them with.
+    pub keys: Mutex<Keys>,
 }
 
 // SAFETY: a PD is a handle the provider guards; verbs on it are thread-safe.
@@ -29,6 +32,7 @@ impl Pd {
         Ok(Pd {
             dev: dev.clone(),
             pd: NonNull::new(pd).ok_or_else(|| last_error("ibv_alloc_pd"))?,
+            keys: Mutex::default(),
         })
     }
 
@@ -50,7 +54,7 @@ impl Drop for Pd {
 /// `ibv_reg_mr` of bytes the region owns (or the caller lent, `register_raw`).
 #[derive(Debug)]
 pub(crate) struct Mr {
-    _pd: Arc<Pd>,
+    pd: Arc<Pd>,
     mr: NonNull<ibv_mr>,
     /// Kept until the NIC can no longer touch it: dropped after `ibv_dereg_mr`.
     _buf: Arc<SharedBuffer>,
@@ -82,8 +86,9 @@ impl Mr {
         let mr = NonNull::new(mr).ok_or_else(|| last_error("ibv_reg_mr"))?;
         // SAFETY: a registration the library just returned.
         let (lkey, rkey) = unsafe { (mr.as_ref().lkey, mr.as_ref().rkey) };
+        Keys::add_mr(&pd.keys, lkey, mr);
         Ok(Mr {
-            _pd: pd.clone(),
+            pd: pd.clone(),
             mr,
             _buf: buf,
             lkey,
@@ -95,7 +100,9 @@ impl Mr {
 impl Drop for Mr {
     fn drop(&mut self) {
         if let Ok(v) = verbs() {
-            // SAFETY: registered by `register`, deregistered once, before the buffer goes.
+            Keys::remove_mr(&self.pd.keys, self.lkey);
+            // SAFETY: registered by `register`, deregistered once (its bind entry gone),
+            // before the buffer goes.
             unsafe { (v.ibv_dereg_mr)(self.mr.as_ptr()) };
         }
     }

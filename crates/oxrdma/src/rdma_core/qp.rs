@@ -2,11 +2,12 @@
 
 use super::convert::{recv_wr, send_wr, Sges};
 use super::cq::Cq;
+use super::mw::Mw;
 use super::objects::{Ah, Pd};
 use super::srq::Srq;
 use super::verbs::{check, last_error, verbs};
 use crate::error::{Error, Result};
-use oxrdma_core::{QpAttr, QpCap, QpState, QpType, RecvWr, SendWr};
+use oxrdma_core::{MwBind, QpAttr, QpCap, QpState, QpType, RecvWr, SendWr, VerbsError, WrOpcode};
 use oxrdma_verbs_abi::*;
 use std::collections::HashMap;
 use std::ptr::NonNull;
@@ -140,9 +141,8 @@ impl Qp {
         } else {
             CARRIED
         };
-        let attr = oxrdma_verbs_abi::qp_attr::from_c(&a, mask).map_err(|e| {
-            Error::BadPeer(format!("the provider's QP attributes: {e}"))
-        })?;
+        let attr = oxrdma_verbs_abi::qp_attr::from_c(&a, mask)
+            .map_err(|e| Error::BadPeer(format!("the provider's QP attributes: {e}")))?;
         let c = init.cap;
         let cap = QpCap {
             max_send_wr: c.max_send_wr,
@@ -162,12 +162,30 @@ impl Qp {
             .ok_or(Error::Unsupported("post_send"))?;
         let mut store = Sges::new();
         let ah = ah.map_or(std::ptr::null_mut(), Ah::ptr);
-        let mut c = send_wr(w, &mut store, ah)?;
+        // A type 2 bind names its window and region: their table stays locked (so
+        // neither goes) until the post returns.
+        let window = match (w.opcode, w.bind) {
+            (WrOpcode::BindMw, Some(bind)) => Some((Mw::for_wr(&self.pd, &bind)?, bind.rkey)),
+            (WrOpcode::BindMw, None) => {
+                return Err(VerbsError::InvalidArgument("a BIND_MW without its bind").into())
+            }
+            _ => None,
+        };
+        let mut c = send_wr(w, &mut store, ah, window.as_ref().map(|((c, ..), _)| *c))?;
         let mut bad = std::ptr::null_mut();
         // SAFETY: a live QP; the WR, its SGE list and any inline bytes are readable until
         // the call returns (the provider copies what it keeps).
         let rc = unsafe { post(self.qp.as_ptr(), &mut c, &mut bad) };
-        check("ibv_post_send", rc)
+        check("ibv_post_send", rc)?;
+        if let Some(((_, mw, _keys), rkey)) = window {
+            mw.bound(rkey);
+        }
+        Ok(())
+    }
+
+    /// `ibv_bind_mw` of a type 1 window.
+    pub fn bind_mw(&self, wr_id: u64, signaled: bool, bind: &MwBind) -> Result<()> {
+        super::mw::bind_type1(&self.pd, self.qp.as_ptr(), wr_id, signaled, bind)
     }
 
     /// `ibv_post_recv` of one WR.
