@@ -171,12 +171,13 @@ impl Context {
     /// Another context on this context's device (what a second `ibv_open_device` of one
     /// device gives on a NIC): the same address, GID and engine, so QPs of the two reach
     /// each other through the one port and name each other by QPN; its own asynchronous
-    /// events and descriptor. The device closes when the last context of it goes. An
-    /// engine device's.
+    /// events and descriptor. The device closes when the last context of it goes. On
+    /// rdma-core, another `ibv_open_device` of the device.
     pub fn open_again(&self) -> Result<Context> {
-        self.engine("another context of the device")?
-            .open_again()
-            .map(Context::from)
+        match &self.kind {
+            Kind::Engine(e) => e.open_again().map(Context::from),
+            Kind::RdmaCore(r) => Context::open_rdma_core(&r.dev.name),
+        }
     }
 
     /// This context's device, without keeping it open (to open it again while it is, as

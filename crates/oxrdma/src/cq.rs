@@ -107,12 +107,14 @@ impl CompletionQueue {
     }
 
     /// `ibv_resize_cq`: holds up to `depth` completions from now on; refused (invalid
-    /// argument) below what it holds now. An engine device's.
+    /// argument) below what it holds now.
     pub fn resize(&self, depth: u32) -> Result<()> {
-        let cq = self
-            .engine_cq()
-            .ok_or(Error::Unsupported("resizing a CQ"))?;
-        cq.ctx.shared().lock().engine.resize_cq(cq.cq, depth)?;
+        match &self.kind {
+            CqKind::Engine(cq) => {
+                cq.ctx.shared().lock().engine.resize_cq(cq.cq, depth)?;
+            }
+            CqKind::RdmaCore(cq) => cq.resize(depth)?,
+        }
         Ok(())
     }
 

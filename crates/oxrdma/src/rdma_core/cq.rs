@@ -102,6 +102,17 @@ impl Cq {
         Ok(n)
     }
 
+    /// `ibv_resize_cq`.
+    pub fn resize(&self, depth: u32) -> Result<()> {
+        let v = verbs()?;
+        let depth = i32::try_from(depth)
+            .map_err(|_| VerbsError::InvalidArgument("CQ depth beyond rdma-core's"))?;
+        // SAFETY: a live CQ.
+        check("ibv_resize_cq", unsafe {
+            (v.ibv_resize_cq)(self.ptr(), depth)
+        })
+    }
+
     /// Asks for an event at the next completion (`ibv_req_notify_cq`, any completion).
     pub fn arm(&self) -> Result<()> {
         let arm = self

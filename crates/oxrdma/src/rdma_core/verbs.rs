@@ -70,6 +70,7 @@ library! {
     ibv_create_cq: fn(*mut ibv_context, c_int, *mut c_void, *mut ibv_comp_channel, c_int)
         -> *mut ibv_cq;
     ibv_destroy_cq: fn(*mut ibv_cq) -> c_int;
+    ibv_resize_cq: fn(*mut ibv_cq, c_int) -> c_int;
     ibv_get_cq_event: fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int;
     ibv_ack_cq_events: fn(*mut ibv_cq, c_uint) -> ();
     ibv_create_qp: fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp;
