@@ -1,9 +1,10 @@
 //! iWARP (issue 60): the verbs over a TCP byte stream, sans-IO. The driver owns the TCP
 //! socket and hands this module what it read; this module says what to write.
 //!
-//! So far: the MPA exchange that starts a connection (`setup`), and messages cut into
-//! FPDUs and read back from the stream (`stream`).
+//! So far: the MPA exchange that starts a connection (`setup`), messages cut into FPDUs
+//! and read back from the stream (`stream`), and a QP's data path over them (`qp`).
 
+pub mod qp;
 pub mod setup;
 pub mod stream;
 

@@ -1,0 +1,300 @@
+//! An iWARP QP's data path (RFC 5040 RDMAP over RFC 5041 DDP, each segment in an MPA
+//! FPDU), without I/O: work requests go in and the bytes for the TCP stream come out;
+//! bytes read from the stream go in, and the placements, completions and READ responses
+//! they call for come out. RC only, as iWARP defines it; no atomics, no immediate data
+//! (RFC 7306's extensions are not taken).
+//!
+//! Ordering is TCP's: a message's segments leave in order and whole messages leave one
+//! after another, the QP's own messages and its READ responses alternating at message
+//! boundaries (responses in the order the requests came). A SEND or WRITE completes once
+//! its last segment is handed to the stream, a READ when its last response segment is
+//! placed. An error the peer caused is answered with a TERMINATE that names the layer,
+//! type and code (RFC 5040 section 7), after which the QP sends nothing and flushes its
+//! work requests; a TERMINATE received does the same here.
+
+mod receive;
+mod send;
+mod terminate;
+
+use super::stream::{FpduReader, Segmenter};
+use crate::verbs::{SendFlags, WcOpcode, WcStatus, WrOpcode};
+use crate::wr::{RecvWr, SendData, SendWr, Sge, WorkCompletion};
+use oxrdma_wire::iwarp::ddp::{Placement, Queue, ReadRequestRepr, TerminateRepr};
+use std::collections::VecDeque;
+use terminate::term;
+
+/// Why a remote access was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessError {
+    /// No buffer has this STag (or it was invalidated).
+    InvalidStag,
+    /// The bytes lie outside the buffer.
+    Bounds,
+    /// The buffer does not allow this access.
+    Rights,
+}
+
+/// The QP's registered memory: local SGE lists by lkey, remote accesses by STag.
+pub trait Memory {
+    /// Copies `out.len()` bytes of the SGE list, from byte `at` of it, into `out` (a work
+    /// request's source). LOC_PROT_ERR on a bad key, bounds or right; LOC_LEN_ERR if the
+    /// list is too short.
+    fn gather(&self, sges: &[Sge], at: usize, out: &mut [u8]) -> Result<(), WcStatus>;
+    /// Copies `data` into the SGE list from byte `at` of it (a receive's or a READ's
+    /// sink), which must be locally writable; errors as `gather`.
+    fn scatter(&self, sges: &[Sge], at: usize, data: &[u8]) -> Result<(), WcStatus>;
+    /// Places `data` at tagged offset `to` of the buffer `stag` names (remotely writable).
+    fn place(&self, stag: u32, to: u64, data: &[u8]) -> Result<(), AccessError>;
+    /// Copies `out.len()` bytes at tagged offset `to` of `stag` (remotely readable).
+    fn fetch(&self, stag: u32, to: u64, out: &mut [u8]) -> Result<(), AccessError>;
+    /// Invalidates `stag` (a SEND with Invalidate's).
+    fn invalidate(&mut self, stag: u32) -> Result<(), AccessError>;
+}
+
+/// What the QP was given when its stream was set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpConfig {
+    /// Its number, in its completions.
+    pub qpn: u32,
+    /// The longest FPDU it sends (the TCP segment it rides in, so one FPDU a segment).
+    pub max_fpdu: usize,
+    /// FPDUs carry a CRC32c (MPA's negotiation).
+    pub crc: bool,
+    /// READs it issues at once (its ORD).
+    pub ord: usize,
+    /// READs it answers at once (its IRD).
+    pub ird: usize,
+    /// Every send work request completes, signaled or not.
+    pub sq_sig_all: bool,
+}
+
+/// The QP's state: sending and receiving, or ended by a TERMINATE either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Running.
+    Rts,
+    /// Ended: `sent` is the TERMINATE this side sent (None: the peer's came, `received`).
+    Terminated {
+        /// What this side reported, if it ended the stream.
+        sent: Option<TerminateRepr>,
+        /// What the peer reported, if it did.
+        received: Option<TerminateRepr>,
+    },
+}
+
+/// A READ this side issued, waiting for its response.
+#[derive(Debug, Clone)]
+struct ReadOut {
+    wr_id: u64,
+    sges: Vec<Sge>,
+    sink_stag: u32,
+    sink_to: u64,
+    len: u64,
+    signaled: bool,
+}
+
+/// The message being cut into FPDUs.
+#[derive(Debug)]
+struct Sending {
+    segmenter: Segmenter,
+    source: Source,
+}
+
+#[derive(Debug)]
+enum Source {
+    /// A work request's data; it completes when the last segment leaves.
+    Wr(SendWr),
+    /// A READ request's body.
+    ReadRequest([u8; ReadRequestRepr::LEN]),
+    /// A READ response: `len` bytes at `to` of `stag`.
+    Response { stag: u32, to: u64 },
+}
+
+/// A SEND being received into the receive at the head of the queue.
+#[derive(Debug, Clone, Copy)]
+struct Receiving {
+    msn: u32,
+    len: u64,
+}
+
+/// An iWARP QP's data path.
+#[derive(Debug)]
+pub struct Qp {
+    cfg: QpConfig,
+    state: State,
+    sq: VecDeque<SendWr>,
+    sending: Option<Sending>,
+    /// Next MSNs this side sends on queue 0 (SENDs) and queue 1 (READ requests).
+    send_msn: u32,
+    read_msn: u32,
+    reads_out: VecDeque<ReadOut>,
+    /// READ requests taken, answered in order.
+    to_answer: VecDeque<ReadRequestRepr>,
+    /// Whose turn at the next message boundary: the QP's own messages or the answers.
+    answer_next: bool,
+    reader: FpduReader,
+    rq: VecDeque<RecvWr>,
+    receiving: Option<Receiving>,
+    /// MSNs expected next on queue 0 and queue 1.
+    recv_msn: u32,
+    read_req_msn: u32,
+    cq: VecDeque<WorkCompletion>,
+    /// The TERMINATE this side owes the stream, the last thing it sends.
+    terminate_out: Option<Vec<u8>>,
+}
+
+impl Qp {
+    /// A QP whose stream is set up (MPA done), in RTS.
+    pub fn new(cfg: QpConfig) -> Qp {
+        Qp {
+            cfg,
+            state: State::Rts,
+            sq: VecDeque::new(),
+            sending: None,
+            send_msn: 1,
+            read_msn: 1,
+            reads_out: VecDeque::new(),
+            to_answer: VecDeque::new(),
+            answer_next: false,
+            reader: FpduReader::new(cfg.crc),
+            rq: VecDeque::new(),
+            receiving: None,
+            recv_msn: 1,
+            read_req_msn: 1,
+            cq: VecDeque::new(),
+            terminate_out: None,
+        }
+    }
+
+    /// Its state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// Queues a send work request: RDMA WRITE, RDMA READ (one SGE: the sink is one
+    /// buffer), SEND, SEND with Invalidate. Others are refused at once; after a TERMINATE
+    /// the WR completes flushed.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), crate::VerbsError> {
+        use crate::VerbsError::InvalidArgument;
+        match wr.opcode {
+            WrOpcode::RdmaWrite | WrOpcode::Send | WrOpcode::SendWithInv => {}
+            WrOpcode::RdmaRead => {
+                let SendData::Sges(s) = &wr.data else {
+                    return Err(InvalidArgument("a READ's sink is registered memory"));
+                };
+                if s.iter().filter(|s| s.length > 0).count() > 1 {
+                    return Err(InvalidArgument("an iWARP READ's sink is one SGE"));
+                }
+            }
+            _ => return Err(InvalidArgument("not an iWARP operation")),
+        }
+        if self.terminated() {
+            self.complete(&wr, WcStatus::WrFlushErr, 0, true);
+            return Ok(());
+        }
+        self.sq.push_back(wr);
+        Ok(())
+    }
+
+    /// Queues a receive for the next SEND (flushed at once after a TERMINATE).
+    pub fn post_recv(&mut self, wr: RecvWr) {
+        if self.terminated() {
+            self.cq
+                .push_back(self.wc(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0));
+        } else {
+            self.rq.push_back(wr);
+        }
+    }
+
+    /// The next completion.
+    pub fn poll_cq(&mut self) -> Option<WorkCompletion> {
+        self.cq.pop_front()
+    }
+}
+
+impl Qp {
+    /// Whether a TERMINATE ended the stream (either way).
+    pub fn terminated(&self) -> bool {
+        matches!(self.state, State::Terminated { .. })
+    }
+
+    /// Whether the QP has bytes to send (or a TERMINATE) now.
+    pub fn wants_to_send(&self) -> bool {
+        self.terminate_out.is_some()
+            || !self.terminated()
+                && (self.sending.is_some() || !self.sq.is_empty() || !self.to_answer.is_empty())
+    }
+
+    fn signaled(&self, wr: &SendWr) -> bool {
+        self.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED)
+    }
+
+    fn wc(&self, wr_id: u64, status: WcStatus, opcode: WcOpcode, byte_len: u32) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status,
+            opcode,
+            byte_len,
+            imm: None,
+            qp_num: self.cfg.qpn,
+            src_qp: 0,
+            src_gid: None,
+            invalidated_rkey: None,
+        }
+    }
+
+    /// A send WR's completion: always for an error, else if it is signaled.
+    fn complete(&mut self, wr: &SendWr, status: WcStatus, len: u32, force: bool) {
+        if status != WcStatus::Success || force || self.signaled(wr) {
+            let opcode = match wr.opcode {
+                WrOpcode::RdmaWrite => WcOpcode::RdmaWrite,
+                WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+                _ => WcOpcode::Send,
+            };
+            self.cq.push_back(self.wc(wr.wr_id, status, opcode, len));
+        }
+    }
+
+    /// Every WR still queued completes flushed (receives with `receives`).
+    fn flush(&mut self, receives: bool) {
+        if let Some(Sending {
+            source: Source::Wr(wr),
+            ..
+        }) = self.sending.take()
+        {
+            self.complete(&wr, WcStatus::WrFlushErr, 0, true);
+        }
+        while let Some(r) = self.reads_out.pop_front() {
+            self.cq
+                .push_back(self.wc(r.wr_id, WcStatus::WrFlushErr, WcOpcode::RdmaRead, 0));
+        }
+        while let Some(wr) = self.sq.pop_front() {
+            self.complete(&wr, WcStatus::WrFlushErr, 0, true);
+        }
+        self.to_answer.clear();
+        if receives {
+            while let Some(wr) = self.rq.pop_front() {
+                self.cq
+                    .push_back(self.wc(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0));
+            }
+        }
+    }
+}
+
+/// An untagged placement at the start of message `msn` of `queue`.
+fn untagged(queue: Queue, msn: u32, offset: u32) -> Placement {
+    Placement::Untagged {
+        ulp: 0,
+        queue,
+        msn,
+        offset,
+    }
+}
+
+/// The bytes a send WR moves.
+fn data_len(wr: &SendWr) -> u64 {
+    match &wr.data {
+        SendData::Sges(s) => s.iter().map(|s| u64::from(s.length)).sum(),
+        SendData::Inline(b) => b.len() as u64,
+    }
+}

@@ -1,0 +1,71 @@
+//! Ending the stream: RFC 5040 section 7's codes, and the TERMINATE this side sends.
+
+use super::{untagged, Qp, State};
+use crate::iwarp::stream::write_fpdu;
+use oxrdma_wire::iwarp::ddp::{DdpRepr, Queue, RdmapOpcode, TerminateRepr};
+use oxrdma_wire::iwarp::mpa;
+
+/// RFC 5040 section 7's layers, and the codes this QP reports.
+pub(super) mod term {
+    pub const RDMAP: u8 = 0;
+    pub const DDP: u8 = 1;
+    pub const LLP: u8 = 2;
+    // RDMAP error types and codes.
+    pub const LOCAL: u8 = 0;
+    pub const REMOTE_PROTECTION: u8 = 1;
+    pub const REMOTE_OPERATION: u8 = 2;
+    pub const INVALID_STAG: u8 = 0x00;
+    pub const BOUNDS: u8 = 0x01;
+    pub const ACCESS: u8 = 0x02;
+    pub const UNEXPECTED_OPCODE: u8 = 0x06;
+    pub const CANNOT_INVALIDATE: u8 = 0x09;
+    // DDP error types and codes.
+    pub const TAGGED: u8 = 1;
+    pub const UNTAGGED: u8 = 2;
+    pub const T_INVALID_STAG: u8 = 0x00;
+    pub const T_BOUNDS: u8 = 0x01;
+    pub const U_INVALID_QN: u8 = 0x01;
+    pub const U_NO_BUFFER: u8 = 0x02;
+    pub const U_MSN_RANGE: u8 = 0x03;
+    pub const U_TOO_LONG: u8 = 0x05;
+    // LLP (MPA) codes.
+    pub const MPA_CRC: u8 = 0x02;
+    pub const MPA_LENGTH: u8 = 0x03;
+}
+
+impl Qp {
+    /// Ends the stream from this side: a TERMINATE (with the offending segment's DDP
+    /// header where there is one) is the last thing sent, and every WR flushes.
+    pub(super) fn terminate(&mut self, layer: u8, etype: u8, ecode: u8, header: Option<DdpRepr>) {
+        let t = TerminateRepr {
+            layer,
+            etype,
+            ecode,
+            ddp_length: false,
+            ddp_header: header.is_some(),
+            rdmap_header: false,
+        };
+        let mut body = vec![0u8; TerminateRepr::LEN + 18];
+        let mut len = TerminateRepr::LEN;
+        // The control word and a DDP header fit the body.
+        let _ = t.emit(&mut body);
+        if let Some(h) = header {
+            len += h.emit(&mut body[len..]).unwrap_or(0);
+        }
+        let header = DdpRepr {
+            last: true,
+            opcode: RdmapOpcode::Terminate,
+            placement: untagged(Queue::Terminate, 1, 0),
+        };
+        let mut fpdu = vec![0u8; mpa::fpdu_len(18 + len, self.cfg.crc)];
+        if let Ok(n) = write_fpdu(&mut fpdu, &header, &body[..len], self.cfg.crc) {
+            fpdu.truncate(n);
+            self.terminate_out = Some(fpdu);
+        }
+        self.flush(true);
+        self.state = State::Terminated {
+            sent: Some(t),
+            received: None,
+        };
+    }
+}
