@@ -596,3 +596,66 @@ fn what_iwarp_lacks_is_refused_at_post() {
     let two = vec![sge(3, BASE * 3, 0, 8), sge(3, BASE * 3, 64, 8)];
     assert!(q.post_send(wr(1, WrOpcode::RdmaRead, two)).is_err());
 }
+
+/// MPA's exchange, then the QPs on the same streams: the initiator's RTR (a zero-length
+/// WRITE to STag 0) goes first and places nothing, the responder sends nothing before it
+/// came, and then the data path runs both ways.
+#[test]
+fn after_mpa_the_rtr_then_data() {
+    use oxrdma_core::iwarp::{Setup, SetupConfig, SetupEvent};
+    for seed in 0..8u64 {
+        let ctx = format!("seed {seed}");
+        let (mut init, request) = Setup::initiator(SetupConfig::default()).unwrap();
+        let mut resp = Setup::responder(SetupConfig::default());
+        let (shown, _) = resp.feed(&request).unwrap();
+        assert!(matches!(shown, SetupEvent::Request { .. }), "{ctx}");
+        let (reply, nb) = resp.accept().unwrap();
+        let (ev, n) = init.feed(&reply).unwrap();
+        assert_eq!(n, reply.len(), "{ctx}");
+        let SetupEvent::Established(na) = ev else {
+            panic!("{ctx}: {ev:?}");
+        };
+        assert!(na.rtr.is_some(), "{ctx}: peer to peer by default");
+        let mut p = Pair::new(seed);
+        side(&mut p.ma);
+        side(&mut p.mb);
+        p.a = Qp::after_setup(QpConfig::negotiated(1, 1460, &na, false), &na, true).unwrap();
+        p.b = Qp::after_setup(QpConfig::negotiated(2, 1460, &nb, false), &nb, false).unwrap();
+        // b has something to send but holds it until a's RTR came.
+        let mut w = wr(7, WrOpcode::RdmaWrite, vec![sge(1, BASE, 0, 64)]);
+        (w.remote_addr, w.rkey) = (BASE * 2, 2);
+        p.b.post_send(w).unwrap();
+        let mut early = Vec::new();
+        p.b.transmit(&p.mb, &mut early, usize::MAX);
+        assert!(
+            early.is_empty() && !p.b.wants_to_send(),
+            "{ctx}: b spoke first"
+        );
+        p.b.post_recv(RecvWr {
+            wr_id: 8,
+            sges: vec![sge(5, BASE * 5, 0, 64)].into(),
+        });
+        p.a.post_send(wr(9, WrOpcode::Send, vec![sge(1, BASE, 0, 20)]))
+            .unwrap();
+        p.run();
+        assert_eq!(
+            (p.a.state(), p.b.state()),
+            (State::Rts, State::Rts),
+            "{ctx}"
+        );
+        same(
+            &p.ma.bytes(2)[..64],
+            &p.mb.bytes(1)[..64],
+            &format!("{ctx}: b's WRITE"),
+        );
+        same(
+            &p.mb.bytes(5)[..20],
+            &p.ma.bytes(1)[..20],
+            &format!("{ctx}: a's SEND"),
+        );
+        assert!(
+            p.done_b.iter().any(|w| w.wr_id == 8 && w.byte_len == 20),
+            "{ctx}"
+        );
+    }
+}

@@ -68,6 +68,20 @@ pub struct QpConfig {
     pub sq_sig_all: bool,
 }
 
+impl QpConfig {
+    /// The configuration MPA's exchange settled (`Negotiated`): CRCs, ORD and IRD.
+    pub fn negotiated(qpn: u32, max_fpdu: usize, n: &super::Negotiated, sq_sig_all: bool) -> Self {
+        QpConfig {
+            qpn,
+            max_fpdu,
+            crc: n.crc,
+            ord: usize::from(n.ord),
+            ird: usize::from(n.ird),
+            sq_sig_all,
+        }
+    }
+}
+
 /// The QP's state: sending and receiving, or ended by a TERMINATE either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -141,6 +155,10 @@ pub struct Qp {
     cq: VecDeque<WorkCompletion>,
     /// The TERMINATE this side owes the stream, the last thing it sends.
     terminate_out: Option<Vec<u8>>,
+    /// RFC 6581: the initiator's RTR, the first thing it sends.
+    rtr_out: Option<Vec<u8>>,
+    /// RFC 6581: the responder sends nothing before the initiator's first FPDU came.
+    hold: bool,
 }
 
 impl Qp {
@@ -163,7 +181,45 @@ impl Qp {
             read_req_msn: 1,
             cq: VecDeque::new(),
             terminate_out: None,
+            rtr_out: None,
+            hold: false,
         }
+    }
+
+    /// A QP on a stream MPA's exchange just set up (`negotiated` its outcome): with RFC
+    /// 6581's peer-to-peer mode the initiator's first FPDU is the RTR, a zero-length RDMA
+    /// WRITE (to STag 0, placing nothing), and the responder sends nothing until it came.
+    /// An RTR other than a WRITE is refused.
+    pub fn after_setup(
+        cfg: QpConfig,
+        negotiated: &super::Negotiated,
+        initiator: bool,
+    ) -> Result<Qp, crate::VerbsError> {
+        let mut qp = Qp::new(cfg);
+        match (negotiated.rtr, initiator) {
+            (None, _) => {}
+            (Some(super::Rtr::Write), true) => {
+                let header = oxrdma_wire::iwarp::ddp::DdpRepr {
+                    last: true,
+                    opcode: oxrdma_wire::iwarp::ddp::RdmapOpcode::Write,
+                    placement: Placement::Tagged { stag: 0, offset: 0 },
+                };
+                let mut fpdu = vec![0u8; cfg.max_fpdu.max(32)];
+                let n =
+                    super::stream::write_fpdu(&mut fpdu, &header, &[], cfg.crc).map_err(|_| {
+                        crate::VerbsError::InvalidArgument("FPDU too small for the RTR")
+                    })?;
+                fpdu.truncate(n);
+                qp.rtr_out = Some(fpdu);
+            }
+            (Some(super::Rtr::Write), false) => qp.hold = true,
+            (Some(_), _) => {
+                return Err(crate::VerbsError::InvalidArgument(
+                    "an RTR other than a zero-length RDMA WRITE",
+                ))
+            }
+        }
+        Ok(qp)
     }
 
     /// Its state.
@@ -221,7 +277,9 @@ impl Qp {
     /// Whether the QP has bytes to send (or a TERMINATE) now.
     pub fn wants_to_send(&self) -> bool {
         self.terminate_out.is_some()
+            || self.rtr_out.is_some()
             || !self.terminated()
+                && !self.hold
                 && (self.sending.is_some() || !self.sq.is_empty() || !self.to_answer.is_empty())
     }
 

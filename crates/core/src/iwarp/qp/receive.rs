@@ -39,6 +39,8 @@ impl Qp {
                     break;
                 }
             };
+            // The initiator has spoken: a responder holding for its RTR may send.
+            self.hold = false;
             if let Err((layer, etype, ecode)) = self.on_segment(&header, &payload, mem) {
                 self.terminate(layer, etype, ecode, Some(header));
             }
@@ -54,6 +56,8 @@ impl Qp {
         mem: &mut impl Memory,
     ) -> Result<(), (u8, u8, u8)> {
         match (h.opcode, h.placement) {
+            // A zero-length WRITE places nothing (RFC 6581's RTR names STag 0).
+            (RdmapOpcode::Write, Placement::Tagged { .. }) if payload.is_empty() => Ok(()),
             (RdmapOpcode::Write, Placement::Tagged { stag, offset }) => {
                 mem.place(stag, offset, payload).map_err(tagged_error)
             }

@@ -15,6 +15,12 @@ impl Qp {
             out.extend_from_slice(&t);
             return;
         }
+        if let Some(rtr) = self.rtr_out.take() {
+            out.extend_from_slice(&rtr);
+        }
+        if self.hold {
+            return;
+        }
         let mut fpdu = vec![0u8; self.cfg.max_fpdu];
         while out.len() < max && !self.terminated() {
             if self.sending.is_none() && !self.start_next(mem) {
