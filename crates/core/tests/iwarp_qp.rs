@@ -3,120 +3,14 @@
 //! completion for completion, and every TERMINATE the RFCs call for. Seeds are printed
 //! on failure.
 
-use oxrdma_core::iwarp::qp::{AccessError, Memory, Qp, QpConfig, State};
+use oxrdma_core::iwarp::qp::{Buffers, Qp, QpConfig, State};
 use oxrdma_core::{
     RecvWr, SendData, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 
-/// Registered memory: buffers by key (the same number serves as lkey and STag).
-#[derive(Default)]
-struct Mem {
-    regions: HashMap<u32, Region>,
-}
-
-struct Region {
-    base: u64,
-    bytes: RefCell<Vec<u8>>,
-    remote_write: bool,
-    remote_read: bool,
-    valid: Cell<bool>,
-}
-
-impl Mem {
-    fn add(&mut self, key: u32, base: u64, len: usize, remote_write: bool, remote_read: bool) {
-        let bytes = RefCell::new((0..len).map(|i| (i * 7 + key as usize) as u8).collect());
-        let r = Region {
-            base,
-            bytes,
-            remote_write,
-            remote_read,
-            valid: Cell::new(true),
-        };
-        self.regions.insert(key, r);
-    }
-
-    fn bytes(&self, key: u32) -> Vec<u8> {
-        self.regions[&key].bytes.borrow().clone()
-    }
-
-    /// The region and offset of `len` bytes at `addr` under `key`.
-    fn at(&self, key: u32, addr: u64, len: usize) -> Result<(&Region, usize), AccessError> {
-        let r = self.regions.get(&key).filter(|r| r.valid.get());
-        let r = r.ok_or(AccessError::InvalidStag)?;
-        let off = addr.checked_sub(r.base).ok_or(AccessError::Bounds)? as usize;
-        if off
-            .checked_add(len)
-            .is_none_or(|e| e > r.bytes.borrow().len())
-        {
-            return Err(AccessError::Bounds);
-        }
-        Ok((r, off))
-    }
-
-    /// Walks `len` bytes of `sges` from `at`, calling `f(region, offset, range)`.
-    fn walk(
-        &self,
-        sges: &[Sge],
-        mut at: usize,
-        len: usize,
-        mut f: impl FnMut(&Region, usize, std::ops::Range<usize>),
-    ) -> Result<(), WcStatus> {
-        let mut done = 0;
-        for s in sges {
-            let (r, off) = self
-                .at(s.lkey, s.addr, s.length as usize)
-                .map_err(|_| WcStatus::LocProtErr)?;
-            if at >= s.length as usize {
-                at -= s.length as usize;
-                continue;
-            }
-            let n = (s.length as usize - at).min(len - done);
-            f(r, off + at, done..done + n);
-            done += n;
-            at = 0;
-        }
-        if done < len {
-            return Err(WcStatus::LocLenErr);
-        }
-        Ok(())
-    }
-}
-
-impl Memory for Mem {
-    fn gather(&self, sges: &[Sge], at: usize, out: &mut [u8]) -> Result<(), WcStatus> {
-        let len = out.len();
-        self.walk(sges, at, len, |r, off, range| {
-            out[range.clone()].copy_from_slice(&r.bytes.borrow()[off..off + range.len()])
-        })
-    }
-    fn scatter(&self, sges: &[Sge], at: usize, data: &[u8]) -> Result<(), WcStatus> {
-        self.walk(sges, at, data.len(), |r, off, range| {
-            r.bytes.borrow_mut()[off..off + range.len()].copy_from_slice(&data[range])
-        })
-    }
-    fn place(&self, stag: u32, to: u64, data: &[u8]) -> Result<(), AccessError> {
-        let (r, off) = self.at(stag, to, data.len())?;
-        if !r.remote_write {
-            return Err(AccessError::Rights);
-        }
-        r.bytes.borrow_mut()[off..off + data.len()].copy_from_slice(data);
-        Ok(())
-    }
-    fn fetch(&self, stag: u32, to: u64, out: &mut [u8]) -> Result<(), AccessError> {
-        let (r, off) = self.at(stag, to, out.len())?;
-        if !r.remote_read {
-            return Err(AccessError::Rights);
-        }
-        out.copy_from_slice(&r.bytes.borrow()[off..off + out.len()]);
-        Ok(())
-    }
-    fn invalidate(&mut self, stag: u32) -> Result<(), AccessError> {
-        let r = self.regions.get(&stag).ok_or(AccessError::InvalidStag)?;
-        r.valid.set(false);
-        Ok(())
-    }
+/// A region's bytes before anything moved: a pattern of its key.
+fn pattern(key: u32) -> Vec<u8> {
+    (0..LEN).map(|i| (i * 7 + key as usize) as u8).collect()
 }
 
 /// A seeded xorshift: the stream's cuts and the workloads.
@@ -137,8 +31,8 @@ impl Rng {
 struct Pair {
     a: Qp,
     b: Qp,
-    ma: Mem,
-    mb: Mem,
+    ma: Buffers,
+    mb: Buffers,
     ab: Vec<u8>,
     ba: Vec<u8>,
     rng: Rng,
@@ -167,8 +61,8 @@ impl Pair {
         Pair {
             a: Qp::new(config(0xa, crc, max_fpdu)),
             b: Qp::new(config(0xb, crc, max_fpdu)),
-            ma: Mem::default(),
-            mb: Mem::default(),
+            ma: Buffers::default(),
+            mb: Buffers::default(),
             ab: Vec::new(),
             ba: Vec::new(),
             rng,
@@ -244,12 +138,12 @@ fn wr(wr_id: u64, opcode: WrOpcode, sges: Vec<Sge>) -> SendWr {
 const BASE: u64 = 0x10_0000;
 const LEN: usize = 64 * 1024;
 
-fn side(m: &mut Mem) {
-    m.add(1, BASE, LEN, false, false);
-    m.add(2, BASE * 2, LEN, true, false);
-    m.add(3, BASE * 3, LEN, false, false);
-    m.add(4, BASE * 4, LEN, false, true);
-    m.add(5, BASE * 5, LEN, false, false);
+fn side(m: &mut Buffers) {
+    m.add(1, BASE, pattern(1), false, false);
+    m.add(2, BASE * 2, pattern(2), true, false);
+    m.add(3, BASE * 3, pattern(3), false, false);
+    m.add(4, BASE * 4, pattern(4), false, true);
+    m.add(5, BASE * 5, pattern(5), false, false);
 }
 
 /// Random WRITEs, READs and SENDs both ways at once; the memory each moved is checked
@@ -262,10 +156,10 @@ fn random_workloads_over_a_cut_stream() {
         side(&mut p.ma);
         side(&mut p.mb);
         // What each side's target and sink should hold at the end.
-        let mut want_a2 = p.ma.bytes(2);
-        let mut want_b2 = p.mb.bytes(2);
-        let mut want_a3 = p.ma.bytes(3);
-        let mut want_b3 = p.mb.bytes(3);
+        let mut want_a2 = p.ma.bytes(2).to_vec();
+        let mut want_b2 = p.mb.bytes(2).to_vec();
+        let mut want_a3 = p.ma.bytes(3).to_vec();
+        let mut want_b3 = p.mb.bytes(3).to_vec();
         let mut sends: Vec<(bool, u64, Vec<u8>)> = Vec::new();
         let (mut posted_a, mut posted_b) = (0u64, 0u64);
         let mut next_recv = [0u64; 2];
@@ -283,7 +177,8 @@ fn random_workloads_over_a_cut_stream() {
             let id = i + 1;
             let w = match p.rng.below(3) {
                 0 => {
-                    let src = me.bytes(1)[src_off as usize..(src_off + len) as usize].to_vec();
+                    let src =
+                        me.bytes(1).to_vec()[src_off as usize..(src_off + len) as usize].to_vec();
                     let want = if from_a { &mut want_b2 } else { &mut want_a2 };
                     want[dst_off as usize..(dst_off + len) as usize].copy_from_slice(&src);
                     let mut w = wr(
@@ -295,7 +190,8 @@ fn random_workloads_over_a_cut_stream() {
                     w
                 }
                 1 => {
-                    let src = peer.bytes(4)[src_off as usize..(src_off + len) as usize].to_vec();
+                    let src =
+                        peer.bytes(4).to_vec()[src_off as usize..(src_off + len) as usize].to_vec();
                     let want = if from_a { &mut want_a3 } else { &mut want_b3 };
                     want[dst_off as usize..(dst_off + len) as usize].copy_from_slice(&src);
                     let mut w = wr(
@@ -308,7 +204,8 @@ fn random_workloads_over_a_cut_stream() {
                 }
                 _ => {
                     let len = len.min(4096);
-                    let src = me.bytes(1)[src_off as usize..(src_off + len) as usize].to_vec();
+                    let src =
+                        me.bytes(1).to_vec()[src_off as usize..(src_off + len) as usize].to_vec();
                     // The peer's next receive: its own 4 KiB slot of key 5.
                     let k = usize::from(!from_a);
                     let slot = next_recv[k];
@@ -339,16 +236,16 @@ fn random_workloads_over_a_cut_stream() {
         }
         p.run();
         let ctx = format!("seed {seed}");
-        same(&p.ma.bytes(2), &want_a2, &format!("{ctx}: WRITEs into a"));
-        same(&p.mb.bytes(2), &want_b2, &format!("{ctx}: WRITEs into b"));
-        same(&p.ma.bytes(3), &want_a3, &format!("{ctx}: READs by a"));
-        same(&p.mb.bytes(3), &want_b3, &format!("{ctx}: READs by b"));
+        same(p.ma.bytes(2), &want_a2, &format!("{ctx}: WRITEs into a"));
+        same(p.mb.bytes(2), &want_b2, &format!("{ctx}: WRITEs into b"));
+        same(p.ma.bytes(3), &want_a3, &format!("{ctx}: READs by a"));
+        same(p.mb.bytes(3), &want_b3, &format!("{ctx}: READs by b"));
         for (from_a, slot, data) in &sends {
             let at = (*slot * 4096) as usize;
             let got = if *from_a {
-                p.mb.bytes(5)
+                p.mb.bytes(5).to_vec()
             } else {
-                p.ma.bytes(5)
+                p.ma.bytes(5).to_vec()
             };
             same(
                 &got[at..at + data.len()],
@@ -434,7 +331,7 @@ fn refused_writes_end_the_stream_with_the_rfcs_codes() {
         let mut p = bad_write(4, BASE * 4, 100, seed);
         assert_eq!(terminated(&p), (0, 1, 2), "seed {seed}");
         // Nothing was placed, and what is posted after flushes.
-        assert_eq!(p.mb.bytes(4)[..100], Mem::default_bytes(4)[..100]);
+        assert_eq!(p.mb.bytes(4).to_vec()[..100], pattern(4)[..100]);
         p.a.post_send(wr(2, WrOpcode::Send, vec![])).unwrap();
         let wc = p.a.poll_cq().expect("a flushed completion");
         assert_eq!(
@@ -442,13 +339,6 @@ fn refused_writes_end_the_stream_with_the_rfcs_codes() {
             (2, WcStatus::WrFlushErr),
             "seed {seed}"
         );
-    }
-}
-
-impl Mem {
-    /// What `add` fills a region of `key` with.
-    fn default_bytes(key: u32) -> Vec<u8> {
-        (0..LEN).map(|i| (i * 7 + key as usize) as u8).collect()
     }
 }
 
@@ -540,8 +430,8 @@ fn a_corrupted_fpdu_ends_the_stream_at_the_lower_layer() {
     };
     assert_eq!((t.layer, t.ecode), (2, 2), "MPA CRC error");
     assert_eq!(
-        p.mb.bytes(2)[..500],
-        Mem::default_bytes(2)[..500],
+        p.mb.bytes(2).to_vec()[..500],
+        pattern(2)[..500],
         "nothing placed"
     );
 }
@@ -579,7 +469,10 @@ fn reads_beyond_the_ird_wait_for_the_ord() {
         .done_a
         .iter()
         .all(|w| w.status == WcStatus::Success && w.opcode == WcOpcode::RdmaRead));
-    assert_eq!(p.ma.bytes(3)[..15000], p.mb.bytes(4)[..15000]);
+    assert_eq!(
+        p.ma.bytes(3).to_vec()[..15000],
+        p.mb.bytes(4).to_vec()[..15000]
+    );
     assert_eq!(p.b.state(), State::Rts);
 }
 
@@ -644,13 +537,13 @@ fn after_mpa_the_rtr_then_data() {
             "{ctx}"
         );
         same(
-            &p.ma.bytes(2)[..64],
-            &p.mb.bytes(1)[..64],
+            &p.ma.bytes(2).to_vec()[..64],
+            &p.mb.bytes(1).to_vec()[..64],
             &format!("{ctx}: b's WRITE"),
         );
         same(
-            &p.mb.bytes(5)[..20],
-            &p.ma.bytes(1)[..20],
+            &p.mb.bytes(5).to_vec()[..20],
+            &p.ma.bytes(1).to_vec()[..20],
             &format!("{ctx}: a's SEND"),
         );
         assert!(

@@ -4,6 +4,7 @@
 //! from its seed.
 
 pub mod cm;
+pub mod iwarp;
 pub mod net;
 pub mod pair;
 pub mod scenario;

@@ -12,9 +12,12 @@
 //! type and code (RFC 5040 section 7), after which the QP sends nothing and flushes its
 //! work requests; a TERMINATE received does the same here.
 
+mod buffers;
 mod receive;
 mod send;
 mod terminate;
+
+pub use buffers::Buffers;
 
 use super::stream::{FpduReader, Segmenter};
 use crate::verbs::{SendFlags, WcOpcode, WcStatus, WrOpcode};
@@ -42,9 +45,9 @@ pub trait Memory {
     fn gather(&self, sges: &[Sge], at: usize, out: &mut [u8]) -> Result<(), WcStatus>;
     /// Copies `data` into the SGE list from byte `at` of it (a receive's or a READ's
     /// sink), which must be locally writable; errors as `gather`.
-    fn scatter(&self, sges: &[Sge], at: usize, data: &[u8]) -> Result<(), WcStatus>;
+    fn scatter(&mut self, sges: &[Sge], at: usize, data: &[u8]) -> Result<(), WcStatus>;
     /// Places `data` at tagged offset `to` of the buffer `stag` names (remotely writable).
-    fn place(&self, stag: u32, to: u64, data: &[u8]) -> Result<(), AccessError>;
+    fn place(&mut self, stag: u32, to: u64, data: &[u8]) -> Result<(), AccessError>;
     /// Copies `out.len()` bytes at tagged offset `to` of `stag` (remotely readable).
     fn fetch(&self, stag: u32, to: u64, out: &mut [u8]) -> Result<(), AccessError>;
     /// Invalidates `stag` (a SEND with Invalidate's).
