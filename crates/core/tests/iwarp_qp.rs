@@ -552,3 +552,59 @@ fn after_mpa_the_rtr_then_data() {
         );
     }
 }
+
+/// The stream ends under running QPs: a peer that stopped in the middle of an FPDU is
+/// told apart from a clean close, and every WR still waiting flushes.
+#[test]
+fn a_stream_that_stops_mid_fpdu_ends_the_qp() {
+    let mut mem = Buffers::default();
+    side(&mut mem);
+    let mut a = Qp::new(config(1, true, 1460));
+    let mut w = wr(1, WrOpcode::RdmaWrite, vec![sge(1, BASE, 0, 3000)]);
+    (w.remote_addr, w.rkey) = (BASE * 2, 2);
+    a.post_send(w).unwrap();
+    let mut bytes = Vec::new();
+    a.transmit(&mem, &mut bytes, usize::MAX);
+    assert!(bytes.len() > 2000);
+    // b takes the first FPDU and part of the second, then the stream ends.
+    let mut peer = Buffers::default();
+    side(&mut peer);
+    let mut b = Qp::new(config(2, true, 1460));
+    b.post_recv(RecvWr {
+        wr_id: 9,
+        sges: vec![sge(5, BASE * 5, 0, 64)].into(),
+    });
+    b.receive(&bytes[..1700], &mut peer);
+    assert_eq!(b.state(), State::Rts);
+    b.stream_closed();
+    assert_eq!(b.state(), State::Closed { mid_fpdu: true });
+    let wc = b.poll_cq().expect("the receive flushed");
+    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::WrFlushErr));
+    // The whole first segment was placed; nothing of the cut one.
+    same(
+        &peer.bytes(2)[..1440],
+        &pattern(1)[..1440],
+        "the first FPDU",
+    );
+    same(
+        &peer.bytes(2)[1440..3000],
+        &pattern(2)[1440..3000],
+        "the cut FPDU",
+    );
+    // A clean close, a READ still waiting: it flushes.
+    let mut r = wr(2, WrOpcode::RdmaRead, vec![sge(3, BASE * 3, 0, 64)]);
+    (r.remote_addr, r.rkey) = (BASE * 4, 4);
+    a.post_send(r).unwrap();
+    a.transmit(&mem, &mut Vec::new(), usize::MAX);
+    while a.poll_cq().is_some_and(|w| w.wr_id == 1) {}
+    a.stream_closed();
+    assert_eq!(a.state(), State::Closed { mid_fpdu: false });
+    let wc = a.poll_cq().expect("the READ flushed");
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::WrFlushErr));
+    // Posted after the end: flushed at once.
+    a.post_send(wr(3, WrOpcode::Send, vec![])).unwrap();
+    assert_eq!(
+        a.poll_cq().map(|w| (w.wr_id, w.status)),
+        Some((3, WcStatus::WrFlushErr))
+    );
+}

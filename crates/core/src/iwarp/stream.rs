@@ -148,6 +148,11 @@ impl FpduReader {
         READER_CAPACITY - (self.buf.len() - self.start)
     }
 
+    /// Bytes taken that no whole segment has used yet (the start of an FPDU).
+    pub fn held(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
     /// Takes bytes read from the stream; returns how many it took (at most [`Self::room`]).
     pub fn push(&mut self, bytes: &[u8]) -> usize {
         if self.start > 0 && self.start * 2 >= self.buf.len() {

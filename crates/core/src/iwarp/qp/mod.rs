@@ -97,6 +97,12 @@ pub enum State {
         /// What the peer reported, if it did.
         received: Option<TerminateRepr>,
     },
+    /// The stream closed under a running QP (`mid_fpdu`: in the middle of an FPDU, a peer
+    /// that stopped mid-message).
+    Closed {
+        /// Bytes of an FPDU had come and its end never did.
+        mid_fpdu: bool,
+    },
 }
 
 /// A READ this side issued, waiting for its response.
@@ -272,9 +278,23 @@ impl Qp {
 }
 
 impl Qp {
-    /// Whether a TERMINATE ended the stream (either way).
+    /// Whether the stream has ended (a TERMINATE either way, or closed).
     pub fn terminated(&self) -> bool {
-        matches!(self.state, State::Terminated { .. })
+        !matches!(self.state, State::Rts)
+    }
+
+    /// The driver saw the stream end (the peer closed it, or the connection failed): a QP
+    /// still running ends too, every WR flushed; the state says whether the peer stopped
+    /// in the middle of an FPDU. What ended before stays as it was.
+    pub fn stream_closed(&mut self) {
+        if self.terminated() {
+            return;
+        }
+        self.flush(true);
+        self.terminate_out = None;
+        self.state = State::Closed {
+            mid_fpdu: self.reader.held() > 0,
+        };
     }
 
     /// Whether the QP has bytes to send (or a TERMINATE) now.
