@@ -38,7 +38,7 @@ impl AsyncCq {
                 typical_ns: AtomicU64::new(0),
             });
         }
-        let raw = cq.rdma_core_cq().map(|c| c.event_fd());
+        let raw = cq.rdma_core_cq().map(|c| c.channel_fd().as_raw_fd());
         let raw = raw.ok_or(crate::Error::Unsupported("awaiting this CQ"))?;
         // SAFETY: the CQ owns its channel's descriptor and is dropped after `fd`.
         let fd = unsafe { super::register(raw) }?;

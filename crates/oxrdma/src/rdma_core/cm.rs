@@ -181,6 +181,13 @@ impl Id {
     }
 
     fn move_qp_once(&self, qp: &Qp, state: oxrdma_core::QpState) -> Result<()> {
+        let (mut attr, mask) = self.init_attr(state)?;
+        qp.modify_raw(&mut attr, mask)
+    }
+
+    /// `rdma_init_qp_attr`: the attributes, and their mask, that take a QP of this
+    /// connection to `state`.
+    pub(super) fn init_attr(&self, state: oxrdma_core::QpState) -> Result<(ibv_qp_attr, c_int)> {
         let cm = rdmacm()?;
         let mut attr = ibv_qp_attr {
             qp_state: state as u32,
@@ -191,7 +198,7 @@ impl Id {
         check("rdma_init_qp_attr", unsafe {
             (cm.rdma_init_qp_attr)(self.ptr(), &mut attr, &mut mask)
         })?;
-        qp.modify_raw(&mut attr, mask)
+        Ok((attr, mask))
     }
 }
 

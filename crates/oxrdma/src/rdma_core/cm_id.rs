@@ -8,13 +8,13 @@
 
 use super::cm::{check, rdmacm, to_storage, Channel, Id, RESOLVE_MS};
 use super::qp::Qp;
+use super::verbs::done_or_would_block;
 use crate::cm::{CmEvent, CmEventType, CmIdKey, ConnParam, PortSpace, UdParam};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::lock::lock;
-use oxrdma_core::{Gid, QpState, QpType, VerbsError};
+use oxrdma_core::{Gid, QpAttr, QpState, QpType, VerbsError};
 use oxrdma_verbs_abi::cm::*;
-use oxrdma_verbs_abi::ibv_qp_attr;
 use rustix::io::Errno;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -88,15 +88,9 @@ impl RcChannel {
         let mut e = std::ptr::null_mut();
         // SAFETY: a live channel whose descriptor is non-blocking; `e` is written on
         // success.
-        if unsafe { (cm.rdma_get_cm_event)(self.ch.0.as_ptr(), &mut e) } != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.kind() == std::io::ErrorKind::WouldBlock {
-                return Ok(None);
-            }
-            return Err(Error::RdmaCore {
-                verb: "rdma_get_cm_event",
-                errno: err.raw_os_error().unwrap_or(0),
-            });
+        let rc = unsafe { (cm.rdma_get_cm_event)(self.ch.0.as_ptr(), &mut e) };
+        if !done_or_would_block("rdma_get_cm_event", rc)? {
+            return Ok(None);
         }
         // SAFETY: the event just returned, valid until acknowledged below; its ids are
         // live (an event's id is not destroyed before its events are acknowledged).
@@ -354,17 +348,16 @@ impl RcId {
         self.id.on_device(&qp.pd.dev)?;
         self.id.move_qp(qp, QpState::Init)?;
         if self.qp_type == QpType::Ud {
-            use oxrdma_core::mask::{SQ_PSN, STATE};
-            let mut rtr = ibv_qp_attr {
-                qp_state: QpState::Rtr as u32,
-                ..Default::default()
-            };
-            qp.modify_raw(&mut rtr, STATE as i32)?;
-            let mut rts = ibv_qp_attr {
-                qp_state: QpState::Rts as u32,
-                ..Default::default()
-            };
-            qp.modify_raw(&mut rts, (STATE | SQ_PSN) as i32)?;
+            // INIT gave the port space's Q_Key: RTR needs nothing more, RTS the first PSN.
+            qp.modify(&QpAttr {
+                qp_state: Some(QpState::Rtr),
+                ..QpAttr::default()
+            })?;
+            qp.modify(&QpAttr {
+                qp_state: Some(QpState::Rts),
+                sq_psn: Some(0),
+                ..QpAttr::default()
+            })?;
         }
         *lock(&self.qp) = Some(Arc::downgrade(qp));
         Ok(())
@@ -372,16 +365,7 @@ impl RcId {
 
     /// `rdma_init_qp_attr`: what takes a QP of this connection to `state`.
     pub fn init_qp_attr(&self, state: QpState) -> Result<oxrdma_core::QpAttr> {
-        let cm = rdmacm()?;
-        let mut attr = ibv_qp_attr {
-            qp_state: state as u32,
-            ..Default::default()
-        };
-        let mut mask = 0;
-        // SAFETY: a live id and writable attributes.
-        check("rdma_init_qp_attr", unsafe {
-            (cm.rdma_init_qp_attr)(self.id.ptr(), &mut attr, &mut mask)
-        })?;
+        let (attr, mask) = self.id.init_attr(state)?;
         oxrdma_verbs_abi::qp_attr::from_c(&attr, mask as u32)
             .map_err(|e| Error::BadPeer(format!("librdmacm's attributes for {state:?}: {e}")))
     }
@@ -516,11 +500,10 @@ impl Drop for RcId {
 }
 
 fn to_err(qp: &Qp) -> Result<()> {
-    let mut a = ibv_qp_attr {
-        qp_state: QpState::Err as u32,
-        ..Default::default()
-    };
-    qp.modify_raw(&mut a, oxrdma_core::mask::STATE as i32)
+    qp.modify(&QpAttr {
+        qp_state: Some(QpState::Err),
+        ..QpAttr::default()
+    })
 }
 
 fn private_len(data: &[u8]) -> Result<u8> {

@@ -1,9 +1,9 @@
 //! An open rdma-core device as the API's `Context` holds it: the device, what the API
 //! keeps beside it, and the device's asynchronous events.
 
-use super::verbs::verbs;
+use super::verbs::{done_or_would_block, verbs};
 use super::{Ahs, Device};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use oxrdma_core::{AsyncEvent, EventType};
 use oxrdma_verbs_abi::ibv_async_event;
 use std::os::fd::BorrowedFd;
@@ -44,15 +44,9 @@ impl RdmaCoreContext {
         loop {
             let mut ev = std::mem::MaybeUninit::<ibv_async_event>::uninit();
             // SAFETY: an open context; `ev` is written on success.
-            if unsafe { (v.ibv_get_async_event)(self.dev.ctx(), ev.as_mut_ptr()) } != 0 {
-                let err = std::io::Error::last_os_error();
-                if err.kind() == std::io::ErrorKind::WouldBlock {
-                    return Ok(None);
-                }
-                return Err(Error::RdmaCore {
-                    verb: "ibv_get_async_event",
-                    errno: err.raw_os_error().unwrap_or(0),
-                });
+            let rc = unsafe { (v.ibv_get_async_event)(self.dev.ctx(), ev.as_mut_ptr()) };
+            if !done_or_would_block("ibv_get_async_event", rc)? {
+                return Ok(None);
             }
             // SAFETY: written by the call that succeeded.
             let mut ev = unsafe { ev.assume_init() };

@@ -60,7 +60,8 @@ impl Cq {
         Ok(made)
     }
 
-    /// The channel's descriptor (non-blocking).
+    /// The channel's descriptor (non-blocking): readable when an armed completion comes, for
+    /// a reactor or an epoll set (`take_events` then).
     pub fn channel_fd(&self) -> BorrowedFd<'_> {
         // SAFETY: the channel and its descriptor live while this CQ does.
         unsafe { BorrowedFd::borrow_raw(self.channel.as_ref().fd) }
@@ -154,14 +155,6 @@ impl Cq {
             unsafe { (v.ibv_ack_cq_events)(cq, 1) };
             n += 1;
         }
-    }
-
-    /// The descriptor that becomes readable when an armed completion comes (for a
-    /// reactor; `take_events` then).
-    #[cfg(feature = "tokio")]
-    pub fn event_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsRawFd;
-        self.channel_fd().as_raw_fd()
     }
 }
 

@@ -140,6 +140,22 @@ pub(crate) fn check(verb: &'static str, rc: c_int) -> Result<()> {
     }
 }
 
+/// A call on a non-blocking descriptor that returns 0 or -1 with errno: whether it did
+/// something (false: it would have blocked).
+pub(crate) fn done_or_would_block(verb: &'static str, rc: c_int) -> Result<bool> {
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    if err.kind() == std::io::ErrorKind::WouldBlock {
+        return Ok(false);
+    }
+    Err(Error::RdmaCore {
+        verb,
+        errno: err.raw_os_error().unwrap_or(0),
+    })
+}
+
 fn libc_enomem() -> i32 {
     rustix::io::Errno::NOMEM.raw_os_error()
 }
