@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 HERE=tests/public-api
 # The API crate with all its features, and the crates it re-exports or drivers build on.
-CRATES=(oxrdma oxrdma-core oxrdma-wire oxrdma-udp oxrdma-sim oxrdma-verbs-abi)
+CRATES=(oxrdma oxrdma-core oxrdma-wire oxrdma-udp oxrdma-tcp oxrdma-sim oxrdma-verbs-abi)
 TOOL_VERSION=0.52.0
 
 if ! cargo public-api --version 2>/dev/null | grep -qF "$TOOL_VERSION"; then

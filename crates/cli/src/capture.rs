@@ -53,12 +53,52 @@ pub struct FrameCounts {
     pub unreadable: usize,
     /// RoCEv2 packets captured only in part (a snap length).
     pub cut: usize,
+    /// TCP segments.
+    pub tcp: usize,
+}
+
+/// One TCP segment, as captured (iWARP rides on TCP: `decode_iwarp.rs` puts the
+/// segments back in order).
+#[derive(Debug)]
+pub struct TcpSegment<'a> {
+    /// 1-based frame number in the file.
+    pub frame: usize,
+    /// Capture time since the Unix epoch.
+    pub time: Duration,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    /// The sequence number of its first byte (of the SYN, for a SYN).
+    pub seq: u32,
+    pub syn: bool,
+    pub fin: bool,
+    pub rst: bool,
+    /// As much of the payload as was captured.
+    pub payload: &'a [u8],
+}
+
+/// A frame of interest: a RoCEv2 datagram or a TCP segment.
+#[derive(Debug)]
+pub enum Frame<'a> {
+    Roce(RoceFrame<'a>),
+    Tcp(TcpSegment<'a>),
 }
 
 /// Calls `f` for every UDP datagram to `port` in the pcap or pcapng file at `path`.
 pub fn for_each_roce<F>(path: &Path, port: u16, mut f: F) -> anyhow::Result<FrameCounts>
 where
     F: FnMut(&RoceFrame<'_>) -> anyhow::Result<()>,
+{
+    for_each_frame(path, port, |frame| match frame {
+        Frame::Roce(r) => f(r),
+        Frame::Tcp(_) => Ok(()),
+    })
+}
+
+/// Calls `f` for every UDP datagram to `port` and every TCP segment in the pcap or
+/// pcapng file at `path`, in the file's order.
+pub fn for_each_frame<F>(path: &Path, port: u16, mut f: F) -> anyhow::Result<FrameCounts>
+where
+    F: FnMut(&Frame<'_>) -> anyhow::Result<()>,
 {
     let mut file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut magic = [0u8; 4];
@@ -69,11 +109,15 @@ where
     let mut counts = FrameCounts::default();
     let mut frame = |link: DataLink, time: Duration, data: &[u8]| -> anyhow::Result<()> {
         counts.frames += 1;
-        match roce_frame(counts.frames, link, time, data, port) {
-            Ok(Some(rf)) => {
+        match classify(counts.frames, link, time, data, port) {
+            Ok(Some(Frame::Roce(rf))) => {
                 counts.roce += 1;
                 counts.cut += usize::from(rf.cut_from.is_some());
-                f(&rf)?;
+                f(&Frame::Roce(rf))?;
+            }
+            Ok(Some(tcp)) => {
+                counts.tcp += 1;
+                f(&tcp)?;
             }
             Ok(None) => {}
             Err(()) => counts.unreadable += 1,
@@ -124,16 +168,16 @@ where
 /// Length of a Linux cooked capture (SLL) header; its protocol (an EtherType) ends it.
 const SLL_LEN: usize = 16;
 
-/// The RoCEv2 datagram in one frame, if it is one; `Err` if the frame's headers cannot be
-/// read at all. Sliced laxly: a frame cut short by the snap length still yields its IP and
-/// UDP headers and what it holds of the payload.
-fn roce_frame<'a>(
+/// The RoCEv2 datagram or TCP segment in one frame, if it is one; `Err` if the frame's
+/// headers cannot be read at all. Sliced laxly: a frame cut short by the snap length still
+/// yields its IP and UDP headers and what it holds of the payload.
+fn classify<'a>(
     index: usize,
     link: DataLink,
     time: Duration,
     data: &'a [u8],
     port: u16,
-) -> Result<Option<RoceFrame<'a>>, ()> {
+) -> Result<Option<Frame<'a>>, ()> {
     let sliced = match link {
         DataLink::ETHERNET => LaxSlicedPacket::from_ethernet(data).map_err(|_| ())?,
         DataLink::LINUX_SLL => {
@@ -149,7 +193,36 @@ fn roce_frame<'a>(
     if sliced.net.is_none() || (sliced.transport.is_none() && sliced.stop_err.is_some()) {
         return Err(());
     }
-    Ok(udp_datagram(index, time, &sliced, port))
+    if let Some(TransportSlice::Tcp(tcp)) = &sliced.transport {
+        let (src, dst) = addresses(&sliced).ok_or(())?;
+        return Ok(Some(Frame::Tcp(TcpSegment {
+            frame: index,
+            time,
+            src: SocketAddr::new(src, tcp.source_port()),
+            dst: SocketAddr::new(dst, tcp.destination_port()),
+            seq: tcp.sequence_number(),
+            syn: tcp.syn(),
+            fin: tcp.fin(),
+            rst: tcp.rst(),
+            payload: tcp.payload(),
+        })));
+    }
+    Ok(udp_datagram(index, time, &sliced, port).map(Frame::Roce))
+}
+
+/// The IP source and destination of a sliced frame.
+fn addresses(sliced: &LaxSlicedPacket<'_>) -> Option<(IpAddr, IpAddr)> {
+    match &sliced.net {
+        Some(LaxNetSlice::Ipv4(v4)) => {
+            let h = v4.header();
+            Some((h.source_addr().into(), h.destination_addr().into()))
+        }
+        Some(LaxNetSlice::Ipv6(v6)) => {
+            let h = v6.header();
+            Some((h.source_addr().into(), h.destination_addr().into()))
+        }
+        _ => None,
+    }
 }
 
 fn udp_datagram<'a>(

@@ -1,6 +1,7 @@
-//! `oxrdma decode`: one line (or one JSON object) per RoCEv2 packet in a capture.
+//! `oxrdma decode`: one line (or one JSON object) per RoCEv2 packet in a capture, and per
+//! iWARP MPA frame and FPDU (`decode_iwarp.rs`).
 
-use crate::capture::RoceFrame;
+use crate::capture::{Frame, RoceFrame};
 use anyhow::Context as _;
 use oxrdma_wire::{icrc, AethRepr, NakCode, PacketRepr, Syndrome};
 use serde::Serialize;
@@ -31,7 +32,25 @@ pub fn run(a: &DecodeArgs) -> anyhow::Result<bool> {
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut bad = 0usize;
-    let counts = crate::capture::for_each_roce(file, port, |frame| {
+    let mut iwarp = crate::decode_iwarp::Iwarp::default();
+    let (mut fpdus, mut bad_iwarp) = (0usize, 0usize);
+    let counts = crate::capture::for_each_frame(file, port, |frame| {
+        let frame = match frame {
+            Frame::Roce(f) => f,
+            Frame::Tcp(seg) => {
+                for d in iwarp.segment(seg) {
+                    fpdus += 1;
+                    bad_iwarp += usize::from(d.bad());
+                    if json {
+                        serde_json::to_writer(&mut out, &d)?;
+                        out.write_all(b"\n")?;
+                    } else {
+                        writeln!(out, "{}", crate::decode_iwarp::format_line(&d))?;
+                    }
+                }
+                return Ok(());
+            }
+        };
         let d = decode(frame);
         // A packet cut by the snap length counts as bad only if its headers are cut too.
         if d.packet.is_none() || d.icrc == "bad" {
@@ -46,12 +65,20 @@ pub fn run(a: &DecodeArgs) -> anyhow::Result<bool> {
         Ok(())
     })?;
     out.flush().context("cannot write to standard output")?;
+    if fpdus > 0 {
+        eprintln!(
+            "{}: {fpdus} iWARP MPA frames and FPDUs, {bad_iwarp} malformed, bad CRC or not \
+             decodable",
+            file.display()
+        );
+    }
+    bad += bad_iwarp;
     eprintln!(
         "{}: {} frames, {} RoCEv2 packets, {} malformed or bad ICRC{}",
         file.display(),
         counts.frames,
         counts.roce,
-        bad,
+        bad - bad_iwarp,
         if counts.unreadable > 0 {
             format!(", {} frames unreadable (cut short?)", counts.unreadable)
         } else {

@@ -2,8 +2,8 @@
 
 use clap::{Parser, Subcommand};
 use oxrdma_cli::{
-    decode, devinfo, devnodes, exec, pathemu, pingpong, rstream, scale, sim, stats, threads,
-    udpingpong,
+    decode, devinfo, devnodes, exec, iwarp_perf, pathemu, pingpong, rstream, scale, sim, stats,
+    threads, udpingpong,
 };
 use std::io;
 use std::process::ExitCode;
@@ -44,6 +44,9 @@ enum Command {
     Stats(stats::StatsArgs),
     /// RDMA benchmarks over UDP in the spirit of perftest.
     Perf(Box<oxrdma_cli::perf::PerfCli>),
+    /// RDMA WRITE bandwidth or latency over iWARP (TCP) between two processes (server
+    /// without a peer name).
+    IwarpPerf(iwarp_perf::IwarpPerfArgs),
     /// What idle QPs cost: the idle driver pass and an 8 B WRITE's round trip with 1, 1,000
     /// and 10,000 idle connected QPs (ratios to the first count, same run).
     Scale(scale::ScaleArgs),
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
         Command::DevNodes(a) => done(devnodes::run(a)),
         Command::Exec(a) => done(exec::run(a)),
         Command::Perf(p) => done(p.run()),
+        Command::IwarpPerf(a) => done(iwarp_perf::run(a)),
         Command::Stats(a) => done(stats::run(a)),
         Command::Scale(a) => scale::run(a).map(|_| true),
         Command::Threads(a) => threads::run(a).map(|_| true),

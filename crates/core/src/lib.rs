@@ -38,7 +38,7 @@ pub use attr::{mask, AddressVector, QpAttr, QpCap, QpInitAttr};
 pub use counters::{classes, Counter, Counters, COUNTERS};
 pub use cq::CqRing;
 pub use drops::{RxDrop, RxDrops};
-pub use engine::{Engine, EngineConfig, Stats, Transmit};
+pub use engine::{Engine, EngineConfig, IwarpStream, Stats, Transmit};
 pub use error::{Result, VerbsError};
 pub use gid::{main_gid, rc_udp_sport, Gid};
 pub use limits::{apply_limits, AtomicCap, DeviceAttr, PeerLimits, MAX_PACKET};

@@ -96,6 +96,8 @@ pub struct Engine {
     next_cq: u32,
     mrs: MrTable,
     qps: BTreeMap<u32, Qp>,
+    /// iWARP QPs (`iwarp.rs`): the same numbers' space, another transport.
+    iw: BTreeMap<u32, iwarp::IwQp>,
     srqs: BTreeMap<u32, Srq>,
     next_srq: u32,
     /// Address handles: their PD and destination.
@@ -148,6 +150,8 @@ macro_rules! ctx {
 }
 
 mod gsi;
+mod iwarp;
+pub use iwarp::IwarpStream;
 mod objects;
 mod qps;
 mod share;
@@ -212,6 +216,7 @@ impl Engine {
             next_cq: 1,
             mrs: MrTable::default(),
             qps: BTreeMap::new(),
+            iw: BTreeMap::new(),
             ahs: BTreeMap::new(),
             next_ah: 1,
             srqs: BTreeMap::new(),
@@ -300,6 +305,7 @@ impl Engine {
     pub fn answer_doorbells(&mut self) {
         while let Some(qpn) = self.bells.pop() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
+                let _ = self.iwarp_take_posted(qpn);
                 continue;
             };
             let (ahs, pd) = (&self.ahs, qp.pd);

@@ -32,7 +32,10 @@ impl Engine {
         if !self.pds.contains(&pd) {
             return Err(VerbsError::NotFound("protection domain"));
         }
-        if self.mrs.count_in_pd(pd) > 0 || self.qps.values().any(|q| q.pd == pd) {
+        if self.mrs.count_in_pd(pd) > 0
+            || self.qps.values().any(|q| q.pd == pd)
+            || self.iwarp_in_pd(pd)
+        {
             return Err(VerbsError::Busy(
                 "protection domain still has memory regions or QPs",
             ));
@@ -133,7 +136,7 @@ impl Engine {
         if !self.cqs.contains_key(&cq) {
             return Err(VerbsError::NotFound("completion queue"));
         }
-        if self.qps.values().any(|q| q.uses_cq(cq)) {
+        if self.qps.values().any(|q| q.uses_cq(cq)) || self.iwarp_uses_cq(cq) {
             return Err(VerbsError::Busy("completion queue is used by a QP"));
         }
         self.cqs.remove(&cq);

@@ -15,6 +15,38 @@ impl Engine {
     /// `ibv_create_qp` in `pd`, within the device limits; returns the new QP's number (24
     /// bits, random, never 0 or 1). The QP starts in RESET.
     pub fn create_qp(&mut self, pd: u32, init: &QpInitAttr) -> Result<u32> {
+        self.check_qp_init(pd, init)?;
+        let qpn = self.draw_qpn();
+        let max_ud = self.config.max_mtu.bytes() as u64;
+        let post = QpPost::new(
+            qpn,
+            init.qp_type,
+            init.cap,
+            init.srq.is_some(),
+            max_ud,
+            self.bells.clone(),
+        );
+        // No path MTU for datagrams: a message is one packet of up to the port's MTU.
+        let mtu = if init.qp_type == QpType::Ud {
+            self.config.max_mtu
+        } else {
+            Mtu::Mtu1024
+        };
+        let qp = Qp::new(
+            qpn,
+            pd,
+            init,
+            Arc::new(post),
+            (self.config.selective_repeat, self.reorder_pool.clone()),
+            mtu,
+        );
+        self.qps.insert(qpn, qp);
+        Ok(qpn)
+    }
+
+    /// The checks of `ibv_create_qp` every QP type takes: PD, CQs, SRQ, the device's
+    /// limits.
+    pub(super) fn check_qp_init(&self, pd: u32, init: &QpInitAttr) -> Result<()> {
         let lim = self.config.attr;
         if !self.pds.contains(&pd) {
             return Err(VerbsError::NotFound("protection domain"));
@@ -53,43 +85,22 @@ impl Engine {
                 return Err(VerbsError::InvalidArgument("UC QPs cannot use an SRQ"));
             }
         }
-        if self.qps.len() >= lim.max_qp as usize {
+        if self.qps.len() + self.iw.len() >= lim.max_qp as usize {
             return Err(VerbsError::Exhausted("queue pairs"));
         }
-        let qpn = loop {
-            // 24-bit, never 0 or 1 (QP0/QP1 are the management QPs); of the device's slot
-            // where it shares its address.
+        Ok(())
+    }
+
+    /// A new QP's number: 24-bit and random, never 0 or 1 (QP0/QP1 are the management
+    /// QPs), of the device's slot where it shares its address.
+    pub(super) fn draw_qpn(&mut self) -> u32 {
+        loop {
             let r = self.rng.next_u32();
             let q = self.config.slot.map_or(r & 0xff_ffff, |s| s.qpn(r));
-            if q > 1 && !self.qps.contains_key(&q) {
+            if q > 1 && !self.qps.contains_key(&q) && !self.iw.contains_key(&q) {
                 break q;
             }
-        };
-        let max_ud = self.config.max_mtu.bytes() as u64;
-        let post = QpPost::new(
-            qpn,
-            init.qp_type,
-            init.cap,
-            init.srq.is_some(),
-            max_ud,
-            self.bells.clone(),
-        );
-        // No path MTU for datagrams: a message is one packet of up to the port's MTU.
-        let mtu = if init.qp_type == QpType::Ud {
-            self.config.max_mtu
-        } else {
-            Mtu::Mtu1024
-        };
-        let qp = Qp::new(
-            qpn,
-            pd,
-            init,
-            Arc::new(post),
-            (self.config.selective_repeat, self.reorder_pool.clone()),
-            mtu,
-        );
-        self.qps.insert(qpn, qp);
-        Ok(qpn)
+        }
     }
 
     /// Sends a QP's held ACK (a ping-pong's, waiting for the answer) at the next transmit:
@@ -113,6 +124,9 @@ impl Engine {
 
     /// `ibv_destroy_qp`: removes the QP and its timers.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+        if self.iwarp_destroy(qpn).is_some() {
+            return Ok(());
+        }
         let qp = self
             .qps
             .remove(&qpn)
@@ -124,6 +138,9 @@ impl Engine {
 
     /// The QP's current state.
     pub fn qp_state(&self, qpn: u32) -> Result<QpState> {
+        if let Some(s) = self.iwarp_state(qpn) {
+            return Ok(s);
+        }
         self.qps
             .get(&qpn)
             .map(|q| q.state)
@@ -132,6 +149,9 @@ impl Engine {
 
     /// `ibv_query_qp`: the attributes, the capacities and whether every send is signaled.
     pub fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpCap, bool)> {
+        if let Some(q) = self.iwarp_query(qpn) {
+            return Ok(q);
+        }
         let qp = self
             .qps
             .get(&qpn)
@@ -150,6 +170,9 @@ impl Engine {
 
     /// `ibv_modify_qp`: validates the attributes for the transition, then applies them.
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<()> {
+        if self.iw.contains_key(&qpn) {
+            return self.iwarp_modify(qpn, attr);
+        }
         let lim = AttrLimits {
             max_rd_atomic: self.config.attr.max_qp_rd_atom,
             max_mtu: self.config.max_mtu,
@@ -236,6 +259,9 @@ impl Engine {
     /// The posting side of `qpn`: application threads post through it without the engine
     /// (see `QpPost`), and `answer_doorbells` takes their work.
     pub fn qp_post(&self, qpn: u32) -> Result<Arc<QpPost>> {
+        if let Some(p) = self.iwarp_post(qpn) {
+            return Ok(p);
+        }
         self.qps
             .get(&qpn)
             .map(|q| q.post().clone())

@@ -4,6 +4,7 @@
 //! So far: the MPA exchange that starts a connection (`setup`), messages cut into FPDUs
 //! and read back from the stream (`stream`), and a QP's data path over them (`qp`).
 
+pub(crate) mod memory;
 pub mod qp;
 pub mod setup;
 pub mod stream;

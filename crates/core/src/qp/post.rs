@@ -136,6 +136,8 @@ pub struct QpPost {
     /// The QP is on the doorbell list, or about to be.
     rung: AtomicBool,
     bells: Arc<Doorbells>,
+    /// An iWARP QP: RDMAP's operations only (`iwarp_only`).
+    iwarp: bool,
 }
 
 const STATES: [QpState; 7] = [
@@ -169,7 +171,15 @@ impl QpPost {
             rq: Ring::new(cap.max_recv_wr),
             rung: AtomicBool::new(false),
             bells,
+            iwarp: false,
         }
+    }
+
+    /// The posting side of an iWARP QP: RDMAP's operations (WRITE, READ into one SGE,
+    /// SEND, SEND with Invalidate) are taken, others refused when posted.
+    pub(crate) fn iwarp_only(mut self) -> Self {
+        self.iwarp = true;
+        self
     }
 
     /// The capacities the QP was created with.
@@ -297,6 +307,26 @@ impl QpPost {
         }
         if op == WrOpcode::BindMw && wr.bind.is_none() {
             return Err(VerbsError::InvalidArgument("BIND_MW without a binding"));
+        }
+        if self.iwarp {
+            if !matches!(
+                op,
+                WrOpcode::RdmaWrite | WrOpcode::RdmaRead | WrOpcode::Send | WrOpcode::SendWithInv
+            ) {
+                return Err(VerbsError::InvalidArgument(
+                    "iWARP (RDMAP) has no atomics, immediate data, or memory-window work \
+                     requests",
+                ));
+            }
+            let parts = match &wr.data {
+                SendData::Sges(s) => s.iter().filter(|s| s.length > 0).count(),
+                SendData::Inline(_) => 0,
+            };
+            if op == WrOpcode::RdmaRead && parts > 1 {
+                return Err(VerbsError::InvalidArgument(
+                    "an iWARP READ's sink is one SGE (its STag names one buffer)",
+                ));
+            }
         }
         let allowed = match self.qp_type {
             QpType::Rc => true,

@@ -108,6 +108,8 @@ pub enum State {
 /// A READ this side issued, waiting for its response.
 #[derive(Debug, Clone)]
 struct ReadOut {
+    /// Its place in the send queue's completion order (`Qp::finish`).
+    slot: u64,
     wr_id: u64,
     sges: Vec<Sge>,
     sink_stag: u32,
@@ -125,8 +127,9 @@ struct Sending {
 
 #[derive(Debug)]
 enum Source {
-    /// A work request's data; it completes when the last segment leaves.
-    Wr(SendWr),
+    /// A work request's data (and its place in the completion order); it completes when
+    /// the last segment leaves.
+    Wr(SendWr, u64),
     /// A READ request's body.
     ReadRequest([u8; ReadRequestRepr::LEN]),
     /// A READ response: `len` bytes at `to` of `stag`.
@@ -162,6 +165,13 @@ pub struct Qp {
     recv_msn: u32,
     read_req_msn: u32,
     cq: VecDeque<WorkCompletion>,
+    /// Send WRs begun (or flushed) and not yet reported, in the order they were posted:
+    /// each is done (with its completion, None if unsignaled) or still running. A WR's
+    /// completion waits for those posted before it, as verbs promise (a SEND that left
+    /// must not complete before the READ posted ahead of it has its response).
+    send_done: VecDeque<Option<Option<WorkCompletion>>>,
+    /// The slot number of `send_done`'s front.
+    send_done_base: u64,
     /// The TERMINATE this side owes the stream, the last thing it sends.
     terminate_out: Option<Vec<u8>>,
     /// RFC 6581: the initiator's RTR, the first thing it sends.
@@ -189,6 +199,8 @@ impl Qp {
             recv_msn: 1,
             read_req_msn: 1,
             cq: VecDeque::new(),
+            send_done: VecDeque::new(),
+            send_done_base: 0,
             terminate_out: None,
             rtr_out: None,
             hold: false,
@@ -254,7 +266,8 @@ impl Qp {
             _ => return Err(InvalidArgument("not an iWARP operation")),
         }
         if self.terminated() {
-            self.complete(&wr, WcStatus::WrFlushErr, 0, true);
+            let slot = self.start_slot();
+            self.complete(slot, &wr, WcStatus::WrFlushErr, 0, true);
             return Ok(());
         }
         self.sq.push_back(wr);
@@ -275,6 +288,12 @@ impl Qp {
     pub fn poll_cq(&mut self) -> Option<WorkCompletion> {
         self.cq.pop_front()
     }
+
+    /// Send and receive work requests it holds that have not completed (an engine frees
+    /// the slots of those that did, signaled or not).
+    pub fn outstanding(&self) -> (usize, usize) {
+        (self.sq.len() + self.send_done.len(), self.rq.len())
+    }
 }
 
 impl Qp {
@@ -292,6 +311,7 @@ impl Qp {
         }
         self.flush(true);
         self.terminate_out = None;
+        self.rtr_out = None;
         self.state = State::Closed {
             mid_fpdu: self.reader.held() > 0,
         };
@@ -324,33 +344,55 @@ impl Qp {
         }
     }
 
-    /// A send WR's completion: always for an error, else if it is signaled.
-    fn complete(&mut self, wr: &SendWr, status: WcStatus, len: u32, force: bool) {
-        if status != WcStatus::Success || force || self.signaled(wr) {
-            let opcode = match wr.opcode {
-                WrOpcode::RdmaWrite => WcOpcode::RdmaWrite,
-                WrOpcode::RdmaRead => WcOpcode::RdmaRead,
-                _ => WcOpcode::Send,
-            };
-            self.cq.push_back(self.wc(wr.wr_id, status, opcode, len));
+    /// A place in the send queue's completion order for the WR begun now.
+    fn start_slot(&mut self) -> u64 {
+        self.send_done.push_back(None);
+        self.send_done_base + self.send_done.len() as u64 - 1
+    }
+
+    /// The WR in `slot` is done (`wc`: its completion, None if unsignaled): it and the
+    /// done ones after it are reported, up to the first still running.
+    fn finish(&mut self, slot: u64, wc: Option<WorkCompletion>) {
+        let at = slot.wrapping_sub(self.send_done_base) as usize;
+        if let Some(entry) = self.send_done.get_mut(at) {
+            *entry = Some(wc);
         }
+        while let Some(Some(_)) = self.send_done.front() {
+            if let Some(Some(wc)) = self.send_done.pop_front() {
+                self.cq.extend(wc);
+            }
+            self.send_done_base += 1;
+        }
+    }
+
+    /// A send WR's completion: always for an error, else if it is signaled.
+    fn complete(&mut self, slot: u64, wr: &SendWr, status: WcStatus, len: u32, force: bool) {
+        let report = status != WcStatus::Success || force || self.signaled(wr);
+        let opcode = match wr.opcode {
+            WrOpcode::RdmaWrite => WcOpcode::RdmaWrite,
+            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+            _ => WcOpcode::Send,
+        };
+        let wc = report.then(|| self.wc(wr.wr_id, status, opcode, len));
+        self.finish(slot, wc);
     }
 
     /// Every WR still queued completes flushed (receives with `receives`).
     fn flush(&mut self, receives: bool) {
         if let Some(Sending {
-            source: Source::Wr(wr),
+            source: Source::Wr(wr, slot),
             ..
         }) = self.sending.take()
         {
-            self.complete(&wr, WcStatus::WrFlushErr, 0, true);
+            self.complete(slot, &wr, WcStatus::WrFlushErr, 0, true);
         }
         while let Some(r) = self.reads_out.pop_front() {
-            self.cq
-                .push_back(self.wc(r.wr_id, WcStatus::WrFlushErr, WcOpcode::RdmaRead, 0));
+            let wc = self.wc(r.wr_id, WcStatus::WrFlushErr, WcOpcode::RdmaRead, 0);
+            self.finish(r.slot, Some(wc));
         }
         while let Some(wr) = self.sq.pop_front() {
-            self.complete(&wr, WcStatus::WrFlushErr, 0, true);
+            let slot = self.start_slot();
+            self.complete(slot, &wr, WcStatus::WrFlushErr, 0, true);
         }
         self.to_answer.clear();
         if receives {

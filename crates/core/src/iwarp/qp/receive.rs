@@ -42,7 +42,8 @@ impl Qp {
             // The initiator has spoken: a responder holding for its RTR may send.
             self.hold = false;
             if let Err((layer, etype, ecode)) = self.on_segment(&header, &payload, mem) {
-                self.terminate(layer, etype, ecode, Some(header));
+                let seg_len = header.header_len() + payload.len();
+                self.terminate(layer, etype, ecode, Some((header, seg_len)));
             }
         }
         took
@@ -132,22 +133,18 @@ impl Qp {
         let placed = mem.scatter(&read.sges, at as usize, payload);
         if let Err(status) = placed {
             if let Some(read) = self.reads_out.pop_front() {
-                self.cq
-                    .push_back(self.wc(read.wr_id, status, WcOpcode::RdmaRead, 0));
+                let wc = self.wc(read.wr_id, status, WcOpcode::RdmaRead, 0);
+                self.finish(read.slot, Some(wc));
             }
             return Err((term::RDMAP, term::LOCAL, 0));
         }
         if last {
             if let Some(read) = self.reads_out.pop_front() {
-                if read.signaled {
-                    let wc = self.wc(
-                        read.wr_id,
-                        WcStatus::Success,
-                        WcOpcode::RdmaRead,
-                        read.len as u32,
-                    );
-                    self.cq.push_back(wc);
-                }
+                let wc = read.signaled.then(|| {
+                    let len = read.len as u32;
+                    self.wc(read.wr_id, WcStatus::Success, WcOpcode::RdmaRead, len)
+                });
+                self.finish(read.slot, wc);
             }
         }
         Ok(())
@@ -219,8 +216,8 @@ impl Qp {
                 }
                 _ => WcStatus::RemOpErr,
             };
-            self.cq
-                .push_back(self.wc(read.wr_id, status, WcOpcode::RdmaRead, 0));
+            let wc = self.wc(read.wr_id, status, WcOpcode::RdmaRead, 0);
+            self.finish(read.slot, Some(wc));
         }
         self.flush(true);
         self.state = State::Terminated {

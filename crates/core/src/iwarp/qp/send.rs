@@ -2,26 +2,27 @@
 //! turn.
 
 use super::{data_len, term, untagged, AccessError, Memory, Qp, ReadOut, Sending, Source};
-use crate::iwarp::stream::{write_fpdu, Segmenter};
+use crate::iwarp::stream::Segmenter;
 use crate::verbs::{SendFlags, WcStatus, WrOpcode};
 use crate::wr::{SendData, SendWr};
 use oxrdma_wire::iwarp::ddp::{Placement, Queue, RdmapOpcode, ReadRequestRepr};
+use oxrdma_wire::iwarp::mpa;
 
 impl Qp {
     /// Writes whole FPDUs to `out` until it holds at least `max` bytes or nothing is left
     /// to send.
     pub fn transmit(&mut self, mem: &impl Memory, out: &mut Vec<u8>, max: usize) {
+        // The initiator's RTR is its first FPDU, even ahead of a TERMINATE.
+        if let Some(rtr) = self.rtr_out.take() {
+            out.extend_from_slice(&rtr);
+        }
         if let Some(t) = self.terminate_out.take() {
             out.extend_from_slice(&t);
             return;
         }
-        if let Some(rtr) = self.rtr_out.take() {
-            out.extend_from_slice(&rtr);
-        }
         if self.hold {
             return;
         }
-        let mut fpdu = vec![0u8; self.cfg.max_fpdu];
         while out.len() < max && !self.terminated() {
             if self.sending.is_none() && !self.start_next(mem) {
                 // An answer that cannot be given ends the stream with its TERMINATE.
@@ -37,26 +38,40 @@ impl Qp {
                 self.sending = None;
                 continue;
             };
-            let mut payload = vec![0u8; (range.end - range.start) as usize];
+            // The FPDU is built in place at the end of `out`: its header, the payload
+            // gathered straight from memory, then length, pad and CRC around them.
+            let at = out.len();
+            let (h, len) = (header.header_len(), (range.end - range.start) as usize);
+            out.resize(at + mpa::fpdu_len(h + len, self.cfg.crc), 0);
+            let fpdu = &mut out[at..];
+            let body = mpa::FPDU_HEADER_LEN + h;
+            let payload = &mut fpdu[body..body + len];
             let filled = match &s.source {
-                Source::Wr(wr) => gather(mem, wr, range.start as usize, &mut payload),
-                Source::ReadRequest(body) => {
-                    payload.copy_from_slice(body);
+                Source::Wr(wr, _) => gather(mem, wr, range.start as usize, payload),
+                Source::ReadRequest(b) => {
+                    payload.copy_from_slice(b);
                     Ok(())
                 }
                 // Checked whole when the answer began: the buffer may have gone since.
                 Source::Response { stag, to } => mem
-                    .fetch(*stag, to + range.start, &mut payload)
+                    .fetch(*stag, to + range.start, payload)
                     .map_err(|_| WcStatus::RemAccessErr),
             };
-            if let Err(status) = filled {
+            let sealed = filled.and_then(|()| {
+                header
+                    .emit(&mut fpdu[mpa::FPDU_HEADER_LEN..])
+                    .and_then(|_| mpa::seal(fpdu, h + len, self.cfg.crc))
+                    .map_err(|_| WcStatus::LocLenErr)
+            });
+            if let Err(status) = sealed {
+                out.truncate(at);
                 let Some(Sending { source, .. }) = self.sending.take() else {
                     return;
                 };
                 match source {
                     // This side's own memory failed it: the WR says why, the stream ends.
-                    Source::Wr(wr) => {
-                        self.complete(&wr, status, 0, true);
+                    Source::Wr(wr, slot) => {
+                        self.complete(slot, &wr, status, 0, true);
                         self.terminate(term::RDMAP, term::LOCAL, 0, None);
                     }
                     _ => self.terminate(
@@ -71,12 +86,6 @@ impl Qp {
                 }
                 return;
             }
-            // The FPDU buffer holds the longest FPDU the segmenter cuts.
-            let n = match write_fpdu(&mut fpdu, &header, &payload, self.cfg.crc) {
-                Ok(n) => n,
-                Err(_) => return,
-            };
-            out.extend_from_slice(&fpdu[..n]);
             if header.last {
                 self.sent_last();
             }
@@ -165,6 +174,7 @@ impl Qp {
         let Some(wr) = self.sq.pop_front() else {
             return false;
         };
+        let slot = self.start_slot();
         let len = data_len(&wr);
         let (opcode, first, source) = match wr.opcode {
             WrOpcode::RdmaWrite => (
@@ -173,7 +183,7 @@ impl Qp {
                     stag: wr.rkey,
                     offset: wr.remote_addr,
                 },
-                Source::Wr(wr),
+                Source::Wr(wr, slot),
             ),
             WrOpcode::RdmaRead => {
                 let sink = match &wr.data {
@@ -192,6 +202,7 @@ impl Qp {
                 // LEN bytes is the body's length.
                 let _ = req.emit(&mut body);
                 self.reads_out.push_back(ReadOut {
+                    slot,
                     wr_id: wr.wr_id,
                     sges: sink.into_iter().collect(),
                     sink_stag,
@@ -237,7 +248,7 @@ impl Qp {
                 if let Placement::Untagged { ulp: u, .. } = &mut first {
                     *u = ulp;
                 }
-                (op, first, Source::Wr(wr))
+                (op, first, Source::Wr(wr, slot))
             }
         };
         match Segmenter::new(opcode, first, len, self.cfg.max_fpdu, self.cfg.crc) {
@@ -252,12 +263,12 @@ impl Qp {
     /// The message being sent has left whole: a WRITE or SEND completes.
     fn sent_last(&mut self) {
         if let Some(Sending {
-            source: Source::Wr(wr),
+            source: Source::Wr(wr, slot),
             ..
         }) = self.sending.take()
         {
             let len = data_len(&wr) as u32;
-            self.complete(&wr, WcStatus::Success, len, false);
+            self.complete(slot, &wr, WcStatus::Success, len, false);
         }
     }
 }

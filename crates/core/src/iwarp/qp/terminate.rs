@@ -34,22 +34,33 @@ pub(super) mod term {
 }
 
 impl Qp {
-    /// Ends the stream from this side: a TERMINATE (with the offending segment's DDP
-    /// header where there is one) is the last thing sent, and every WR flushes.
-    pub(super) fn terminate(&mut self, layer: u8, etype: u8, ecode: u8, header: Option<DdpRepr>) {
+    /// Ends the stream from this side: a TERMINATE is the last thing sent, and every WR
+    /// flushes. Where a received segment is at fault (`offending`: its DDP header and
+    /// the segment's length), the TERMINATE carries both: the length's two bytes, then the
+    /// header (M and D set together, the layout siw sends and Wireshark reads).
+    pub(super) fn terminate(
+        &mut self,
+        layer: u8,
+        etype: u8,
+        ecode: u8,
+        offending: Option<(DdpRepr, usize)>,
+    ) {
         let t = TerminateRepr {
             layer,
             etype,
             ecode,
-            ddp_length: false,
-            ddp_header: header.is_some(),
+            ddp_length: offending.is_some(),
+            ddp_header: offending.is_some(),
             rdmap_header: false,
         };
-        let mut body = vec![0u8; TerminateRepr::LEN + 18];
+        let mut body = vec![0u8; TerminateRepr::LEN + 2 + 18];
         let mut len = TerminateRepr::LEN;
-        // The control word and a DDP header fit the body.
+        // The control word, the length and a DDP header fit the body.
         let _ = t.emit(&mut body);
-        if let Some(h) = header {
+        if let Some((h, seg_len)) = offending {
+            let seg_len = u16::try_from(seg_len).unwrap_or(u16::MAX);
+            body[len..len + 2].copy_from_slice(&seg_len.to_be_bytes());
+            len += 2;
             len += h.emit(&mut body[len..]).unwrap_or(0);
         }
         let header = DdpRepr {

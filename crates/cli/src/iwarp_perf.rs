@@ -1,0 +1,350 @@
+//! `oxrdma iwarp-perf`: RDMA WRITE bandwidth and latency over iWARP (TCP), two processes,
+//! each an engine whose one iWARP QP its own TCP connection drives (`oxrdma_tcp`). Each
+//! side's MPA private data carries its buffer's address, STag and length, so nothing else
+//! is exchanged. A measure of the data path, before iWARP devices are in the API.
+
+use anyhow::{bail, Context as _};
+use oxrdma_core::iwarp::SetupConfig;
+use oxrdma_core::{
+    Access, DeviceAttr, Engine, EngineConfig, Gid, MemoryRegion, Mtu, QpAttr, QpCap, QpInitAttr,
+    QpState, QpType, RecvWr, SendData, SendFlags, SendWr, Sge, SharedBuffer, WcStatus,
+};
+use oxrdma_tcp::{mpa, Request, Streams};
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What to measure.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IwarpTest {
+    /// WRITEs of `--size` bytes, `--depth` at once: goodput.
+    WriteBw,
+    /// 8-byte WRITEs, ping-pong: half the round trip.
+    WriteLat,
+}
+
+/// `oxrdma iwarp-perf`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct IwarpPerfArgs {
+    /// The test.
+    #[arg(value_enum)]
+    pub test: IwarpTest,
+    /// The server (none: be the server).
+    pub server: Option<IpAddr>,
+    /// TCP port.
+    #[arg(short, long, default_value_t = 18516)]
+    pub port: u16,
+    /// The address the server listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: IpAddr,
+    /// Bytes per WRITE (write-bw).
+    #[arg(short, long, default_value_t = 65536)]
+    pub size: u32,
+    /// WRITEs (or round trips).
+    #[arg(short = 'n', long, default_value_t = 20_000)]
+    pub iters: u64,
+    /// WRITEs outstanding at once (write-bw).
+    #[arg(long, default_value_t = 32)]
+    pub depth: u32,
+    /// One JSON object instead of a line of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One side: an engine, its QP and buffer, the stream that drives it.
+struct Side {
+    e: Engine,
+    streams: Streams,
+    qpn: u32,
+    scq: u32,
+    rcq: u32,
+    mr: MemoryRegion,
+    buf: Arc<SharedBuffer>,
+    /// The peer's buffer: address, STag, length.
+    peer: (u64, u32, u64),
+}
+
+impl Side {
+    fn new(ip: IpAddr, len: usize, depth: u32) -> anyhow::Result<Side> {
+        let config = EngineConfig {
+            gids: vec![Gid::from(ip)],
+            max_mtu: Mtu::Mtu4096,
+            attr: DeviceAttr::default(),
+            selective_repeat: false,
+            slot: None,
+            peer_limits: Default::default(),
+        };
+        let mut seed = [0u8; 32];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut seed)?;
+        let mut e = Engine::new(config, seed);
+        let pd = e.alloc_pd()?;
+        let (scq, rcq) = (e.create_cq(4 * depth + 16)?, e.create_cq(16)?);
+        let buf = Arc::new(SharedBuffer::new(len)?);
+        let mr = e.reg_mr(pd, buf.clone(), None, Access::ALL)?;
+        let init = QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: scq,
+            recv_cq: rcq,
+            cap: QpCap {
+                max_send_wr: 2 * depth + 8,
+                max_recv_wr: 8,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+            srq: None,
+        };
+        let qpn = e.create_iwarp_qp(pd, &init)?;
+        let attr = QpAttr {
+            qp_state: Some(QpState::Init),
+            qp_access_flags: Some(Access::REMOTE),
+            ..Default::default()
+        };
+        e.modify_qp(qpn, &attr)?;
+        Ok(Side {
+            e,
+            streams: Streams::new()?,
+            qpn,
+            scq,
+            rcq,
+            mr,
+            buf,
+            peer: (0, 0, 0),
+        })
+    }
+
+    /// The buffer as the peer names it: address, STag, length (MPA private data).
+    fn offer(&self) -> Vec<u8> {
+        let mut v = self.mr.iova.to_be_bytes().to_vec();
+        v.extend(self.mr.rkey.to_be_bytes());
+        v.extend((self.buf.len() as u64).to_be_bytes());
+        v
+    }
+
+    fn attach(&mut self, est: mpa::Established) -> anyhow::Result<()> {
+        let p = &est.negotiated.peer_private_data;
+        if p.len() < 20 {
+            bail!("the peer's MPA private data does not name its buffer");
+        }
+        let u64_at = |i: usize| u64::from_be_bytes(p[i..i + 8].try_into().expect("8 bytes"));
+        let rkey = u32::from_be_bytes(p[8..12].try_into().expect("4 bytes"));
+        self.peer = (u64_at(0), rkey, u64_at(12));
+        self.e.iwarp_established(self.qpn, &est.stream())?;
+        self.streams.attach(self.qpn, est.sock, &est.early)?;
+        Ok(())
+    }
+
+    fn write(
+        &mut self,
+        id: u64,
+        from: u64,
+        len: u32,
+        to: u64,
+        signaled: bool,
+    ) -> anyhow::Result<()> {
+        let sge = Sge {
+            addr: self.mr.iova + from,
+            length: len,
+            lkey: self.mr.lkey,
+        };
+        let mut w = SendWr::new(
+            id,
+            oxrdma_core::WrOpcode::RdmaWrite,
+            SendData::Sges(vec![sge].into()),
+        );
+        (w.remote_addr, w.rkey) = (self.peer.0 + to, self.peer.1);
+        if signaled {
+            w.flags = SendFlags::SIGNALED;
+        }
+        self.e.post_send(self.qpn, w)?;
+        Ok(())
+    }
+
+    /// Completions on the send CQ, each checked.
+    fn reap(&mut self) -> anyhow::Result<usize> {
+        let wcs = self.e.poll_cq(self.scq, 64)?;
+        if let Some(bad) = wcs.iter().find(|w| w.status != WcStatus::Success) {
+            bail!("WR {} completed with {:?}", bad.wr_id, bad.status);
+        }
+        Ok(wcs.len())
+    }
+
+    fn value(&self, at: usize) -> u64 {
+        let mut b = [0u8; 8];
+        self.buf.read(at, &mut b);
+        u64::from_le_bytes(b)
+    }
+
+    fn alive(&self) -> anyhow::Result<()> {
+        match self.e.qp_state(self.qpn)? {
+            QpState::Rts => Ok(()),
+            s => bail!("the QP went to {s:?} (the peer went away or TERMINATEd)"),
+        }
+    }
+}
+
+/// Runs the test on either side.
+pub fn run(a: &IwarpPerfArgs) -> anyhow::Result<()> {
+    let len = (a.size as usize).max(8) * 2;
+    let (mut side, role) = match a.server {
+        None => {
+            let l = TcpListener::bind((a.bind, a.port))
+                .with_context(|| format!("cannot listen on {}:{}", a.bind, a.port))?;
+            let (sock, _) = l.accept()?;
+            let mut side = Side::new(sock.local_addr()?.ip(), len, a.depth)?;
+            let cfg = SetupConfig {
+                private_data: side.offer(),
+                ..Default::default()
+            };
+            let est = Request::read(sock, cfg, TIMEOUT)?.accept()?;
+            side.attach(est)?;
+            (side, "server")
+        }
+        Some(ip) => {
+            let addr = SocketAddr::new(ip, a.port);
+            let local = oxrdma_udp::link::route_source(ip).unwrap_or(ip);
+            let mut side = Side::new(local, len, a.depth)?;
+            let cfg = SetupConfig {
+                private_data: side.offer(),
+                ..Default::default()
+            };
+            let est = mpa::connect(addr, cfg, TIMEOUT)
+                .with_context(|| format!("cannot reach the iwarp-perf server at {addr}"))?;
+            side.attach(est)?;
+            (side, "client")
+        }
+    };
+    let started = Instant::now();
+    let client = role == "client";
+    match (a.test, client) {
+        (IwarpTest::WriteBw, true) => write_bw(&mut side, a)?,
+        (IwarpTest::WriteBw, false) => await_done(&mut side)?,
+        (IwarpTest::WriteLat, _) => ping_pong(&mut side, a.iters, client)?,
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let bytes = u64::from(a.size) * a.iters;
+    let (gbps, usec) = match a.test {
+        IwarpTest::WriteBw => (bytes as f64 * 8.0 / secs / 1e9, None),
+        IwarpTest::WriteLat => (0.0, Some(secs * 1e6 / (2.0 * a.iters as f64))),
+    };
+    if a.json {
+        let v = serde_json::json!({
+            "test": format!("{:?}", a.test),
+            "role": role,
+            "size": a.size,
+            "iterations": a.iters,
+            "seconds": secs,
+            "gbps": gbps,
+            "half_rtt_us": usec,
+        });
+        println!("{v}");
+    } else {
+        match usec {
+            Some(us) => println!(
+                "iwarp write-lat ({role}): 8 B half round trip {us:.2} us, {} round trips",
+                a.iters
+            ),
+            None => println!(
+                "iwarp write-bw ({role}): {} B WRITEs: {gbps:.2} Gb/s, {} WRITEs in {secs:.3} s",
+                a.size, a.iters
+            ),
+        }
+    }
+    Ok(())
+}
+
+/// The client: `iters` WRITEs, `depth` outstanding, then a SEND that tells the server.
+fn write_bw(s: &mut Side, a: &IwarpPerfArgs) -> anyhow::Result<()> {
+    let (size, depth) = (u64::from(a.size), u64::from(a.depth));
+    let (mut posted, mut done) = (0u64, 0u64);
+    let end = Instant::now() + Duration::from_secs(600);
+    while done < a.iters {
+        while posted < a.iters && posted - done < depth {
+            let at = (posted % 2) * size;
+            s.write(posted, at, a.size, at, true)?;
+            posted += 1;
+        }
+        let moved = s.streams.poll(&mut s.e);
+        done += s.reap()? as u64;
+        if moved == 0 {
+            s.alive()?;
+            if Instant::now() > end {
+                bail!("stalled after {done} WRITEs");
+            }
+        }
+    }
+    let mut send = SendWr::new(
+        u64::MAX,
+        oxrdma_core::WrOpcode::Send,
+        SendData::Sges(Default::default()),
+    );
+    send.flags = SendFlags::SIGNALED;
+    s.e.post_send(s.qpn, send)?;
+    wait_for(s, |s| Ok(s.reap()? > 0))
+}
+
+/// The server of write-bw: serves until the client's SEND.
+fn await_done(s: &mut Side) -> anyhow::Result<()> {
+    let r = RecvWr {
+        wr_id: 1,
+        sges: Default::default(),
+    };
+    s.e.post_recv(s.qpn, r)?;
+    wait_for(s, |s| {
+        let wcs = s.e.poll_cq(s.rcq, 1)?;
+        Ok(!wcs.is_empty())
+    })?;
+    // The last bytes out (the SEND's completion is the client's).
+    for _ in 0..100 {
+        s.streams.poll(&mut s.e);
+    }
+    Ok(())
+}
+
+/// 8-byte WRITEs in turn: the client writes `i` into the server's first word, the server
+/// answers with `i` into the client's, each spinning on its own memory.
+fn ping_pong(s: &mut Side, iters: u64, client: bool) -> anyhow::Result<()> {
+    for i in 1..=iters {
+        if client {
+            s.buf.write(8, &i.to_le_bytes());
+            s.write(i, 8, 8, 0, i % 64 == 0)?;
+        }
+        wait_for(s, |s| Ok(s.value(0) == i))?;
+        if !client {
+            s.buf.write(8, &i.to_le_bytes());
+            s.write(i, 8, 8, 0, i % 64 == 0)?;
+        }
+        s.reap()?;
+    }
+    // The last WRITE out before the stream closes.
+    wait_for(s, |s| {
+        s.reap()?;
+        Ok(!s.e.iwarp_wants_to_send(s.qpn))
+    })?;
+    for _ in 0..100 {
+        s.streams.poll(&mut s.e);
+    }
+    Ok(())
+}
+
+/// Drives the stream until `done` (spinning: this measures the data path, not sleeping).
+fn wait_for(
+    s: &mut Side,
+    mut done: impl FnMut(&mut Side) -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let end = Instant::now() + TIMEOUT;
+    loop {
+        if done(s)? {
+            return Ok(());
+        }
+        if s.streams.poll(&mut s.e) == 0 {
+            s.alive()?;
+            if Instant::now() > end {
+                bail!("nothing moved for {TIMEOUT:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! The established connections of a device's iWARP QPs, driven without blocking. Each
+//! pass reads what each socket has and hands it to its QP, then writes what the QP sends
+//! until the socket's buffer is full (the rest waits, and the socket is watched for room).
+//! A stream the peer closes, or that fails, ends its QP; a QP that ended (a TERMINATE, or
+//! ERR) has its stream closed once its last bytes are written, as iWARP ends connections.
+
+use oxrdma_core::{Engine, QpState};
+use rustix::event::epoll;
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
+
+/// Bytes read from one socket in one pass, at most (others get their turn).
+const READ_BUDGET: usize = 1 << 20;
+/// Bytes taken from a QP at a time for its socket.
+const WRITE_BATCH: usize = 256 << 10;
+
+/// One QP's connection.
+#[derive(Debug)]
+struct Conn {
+    sock: TcpStream,
+    /// Read and not yet taken by the QP (it takes whole FPDUs).
+    unread: Vec<u8>,
+    /// Given by the QP, written from `sent` on.
+    unsent: Vec<u8>,
+    sent: usize,
+    /// In the epoll set with these interests (None: out of it, the stream over).
+    watching: Option<epoll::EventFlags>,
+    /// The stream is over: its QP was told, and nothing more is read or written.
+    ended: bool,
+}
+
+/// The streams of a device's iWARP QPs, by QPN.
+#[derive(Debug)]
+pub struct Streams {
+    epoll: OwnedFd,
+    conns: BTreeMap<u32, Conn>,
+    scratch: Box<[u8]>,
+}
+
+impl Streams {
+    /// No streams yet.
+    pub fn new() -> io::Result<Streams> {
+        Ok(Streams {
+            epoll: epoll::create(epoll::CreateFlags::CLOEXEC)?,
+            conns: BTreeMap::new(),
+            scratch: vec![0; 64 << 10].into_boxed_slice(),
+        })
+    }
+
+    /// Drives QP `qpn` over `sock` from now on: its MPA exchange is done and the QP knows
+    /// it (`Engine::iwarp_established`); `early`, read past the peer's MPA frame, is its
+    /// first input.
+    pub fn attach(&mut self, qpn: u32, sock: TcpStream, early: &[u8]) -> io::Result<()> {
+        if self.conns.contains_key(&qpn) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "the QP has a stream already",
+            ));
+        }
+        sock.set_nonblocking(true)?;
+        let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
+        epoll::add(
+            &self.epoll,
+            &sock,
+            epoll::EventData::new_u64(qpn.into()),
+            flags,
+        )?;
+        self.conns.insert(
+            qpn,
+            Conn {
+                sock,
+                unread: early.to_vec(),
+                unsent: Vec::new(),
+                sent: 0,
+                watching: Some(flags),
+                ended: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops driving `qpn` (its QP is destroyed) and closes its stream.
+    pub fn detach(&mut self, qpn: u32) {
+        if let Some(c) = self.conns.remove(&qpn) {
+            if c.watching.is_some() {
+                let _ = epoll::delete(&self.epoll, &c.sock);
+            }
+            let _ = c.sock.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// How many streams are attached.
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    /// The epoll set over the sockets: readable when a stream has bytes, or room for
+    /// bytes that wait. What a driver's thread sleeps on.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.epoll.as_fd()
+    }
+
+    /// Sleeps until a stream has something or `timeout` passes; whether one has.
+    pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
+        let mut events = Vec::with_capacity(8);
+        let ts = rustix::event::Timespec::try_from(timeout).unwrap_or(rustix::event::Timespec {
+            tv_sec: 1,
+            tv_nsec: 0,
+        });
+        loop {
+            match epoll::wait(
+                &self.epoll,
+                rustix::buffer::spare_capacity(&mut events),
+                Some(&ts),
+            ) {
+                Ok(n) => return Ok(n > 0),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// One pass over every stream: reads and hands to the QPs, writes what they send.
+    /// Returns the bytes moved either way.
+    pub fn poll(&mut self, engine: &mut Engine) -> usize {
+        let mut moved = 0;
+        for (&qpn, c) in self.conns.iter_mut() {
+            if !c.ended {
+                moved += drive(qpn, c, engine, &mut self.scratch);
+                rewatch(&self.epoll, c);
+            }
+        }
+        moved
+    }
+}
+
+/// Reads, receives, transmits and writes for one stream; the bytes moved.
+fn drive(qpn: u32, c: &mut Conn, engine: &mut Engine, scratch: &mut [u8]) -> usize {
+    let mut moved = 0;
+    let mut eof = false;
+    while c.unread.len() < READ_BUDGET {
+        match c.sock.read(scratch) {
+            Ok(0) => {
+                eof = true;
+                break;
+            }
+            Ok(n) => {
+                c.unread.extend_from_slice(&scratch[..n]);
+                moved += n;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(_) => {
+                eof = true;
+                break;
+            }
+        }
+    }
+    if !c.unread.is_empty() {
+        // A QP that cannot take bytes (gone, or not set up) has nothing to give them to.
+        let took = engine
+            .iwarp_receive(qpn, &c.unread)
+            .unwrap_or(c.unread.len());
+        c.unread.drain(..took);
+    }
+    if eof {
+        let _ = engine.iwarp_stream_closed(qpn);
+        c.ended = true;
+        return moved;
+    }
+    loop {
+        if c.sent == c.unsent.len() {
+            c.unsent.clear();
+            c.sent = 0;
+            if engine
+                .iwarp_transmit(qpn, &mut c.unsent, WRITE_BATCH)
+                .is_err()
+                || c.unsent.is_empty()
+            {
+                break;
+            }
+        }
+        match c.sock.write(&c.unsent[c.sent..]) {
+            Ok(n) => {
+                c.sent += n;
+                moved += n;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(_) => {
+                let _ = engine.iwarp_stream_closed(qpn);
+                c.ended = true;
+                return moved;
+            }
+        }
+    }
+    // A QP that ended closes its stream once its last bytes (a TERMINATE) are out.
+    let over = !matches!(engine.qp_state(qpn), Ok(QpState::Rts));
+    if over && c.sent == c.unsent.len() {
+        let _ = c.sock.shutdown(Shutdown::Write);
+        c.ended = true;
+    }
+    moved
+}
+
+/// Watches a stream for what it waits for now: bytes to read, and room to write if bytes
+/// wait; nothing once it is over (a closed socket would wake the thread forever).
+fn rewatch(ep: &OwnedFd, c: &mut Conn) {
+    let want = if c.ended {
+        None
+    } else if c.sent < c.unsent.len() {
+        Some(epoll::EventFlags::IN | epoll::EventFlags::RDHUP | epoll::EventFlags::OUT)
+    } else {
+        Some(epoll::EventFlags::IN | epoll::EventFlags::RDHUP)
+    };
+    if want == c.watching {
+        return;
+    }
+    let done = match (c.watching, want) {
+        (Some(_), None) => epoll::delete(ep, &c.sock),
+        (_, Some(flags)) => {
+            let data = epoll::EventData::new_u64(0);
+            if c.watching.is_some() {
+                epoll::modify(ep, &c.sock, data, flags)
+            } else {
+                epoll::add(ep, &c.sock, data, flags)
+            }
+        }
+        (None, None) => Ok(()),
+    };
+    if done.is_ok() {
+        c.watching = want;
+    }
+}

@@ -1,0 +1,259 @@
+//! Two engines' iWARP QPs over real TCP connections on loopback, each driven by its own
+//! `Streams`: MPA's exchange (accepted and rejected), WRITE, READ and SEND of registered
+//! memory checked byte for byte, a peer that goes away mid-operation, and a peer that
+//! sends garbage after MPA.
+
+use oxrdma_core::iwarp::SetupConfig;
+use oxrdma_core::{
+    Access, DeviceAttr, Engine, EngineConfig, Gid, MemoryRegion, Mtu, QpAttr, QpCap, QpInitAttr,
+    QpState, QpType, RecvWr, SendData, SendFlags, SendWr, Sge, SharedBuffer, WcStatus,
+    WorkCompletion, WrOpcode,
+};
+use oxrdma_tcp::{mpa, MpaError, Request, Streams};
+use oxrdma_wire::iwarp::ddp::RdmapOpcode;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const LEN: usize = 8 << 20;
+const SECS: Duration = Duration::from_secs(5);
+
+/// A device with one iWARP QP in INIT, a region of `LEN` bytes, a CQ each way, and the
+/// streams that drive it.
+struct Side {
+    e: Engine,
+    streams: Streams,
+    qpn: u32,
+    scq: u32,
+    rcq: u32,
+    mr: MemoryRegion,
+    buf: Arc<SharedBuffer>,
+}
+
+fn side(n: u8) -> Side {
+    let config = EngineConfig {
+        gids: vec![Gid::from(Ipv4Addr::new(127, 0, 0, n))],
+        max_mtu: Mtu::Mtu4096,
+        attr: DeviceAttr::default(),
+        selective_repeat: true,
+        slot: None,
+        peer_limits: Default::default(),
+    };
+    let mut e = Engine::new(config, [n; 32]);
+    let pd = e.alloc_pd().unwrap();
+    let (scq, rcq) = (e.create_cq(256).unwrap(), e.create_cq(256).unwrap());
+    let buf = Arc::new(SharedBuffer::new(LEN).unwrap());
+    let pattern: Vec<u8> = (0..LEN).map(|i| (i * 13 + usize::from(n)) as u8).collect();
+    assert!(buf.write(0, &pattern));
+    let mr = e.reg_mr(pd, buf.clone(), None, Access::ALL).unwrap();
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: scq,
+        recv_cq: rcq,
+        cap: QpCap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 64,
+        },
+        sq_sig_all: false,
+        srq: None,
+    };
+    let qpn = e.create_iwarp_qp(pd, &init).unwrap();
+    let attr = QpAttr {
+        qp_state: Some(QpState::Init),
+        qp_access_flags: Some(Access::REMOTE),
+        ..Default::default()
+    };
+    e.modify_qp(qpn, &attr).unwrap();
+    Side {
+        e,
+        streams: Streams::new().unwrap(),
+        qpn,
+        scq,
+        rcq,
+        mr,
+        buf,
+    }
+}
+
+impl Side {
+    fn sge(&self, off: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.mr.iova + off,
+            length: len,
+            lkey: self.mr.lkey,
+        }
+    }
+
+    fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        assert!(self.buf.read(off, &mut v));
+        v
+    }
+
+    /// The QP's stream is up: the QP is told, and its streams drive it.
+    fn attach(&mut self, est: mpa::Established) {
+        self.e.iwarp_established(self.qpn, &est.stream()).unwrap();
+        self.streams.attach(self.qpn, est.sock, &est.early).unwrap();
+    }
+
+    fn wcs(&mut self, cq: u32) -> Vec<WorkCompletion> {
+        self.e.poll_cq(cq, 1000).unwrap()
+    }
+}
+
+/// A listener on loopback, and a thread that takes one connection's request and answers
+/// it with `answer`.
+fn serve<T: Send + 'static>(
+    answer: impl FnOnce(Request) -> T + Send + 'static,
+) -> (std::net::SocketAddr, std::thread::JoinHandle<T>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let (sock, _) = l.accept().unwrap();
+        answer(Request::read(sock, SetupConfig::default(), SECS).unwrap())
+    });
+    (addr, t)
+}
+
+/// Two sides connected: `a` initiated, `b` accepted.
+fn connected() -> (Side, Side) {
+    let (mut a, mut b) = (side(1), side(2));
+    let (addr, t) = serve(|r| r.accept().unwrap());
+    a.attach(mpa::connect(addr, SetupConfig::default(), SECS).unwrap());
+    b.attach(t.join().unwrap());
+    (a, b)
+}
+
+/// Drives both sides until `done` holds (10 s at most).
+fn run(a: &mut Side, b: &mut Side, mut done: impl FnMut(&mut Side, &mut Side) -> bool) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !done(a, b) {
+        assert!(Instant::now() < end, "nothing finished in 10 s");
+        let moved = a.streams.poll(&mut a.e) + b.streams.poll(&mut b.e);
+        if moved == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn wr(from: &Side, to: &Side, id: u64, op: WrOpcode, off: u64, len: u32, off_to: u64) -> SendWr {
+    let mut w = SendWr::new(id, op, SendData::Sges(vec![from.sge(off, len)].into()));
+    (w.remote_addr, w.rkey) = (to.mr.iova + off_to, to.mr.rkey);
+    w.flags = SendFlags::SIGNALED;
+    w
+}
+
+#[test]
+fn write_read_and_send_over_tcp() {
+    let (mut a, mut b) = connected();
+    let m = 3 << 20;
+    let write = wr(&a, &b, 1, WrOpcode::RdmaWrite, 0, m, 4 << 20);
+    let read = wr(&a, &b, 2, WrOpcode::RdmaRead, 4 << 20, m, 100);
+    a.e.post_send(a.qpn, write).unwrap();
+    a.e.post_send(a.qpn, read).unwrap();
+    let sges = vec![b.sge(7 << 20, 1 << 20)].into();
+    b.e.post_recv(b.qpn, RecvWr { wr_id: 9, sges }).unwrap();
+    let send = wr(&a, &b, 3, WrOpcode::Send, 123, 100_000, 0);
+    a.e.post_send(a.qpn, send).unwrap();
+    let (mut sent, mut got) = (Vec::new(), Vec::new());
+    run(&mut a, &mut b, |a, b| {
+        sent.extend(a.wcs(a.scq));
+        got.extend(b.wcs(b.rcq));
+        sent.len() == 3 && got.len() == 1
+    });
+    let ids: Vec<_> = sent.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(ids, [1, 2, 3].map(|i| (i, WcStatus::Success)));
+    assert_eq!((got[0].wr_id, got[0].byte_len), (9, 100_000));
+    let m = m as usize;
+    assert_eq!(b.bytes(4 << 20, m), a.bytes(0, m), "WRITE");
+    assert_eq!(a.bytes(4 << 20, m), b.bytes(100, m), "READ");
+    assert_eq!(b.bytes(7 << 20, 100_000), a.bytes(123, 100_000), "SEND");
+}
+
+#[test]
+fn a_rejected_request_says_why() {
+    let (addr, t) = serve(|r| {
+        assert_eq!(r.private_data, b"hello");
+        r.reject(b"not today").unwrap()
+    });
+    let cfg = SetupConfig {
+        private_data: b"hello".to_vec(),
+        ..Default::default()
+    };
+    match mpa::connect(addr, cfg, SECS) {
+        Err(MpaError::Rejected { private_data }) => assert_eq!(private_data, b"not today"),
+        other => panic!("{other:?}"),
+    }
+    t.join().unwrap();
+}
+
+/// The peer's stream goes away with a READ outstanding: the QP goes to ERR and the READ
+/// and the posted receive complete flushed, once.
+#[test]
+fn a_peer_that_goes_away_flushes_the_qp() {
+    let (mut a, mut b) = connected();
+    let sges = vec![a.sge(0, 64)].into();
+    a.e.post_recv(a.qpn, RecvWr { wr_id: 5, sges }).unwrap();
+    let read = wr(&a, &b, 6, WrOpcode::RdmaRead, 0, 1 << 20, 0);
+    a.e.post_send(a.qpn, read).unwrap();
+    a.streams.poll(&mut a.e);
+    b.streams.detach(b.qpn);
+    let (mut s, mut r) = (Vec::new(), Vec::new());
+    run(&mut a, &mut b, |a, _| {
+        s.extend(a.wcs(a.scq));
+        r.extend(a.wcs(a.rcq));
+        !s.is_empty() && !r.is_empty()
+    });
+    assert_eq!((s[0].wr_id, s[0].status), (6, WcStatus::WrFlushErr));
+    assert_eq!((r[0].wr_id, r[0].status), (5, WcStatus::WrFlushErr));
+    assert_eq!(a.e.qp_state(a.qpn).unwrap(), QpState::Err);
+    std::thread::sleep(Duration::from_millis(20));
+    a.streams.poll(&mut a.e);
+    assert!(a.wcs(a.scq).is_empty() && a.wcs(a.rcq).is_empty(), "once");
+}
+
+/// Garbage after MPA (an FPDU whose CRC is wrong): the QP answers with a TERMINATE,
+/// places nothing, goes to ERR, and closes the connection.
+#[test]
+fn garbage_after_mpa_is_terminated_and_the_connection_closed() {
+    let mut a = side(1);
+    let (addr, t) = serve(|r| r.accept().unwrap());
+    a.attach(mpa::connect(addr, SetupConfig::default(), SECS).unwrap());
+    let mut peer = t.join().unwrap().sock;
+    let before = a.bytes(0, 4096);
+    // A length of 40, then 40 bytes of junk, pad and a CRC that cannot match: 48 bytes.
+    let mut junk = vec![0u8, 40];
+    junk.extend((0..46u8).map(|i| i.wrapping_mul(37)));
+    peer.write_all(&junk).unwrap();
+    peer.set_read_timeout(Some(SECS)).unwrap();
+    let end = Instant::now() + SECS;
+    let mut got = Vec::new();
+    loop {
+        a.streams.poll(&mut a.e);
+        let mut b = [0u8; 256];
+        peer.set_nonblocking(true).unwrap();
+        match peer.read(&mut b) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&b[..n]),
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+        assert!(Instant::now() < end, "the connection never closed");
+    }
+    // The initiator's RTR (a zero-length WRITE), then the TERMINATE.
+    let mut reader = oxrdma_core::iwarp::FpduReader::new(true);
+    let mut ops = Vec::new();
+    let mut at = 0;
+    while at < got.len() {
+        at += reader.push(&got[at..]);
+        while let Some((h, _)) = reader.next_segment().unwrap() {
+            ops.push(h.opcode);
+        }
+    }
+    assert_eq!(ops, [RdmapOpcode::Write, RdmapOpcode::Terminate]);
+    assert_eq!(a.e.qp_state(a.qpn).unwrap(), QpState::Err);
+    assert_eq!(a.bytes(0, 4096), before);
+}
