@@ -124,6 +124,14 @@ impl Context {
         EngineContext::open(ip).map(Context::from)
     }
 
+    /// Opens an iWARP device on `ip` (an address of this host), as `rdma link add siw0
+    /// type siw` makes one: its QPs are RC QPs whose transport is a TCP connection each,
+    /// set up with [`crate::iwarp::connect`] and [`crate::iwarp::Listener`] (iWARP has
+    /// no out-of-band QP attributes).
+    pub fn open_iwarp(ip: IpAddr) -> Result<Context> {
+        EngineContext::open_iwarp(ip).map(Context::from)
+    }
+
     /// Opens the engine device whose GID is `ip` for this process alone: refused if
     /// another process uses the address.
     pub fn open_alone(ip: IpAddr) -> Result<Context> {

@@ -1,12 +1,16 @@
 //! A device as the API owns it: the sans-IO engine (the verbs objects, the transport) and
-//! the link that moves its packets (the UDP driver). The engine is ours; the link only
-//! drives it when asked.
+//! the link that moves its packets (the UDP driver); an iWARP device has its QPs' TCP
+//! streams too (`oxrdma_tcp::Streams`). The engine is ours; the drivers only drive it when
+//! asked.
 
 use crate::{Error, Result};
 use oxrdma_core::{Counter, Counters, Engine, EngineConfig, Nanos};
+use oxrdma_tcp::Streams;
 use oxrdma_udp::{Link, RxDropReport};
+use rustix::event::epoll;
 use std::io;
 use std::net::IpAddr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 /// What the engine behind `link` is, with the limits `OXRDMA_LIMITS` sets
@@ -32,6 +36,11 @@ pub struct Device {
     pub engine: Engine,
     /// The UDP port (or ports) it sends and receives on.
     pub link: Link,
+    /// An iWARP device's QPs' TCP streams (None: a RoCE device).
+    pub streams: Option<Streams>,
+    /// An iWARP device's wake-up: an epoll set over the link's socket and the streams'
+    /// set, what its threads sleep on in place of the socket.
+    wake: Option<OwnedFd>,
 }
 
 impl Device {
@@ -40,7 +49,59 @@ impl Device {
     pub fn open(ip: IpAddr, alone: bool, seed: [u8; 32]) -> Result<Device> {
         let link = Link::open(ip, alone)?;
         let engine = Engine::new(configured(&link)?, seed);
-        Ok(Device { engine, link })
+        Ok(Device {
+            engine,
+            link,
+            streams: None,
+            wake: None,
+        })
+    }
+
+    /// Opens an iWARP device on `ip`: its QPs are iWARP's, each on a TCP connection of
+    /// its own (the UDP port stays open for what the RoCE side of the engine serves).
+    pub fn open_iwarp(ip: IpAddr, seed: [u8; 32]) -> Result<Device> {
+        let mut dev = Device::open(ip, false, seed)?;
+        let streams = Streams::new()?;
+        let wake = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(io::Error::from)?;
+        for (i, fd) in [dev.link.as_fd(), streams.fd()].into_iter().enumerate() {
+            let data = epoll::EventData::new_u64(i as u64);
+            epoll::add(&wake, fd, data, epoll::EventFlags::IN).map_err(io::Error::from)?;
+        }
+        dev.streams = Some(streams);
+        dev.wake = Some(wake);
+        Ok(dev)
+    }
+
+    /// Whether it is an iWARP device.
+    pub fn is_iwarp(&self) -> bool {
+        self.streams.is_some()
+    }
+
+    /// What a thread sleeps on to hear of the device's traffic: its socket, or for an
+    /// iWARP device the epoll set over the socket and the streams.
+    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+        match &self.wake {
+            Some(w) => w.as_fd(),
+            None => self.link.as_fd(),
+        }
+    }
+
+    /// `ibv_create_qp`: an iWARP QP on an iWARP device, else the engine's RoCE one.
+    pub fn create_qp(&mut self, pd: u32, init: &oxrdma_core::QpInitAttr) -> Result<u32> {
+        let qpn = if self.is_iwarp() {
+            self.engine.create_iwarp_qp(pd, init)?
+        } else {
+            self.engine.create_qp(pd, init)?
+        };
+        Ok(qpn)
+    }
+
+    /// `ibv_destroy_qp`, closing an iWARP QP's stream.
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+        if let Some(s) = self.streams.as_mut() {
+            s.detach(qpn);
+        }
+        Ok(self.engine.destroy_qp(qpn)?)
     }
 
     /// Opens the device on network interface `iface`: a GID per address, in rxe's order
@@ -51,12 +112,22 @@ impl Device {
     ) -> Result<Device> {
         let link = Link::open_interface(iface)?;
         let engine = Engine::new(configured(&link)?, seed);
-        Ok(Device { engine, link })
+        Ok(Device {
+            engine,
+            link,
+            streams: None,
+            wake: None,
+        })
     }
 
-    /// Sends what the engine has, takes in what arrived, fires due timers (`Link::poll`).
+    /// Sends what the engine has, takes in what arrived, fires due timers (`Link::poll`);
+    /// an iWARP device's streams too.
     pub fn poll(&mut self) -> io::Result<usize> {
-        self.link.poll(&mut self.engine)
+        let n = self.link.poll(&mut self.engine)?;
+        Ok(n + self
+            .streams
+            .as_mut()
+            .map_or(0, |s| s.poll(&mut self.engine)))
     }
 
     /// Sends what the engine has, and nothing else (`Link::transmit`).

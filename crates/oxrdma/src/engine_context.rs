@@ -81,6 +81,15 @@ impl EngineContext {
         Self::start(dev, format!("nic-{name}"))
     }
 
+    /// Opens an iWARP device on `ip`: its QPs are RC QPs over TCP (RFC 5040, 5041, 5044
+    /// and 6581), connected with [`crate::iwarp`].
+    pub fn open_iwarp(ip: IpAddr) -> Result<EngineContext> {
+        let mut seed = [0u8; 32];
+        getrandom_seed(&mut seed);
+        let dev = Device::open_iwarp(ip, seed)?;
+        Self::start(dev, format!("iw-{ip}"))
+    }
+
     fn open_with(ip: IpAddr, alone: bool) -> Result<EngineContext> {
         let mut seed = [0u8; 32];
         getrandom_seed(&mut seed);

@@ -72,6 +72,7 @@ mod events;
 mod fdqueue;
 mod handoff;
 pub mod host_stats;
+pub mod iwarp;
 mod lock;
 mod mr;
 mod nic;

@@ -320,7 +320,7 @@ impl EnginePd {
                 .transpose()?,
         };
         let mut dev = self.ctx.shared().lock();
-        let qpn = dev.engine.create_qp(self.pd, &attr)?;
+        let qpn = dev.create_qp(self.pd, &attr)?;
         let post = dev.engine.qp_post(qpn)?;
         self.ctx.claim(Source::Qp(qpn));
         drop(dev);

@@ -140,7 +140,7 @@ impl QueuePair {
     }
 
     /// The engine QP, or the error that names `what` as the engine's alone.
-    fn engine(&self, what: &'static str) -> Result<&EngineQp> {
+    pub(crate) fn engine(&self, what: &'static str) -> Result<&EngineQp> {
         match &self.kind {
             QpKind::Engine(q) => Ok(q),
             QpKind::RdmaCore(_) => Err(Error::Unsupported(what)),
@@ -702,7 +702,7 @@ impl Drop for EngineQp {
                 break;
             }
         }
-        let _ = dev.engine.destroy_qp(self.qpn);
+        let _ = dev.destroy_qp(self.qpn);
         // Under the device lock, as the claim was: a QP made right after this one cannot
         // take its number before its events stop coming here.
         self.ctx

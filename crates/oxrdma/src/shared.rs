@@ -151,7 +151,7 @@ impl Shared {
         Ok(Shared {
             facts: dev.engine.config().clone(),
             ifindex: dev.link.ifindex,
-            sleeper: Sleeper::new(dev.link.as_fd())?,
+            sleeper: Sleeper::new(dev.wake_fd())?,
             dev: Mutex::new(dev),
             stop: AtomicBool::new(false),
             armed: Mutex::new(Vec::new()),

@@ -140,6 +140,12 @@ impl Request {
         self.sock.peer_addr()
     }
 
+    /// Accepts with `private_data` in the reply (in place of the configuration's).
+    pub fn accept_with(mut self, private_data: &[u8]) -> Result<Established, MpaError> {
+        self.setup.set_private_data(private_data.to_vec());
+        self.accept()
+    }
+
     /// Accepts: writes the reply; the connection is up.
     pub fn accept(mut self) -> Result<Established, MpaError> {
         let (reply, negotiated) = self.setup.accept()?;

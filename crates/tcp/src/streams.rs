@@ -155,6 +155,11 @@ fn drive(qpn: u32, c: &mut Conn, engine: &mut Engine, scratch: &mut [u8]) -> usi
             Ok(n) => {
                 c.unread.extend_from_slice(&scratch[..n]);
                 moved += n;
+                // Less than asked for: the socket is empty now (one system call saved
+                // for each message of a ping-pong; the next pass reads again).
+                if n < scratch.len() {
+                    break;
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,

@@ -227,6 +227,12 @@ impl Setup {
         Ok((event, taken))
     }
 
+    /// Responder: the private data its reply carries, chosen once the request is seen
+    /// (in place of the configuration's).
+    pub fn set_private_data(&mut self, private_data: Vec<u8>) {
+        self.cfg.private_data = private_data;
+    }
+
     /// Responder: accepts the request shown; returns the reply to write and the terms.
     pub fn accept(&mut self) -> Result<(Vec<u8>, Negotiated), SetupError> {
         let Phase::Answer { peer } = std::mem::replace(&mut self.phase, Phase::Done) else {
