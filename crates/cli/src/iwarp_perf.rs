@@ -58,6 +58,9 @@ struct Side {
     e: Engine,
     streams: Streams,
     qpn: u32,
+    /// Where WRs are posted, as the API's threads post them: into the QP's ring, which
+    /// the stream's next pass takes.
+    post: Arc<oxrdma_core::QpPost>,
     scq: u32,
     rcq: u32,
     mr: MemoryRegion,
@@ -104,10 +107,12 @@ impl Side {
             ..Default::default()
         };
         e.modify_qp(qpn, &attr)?;
+        let post = e.qp_post(qpn)?;
         Ok(Side {
             e,
             streams: Streams::new()?,
             qpn,
+            post,
             scq,
             rcq,
             mr,
@@ -159,7 +164,7 @@ impl Side {
         if signaled {
             w.flags = SendFlags::SIGNALED;
         }
-        self.e.post_send(self.qpn, w)?;
+        self.post.post_send(w)?;
         Ok(())
     }
 

@@ -49,8 +49,8 @@ pub use remote::RemoteBuf;
 pub use slot::Slot;
 pub use srq::SrqAttr;
 pub use verbs::{
-    Access, AsyncEvent, EventType, Mtu, MwType, QpState, QpType, SendFlags, WcOpcode, WcStatus,
-    WrOpcode,
+    Access, AsyncEvent, DeviceTransport, EventType, Mtu, MwType, QpState, QpType, SendFlags,
+    WcOpcode, WcStatus, WrOpcode,
 };
 pub use wr::{
     InlineData, MwBind, RecvWr, SendData, SendWr, Sge, SgeList, UdDest, WcError, WorkCompletion,

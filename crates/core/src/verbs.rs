@@ -420,3 +420,41 @@ mod tests {
         assert_eq!(Mtu::from_ibv(6), None);
     }
 }
+
+/// How a device carries the verbs, as `struct ibv_device`'s node and transport types say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceTransport {
+    /// InfiniBand's transport, which RoCE carries over UDP/IP (rxe, RoCE NICs): node type
+    /// `IBV_NODE_CA`, transport `IBV_TRANSPORT_IB`.
+    Ib,
+    /// iWARP: RDMAP over TCP (siw, iWARP NICs): node type `IBV_NODE_RNIC`, transport
+    /// `IBV_TRANSPORT_IWARP`.
+    Iwarp,
+}
+
+impl DeviceTransport {
+    /// `enum ibv_node_type`: 1 (CA) or 4 (RNIC).
+    pub fn node_type(self) -> u32 {
+        match self {
+            DeviceTransport::Ib => 1,
+            DeviceTransport::Iwarp => 4,
+        }
+    }
+
+    /// `enum ibv_transport_type`: 0 (IB) or 1 (iWARP).
+    pub fn transport_type(self) -> u32 {
+        match self {
+            DeviceTransport::Ib => 0,
+            DeviceTransport::Iwarp => 1,
+        }
+    }
+
+    /// From `ibv_transport_type` (None for the others: usNIC, unspecified).
+    pub fn from_transport_type(t: u32) -> Option<Self> {
+        match t {
+            0 => Some(DeviceTransport::Ib),
+            1 => Some(DeviceTransport::Iwarp),
+            _ => None,
+        }
+    }
+}

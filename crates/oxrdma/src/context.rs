@@ -296,6 +296,15 @@ impl Context {
             .map_or_else(|_| Default::default(), |e| e.rx_drops())
     }
 
+    /// How the device carries the verbs: InfiniBand's transport (RoCE: node type CA) or
+    /// iWARP's (node type RNIC: [`Context::open_iwarp`], or an rdma-core iWARP device).
+    pub fn transport(&self) -> oxrdma_core::DeviceTransport {
+        match &self.kind {
+            Kind::Engine(e) => e.transport(),
+            Kind::RdmaCore(r) => r.dev.transport,
+        }
+    }
+
     /// Device limits.
     pub fn attr(&self) -> oxrdma_core::DeviceAttr {
         match &self.kind {

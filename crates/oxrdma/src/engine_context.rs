@@ -245,6 +245,11 @@ impl EngineContext {
         self.shared().facts.attr
     }
 
+    /// RoCE's (InfiniBand's) transport, or iWARP's ([`EngineContext::open_iwarp`]).
+    pub fn transport(&self) -> oxrdma_core::DeviceTransport {
+        self.shared().transport
+    }
+
     /// A completion channel: a file descriptor that becomes readable when an armed CQ gets
     /// a completion (use it with epoll, poll or an async runtime).
     pub fn create_comp_channel(&self) -> Result<crate::CompletionChannel> {

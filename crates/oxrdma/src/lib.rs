@@ -110,8 +110,8 @@ pub use secure::PublicKey;
 /// `enum ibv_qp_attr_mask` bits (what a [`QpAttr`] sets is its `mask()`).
 pub use oxrdma_core::mask as qp_attr_mask;
 pub use oxrdma_core::{
-    Access, AddressVector, AsyncEvent, Counter, Counters, DeviceAttr, EventType, Gid, InlineData,
-    Mtu, MwBind, MwType, QpAttr, QpCap, QpState, QpType, RecvWr, RxDrop, RxDrops, SendData,
-    SendFlags, SendWr, Sge, SgeList, SrqAttr, UdDest, VerbsError, WcError, WcOpcode, WcStatus,
-    WorkCompletion, WrOpcode,
+    Access, AddressVector, AsyncEvent, Counter, Counters, DeviceAttr, DeviceTransport, EventType,
+    Gid, InlineData, Mtu, MwBind, MwType, QpAttr, QpCap, QpState, QpType, RecvWr, RxDrop, RxDrops,
+    SendData, SendFlags, SendWr, Sge, SgeList, SrqAttr, UdDest, VerbsError, WcError, WcOpcode,
+    WcStatus, WorkCompletion, WrOpcode,
 };

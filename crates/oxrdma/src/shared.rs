@@ -34,6 +34,8 @@ pub(crate) struct Shared {
     pub facts: EngineConfig,
     /// The index of the network interface holding the address (0: none found).
     pub ifindex: u32,
+    /// RoCE's (InfiniBand's) transport or iWARP's.
+    pub transport: oxrdma_core::DeviceTransport,
     dev: Mutex<Device>,
     /// What the engine thread sleeps on (its doorbell and the socket).
     pub(crate) sleeper: Sleeper,
@@ -151,6 +153,11 @@ impl Shared {
         Ok(Shared {
             facts: dev.engine.config().clone(),
             ifindex: dev.link.ifindex,
+            transport: if dev.is_iwarp() {
+                oxrdma_core::DeviceTransport::Iwarp
+            } else {
+                oxrdma_core::DeviceTransport::Ib
+            },
             sleeper: Sleeper::new(dev.wake_fd())?,
             dev: Mutex::new(dev),
             stop: AtomicBool::new(false),

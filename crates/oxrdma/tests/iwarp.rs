@@ -15,7 +15,7 @@ fn ctx(last: u8) -> Context {
 }
 
 struct Side {
-    _ctx: Context,
+    ctx: Context,
     cq: oxrdma::CompletionQueue,
     mr: oxrdma::MemoryRegion,
     qp: QueuePair,
@@ -33,12 +33,7 @@ fn side(last: u8) -> Side {
     let qp = pd
         .create_qp(&cq, &cq, QpType::Rc, QpCap::default())
         .unwrap();
-    Side {
-        _ctx: ctx,
-        cq,
-        mr,
-        qp,
-    }
+    Side { ctx, cq, mr, qp }
 }
 
 fn bytes(mr: &oxrdma::MemoryRegion, off: usize, len: usize) -> Vec<u8> {
@@ -65,6 +60,14 @@ fn pair(a_last: u8, b_last: u8) -> (Side, Side) {
 #[test]
 fn write_read_and_send_between_two_iwarp_devices() {
     let (a, b) = pair(141, 142);
+    assert_eq!(a.ctx.transport(), oxrdma::DeviceTransport::Iwarp);
+    assert_eq!(
+        (
+            a.ctx.transport().node_type(),
+            a.ctx.transport().transport_type()
+        ),
+        (4, 1)
+    );
     assert_eq!(a.qp.state().unwrap(), oxrdma::QpState::Rts);
     let m = 1 << 20;
     b.qp.post_recv(RecvWr {
@@ -127,6 +130,7 @@ fn refusals_and_what_iwarp_cannot_carry() {
     // A listener whose QP is RoCE's refuses before reading anything: the peer sees the
     // connection close.
     let roce = Context::open("127.0.0.144".parse().unwrap()).unwrap();
+    assert_eq!(roce.transport(), oxrdma::DeviceTransport::Ib);
     let pd = roce.alloc_pd().unwrap();
     let cq = roce.create_cq(4).unwrap();
     let rqp = pd

@@ -149,7 +149,7 @@ impl Engine {
     pub fn iwarp_transmit(&mut self, qpn: u32, out: &mut Vec<u8>, max: usize) -> Result<()> {
         self.iwarp_take_posted(qpn)?;
         let qp = self.iw.get_mut(&qpn).expect("looked up by take_posted");
-        if let Some(data) = qp.data.as_mut() {
+        if let Some(data) = qp.data.as_mut().filter(|d| d.wants_to_send()) {
             let mem = Registered {
                 mrs: &mut self.mrs,
                 pd: qp.pd,
@@ -277,14 +277,17 @@ impl Engine {
             .ok_or(VerbsError::NotFound("queue pair"))?;
         qp.post.answer();
         let (cqs, events) = (&mut self.cqs, &mut self.events);
+        let mut took = false;
         match qp.data.as_mut() {
             Some(d) => {
                 while let Some(wr) = qp.post.rq.take() {
                     d.post_recv(wr);
                     qp.held.1 += 1;
+                    took = true;
                 }
                 while let Some(wr) = qp.post.sq.take() {
                     let refused = (wr.wr_id, wr.opcode);
+                    took = true;
                     if d.post_send(wr).is_ok() {
                         qp.held.0 += 1;
                     } else {
@@ -311,7 +314,9 @@ impl Engine {
             }
             None => {}
         }
-        if qp.data.is_some() {
+        // A QP that took nothing has nothing new to settle (the common case of a driver's
+        // pass over an idle stream).
+        if took {
             self.iwarp_settle(qpn);
         }
         Ok(())

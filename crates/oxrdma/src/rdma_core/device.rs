@@ -2,7 +2,7 @@
 
 use super::verbs::{check, last_error, query_gid_ex, verbs};
 use crate::error::{Error, Result};
-use oxrdma_core::{AtomicCap, DeviceAttr, Gid, Mtu};
+use oxrdma_core::{AtomicCap, DeviceAttr, DeviceTransport, Gid, Mtu};
 use oxrdma_verbs_abi::*;
 use std::ffi::CStr;
 use std::net::IpAddr;
@@ -21,6 +21,8 @@ pub(crate) struct Device {
     pub name: String,
     pub attr: DeviceAttr,
     pub active_mtu: Mtu,
+    /// Its transport (`ibv_device`'s transport type; IB for one this does not know).
+    pub transport: DeviceTransport,
     /// The GID table by index, RoCE v2 entries only (the others are the zero GID).
     pub gids: Vec<Gid>,
 }
@@ -73,21 +75,25 @@ impl Device {
     /// Opens the device `name`.
     pub fn open(name: &str) -> Result<Device> {
         let v = verbs()?;
-        let ctx = Self::each(|this, dev| {
+        let found = Self::each(|this, dev| {
             (this.to_bytes() == name.as_bytes()).then(|| {
-                // SAFETY: a device of the list, opened before the list is freed.
-                let ctx = unsafe { (v.ibv_open_device)(dev) };
-                NonNull::new(ctx).ok_or_else(|| last_error("ibv_open_device"))
+                // SAFETY: a device of the list, read and opened before the list is freed.
+                let (ctx, transport) = unsafe { ((v.ibv_open_device)(dev), (*dev).transport_type) };
+                let ctx = NonNull::new(ctx).ok_or_else(|| last_error("ibv_open_device"))?;
+                Ok((ctx, transport))
             })
         })?;
-        let ctx =
-            ctx.ok_or_else(|| Error::NoRdmaCore(format!("no rdma-core device named {name}")))?;
+        let (ctx, transport) =
+            found.ok_or_else(|| Error::NoRdmaCore(format!("no rdma-core device named {name}")))?;
+        let transport =
+            DeviceTransport::from_transport_type(transport).unwrap_or(DeviceTransport::Ib);
         // Closed by Drop if a query fails.
         let mut dev = Device {
             ctx,
             name: name.to_string(),
             attr: DeviceAttr::default(),
             active_mtu: Mtu::Mtu1024,
+            transport,
             gids: Vec::new(),
         };
         dev.query()?;

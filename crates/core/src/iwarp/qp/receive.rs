@@ -2,6 +2,7 @@
 //! answered; a TERMINATE for what the RFCs refuse.
 
 use super::{term, AccessError, Memory, Qp, Receiving, State};
+use crate::iwarp::stream::FpduReader;
 use crate::verbs::{WcOpcode, WcStatus};
 use oxrdma_wire::iwarp::ddp::{
     DdpRepr, Placement, Queue, RdmapOpcode, ReadRequestRepr, TerminateRepr,
@@ -26,9 +27,12 @@ impl Qp {
             return bytes.len(); // the stream is over: what still comes is dropped
         }
         let took = self.reader.push(bytes);
+        // The reader is set aside while its segments are acted on, so that each payload
+        // is read where it lies (no copy) while the QP changes.
+        let mut reader = std::mem::replace(&mut self.reader, FpduReader::new(self.cfg.crc));
         while !self.terminated() {
-            let (header, payload) = match self.reader.next_segment() {
-                Ok(Some((h, p))) => (h, p.to_vec()),
+            let (header, payload) = match reader.next_segment() {
+                Ok(Some(got)) => got,
                 Ok(None) => break,
                 Err(e) => {
                     let code = match e {
@@ -41,11 +45,12 @@ impl Qp {
             };
             // The initiator has spoken: a responder holding for its RTR may send.
             self.hold = false;
-            if let Err((layer, etype, ecode)) = self.on_segment(&header, &payload, mem) {
+            if let Err((layer, etype, ecode)) = self.on_segment(&header, payload, mem) {
                 let seg_len = header.header_len() + payload.len();
                 self.terminate(layer, etype, ecode, Some((header, seg_len)));
             }
         }
+        self.reader = reader;
         took
     }
 
