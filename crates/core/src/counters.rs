@@ -191,6 +191,22 @@ counters! {
     RetryExceeded = "retry_exceeded_err", qp, Some("retry_exceeded_err"), None;
     /// Work requests ended with RNR_RETRY_EXC_ERR: the RNR retry count ran out.
     RnrRetryExceeded = "retry_rnr_exceeded_err", qp, Some("retry_rnr_exceeded_err"), Some("rnr_nak_retry_err");
+    /// iWARP: FPDUs written to the QP's TCP stream.
+    IwarpFpdusSent = "iwarp_fpdus_sent", qp, None, None;
+    /// iWARP: FPDUs read from the QP's TCP stream.
+    IwarpFpdusRcvd = "iwarp_fpdus_rcvd", qp, None, None;
+    /// iWARP: TERMINATEs this side sent (it refused something of the peer's, or failed).
+    IwarpTerminateSent = "iwarp_terminate_sent", qp, None, None;
+    /// iWARP: TERMINATEs the peer sent.
+    IwarpTerminateRcvd = "iwarp_terminate_rcvd", qp, None, None;
+    /// iWARP: FPDUs whose CRC32c did not match (the stream ends with a TERMINATE).
+    IwarpCrcErr = "iwarp_crc_err", qp, None, None;
+    /// iWARP: FPDUs whose framing or DDP header was malformed.
+    IwarpMalformed = "iwarp_malformed", qp, None, None;
+    /// iWARP: streams that ended (closed by the peer, or failed) under a running QP.
+    IwarpStreamClosed = "iwarp_stream_closed", qp, None, None;
+    /// iWARP: of those, streams that ended in the middle of an FPDU.
+    IwarpClosedMidFpdu = "iwarp_closed_mid_fpdu", qp, None, None;
 }
 
 /// How many counters there are.

@@ -337,6 +337,24 @@ fn a_bad_stag_terminates_and_everything_flushes_once() {
         });
         assert!(fatal, "a fatal event on {:#x}", s.qpn);
     }
+    // Counted where an operator looks: b refused a bad STag (as a RoCE responder counts a
+    // bad rkey) and said so; a heard it.
+    let (ca, cb) = (p.a.e.counters(), p.b.e.counters());
+    use oxrdma_core::Counter::{
+        BadRkey, IwarpFpdusRcvd, IwarpFpdusSent, IwarpTerminateRcvd, IwarpTerminateSent,
+        RespRemoteAccessErrors,
+    };
+    assert_eq!(
+        (
+            cb[IwarpTerminateSent],
+            cb[BadRkey],
+            cb[RespRemoteAccessErrors]
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!((ca[IwarpTerminateRcvd], ca[IwarpTerminateSent]), (1, 0));
+    assert!(ca[IwarpFpdusSent] >= 2 && cb[IwarpFpdusRcvd] >= 2, "{ca:?}");
+    assert_eq!(p.b.e.qp_counters(p.b.qpn).unwrap()[BadRkey], 1);
     // The WRITE left before the TERMINATE came back: it completed; the receives flushed.
     let a: Vec<_> =
         p.a.wcs(p.a.scq)
@@ -411,6 +429,9 @@ fn err_and_a_closed_stream_flush_and_reset_starts_over() {
     assert!(!out.is_empty());
     p.a.e.iwarp_stream_closed(p.a.qpn).unwrap();
     assert_eq!(p.a.e.qp_state(p.a.qpn).unwrap(), QpState::Err);
+    let c = p.a.e.counters();
+    use oxrdma_core::Counter::{IwarpClosedMidFpdu, IwarpStreamClosed};
+    assert_eq!((c[IwarpStreamClosed], c[IwarpClosedMidFpdu]), (1, 0));
     let send: Vec<_> =
         p.a.wcs(p.a.scq)
             .iter()

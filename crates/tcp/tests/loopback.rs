@@ -254,6 +254,9 @@ fn garbage_after_mpa_is_terminated_and_the_connection_closed() {
         }
     }
     assert_eq!(ops, [RdmapOpcode::Write, RdmapOpcode::Terminate]);
+    let c = a.e.counters();
+    use oxrdma_core::Counter::{IwarpCrcErr, IwarpTerminateSent};
+    assert_eq!((c[IwarpCrcErr], c[IwarpTerminateSent]), (1, 1));
     assert_eq!(a.e.qp_state(a.qpn).unwrap(), QpState::Err);
     assert_eq!(a.bytes(0, 4096), before);
 }

@@ -219,7 +219,9 @@ impl Engine {
                 qp.post.sq.retire(qp.held.0);
                 qp.post.rq.retire(qp.held.1);
                 qp.held = (0, 0);
-                qp.data = None;
+                if let Some(d) = qp.data.take() {
+                    self.retired.add(d.counters(), crate::Counter::per_qp);
+                }
                 qp.access = Access::empty();
                 qp.set_state(QpState::Reset);
             }
@@ -244,9 +246,26 @@ impl Engine {
         self.iw.values().any(|q| q.send_cq == cq || q.recv_cq == cq)
     }
 
-    /// Removes an iWARP QP (the driver closes its stream).
+    /// Removes an iWARP QP (the driver closes its stream); the device keeps its counts.
     pub(super) fn iwarp_destroy(&mut self, qpn: u32) -> Option<()> {
-        self.iw.remove(&qpn).map(|_| ())
+        let qp = self.iw.remove(&qpn)?;
+        if let Some(d) = &qp.data {
+            self.retired.add(d.counters(), crate::Counter::per_qp);
+        }
+        Some(())
+    }
+
+    /// Adds the live iWARP QPs' counts to a device's.
+    pub(super) fn iwarp_counters(&self, c: &mut crate::Counters) {
+        for d in self.iw.values().filter_map(|q| q.data.as_ref()) {
+            c.add(d.counters(), crate::Counter::per_qp);
+        }
+    }
+
+    /// An iWARP QP's counts (zero before its stream is set up).
+    pub(super) fn iwarp_qp_counters(&self, qpn: u32) -> Option<crate::Counters> {
+        let q = self.iw.get(&qpn)?;
+        Some(q.data.as_ref().map(|d| *d.counters()).unwrap_or_default())
     }
 
     pub(super) fn iwarp_state(&self, qpn: u32) -> Option<QpState> {

@@ -277,11 +277,15 @@ impl Engine {
         for qp in self.qps.values() {
             c.add(&qp.counters(), Counter::per_qp);
         }
+        self.iwarp_counters(&mut c);
         c
     }
 
     /// One QP's counters.
     pub fn qp_counters(&self, qpn: u32) -> crate::Result<Counters> {
+        if let Some(c) = self.iwarp_qp_counters(qpn) {
+            return Ok(c);
+        }
         self.qps
             .get(&qpn)
             .map(|q| q.counters())

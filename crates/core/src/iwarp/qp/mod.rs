@@ -178,6 +178,8 @@ pub struct Qp {
     rtr_out: Option<Vec<u8>>,
     /// RFC 6581: the responder sends nothing before the initiator's first FPDU came.
     hold: bool,
+    /// What it counted (FPDUs, TERMINATEs, what it refused and why).
+    counts: crate::Counters,
 }
 
 impl Qp {
@@ -204,6 +206,7 @@ impl Qp {
             terminate_out: None,
             rtr_out: None,
             hold: false,
+            counts: crate::Counters::default(),
         }
     }
 
@@ -246,6 +249,12 @@ impl Qp {
     /// Its state.
     pub fn state(&self) -> State {
         self.state
+    }
+
+    /// What it counted: FPDUs each way, TERMINATEs each way, the refusals by cause, CRC
+    /// errors, a stream that ended under it.
+    pub fn counters(&self) -> &crate::Counters {
+        &self.counts
     }
 
     /// Queues a send work request: RDMA WRITE, RDMA READ (one SGE: the sink is one
@@ -312,9 +321,12 @@ impl Qp {
         self.flush(true);
         self.terminate_out = None;
         self.rtr_out = None;
-        self.state = State::Closed {
-            mid_fpdu: self.reader.held() > 0,
-        };
+        let mid_fpdu = self.reader.held() > 0;
+        self.counts.bump(crate::Counter::IwarpStreamClosed);
+        if mid_fpdu {
+            self.counts.bump(crate::Counter::IwarpClosedMidFpdu);
+        }
+        self.state = State::Closed { mid_fpdu };
     }
 
     /// Whether the QP has bytes to send (or a TERMINATE) now.

@@ -43,6 +43,7 @@ impl Qp {
                     break;
                 }
             };
+            self.counts.bump(crate::Counter::IwarpFpdusRcvd);
             // The initiator has spoken: a responder holding for its RTR may send.
             self.hold = false;
             if let Err((layer, etype, ecode)) = self.on_segment(&header, payload, mem) {
@@ -214,6 +215,7 @@ impl Qp {
 
     /// The peer ended the stream: the oldest READ fails with what it said, the rest flush.
     fn on_terminate(&mut self, t: Option<TerminateRepr>) {
+        self.counts.bump(crate::Counter::IwarpTerminateRcvd);
         if let Some(read) = self.reads_out.pop_front() {
             let status = match t {
                 Some(t) if t.etype == term::REMOTE_PROTECTION || t.layer == term::DDP => {

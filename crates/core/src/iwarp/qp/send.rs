@@ -15,9 +15,11 @@ impl Qp {
         // The initiator's RTR is its first FPDU, even ahead of a TERMINATE.
         if let Some(rtr) = self.rtr_out.take() {
             out.extend_from_slice(&rtr);
+            self.counts.bump(crate::Counter::IwarpFpdusSent);
         }
         if let Some(t) = self.terminate_out.take() {
             out.extend_from_slice(&t);
+            self.counts.bump(crate::Counter::IwarpFpdusSent);
             return;
         }
         if self.hold {
@@ -28,6 +30,7 @@ impl Qp {
                 // An answer that cannot be given ends the stream with its TERMINATE.
                 if let Some(t) = self.terminate_out.take() {
                     out.extend_from_slice(&t);
+                    self.counts.bump(crate::Counter::IwarpFpdusSent);
                 }
                 return;
             }
@@ -83,9 +86,11 @@ impl Qp {
                 }
                 if let Some(t) = self.terminate_out.take() {
                     out.extend_from_slice(&t);
+                    self.counts.bump(crate::Counter::IwarpFpdusSent);
                 }
                 return;
             }
+            self.counts.bump(crate::Counter::IwarpFpdusSent);
             if header.last {
                 self.sent_last();
             }

@@ -73,10 +73,34 @@ impl Qp {
             fpdu.truncate(n);
             self.terminate_out = Some(fpdu);
         }
+        self.count_refusal(layer, etype, ecode);
         self.flush(true);
         self.state = State::Terminated {
             sent: Some(t),
             received: None,
         };
+    }
+
+    /// Counts a TERMINATE this side sends, and what it refused under the responder's
+    /// names where the cause is the same as RoCE's (a bad key, bounds, rights).
+    fn count_refusal(&mut self, layer: u8, etype: u8, ecode: u8) {
+        use crate::Counter::*;
+        self.counts.bump(IwarpTerminateSent);
+        let cause = match (layer, etype, ecode) {
+            (term::DDP, term::TAGGED, term::T_INVALID_STAG)
+            | (term::RDMAP, term::REMOTE_PROTECTION, term::INVALID_STAG) => Some(BadRkey),
+            (term::DDP, term::TAGGED, term::T_BOUNDS)
+            | (term::RDMAP, term::REMOTE_PROTECTION, term::BOUNDS) => Some(OutOfBounds),
+            (term::RDMAP, term::REMOTE_PROTECTION, term::ACCESS) => Some(AccessDenied),
+            (term::LLP, _, term::MPA_CRC) => Some(IwarpCrcErr),
+            (term::LLP, _, _) => Some(IwarpMalformed),
+            _ => None,
+        };
+        if let Some(c) = cause {
+            self.counts.bump(c);
+            if matches!(c, BadRkey | OutOfBounds | AccessDenied) {
+                self.counts.bump(RespRemoteAccessErrors);
+            }
+        }
     }
 }
