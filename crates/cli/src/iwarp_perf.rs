@@ -279,6 +279,9 @@ fn write_bw(s: &mut Side, a: &IwarpPerfArgs) -> anyhow::Result<()> {
             if Instant::now() > end {
                 bail!("stalled after {done} WRITEs");
             }
+            // The socket is full: sleep until it has room (the kernel's TCP needs the CPU
+            // more than a spinning sender does, on two cores above all).
+            s.streams.wait(Duration::from_millis(1))?;
         }
     }
     let mut send = SendWr::new(
@@ -288,7 +291,7 @@ fn write_bw(s: &mut Side, a: &IwarpPerfArgs) -> anyhow::Result<()> {
     );
     send.flags = SendFlags::SIGNALED;
     s.e.post_send(s.qpn, send)?;
-    wait_for(s, |s| Ok(s.reap()? > 0))
+    wait_for(s, true, |s| Ok(s.reap()? > 0))
 }
 
 /// The server of write-bw: serves until the client's SEND.
@@ -298,7 +301,7 @@ fn await_done(s: &mut Side) -> anyhow::Result<()> {
         sges: Default::default(),
     };
     s.e.post_recv(s.qpn, r)?;
-    wait_for(s, |s| {
+    wait_for(s, true, |s| {
         let wcs = s.e.poll_cq(s.rcq, 1)?;
         Ok(!wcs.is_empty())
     })?;
@@ -317,7 +320,7 @@ fn ping_pong(s: &mut Side, iters: u64, client: bool) -> anyhow::Result<()> {
             s.buf.write(8, &i.to_le_bytes());
             s.write(i, 8, 8, 0, i % 64 == 0)?;
         }
-        wait_for(s, |s| Ok(s.value(0) == i))?;
+        wait_for(s, false, |s| Ok(s.value(0) == i))?;
         if !client {
             s.buf.write(8, &i.to_le_bytes());
             s.write(i, 8, 8, 0, i % 64 == 0)?;
@@ -325,7 +328,7 @@ fn ping_pong(s: &mut Side, iters: u64, client: bool) -> anyhow::Result<()> {
         s.reap()?;
     }
     // The last WRITE out before the stream closes.
-    wait_for(s, |s| {
+    wait_for(s, false, |s| {
         s.reap()?;
         Ok(!s.e.iwarp_wants_to_send(s.qpn))
     })?;
@@ -335,9 +338,12 @@ fn ping_pong(s: &mut Side, iters: u64, client: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Drives the stream until `done` (spinning: this measures the data path, not sleeping).
+/// Drives the stream until `done`: spinning (the latency test measures the data path, not
+/// waking up), or with `sleep` sleeping on the stream when nothing moves (the bandwidth
+/// test's receiver leaves the CPU to the kernel's TCP).
 fn wait_for(
     s: &mut Side,
+    sleep: bool,
     mut done: impl FnMut(&mut Side) -> anyhow::Result<bool>,
 ) -> anyhow::Result<()> {
     let end = Instant::now() + TIMEOUT;
@@ -349,6 +355,9 @@ fn wait_for(
             s.alive()?;
             if Instant::now() > end {
                 bail!("nothing moved for {TIMEOUT:?}");
+            }
+            if sleep {
+                s.streams.wait(Duration::from_millis(1))?;
             }
         }
     }
