@@ -46,6 +46,9 @@ pub struct IwarpPerfArgs {
     /// WRITEs outstanding at once (write-bw).
     #[arg(long, default_value_t = 32)]
     pub depth: u32,
+    /// write-bw: WRITE for this many seconds instead of `--iters` WRITEs.
+    #[arg(short = 'D', long)]
+    pub duration: Option<f64>,
     /// One JSON object instead of a line of text.
     #[arg(long)]
     pub json: bool,
@@ -224,13 +227,14 @@ pub fn run(a: &IwarpPerfArgs) -> anyhow::Result<()> {
     };
     let started = Instant::now();
     let client = role == "client";
+    let mut iters = a.iters;
     match (a.test, client) {
-        (IwarpTest::WriteBw, true) => write_bw(&mut side, a)?,
+        (IwarpTest::WriteBw, true) => iters = write_bw(&mut side, a)?,
         (IwarpTest::WriteBw, false) => await_done(&mut side)?,
         (IwarpTest::WriteLat, _) => ping_pong(&mut side, a.iters, client)?,
     }
     let secs = started.elapsed().as_secs_f64();
-    let bytes = u64::from(a.size) * a.iters;
+    let bytes = u64::from(a.size) * iters;
     let (gbps, usec) = match a.test {
         IwarpTest::WriteBw => (bytes as f64 * 8.0 / secs / 1e9, None),
         IwarpTest::WriteLat => (0.0, Some(secs * 1e6 / (2.0 * a.iters as f64))),
@@ -240,7 +244,7 @@ pub fn run(a: &IwarpPerfArgs) -> anyhow::Result<()> {
             "test": format!("{:?}", a.test),
             "role": role,
             "size": a.size,
-            "iterations": a.iters,
+            "iterations": iters,
             "seconds": secs,
             "gbps": gbps,
             "half_rtt_us": usec,
@@ -262,12 +266,19 @@ pub fn run(a: &IwarpPerfArgs) -> anyhow::Result<()> {
 }
 
 /// The client: `iters` WRITEs, `depth` outstanding, then a SEND that tells the server.
-fn write_bw(s: &mut Side, a: &IwarpPerfArgs) -> anyhow::Result<()> {
+fn write_bw(s: &mut Side, a: &IwarpPerfArgs) -> anyhow::Result<u64> {
     let (size, depth) = (u64::from(a.size), u64::from(a.depth));
     let (mut posted, mut done) = (0u64, 0u64);
     let end = Instant::now() + Duration::from_secs(600);
-    while done < a.iters {
-        while posted < a.iters && posted - done < depth {
+    let stop = a
+        .duration
+        .map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let mut target = if stop.is_some() { u64::MAX } else { a.iters };
+    while done < target {
+        if stop.is_some_and(|t| Instant::now() >= t) {
+            target = posted; // time is up: what was posted completes
+        }
+        while posted < target && posted - done < depth {
             let at = (posted % 2) * size;
             s.write(posted, at, a.size, at, true)?;
             posted += 1;
@@ -284,6 +295,15 @@ fn write_bw(s: &mut Side, a: &IwarpPerfArgs) -> anyhow::Result<()> {
             s.streams.wait(Duration::from_millis(1))?;
         }
     }
+    // A WRITE completes once TCP has it: the server's answer to this SEND says every
+    // byte arrived (the time measured is delivery's).
+    s.e.post_recv(
+        s.qpn,
+        RecvWr {
+            wr_id: 1,
+            sges: Default::default(),
+        },
+    )?;
     let mut send = SendWr::new(
         u64::MAX,
         oxrdma_core::WrOpcode::Send,
@@ -291,7 +311,11 @@ fn write_bw(s: &mut Side, a: &IwarpPerfArgs) -> anyhow::Result<()> {
     );
     send.flags = SendFlags::SIGNALED;
     s.e.post_send(s.qpn, send)?;
-    wait_for(s, true, |s| Ok(s.reap()? > 0))
+    wait_for(s, true, |s| {
+        s.reap()?;
+        Ok(!s.e.poll_cq(s.rcq, 1)?.is_empty())
+    })?;
+    Ok(done)
 }
 
 /// The server of write-bw: serves until the client's SEND.
@@ -305,7 +329,15 @@ fn await_done(s: &mut Side) -> anyhow::Result<()> {
         let wcs = s.e.poll_cq(s.rcq, 1)?;
         Ok(!wcs.is_empty())
     })?;
-    // The last bytes out (the SEND's completion is the client's).
+    // The answer, and the time for it to leave before the stream closes.
+    let mut send = SendWr::new(
+        1,
+        oxrdma_core::WrOpcode::Send,
+        SendData::Sges(Default::default()),
+    );
+    send.flags = SendFlags::SIGNALED;
+    s.e.post_send(s.qpn, send)?;
+    wait_for(s, true, |s| Ok(s.reap()? > 0))?;
     for _ in 0..100 {
         s.streams.poll(&mut s.e);
     }

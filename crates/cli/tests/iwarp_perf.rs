@@ -1,6 +1,6 @@
-//! `oxrdma iwarp-perf` between two processes on loopback: WRITE bandwidth and the 8 B
-//! ping-pong each finish every iteration over iWARP and report it; a client with no
-//! server fails with a clear error.
+//! `oxrdma iwarp-perf` between two processes on loopback: WRITE bandwidth (a number of
+//! WRITEs, or for a time) and the 8 B ping-pong each finish over iWARP and report it; a
+//! client with no server fails with a clear error.
 
 mod common;
 use common::{free_port, oxrdma, Reaped};
@@ -59,6 +59,9 @@ fn write_bandwidth_and_latency_over_iwarp() {
     let bw = pair("write-bw", &["-s", "65536", "-n", "2000"]);
     assert_eq!(bw["iterations"], 2000);
     assert!(bw["gbps"].as_f64().unwrap() > 0.0, "{bw}");
+    let timed = pair("write-bw", &["-s", "4096", "-D", "0.3"]);
+    assert!(timed["iterations"].as_u64().unwrap() > 0, "{timed}");
+    assert!(timed["seconds"].as_f64().unwrap() >= 0.3, "{timed}");
     let lat = pair("write-lat", &["-n", "500"]);
     assert_eq!(lat["iterations"], 500);
     assert!(lat["half_rtt_us"].as_f64().unwrap() > 0.0, "{lat}");
