@@ -44,12 +44,20 @@ pub fn list() -> anyhow::Result<()> {
                 vec![oxrdma::Gid::from(*ip)],
                 "",
             ),
+            Target::Iwarp(ip) => (
+                interfaces::interface_with(*ip),
+                vec![oxrdma::Gid::from(*ip)],
+                "",
+            ),
             Target::Loopback => (
                 interfaces::interfaces().into_iter().find(|i| i.loopback),
                 Vec::new(),
                 "::ffff:127.0.0.N (the first of 127.0.0.2-254 no other process holds, taken as a process opens it)",
             ),
         };
+        if matches!(target, Target::Iwarp(_)) {
+            println!("\ttransport:\tiWARP (1), node type RNIC");
+        }
         match &iface {
             Some(i) => {
                 let mtu = i
@@ -64,8 +72,13 @@ pub fn list() -> anyhow::Result<()> {
         if !note.is_empty() {
             println!("\tGID[  0]:\t{note}, RoCE v2");
         }
+        let kind = if matches!(target, Target::Iwarp(_)) {
+            "iWARP"
+        } else {
+            "RoCE v2"
+        };
         for (n, g) in gids.iter().enumerate() {
-            println!("\tGID[{n:>3}]:\t{g}, RoCE v2");
+            println!("\tGID[{n:>3}]:\t{g}, {kind}");
         }
     }
     Ok(())

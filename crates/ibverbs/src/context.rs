@@ -354,7 +354,8 @@ pub(crate) unsafe extern "C" fn query_gid(
 }
 
 /// `ibv_query_gid_type` (IBVERBS_PRIVATE_34): every GID is RoCE v2
-/// (`IBV_GID_TYPE_SYSFS_ROCE_V2`, 1); EINVAL for an empty index, whose type sysfs does not
+/// (`IBV_GID_TYPE_SYSFS_ROCE_V2`, 1), an iWARP device's `IBV_GID_TYPE_SYSFS_IB_ROCE_V1`
+/// (0, what sysfs shows for siw's); EINVAL for an empty index, whose type sysfs does not
 /// show.
 ///
 /// # Safety
@@ -366,7 +367,16 @@ pub(crate) unsafe extern "C" fn query_gid_type(
     ty: *mut c_uint,
 ) -> c_int {
     // SAFETY: the caller's promise.
-    unsafe { write_gid_entry(ctx, port.into(), index.into(), ty, |_, g| g.map(|_| 1)) }
+    unsafe {
+        write_gid_entry(ctx, port.into(), index.into(), ty, |c, g| {
+            g.map(|_| u32::from(!iwarp(c)))
+        })
+    }
+}
+
+/// Whether `c` is an iWARP device's context.
+fn iwarp(c: &Context) -> bool {
+    c.ox.transport() == oxrdma::DeviceTransport::Iwarp
 }
 
 /// `ibv_query_pkey`: one P_Key, the default 0xffff.
@@ -389,7 +399,8 @@ fn gid_entry(c: &Context, gid: ibv_gid, index: u32) -> ibv_gid_entry {
         gid,
         gid_index: index,
         port_num: 1,
-        gid_type: 2, // IBV_GID_TYPE_ROCE_V2
+        // IBV_GID_TYPE_ROCE_V2; an iWARP device's IBV_GID_TYPE_IB (0), as siw's.
+        gid_type: if iwarp(c) { 0 } else { 2 },
         ndev_ifindex: c.ox.ifindex(),
     }
 }

@@ -30,15 +30,20 @@ fn c_array<const N: usize>(s: &str) -> [c_char; N] {
 }
 
 fn device(name: &str, addr: Target, index: usize) -> Device {
+    // IBV_NODE_CA and IBV_TRANSPORT_IB, as rxe reports (RoCE is the IB transport); an
+    // iWARP device IBV_NODE_RNIC and IBV_TRANSPORT_IWARP, as siw.
+    let transport = match addr {
+        Target::Iwarp(_) => oxrdma::DeviceTransport::Iwarp,
+        _ => oxrdma::DeviceTransport::Ib,
+    };
     Device {
         ibv: ibv_device {
             _ops: crate::abi::_ibv_device_ops {
                 _dummy1: None,
                 _dummy2: None,
             },
-            // IBV_NODE_CA and IBV_TRANSPORT_IB, as rxe reports (RoCE is the IB transport).
-            node_type: 1,
-            transport_type: 0,
+            node_type: transport.node_type(),
+            transport_type: transport.transport_type(),
             name: c_array::<IBV_SYSFS_NAME_MAX>(name),
             dev_name: c_array::<IBV_SYSFS_NAME_MAX>(&format!("uverbs{index}")),
             dev_path: c_array::<IBV_SYSFS_PATH_MAX>(&format!(
@@ -147,8 +152,10 @@ pub(crate) extern "C" fn get_device_guid(dev: *mut ibv_device) -> u64 {
 /// rxe makes it (EUI-64); a device on one address, from the address.
 pub fn guid(d: &Device) -> u64 {
     let tail: [u8; 4] = match &d.addr {
-        Target::Address(IpAddr::V4(a)) => a.octets(),
-        Target::Address(IpAddr::V6(a)) => a.octets()[12..].try_into().unwrap_or([0; 4]),
+        Target::Address(IpAddr::V4(a)) | Target::Iwarp(IpAddr::V4(a)) => a.octets(),
+        Target::Address(IpAddr::V6(a)) | Target::Iwarp(IpAddr::V6(a)) => {
+            a.octets()[12..].try_into().unwrap_or([0; 4])
+        }
         Target::Interface(name) => {
             let mac = oxrdma::interfaces::interface(name).and_then(|i| i.mac);
             if let Some(m) = mac {

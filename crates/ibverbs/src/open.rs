@@ -75,6 +75,7 @@ fn open_first(d: &Device, name: &str) -> Result<oxrdma::Context, c_int> {
     };
     match &d.addr {
         Target::Address(ip) => oxrdma::Context::open_engine(*ip).map_err(|e| fail(*ip, e)),
+        Target::Iwarp(ip) => oxrdma::Context::open_iwarp(*ip).map_err(|e| fail(*ip, e)),
         Target::Interface(ifname) => oxrdma::Context::open_interface(ifname).map_err(|e| {
             eprintln!("oxrdma: device {name} (interface {ifname}): {e}");
             match e {

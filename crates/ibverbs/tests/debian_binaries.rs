@@ -223,6 +223,31 @@ fn ibv_devinfo_describes_an_active_roce_v2_port() {
     );
 }
 
+/// An iWARP device (`name=iwarp:ADDRESS`) beside a RoCE one: Debian's ibv_devinfo shows
+/// each with its own transport, as it shows siw's and rxe's, and ibv_devices lists both.
+#[test]
+fn ibv_devinfo_shows_an_iwarp_device_as_siws() {
+    let spec = "oxr0=127.0.0.63,siw0=iwarp:127.0.0.62";
+    let Some(text) = run_ok("ibv_devinfo", &["-v"], &[("OXRDMA_DEVICES", spec)]) else {
+        return;
+    };
+    let (roce, iwarp) = text.split_once("hca_id:\tsiw0").expect("siw0 listed");
+    assert!(roce.contains("transport:\t\t\tInfiniBand (0)"), "{text}");
+    for want in [
+        "transport:\t\t\tiWARP (1)",
+        "PORT_ACTIVE (4)",
+        "link_layer:\t\tEthernet",
+    ] {
+        assert!(iwarp.contains(want), "no '{want}' for siw0 in\n{text}");
+    }
+    let g = gids(iwarp);
+    assert!(g.len() == 1 && !g[0].ends_with("RoCE v2"), "{text}");
+    let Some(list) = run_ok("ibv_devices", &[], &[("OXRDMA_DEVICES", spec)]) else {
+        return;
+    };
+    assert_eq!(device_names(&list), ["oxr0", "siw0"], "{list}");
+}
+
 #[test]
 fn with_nothing_set_a_second_process_takes_the_next_free_loopback_address() {
     // Hold 127.0.0.2 here: the tool must not get it. A sibling test's ibv_devinfo may hold

@@ -1,8 +1,9 @@
 //! Which devices there are, by name and what each sits on (the C library's device list,
 //! and the tool's commands that act on every device). The first of these that exists
 //! decides:
-//! 1. `OXRDMA_DEVICES="oxr0=127.0.0.2,oxr1=[::1],lab=eth1"` (name=address or
-//!    name=interface pairs, commas between);
+//! 1. `OXRDMA_DEVICES="oxr0=127.0.0.2,oxr1=[::1],lab=eth1,siw0=iwarp:127.0.0.3"`
+//!    (name=address or name=interface pairs, commas between; `iwarp:` before an address
+//!    makes an iWARP device there, as `rdma link add siw0 type siw` does);
 //! 2. the file `OXRDMA_CONFIG` names (it must exist);
 //! 3. `$XDG_CONFIG_HOME/oxrdma/devices.conf` (`~/.config/...` without the variable);
 //! 4. `/etc/oxrdma/devices.conf`.
@@ -24,6 +25,9 @@ pub enum Target {
     /// A network interface, as `rdma link add rxeN type rxe netdev IF` makes: its
     /// addresses are its GID table, in rxe's order.
     Interface(String),
+    /// An iWARP device on one address (node type RNIC, transport iWARP): its QPs run
+    /// over TCP, connected through the RDMA CM.
+    Iwarp(IpAddr),
     /// The loopback interface: each process's device takes the first loopback address
     /// 127.0.0.2, 127.0.0.3, … no other process holds (both ends of a pingpong on one
     /// host find each other through the CM's rendezvous and their GIDs).
@@ -130,8 +134,8 @@ pub fn parse_file(text: &str) -> Result<DeviceList, String> {
     check_names(list)
 }
 
-/// `name=address` (an IPv6 address may be in brackets) or `name=interface` (`lo`: the
-/// loopback device).
+/// `name=address` (an IPv6 address may be in brackets), `name=interface` (`lo`: the
+/// loopback device) or `name=iwarp:address`.
 fn parse_item(item: &str) -> Result<(String, Target), String> {
     let (name, addr) = item
         .split_once('=')
@@ -141,6 +145,13 @@ fn parse_item(item: &str) -> Result<(String, Target), String> {
         return Err(format!(
             "device name '{name}' is empty, too long or has a space"
         ));
+    }
+    if let Some(ip) = addr.strip_prefix("iwarp:") {
+        let bare = ip.trim().trim_start_matches('[').trim_end_matches(']');
+        let ip = bare
+            .parse::<IpAddr>()
+            .map_err(|_| format!("'{ip}' (iWARP device {name}) is not an IP address"))?;
+        return Ok((name.to_string(), Target::Iwarp(ip)));
     }
     let bare = addr.trim_start_matches('[').trim_end_matches(']');
     let target = match bare.parse::<IpAddr>() {
@@ -186,6 +197,18 @@ mod tests {
         assert_eq!(d[1], ("oxr1".into(), ip("::1")));
         assert_eq!(d[2], ("lab".into(), Target::Interface("eth1".into())));
         assert_eq!(d[3], ("oxr9".into(), Target::Loopback));
+        let iw = parse_devices("siw0=iwarp:127.0.0.3, siw1 = iwarp:[::1]").unwrap();
+        assert_eq!(
+            iw[0],
+            ("siw0".into(), Target::Iwarp("127.0.0.3".parse().unwrap()))
+        );
+        assert_eq!(
+            iw[1],
+            ("siw1".into(), Target::Iwarp("::1".parse().unwrap()))
+        );
+        assert!(parse_devices("siw0=iwarp:eth0")
+            .unwrap_err()
+            .contains("not an IP address"));
         assert!(parse_devices("oxr0").unwrap_err().contains("name=address"));
         assert!(parse_devices("oxr0=10.0.0.300")
             .unwrap_err()

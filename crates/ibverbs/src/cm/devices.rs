@@ -68,6 +68,8 @@ pub fn device_for(ip: Option<IpAddr>) -> Result<CmDevice, c_int> {
             Target::Address(a) => *a == ip,
             Target::Interface(n) => iface.as_ref().is_some_and(|i| &i.name == n && !i.loopback),
             Target::Loopback => ip.is_loopback(),
+            // Not yet: the RDMA CM over iWARP (TCP and MPA, not the IB CM's MADs).
+            Target::Iwarp(_) => false,
         })
     };
     let i = ip
@@ -81,7 +83,7 @@ pub fn device_for(ip: Option<IpAddr>) -> Result<CmDevice, c_int> {
 pub fn on_loopback() -> bool {
     devices().iter().any(|d| match &d.addr {
         Target::Loopback => true,
-        Target::Address(a) => a.is_loopback(),
+        Target::Address(a) | Target::Iwarp(a) => a.is_loopback(),
         Target::Interface(_) => false,
     })
 }
