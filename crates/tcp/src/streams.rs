@@ -142,10 +142,44 @@ impl Streams {
     }
 }
 
-/// Reads, receives, transmits and writes for one stream; the bytes moved.
+/// Writes, reads and receives, and writes again for one stream; the bytes moved. Writing
+/// first sends what was posted since the last pass without waiting for a read; writing
+/// again sends at once what the bytes read called for (READ responses, a TERMINATE).
 fn drive(qpn: u32, c: &mut Conn, engine: &mut Engine, scratch: &mut [u8]) -> usize {
-    let mut moved = 0;
-    let mut eof = false;
+    let Ok(mut moved) = write_out(qpn, c, engine) else {
+        return end(qpn, c, engine, 0);
+    };
+    let (read, eof) = read_in(qpn, c, engine, scratch);
+    moved += read;
+    if eof {
+        return end(qpn, c, engine, moved);
+    }
+    if read > 0 {
+        match write_out(qpn, c, engine) {
+            Ok(n) => moved += n,
+            Err(()) => return end(qpn, c, engine, moved),
+        }
+    }
+    // A QP that ended closes its stream once its last bytes (a TERMINATE) are out.
+    let over = !matches!(engine.qp_state(qpn), Ok(QpState::Rts));
+    if over && c.sent == c.unsent.len() {
+        let _ = c.sock.shutdown(Shutdown::Write);
+        c.ended = true;
+    }
+    moved
+}
+
+/// The stream ended (EOF, or an error either way): its QP is told.
+fn end(qpn: u32, c: &mut Conn, engine: &mut Engine, moved: usize) -> usize {
+    let _ = engine.iwarp_stream_closed(qpn);
+    c.ended = true;
+    moved
+}
+
+/// Reads what the socket has (up to a budget) and hands it to the QP; the bytes read,
+/// and whether the stream ended.
+fn read_in(qpn: u32, c: &mut Conn, engine: &mut Engine, scratch: &mut [u8]) -> (usize, bool) {
+    let (mut moved, mut eof) = (0, false);
     while c.unread.len() < READ_BUDGET {
         match c.sock.read(scratch) {
             Ok(0) => {
@@ -176,11 +210,13 @@ fn drive(qpn: u32, c: &mut Conn, engine: &mut Engine, scratch: &mut [u8]) -> usi
             .unwrap_or(c.unread.len());
         c.unread.drain(..took);
     }
-    if eof {
-        let _ = engine.iwarp_stream_closed(qpn);
-        c.ended = true;
-        return moved;
-    }
+    (moved, eof)
+}
+
+/// Writes what the QP sends until the socket is full or nothing is left; the bytes
+/// written, or Err if the socket failed.
+fn write_out(qpn: u32, c: &mut Conn, engine: &mut Engine) -> Result<usize, ()> {
+    let mut moved = 0;
     loop {
         if c.sent == c.unsent.len() {
             c.unsent.clear();
@@ -190,7 +226,7 @@ fn drive(qpn: u32, c: &mut Conn, engine: &mut Engine, scratch: &mut [u8]) -> usi
                 .is_err()
                 || c.unsent.is_empty()
             {
-                break;
+                return Ok(moved);
             }
         }
         match c.sock.write(&c.unsent[c.sent..]) {
@@ -199,21 +235,10 @@ fn drive(qpn: u32, c: &mut Conn, engine: &mut Engine, scratch: &mut [u8]) -> usi
                 moved += n;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(_) => {
-                let _ = engine.iwarp_stream_closed(qpn);
-                c.ended = true;
-                return moved;
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(moved),
+            Err(_) => return Err(()),
         }
     }
-    // A QP that ended closes its stream once its last bytes (a TERMINATE) are out.
-    let over = !matches!(engine.qp_state(qpn), Ok(QpState::Rts));
-    if over && c.sent == c.unsent.len() {
-        let _ = c.sock.shutdown(Shutdown::Write);
-        c.ended = true;
-    }
-    moved
 }
 
 /// Watches a stream for what it waits for now: bytes to read, and room to write if bytes
