@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # iWARP against TCP across a veth pair (two network namespaces, Ethernet's MTU: FPDUs of
 # one TCP segment each), in the same run: 64 KiB RDMA WRITE goodput over iWARP
-# (`oxrdma iwarp-perf write-bw`) against iperf3 with 64 KiB writes. As root. Rounds
-# alternate; medians and the median of the pairs' ratios.
+# (`oxrdma iwarp-perf write-bw`) against iperf3 with 64 KiB writes, and the 8 B WRITE
+# ping-pong's half round trip against a TCP ping-pong whose ends spin on non-blocking
+# sockets (bench/iwarp.sh's C program). As root. Rounds alternate; medians and the median of
+# the pairs' ratios.
 #
 #   bash bench/iwarp_veth.sh        # REPS=5 rounds; needs iperf3 and a release build
 set -euo pipefail
@@ -37,5 +39,30 @@ tcp_bw() {
     python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8e6))'
   wait "$s" || true
 }
-cases=("64 KiB WRITE goodput over a veth pair, MB/s (iWARP / iperf3)|iwarp_bw|tcp_bw")
+iwarp_lat() {
+  local p; p=$(port)
+  ip netns exec "$A" "$OX" iwarp-perf write-lat --bind 10.99.0.1 -p "$p" -n 50000 >/dev/null 2>&1 &
+  local s=$! out=""
+  for _ in $(seq 50); do
+    out=$(ip netns exec "$B" "$OX" iwarp-perf write-lat 10.99.0.1 -p "$p" -n 50000 --json 2>/dev/null) && break
+    sleep 0.05
+  done
+  wait "$s" || true
+  echo "$out" | awk -F'"half_rtt_us":' '{split($2, a, "[,}]"); printf "%.3f\n", a[1]}'
+}
+# The TCP ping-pong of bench/iwarp.sh, built here, its server on 10.99.0.1.
+sed -n '/^cat > "\$work\/pp.c"/,/^C$/p' bench/iwarp.sh | sed '1d;$d' |
+  sed 's/"127.0.0.1"/"10.99.0.1"/' > "$work/pp.c"
+gcc -O2 -o "$work/pp" "$work/pp.c"
+tcp_lat() {
+  local p; p=$(port)
+  ip netns exec "$A" "$work/pp" "$p" 50000 server &
+  local s=$!
+  ip netns exec "$B" "$work/pp" "$p" 50000
+  wait "$s" || true
+}
+cases=(
+  "64 KiB WRITE goodput over a veth pair, MB/s (iWARP / iperf3)|iwarp_bw|tcp_bw"
+  "8 B half round trip over a veth pair, us (iWARP / TCP ping-pong)|iwarp_lat|tcp_lat"
+)
 pairs 62 oxrdma TCP

@@ -115,6 +115,16 @@ else
   sed 's/^/    client: /' "$work/cli" | tail -5
 fi
 kill $srv 2>/dev/null; wait $srv 2>/dev/null
+# An iWARP device alone: the RDMA CM does not speak iWARP yet, and says so at once.
+next
+OXRDMA_DEVICES=siw0=iwarp:127.0.0.64 timeout 30 rping -c -a 127.0.0.64 -p $port -C 1 \
+  >"$work/cli" 2>&1
+if grep -q "does not speak iWARP yet" "$work/cli"; then
+  row "rping on an iWARP device alone" "PASS (refused, said why)"
+else
+  row "rping on an iWARP device alone" "FAIL"; fails=$((fails + 1))
+  sed 's/^/    client: /' "$work/cli" | tail -5
+fi
 next; pair "ucmatose, 4 connections" \
   "ucmatose -p $port -c 4" "ucmatose -s 127.0.0.1 -p $port -c 4" "test complete"
 # udaddy has no port option: RDMA_PS_UDP port 7174.

@@ -76,6 +76,15 @@ pub fn device_for(ip: Option<IpAddr>) -> Result<CmDevice, c_int> {
         .filter(|ip| !ip.is_unspecified())
         .and_then(on)
         .unwrap_or(0);
+    // An iWARP device's connections are TCP and MPA, not the IB CM's MADs: refused with a
+    // word rather than left to fail at the QP's first move.
+    if let Some(Target::Iwarp(a)) = list.get(i).map(|d| &d.addr) {
+        eprintln!(
+            "oxrdma: the RDMA CM does not speak iWARP yet (the only device for this id is \
+             the iWARP one on {a}); connect iWARP QPs with the Rust API's oxrdma::iwarp"
+        );
+        return Err(libc::ENODEV);
+    }
     open(i)
 }
 
