@@ -290,11 +290,7 @@ fn fpdu(seg: &[u8], crc: &'static str) -> Result<Fpdu, WireError> {
             offset,
         } => {
             (f.queue, f.msn, f.mo) = (Some(queue as u32), Some(msn), Some(offset));
-            let invalidates = matches!(
-                h.opcode,
-                RdmapOpcode::SendInvalidate | RdmapOpcode::SendSeInvalidate
-            );
-            f.inv_stag = invalidates.then_some(ulp);
+            f.inv_stag = h.opcode.invalidates().then_some(ulp);
         }
     }
     match h.opcode {

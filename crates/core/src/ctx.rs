@@ -27,13 +27,23 @@ impl Ctx<'_> {
     }
 
     pub fn complete(&mut self, cq: u32, wc: WorkCompletion) {
-        if let Some(c) = self.cqs.get_mut(&cq) {
-            if c.push(wc) {
-                self.events.push_back(AsyncEvent::Cq {
-                    cq,
-                    event: EventType::CqErr,
-                });
-            }
+        complete_on(self.cqs, self.events, cq, wc);
+    }
+}
+
+/// A completion on CQ `cq`; one that overflows it is the CQ's error event.
+pub(crate) fn complete_on(
+    cqs: &mut BTreeMap<u32, Cq>,
+    events: &mut VecDeque<AsyncEvent>,
+    cq: u32,
+    wc: WorkCompletion,
+) {
+    if let Some(c) = cqs.get_mut(&cq) {
+        if c.push(wc) {
+            events.push_back(AsyncEvent::Cq {
+                cq,
+                event: EventType::CqErr,
+            });
         }
     }
 }

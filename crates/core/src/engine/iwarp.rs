@@ -12,7 +12,7 @@
 
 use super::Engine;
 use crate::attr::{QpAttr, QpCap, QpInitAttr};
-use crate::cq::Cq;
+use crate::ctx::complete_on as complete;
 use crate::error::{Result, VerbsError};
 use crate::iwarp::memory::Registered;
 use crate::iwarp::qp::{Qp as DataPath, QpConfig};
@@ -20,7 +20,6 @@ use crate::iwarp::Negotiated;
 use crate::qp::QpPost;
 use crate::verbs::{Access, AsyncEvent, EventType, QpState, QpType, WcOpcode, WcStatus};
 use crate::wr::{SendWr, WorkCompletion};
-use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 /// An iWARP QP as the engine keeps it.
@@ -378,23 +377,6 @@ impl IwQp {
     fn set_state(&mut self, s: QpState) {
         self.state = s;
         self.post.set_state(s);
-    }
-}
-
-/// A completion on `cq` (an overflow is the CQ's error event, as for any QP).
-fn complete(
-    cqs: &mut BTreeMap<u32, Cq>,
-    events: &mut VecDeque<AsyncEvent>,
-    cq: u32,
-    wc: WorkCompletion,
-) {
-    if let Some(c) = cqs.get_mut(&cq) {
-        if c.push(wc) {
-            events.push_back(AsyncEvent::Cq {
-                cq,
-                event: EventType::CqErr,
-            });
-        }
     }
 }
 

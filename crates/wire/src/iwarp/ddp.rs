@@ -64,6 +64,14 @@ impl RdmapOpcode {
         matches!(self, RdmapOpcode::Write | RdmapOpcode::ReadResponse)
     }
 
+    /// Whether it is a SEND that invalidates the STag its header names.
+    pub fn invalidates(self) -> bool {
+        matches!(
+            self,
+            RdmapOpcode::SendInvalidate | RdmapOpcode::SendSeInvalidate
+        )
+    }
+
     /// The untagged queue its segments go to (none for tagged ones).
     pub fn queue(self) -> Option<Queue> {
         use RdmapOpcode::*;

@@ -196,10 +196,7 @@ impl Qp {
         if !last {
             return Ok(());
         }
-        let invalidates = matches!(
-            op,
-            RdmapOpcode::SendInvalidate | RdmapOpcode::SendSeInvalidate
-        );
+        let invalidates = op.invalidates();
         if invalidates && mem.invalidate(ulp).is_err() {
             return Err((term::RDMAP, term::REMOTE_OPERATION, term::CANNOT_INVALIDATE));
         }
