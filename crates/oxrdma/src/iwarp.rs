@@ -19,6 +19,7 @@
 //! # }
 //! ```
 
+use crate::engine_context::EngineContext;
 use crate::qp::EngineQp;
 use crate::{Error, QueuePair, Result};
 use oxrdma_core::iwarp::SetupConfig;
@@ -28,7 +29,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 /// How long MPA's exchange may take.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connects `qp` to the iWARP listener at `addr`, offering `private_data`; returns the
 /// listener's private data. The QP is in RTS when this returns.
@@ -127,17 +128,21 @@ fn iwarp_qp(qp: &QueuePair) -> Result<&EngineQp> {
 fn to_init(eq: &EngineQp) -> Result<()> {
     let mut dev = eq.ctx.shared().lock();
     if dev.engine.qp_state(eq.qpn)? == QpState::Reset {
-        let attr = QpAttr {
-            qp_state: Some(QpState::Init),
-            qp_access_flags: Some(Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ),
-            ..Default::default()
-        };
-        dev.engine.modify_qp(eq.qpn, &attr)?;
+        dev.engine.modify_qp(eq.qpn, &init_attr())?;
     }
     Ok(())
 }
 
-fn setup_config(private_data: &[u8]) -> SetupConfig {
+/// The move to INIT the kernel's iWARP CM gives a QP: remote READ and WRITE allowed.
+pub(crate) fn init_attr() -> QpAttr {
+    QpAttr {
+        qp_state: Some(QpState::Init),
+        qp_access_flags: Some(Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn setup_config(private_data: &[u8]) -> SetupConfig {
     SetupConfig {
         private_data: private_data.to_vec(),
         ..Default::default()
@@ -147,22 +152,36 @@ fn setup_config(private_data: &[u8]) -> SetupConfig {
 /// The QP takes the stream: RTS, its driver attached, the engine thread told.
 fn attach(eq: &EngineQp, est: Established) -> Result<Vec<u8>> {
     let peer = est.negotiated.peer_private_data.clone();
-    let shared = eq.ctx.shared();
+    attach_stream(&eq.ctx, eq.qpn, est, |_| {})?;
+    Ok(peer)
+}
+
+/// QP `qpn` of `ctx` takes the stream (RTS, its driver attached); `then` runs with the
+/// device still locked (the RDMA CM routes the stream's end to its id there, before the
+/// engine thread can see it end), and the engine thread is told.
+pub(crate) fn attach_stream(
+    ctx: &EngineContext,
+    qpn: u32,
+    est: Established,
+    then: impl FnOnce(&crate::shared::Shared),
+) -> Result<()> {
+    let shared = ctx.shared();
     let mut dev = shared.lock();
-    dev.engine.iwarp_established(eq.qpn, &est.stream())?;
+    dev.engine.iwarp_established(qpn, &est.stream())?;
     let streams = dev
         .streams
         .as_mut()
         .ok_or(VerbsError::InvalidArgument("not an iWARP device"))?;
-    streams.attach(eq.qpn, est.sock, &est.early)?;
+    streams.attach(qpn, est.sock, &est.early)?;
+    then(shared);
     drop(dev);
     shared.ring();
-    Ok(peer)
+    Ok(())
 }
 
 /// MPA's failures as the API's errors: a refusal with the peer's private data (status
 /// 28, an application's, as `cm::connect` reports one), the rest I/O.
-fn setup_error(e: oxrdma_tcp::MpaError) -> Error {
+pub(crate) fn setup_error(e: oxrdma_tcp::MpaError) -> Error {
     match e {
         oxrdma_tcp::MpaError::Io(io) => Error::Io(io),
         oxrdma_tcp::MpaError::Rejected { private_data } => Error::Rejected {

@@ -505,7 +505,8 @@ impl EngineQp {
         let agreed = shared.agreed_for(self.qpn);
         let mut dev = shared.lock();
         dev.engine.modify_qp(self.qpn, attr)?;
-        let keyed = if self.connected() {
+        // (Secure QPs are RoCE's: an iWARP QP's stream is TCP's.)
+        let keyed = if self.connected() && !dev.engine.is_iwarp_qp(self.qpn) {
             secure::key_as_moved(self.ctx.gids(), &mut dev.engine, self.qpn, agreed)
         } else {
             Ok(())

@@ -4,7 +4,7 @@
 use oxrdma_core::iwarp::{Negotiated, Setup, SetupConfig, SetupError, SetupEvent};
 use oxrdma_core::IwarpStream;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -67,6 +67,23 @@ pub fn connect(
 ) -> Result<Established, MpaError> {
     let sock = TcpStream::connect_timeout(&addr, timeout)?;
     initiate(sock, cfg, timeout)
+}
+
+/// [`connect`] from the local address `src` (the device's: the connection comes from
+/// the RNIC's address, as an iWARP NIC's does, not from the one the routing would pick).
+pub fn connect_from(
+    src: IpAddr,
+    addr: SocketAddr,
+    cfg: SetupConfig,
+    timeout: Duration,
+) -> Result<Established, MpaError> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if !src.is_unspecified() {
+        sock.bind(&SocketAddr::new(src, 0).into())?;
+    }
+    sock.connect_timeout(&addr.into(), timeout)?;
+    initiate(sock.into(), cfg, timeout)
 }
 
 /// The initiator's exchange on a connected socket.
@@ -138,6 +155,11 @@ impl Request {
     /// The peer's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.sock.peer_addr()
+    }
+
+    /// This side's address (where the peer connected to).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
     }
 
     /// Accepts with `private_data` in the reply (in place of the configuration's).

@@ -38,6 +38,8 @@ pub struct Streams {
     epoll: OwnedFd,
     conns: BTreeMap<u32, Conn>,
     scratch: Box<[u8]>,
+    /// QPs whose stream ended since [`Streams::take_ended`] last looked.
+    ended: Vec<u32>,
 }
 
 impl Streams {
@@ -47,6 +49,7 @@ impl Streams {
             epoll: epoll::create(epoll::CreateFlags::CLOEXEC)?,
             conns: BTreeMap::new(),
             scratch: vec![0; 64 << 10].into_boxed_slice(),
+            ended: Vec::new(),
         })
     }
 
@@ -136,9 +139,19 @@ impl Streams {
             if !c.ended {
                 moved += drive(qpn, c, engine, &mut self.scratch);
                 rewatch(&self.epoll, c);
+                if c.ended {
+                    self.ended.push(qpn);
+                }
             }
         }
         moved
+    }
+
+    /// The QPs whose stream ended (the peer closed it or it failed, or the QP ended and
+    /// its last bytes went) since the last call: what the RDMA CM reports as
+    /// `DISCONNECTED`. A stream detached before it ended is not among them.
+    pub fn take_ended(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.ended)
     }
 }
 

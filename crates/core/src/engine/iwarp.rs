@@ -208,8 +208,10 @@ impl Engine {
                     d.stream_closed();
                 }
                 qp.set_state(QpState::Err);
-                // What waits in the rings flushes now, not at the next post.
+                // What waits in the rings, and what the data path held, flushes now, not
+                // at the next post.
                 self.iwarp_take_posted(qpn)?;
+                self.iwarp_settle(qpn);
             }
             (_, QpState::Reset) => {
                 // As on any QP: what was posted and not completed is discarded.

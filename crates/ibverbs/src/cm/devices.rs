@@ -68,23 +68,13 @@ pub fn device_for(ip: Option<IpAddr>) -> Result<CmDevice, c_int> {
             Target::Address(a) => *a == ip,
             Target::Interface(n) => iface.as_ref().is_some_and(|i| &i.name == n && !i.loopback),
             Target::Loopback => ip.is_loopback(),
-            // Not yet: the RDMA CM over iWARP (TCP and MPA, not the IB CM's MADs).
-            Target::Iwarp(_) => false,
+            Target::Iwarp(a) => *a == ip,
         })
     };
     let i = ip
         .filter(|ip| !ip.is_unspecified())
         .and_then(on)
         .unwrap_or(0);
-    // An iWARP device's connections are TCP and MPA, not the IB CM's MADs: refused with a
-    // word rather than left to fail at the QP's first move.
-    if let Some(Target::Iwarp(a)) = list.get(i).map(|d| &d.addr) {
-        eprintln!(
-            "oxrdma: the RDMA CM does not speak iWARP yet (the only device for this id is \
-             the iWARP one on {a}); connect iWARP QPs with the Rust API's oxrdma::iwarp"
-        );
-        return Err(libc::ENODEV);
-    }
     open(i)
 }
 

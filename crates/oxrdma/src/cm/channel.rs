@@ -7,6 +7,7 @@
 //! (`EngineChannel::get_event`), which also does what librdmacm does in
 //! `rdma_get_cm_event` (the QP's RTR and RTS and the RTU on a REP, ERR on a rejection).
 
+use super::iwarp_id::IwInner;
 use super::state::{ChannelInner, Raw};
 use crate::device::Device;
 use crate::error::Result;
@@ -96,6 +97,8 @@ impl EngineChannel {
 pub(crate) struct CmRoutes {
     conns: Mutex<HashMap<u32, Weak<ChannelInner>>>,
     listeners: Mutex<HashMap<u64, Weak<ChannelInner>>>,
+    /// The iWARP ids by their QP: told when its stream ends.
+    iwarp: Mutex<HashMap<u32, Weak<IwInner>>>,
 }
 
 impl CmRoutes {
@@ -111,10 +114,23 @@ impl CmRoutes {
     pub fn unroute_listener(&self, service_id: u64) {
         lock(&self.listeners).remove(&service_id);
     }
+    pub fn route_iwarp(&self, qpn: u32, id: Weak<IwInner>) {
+        lock(&self.iwarp).insert(qpn, id);
+    }
+    pub fn unroute_iwarp(&self, qpn: u32) {
+        lock(&self.iwarp).remove(&qpn);
+    }
 
     /// Moves the CM events of `dev` (key `key`) to their channels; a request for a
     /// listener that is gone is rejected, an event of an id that is gone dropped.
     pub fn deliver(&self, key: usize, dev: &mut Device) {
+        let ended = dev.streams.as_mut().map(|s| s.take_ended());
+        for qpn in ended.into_iter().flatten() {
+            let id = lock(&self.iwarp).remove(&qpn).and_then(|w| w.upgrade());
+            if let Some(id) = id {
+                id.stream_ended();
+            }
+        }
         while let Some(event) = dev.engine.poll_cm_event() {
             let comm_id = event.id.0;
             let ch = match &event.kind {

@@ -3,6 +3,7 @@
 //! (`rdma_core/cm_id.rs`), chosen by the device and channel they are made on.
 
 use super::channel::EngineChannel;
+use super::iwarp_id::IwarpId;
 use super::state::EngineId;
 use super::steps::QpMover;
 use super::{CmEvent, CmIdKey, ConnParam, PortSpace};
@@ -157,6 +158,8 @@ pub struct CmId {
 enum IdKind {
     Engine(EngineId),
     RdmaCore(Arc<RcId>),
+    /// An iWARP device's (TCP and MPA, `iwarp_id.rs`).
+    Iwarp(IwarpId),
 }
 
 impl CmId {
@@ -169,6 +172,12 @@ impl CmId {
     pub(crate) fn from_rdma_core(id: Arc<RcId>) -> CmId {
         CmId {
             kind: IdKind::RdmaCore(id),
+        }
+    }
+
+    pub(crate) fn from_iwarp(id: IwarpId) -> CmId {
+        CmId {
+            kind: IdKind::Iwarp(id),
         }
     }
 }
@@ -198,6 +207,11 @@ impl CmId {
         qp_type: QpType,
     ) -> Result<CmId> {
         match (&channel.kind, ctx.backend()) {
+            (ChannelKind::Engine(c), Backend::Engine)
+                if ctx.transport() == oxrdma_core::DeviceTransport::Iwarp =>
+            {
+                IwarpId::create(c, ctx, ps, qp_type).map(CmId::from_iwarp)
+            }
             (ChannelKind::Engine(c), Backend::Engine) => {
                 EngineId::with_type(c, ctx, ps, qp_type).map(CmId::from_engine)
             }
@@ -218,7 +232,7 @@ impl CmId {
                 id.set_secure(mode);
                 Ok(())
             }
-            IdKind::RdmaCore(_) => Err(Error::Unsupported("secure connections")),
+            IdKind::RdmaCore(_) | IdKind::Iwarp(_) => Err(Error::Unsupported("secure connections")),
         }
     }
 
@@ -227,6 +241,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.key(),
             IdKind::RdmaCore(id) => CmIdKey(id.key),
+            IdKind::Iwarp(id) => id.key(),
         }
     }
 
@@ -235,6 +250,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.context(),
             IdKind::RdmaCore(id) => &id.ctx,
+            IdKind::Iwarp(id) => id.context(),
         }
     }
 
@@ -243,6 +259,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.port_space(),
             IdKind::RdmaCore(id) => id.ps,
+            IdKind::Iwarp(id) => id.port_space(),
         }
     }
 
@@ -251,6 +268,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.qp_type(),
             IdKind::RdmaCore(id) => id.qp_type,
+            IdKind::Iwarp(_) => QpType::Rc,
         }
     }
 
@@ -266,6 +284,7 @@ impl CmId {
                     .unwrap_or(0);
                 (gids.get(at).copied().unwrap_or(id.ctx.gid()), at as u8)
             }
+            IdKind::Iwarp(id) => (id.context().gid(), 0),
         }
     }
 
@@ -274,6 +293,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.local_addr(),
             IdKind::RdmaCore(id) => id.local_addr(),
+            IdKind::Iwarp(id) => id.local_addr(),
         }
     }
 
@@ -282,6 +302,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.peer_addr(),
             IdKind::RdmaCore(id) => id.peer_addr(),
+            IdKind::Iwarp(id) => id.peer_addr(),
         }
     }
 
@@ -290,6 +311,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.peer_gid(),
             IdKind::RdmaCore(id) => id.peer_addr().map(|a| Gid::from(a.ip())),
+            IdKind::Iwarp(id) => id.peer_gid(),
         }
     }
 
@@ -298,6 +320,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.qp_num(),
             IdKind::RdmaCore(id) => id.qp_num(),
+            IdKind::Iwarp(id) => id.qp_num(),
         }
     }
 
@@ -307,6 +330,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.bind_addr(addr),
             IdKind::RdmaCore(id) => id.bind_addr(addr),
+            IdKind::Iwarp(id) => id.bind_addr(addr),
         }
     }
 
@@ -316,6 +340,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.listen(backlog),
             IdKind::RdmaCore(id) => id.listen(backlog),
+            IdKind::Iwarp(id) => id.listen(backlog),
         }
     }
 
@@ -325,6 +350,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.resolve_addr(src, dst),
             IdKind::RdmaCore(id) => id.resolve_addr(src, dst),
+            IdKind::Iwarp(id) => id.resolve_addr(src, dst),
         }
     }
 
@@ -334,6 +360,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.resolve_route(),
             IdKind::RdmaCore(id) => id.resolve_route(),
+            IdKind::Iwarp(id) => id.resolve_route(),
         }
     }
 
@@ -348,6 +375,7 @@ impl CmId {
         }
         match &self.kind {
             IdKind::Engine(id) => id.attach_qp(qp),
+            IdKind::Iwarp(id) => id.attach(qp.engine("an iWARP id's QP")?.qpn, None),
             IdKind::RdmaCore(id) => match qp.rdma_core_qp() {
                 Some(q) => id.attach_qp(q),
                 None => Err(VerbsError::InvalidArgument("an engine QP on an rdma-core id").into()),
@@ -359,6 +387,9 @@ impl CmId {
     /// the C library's, whose program's `struct ibv_qp` must follow every move. An engine
     /// device's.
     pub fn attach_qp_with(&self, qpn: u32, mover: Arc<dyn QpMover>) -> Result<()> {
+        if let IdKind::Iwarp(id) = &self.kind {
+            return id.attach(qpn, Some(mover));
+        }
         self.engine("moving a QP through a QpMover")?
             .attach_qp_with(qpn, mover)
     }
@@ -368,6 +399,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.detach_qp(),
             IdKind::RdmaCore(id) => id.detach_qp(),
+            IdKind::Iwarp(id) => id.detach_qp(),
         }
     }
 
@@ -377,6 +409,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.init_qp_attr(state),
             IdKind::RdmaCore(id) => id.init_qp_attr(state),
+            IdKind::Iwarp(id) => id.init_qp_attr(state),
         }
     }
 
@@ -390,6 +423,10 @@ impl CmId {
                 Ok(())
             }
             IdKind::RdmaCore(id) => id.migrate(to.rdma_core().ok_or(MIXED)?),
+            IdKind::Iwarp(id) => {
+                id.migrate(to.engine().ok_or(MIXED)?);
+                Ok(())
+            }
         }
     }
 
@@ -399,6 +436,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.connect(param),
             IdKind::RdmaCore(id) => id.connect(param),
+            IdKind::Iwarp(id) => id.connect(param),
         }
     }
 
@@ -408,6 +446,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.accept(param),
             IdKind::RdmaCore(id) => id.accept(param),
+            IdKind::Iwarp(id) => id.accept(param),
         }
     }
 
@@ -416,6 +455,7 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.reject(private_data),
             IdKind::RdmaCore(id) => id.reject(private_data),
+            IdKind::Iwarp(id) => id.reject(private_data),
         }
     }
 
@@ -425,6 +465,9 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.establish(),
             IdKind::RdmaCore(id) => id.establish(),
+            IdKind::Iwarp(_) => Err(Error::CmState(
+                "rdma_establish is for IB connections; an iWARP one is established by MPA",
+            )),
         }
     }
 
@@ -434,13 +477,14 @@ impl CmId {
         match &self.kind {
             IdKind::Engine(id) => id.disconnect(),
             IdKind::RdmaCore(id) => id.disconnect(),
+            IdKind::Iwarp(id) => id.disconnect(),
         }
     }
 
     fn engine(&self, what: &'static str) -> Result<&EngineId> {
         match &self.kind {
             IdKind::Engine(id) => Ok(id),
-            IdKind::RdmaCore(_) => Err(Error::Unsupported(what)),
+            IdKind::RdmaCore(_) | IdKind::Iwarp(_) => Err(Error::Unsupported(what)),
         }
     }
 }

@@ -28,6 +28,7 @@ pub(crate) fn take_event(ch: &Arc<ChannelInner>, raw: Raw) -> Option<CmEvent> {
             return Some(plain(id.key, event, status));
         }
         Raw::Core { dev, event } => (dev, event),
+        Raw::Made(event) => return Some(*event),
     };
     let CoreEvent { id: comm, kind } = event;
     match kind {
@@ -52,7 +53,7 @@ pub(crate) fn take_event(ch: &Arc<ChannelInner>, raw: Raw) -> Option<CmEvent> {
     }
 }
 
-fn plain(key: u64, event: CmEventType, status: i32) -> CmEvent {
+pub(super) fn plain(key: u64, event: CmEventType, status: i32) -> CmEvent {
     CmEvent {
         event,
         id: CmIdKey(key),

@@ -11,6 +11,7 @@ mod cm_id;
 mod connection;
 mod id;
 mod incoming;
+mod iwarp_id;
 mod keys;
 mod listener;
 mod machine;

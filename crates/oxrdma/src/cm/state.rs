@@ -142,6 +142,8 @@ pub(crate) enum Raw {
         event: CmEventType,
         status: i32,
     },
+    /// An event made whole here (an iWARP id's: `iwarp_id.rs`).
+    Made(Box<super::CmEvent>),
 }
 
 #[derive(Debug)]

@@ -83,6 +83,10 @@ pub(super) struct Flow {
     pub rmsg: VecDeque<u32>,
     /// Their sum: bytes written into the receive buffer and not yet read.
     pub queued: u64,
+    /// Messages go as SENDs of 4 bytes (iWARP has no immediate data): a data message
+    /// is a WRITE and such a SEND, two send slots, and a credit update with an SGE two
+    /// control slots (rsockets' `RS_OPT_MSG_SEND`).
+    pub msg_send: bool,
 }
 
 impl Flow {
@@ -117,6 +121,7 @@ impl Flow {
             rbuf_read: 0,
             rmsg: VecDeque::new(),
             queued: 0,
+            msg_send: false,
         }
     }
 
@@ -127,7 +132,7 @@ impl Flow {
     /// Whether a data message may go now, `target_len` being what is left of the
     /// peer's current receive half.
     pub fn can_send(&self, target_len: u32) -> bool {
-        self.sqe_avail > 0
+        self.sqe_avail > u32::from(self.msg_send)
             && self.sbuf_avail >= SNDLOWAT
             && self.sseq_no != self.sseq_comp
             && target_len != 0
@@ -151,7 +156,7 @@ impl Flow {
     pub fn should_give_credits(&self) -> bool {
         (self.rbuf_avail >= self.rbuf_size >> 1
             || self.rseq_no.wrapping_sub(self.rseq_comp) as i16 >= 0)
-            && self.ctrl_avail()
+            && self.ctrl_max_seqno.wrapping_sub(self.ctrl_seqno) > u32::from(self.msg_send)
             && self.connected()
     }
 
@@ -172,6 +177,10 @@ impl Flow {
             length: half,
         };
         let at = self.remote_sge;
+        if self.msg_send {
+            // The WRITE of the SGE and the SEND of the message.
+            self.ctrl_seqno += 1;
+        }
         self.rbuf_avail -= half;
         self.rbuf_free += half;
         if self.rbuf_free >= self.rbuf_size {
@@ -249,6 +258,17 @@ impl Flow {
         }
     }
 
+    /// The SEND that carried a WRITE's message (`msg_send`) completed, `msg` its message:
+    /// it returns its own send slot (the WRITE returned the data's buffer) or, for a
+    /// credit update, its control slot.
+    pub fn on_msg_send_done(&mut self, msg: u32, failed: bool) {
+        match Op::split(msg) {
+            // Its slot alone, as a data message of no bytes.
+            (Op::IomapSgl, _) => self.on_send_done(Op::Data.imm(0), failed),
+            (op, _) => self.on_send_done(op.imm(0), failed),
+        }
+    }
+
     pub fn close(&mut self) {
         if matches!(self.link, Link::Open | Link::Connecting) {
             self.link = Link::Closed;
@@ -305,6 +325,10 @@ impl Flow {
     /// (none if `inline`). Also counts the message against the peer's credits.
     pub fn take_send(&mut self, len: u32, inline: bool) -> Vec<(u32, u32)> {
         self.sseq_no = self.sseq_no.wrapping_add(1);
+        if self.msg_send {
+            // The SEND of its message.
+            self.sqe_avail -= 1;
+        }
         self.take_slot(len, inline)
     }
 

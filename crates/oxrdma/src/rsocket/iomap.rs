@@ -114,18 +114,8 @@ impl RStream {
             let _ = sge.emit_order(&mut b[8..], net);
             let data = self.stage(&mut f, &b, true);
             let at = f.remote_iomap.addr + i as u64 * u64::from(IOMAP_LEN);
-            let wr = SendWr {
-                imm: Op::IomapSgl.imm(i as u32),
-                remote_addr: at,
-                rkey: f.remote_iomap.key,
-                flags: SendFlags::SIGNALED,
-                ..SendWr::new(
-                    u64::from(Op::IomapSgl.imm(i as u32)),
-                    WrOpcode::RdmaWriteWithImm,
-                    data,
-                )
-            };
-            self.qp.post_send(wr).map_err(io)?;
+            let key = f.remote_iomap.key;
+            self.post_write_msg(&f, Op::IomapSgl.imm(i as u32), data, at, key)?;
             lock(&self.maps).pending.pop_front();
         }
     }

@@ -23,8 +23,13 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::MutexGuard;
 use std::time::Duration;
 
-/// Receive WRs carry this bit in their `wr_id`; send WRs carry their message.
+/// Receive WRs carry this bit in their `wr_id` (and, on iWARP, their message slot);
+/// send WRs carry their message.
 const RECV: u64 = 1 << 63;
+/// The SEND that carries a WRITE's message on iWARP (`Flow::msg_send`) carries this bit.
+const MSG_PART: u64 = 1 << 62;
+/// A message's bytes, as rsockets sends them on iWARP: a `uint32_t` in host order.
+const MSG_LEN: usize = 4;
 /// This machine's byte order, as the connection data's `FLAG_NET` says it.
 const NET: bool = cfg!(target_endian = "big");
 /// The longest a waiting thread sleeps before it looks again (another thread may have
@@ -94,6 +99,8 @@ pub struct RStream {
     rmr: MemoryRegion,
     /// The target SGL the peer's credit updates land in, then the iomap table.
     tmr: MemoryRegion,
+    /// On iWARP, where messages come as SENDs: a 4-byte slot for each receive.
+    mmr: Option<MemoryRegion>,
     pub(super) cq: CompletionQueue,
     comp: CompletionChannel,
     pub(super) pd: ProtectionDomain,
@@ -126,16 +133,19 @@ impl RStream {
         id.resolve_route().map_err(io)?;
         wait_local(ch, CmEventType::RouteResolved)?;
         let s = RStream::build(id, ch.clone(), o)?;
+        let f = lock(&s.flow);
         let param = ConnParam {
-            private_data: s.conn_data(&lock(&s.flow)).to_vec(),
+            private_data: s.conn_data(&f).to_vec(),
             responder_resources: 0,
-            initiator_depth: 0,
+            // As rsockets: iWARP's setup may use one READ (the ready-to-receive message).
+            initiator_depth: u8::from(f.msg_send),
             flow_control: true,
             retry_count: 7,
             rnr_retry_count: 7,
             srq: false,
             qp_num: 0,
         };
+        drop(f);
         s.id.connect(&param).map_err(io)?;
         if !nonblock {
             s.finish_connect(false)?;
@@ -198,21 +208,27 @@ impl RStream {
         let iomap = unscale(scale(o.iomap_size));
         let tlen = RsSge::LEN * 2 + super::flow::IOMAP_LEN as usize * iomap as usize;
         let tmr = pd.register(tlen, remote).map_err(io)?;
-        for _ in 0..rq {
-            qp.post_recv(RecvWr {
-                wr_id: RECV,
-                sges: SgeList::new(),
-            })
-            .map_err(io)?;
+        let msg_send = ctx.transport() == oxrdma_core::DeviceTransport::Iwarp;
+        let mmr = if msg_send {
+            let len = rq as usize * MSG_LEN;
+            Some(pd.register(len, Access::LOCAL_WRITE).map_err(io)?)
+        } else {
+            None
+        };
+        for i in 0..u64::from(rq) {
+            post_recv(&qp, mmr.as_ref(), RECV | i)?;
         }
+        let mut flow = Flow::new(sq, rq, sbuf, rbuf);
+        flow.msg_send = msg_send;
         Ok(RStream {
-            flow: std::sync::Mutex::new(Flow::new(sq, rq, sbuf, rbuf)),
+            flow: std::sync::Mutex::new(flow),
             maps: std::sync::Mutex::new(IoMaps::new(iomap)),
             inline: o.inline,
             qp,
             smr,
             rmr,
             tmr,
+            mmr,
             cq,
             comp,
             pd,
@@ -591,7 +607,7 @@ impl RStream {
     fn progress(&self, f: &mut Flow) {
         self.update_credits(f);
         let mut wcs: Vec<WorkCompletion> = Vec::new();
-        let mut recvs = 0;
+        let mut recvs = Vec::new();
         loop {
             wcs.clear();
             match self.cq.poll(&mut wcs, 64) {
@@ -604,21 +620,23 @@ impl RStream {
                     if wc.status != WcStatus::Success {
                         continue;
                     }
-                    recvs += 1;
+                    recvs.push(wc.wr_id);
                     if let Some(imm) = wc.imm {
                         f.on_message(imm);
+                    } else if let Some(m) = self.message_in(wc) {
+                        f.on_message(m);
                     }
+                } else if wc.wr_id & MSG_PART != 0 {
+                    f.on_msg_send_done(wc.wr_id as u32, wc.status != WcStatus::Success);
                 } else {
                     f.on_send_done(wc.wr_id as u32, wc.status != WcStatus::Success);
                 }
             }
         }
         if f.connected() {
-            for _ in 0..recvs {
-                let r = self.qp.post_recv(RecvWr {
-                    wr_id: RECV,
-                    sges: SgeList::new(),
-                });
+            for wr_id in recvs {
+                // (Again into the same message slot, on iWARP.)
+                let r = post_recv(&self.qp, self.mmr.as_ref(), wr_id);
                 if r.is_err() {
                     f.link = Link::Failed(Errno::NOMEM);
                     f.err = Some(Errno::NOMEM);
@@ -671,7 +689,8 @@ impl RStream {
                 let mut b = [0u8; RsSge::LEN];
                 let _ = sge.emit_order(&mut b, NET != f.swap);
                 let at = f.remote_sgl.addr + u64::from(at) * RsSge::LEN as u64;
-                self.post_write_imm(
+                self.post_write_msg(
+                    f,
                     c.imm,
                     SendData::Inline(InlineData::from_slice(&b)),
                     at,
@@ -686,20 +705,61 @@ impl RStream {
     }
 
     /// A message with no data (a credit limit alone, a control message).
-    fn post_msg(&self, _f: &mut Flow, imm: u32) -> Result<()> {
+    fn post_msg(&self, f: &mut Flow, imm: u32) -> Result<()> {
+        if f.msg_send {
+            return self.send_msg(imm, u64::from(imm));
+        }
         // rsockets leaves the address and key of these unset: the length is 0.
-        self.post_write_imm(imm, SendData::Inline(InlineData::new()), 0, 0)
+        self.post_write_msg(f, imm, SendData::Inline(InlineData::new()), 0, 0)
     }
 
-    fn post_write_imm(&self, imm: u32, data: SendData, addr: u64, rkey: u32) -> Result<()> {
+    /// `data` written at `addr` with the message `imm`: one WRITE WITH IMMEDIATE, or on
+    /// iWARP a WRITE and then a SEND of the message (its completion returns the slot).
+    pub(super) fn post_write_msg(
+        &self,
+        f: &Flow,
+        imm: u32,
+        data: SendData,
+        addr: u64,
+        rkey: u32,
+    ) -> Result<()> {
+        let opcode = if f.msg_send {
+            WrOpcode::RdmaWrite
+        } else {
+            WrOpcode::RdmaWriteWithImm
+        };
         let wr = SendWr {
             imm,
             remote_addr: addr,
             rkey,
             flags: SendFlags::SIGNALED,
-            ..SendWr::new(u64::from(imm), WrOpcode::RdmaWriteWithImm, data)
+            ..SendWr::new(u64::from(imm), opcode, data)
+        };
+        self.qp.post_send(wr).map_err(io)?;
+        if f.msg_send {
+            let (op, _) = Op::split(imm);
+            self.send_msg(imm, u64::from(op.imm(0)) | MSG_PART)?;
+        }
+        Ok(())
+    }
+
+    /// A message as a SEND of its 4 bytes (iWARP).
+    fn send_msg(&self, msg: u32, wr_id: u64) -> Result<()> {
+        let data = SendData::Inline(InlineData::from_slice(&msg.to_ne_bytes()));
+        let wr = SendWr {
+            flags: SendFlags::SIGNALED,
+            ..SendWr::new(wr_id, WrOpcode::Send, data)
         };
         self.qp.post_send(wr).map_err(io)
+    }
+
+    /// The message a receive brought on iWARP: its slot's 4 bytes.
+    fn message_in(&self, wc: &WorkCompletion) -> Option<u32> {
+        let mmr = self.mmr.as_ref()?;
+        let slot = (wc.wr_id & u64::from(u32::MAX)) as usize;
+        let mut b = [0u8; MSG_LEN];
+        mmr.read(slot * MSG_LEN, &mut b).ok()?;
+        (wc.byte_len as usize == MSG_LEN).then_some(u32::from_ne_bytes(b))
     }
 
     /// `data` (at most the target's room and the free send buffer) as one message into
@@ -717,7 +777,7 @@ impl RStream {
             f.target_sge ^= 1;
         }
         let data = self.stage(f, data, true);
-        self.post_write_imm(Op::Data.imm(len), data, addr, rkey)
+        self.post_write_msg(f, Op::Data.imm(len), data, addr, rkey)
     }
 
     /// Takes send resources for `data` and says where the WR gets it: inline when small
@@ -763,6 +823,17 @@ impl Drop for RStream {
         });
         let _ = self.id.disconnect();
     }
+}
+
+/// Posts a receive: no buffer where messages come as immediate data, else (iWARP) the
+/// message slot `wr_id` names.
+fn post_recv(qp: &QueuePair, mmr: Option<&MemoryRegion>, wr_id: u64) -> Result<()> {
+    let mut sges = SgeList::new();
+    if let Some(m) = mmr {
+        let slot = (wr_id & u64::from(u32::MAX)) as usize;
+        sges.push(m.sge(slot * MSG_LEN, MSG_LEN).map_err(io)?);
+    }
+    qp.post_recv(RecvWr { wr_id, sges }).map_err(io)
 }
 
 /// Waits for an address or route resolution of a fresh id.
