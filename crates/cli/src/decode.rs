@@ -64,6 +64,16 @@ pub fn run(a: &DecodeArgs) -> anyhow::Result<bool> {
         }
         Ok(())
     })?;
+    for d in iwarp.finish() {
+        fpdus += 1;
+        bad_iwarp += 1;
+        if json {
+            serde_json::to_writer(&mut out, &d)?;
+            out.write_all(b"\n")?;
+        } else {
+            writeln!(out, "{}", crate::decode_iwarp::format_line(&d))?;
+        }
+    }
     out.flush().context("cannot write to standard output")?;
     if fpdus > 0 {
         eprintln!(

@@ -9,7 +9,7 @@ use oxrdma_wire::iwarp::ddp::{DdpRepr, Placement, RdmapOpcode, ReadRequestRepr, 
 use oxrdma_wire::iwarp::mpa::{self, EnhancedRepr, FrameKind, MpaFrameRepr};
 use oxrdma_wire::WireError;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 /// One MPA frame or FPDU, or why a direction could not be read on.
@@ -113,7 +113,16 @@ struct Dir {
     /// Bytes in order, not yet decoded.
     buf: Vec<u8>,
     phase: Phase,
+    /// Segments captured ahead of a gap (reordered on the way, or sent again later), by
+    /// how far ahead of `next` they begin: taken in once the gap fills.
+    ahead: BTreeMap<u32, Vec<u8>>,
+    /// The last segment seen, to name in a gap that never filled (`Iwarp::finish`).
+    last: Option<(usize, f64)>,
 }
+
+/// Segments held ahead of a gap per direction, at most: a gap that stays open this long
+/// is a loss in the capture, not reordering.
+const AHEAD_MAX: usize = 4096;
 
 /// What each side's MPA frame asked for: CRCs are used if either did.
 #[derive(Debug, Default, Clone, Copy)]
@@ -150,25 +159,43 @@ impl Iwarp {
         if s.payload.is_empty() || d.phase == Phase::Done {
             return out;
         }
+        d.last = Some((s.frame, s.time.as_secs_f64()));
         let next = *d.next.get_or_insert(s.seq);
         let ahead = s.seq.wrapping_sub(next);
         if ahead != 0 && ahead < 1 << 31 {
-            // Bytes the capture does not hold: the FPDU boundaries are lost with them.
-            if d.phase != Phase::Unknown {
-                out.push(line(s, "error").with_error(format!(
-                    "{ahead} bytes of this direction are missing from the capture: not \
-                     decoded from here on"
-                )));
+            // Bytes not captured yet: held until they come (reordered), or until the
+            // capture ends without them (`finish`).
+            if d.ahead.len() >= AHEAD_MAX {
+                out.push(line(s, "error").with_error(gap(ahead)));
+                d.phase = Phase::Done;
+                d.ahead.clear();
+            } else {
+                d.ahead.entry(ahead).or_insert_with(|| s.payload.to_vec());
             }
-            d.phase = Phase::Done;
             return out;
         }
-        let old = next.wrapping_sub(s.seq) as usize;
-        let Some(new) = s.payload.get(old..).filter(|n| !n.is_empty()) else {
+        if !take(d, s.seq, s.payload) {
             return out; // sent again, taken already
-        };
-        d.next = Some(next.wrapping_add(new.len() as u32));
-        d.buf.extend_from_slice(new);
+        }
+        // What waited beyond the gap this segment filled.
+        while let Some((&off, _)) = d.ahead.first_key_value() {
+            let at = d.next.unwrap_or(next);
+            let seq = next.wrapping_add(off);
+            if seq.wrapping_sub(at) != 0 && seq.wrapping_sub(at) < 1 << 31 {
+                break; // still a gap before it
+            }
+            let bytes = d.ahead.pop_first().map(|(_, b)| b).unwrap_or_default();
+            take(d, seq, &bytes);
+        }
+        // Offsets are kept from the `next` they were measured from.
+        if !d.ahead.is_empty() {
+            let at = d.next.unwrap_or(next);
+            let moved = at.wrapping_sub(next);
+            d.ahead = std::mem::take(&mut d.ahead)
+                .into_iter()
+                .map(|(off, b)| (off.wrapping_sub(moved), b))
+                .collect();
+        }
         if d.phase == Phase::Unknown {
             if d.buf.len() < 16 {
                 return out;
@@ -183,6 +210,58 @@ impl Iwarp {
         }
         let crcs = self.crcs.entry(conn_key(s.src, s.dst)).or_default();
         read_on(d, crcs, s, &mut out);
+        out
+    }
+}
+
+/// Takes the part of the segment at `seq` beyond what `d` has in order; false if none.
+fn take(d: &mut Dir, seq: u32, payload: &[u8]) -> bool {
+    let Some(next) = d.next else {
+        return false;
+    };
+    let old = next.wrapping_sub(seq) as usize;
+    let Some(new) = payload.get(old..).filter(|n| !n.is_empty()) else {
+        return false;
+    };
+    d.next = Some(next.wrapping_add(new.len() as u32));
+    d.buf.extend_from_slice(new);
+    true
+}
+
+fn gap(bytes: u32) -> String {
+    format!(
+        "{bytes} bytes of this direction are missing from the capture: not decoded from \
+         here on"
+    )
+}
+
+impl Iwarp {
+    /// The capture ended: a direction still waiting for bytes before what it holds has
+    /// lost them (an error for each).
+    pub fn finish(&mut self) -> Vec<IwarpDecoded> {
+        let mut out = Vec::new();
+        for (&(src, dst), d) in &mut self.dirs {
+            let (Some(&off), Some((frame, time))) = (d.ahead.keys().next(), d.last) else {
+                continue;
+            };
+            if d.phase == Phase::Unknown || d.phase == Phase::Done {
+                continue;
+            }
+            out.push(
+                IwarpDecoded {
+                    frame,
+                    time,
+                    src: src.to_string(),
+                    dst: dst.to_string(),
+                    kind: "error",
+                    error: None,
+                    mpa: None,
+                    fpdu: None,
+                }
+                .with_error(gap(off)),
+            );
+            d.phase = Phase::Done;
+        }
         out
     }
 }
@@ -206,7 +285,8 @@ fn read_on(d: &mut Dir, crcs: &mut Crcs, s: &TcpSegment<'_>, out: &mut Vec<Iwarp
                         FrameKind::Reply => ("mpa_reply", &mut crcs.reply),
                     };
                     *asked = Some(f.crc);
-                    let enhanced = (f.revision == 2)
+                    let enhanced = f
+                        .enhanced
                         .then(|| EnhancedRepr::parse(f.private_data).ok())
                         .flatten();
                     let mut l = line(s, kind);

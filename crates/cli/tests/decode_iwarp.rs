@@ -2,8 +2,9 @@
 //! WRITE cut into FPDUs, a READ and its response, a SEND, and a TERMINATE for a bad STag),
 //! its TCP segments cut at random places with one sent twice, is decoded frame by frame;
 //! a flipped byte is a bad CRC that `--strict` fails on; a gap in the capture stops that
-//! direction with an error; and tshark's iWARP dissectors read the same capture without
-//! a malformed packet.
+//! direction with an error (segments captured out of order are put back in order); and
+//! tshark's iWARP dissectors read the same capture without
+//! a malformed packet or a bad CRC.
 
 mod common;
 use common::oxrdma;
@@ -99,6 +100,9 @@ struct Cuts {
     flip: bool,
     /// One segment of the initiator's FPDUs left out of the capture.
     drop_one: bool,
+    /// One segment of the initiator's FPDUs captured three segments late (reordered on
+    /// the way, as netem does, or sent again after a loss).
+    reorder: bool,
 }
 
 /// Writes the conversation as TCP segments of IPv4 packets, SYNs first.
@@ -107,7 +111,10 @@ fn capture(path: &Path, cuts: Cuts) {
         aligned,
         flip,
         drop_one,
+        reorder,
     } = cuts;
+    let mut held: Option<(u32, Vec<u8>)> = None;
+    let mut a_segment = 0;
     let mut w = PcapWriter::with_header(
         std::fs::File::create(path).unwrap(),
         PcapHeader {
@@ -160,8 +167,16 @@ fn capture(path: &Path, cuts: Cuts) {
             let n = n.min(bytes.len() - at);
             segment += 1;
             let skip = drop_one && from_a && segment == 12;
-            if !skip {
+            a_segment += usize::from(from_a);
+            let late = reorder && from_a && a_segment == 8;
+            if late {
+                held = Some((seq[i], bytes[at..at + n].to_vec()));
+            } else if !skip {
                 put(&mut w, from_a, false, seq[i], &bytes[at..at + n]);
+            }
+            if reorder && from_a && a_segment == 11 {
+                let (s0, b) = held.take().expect("held since a's 8th segment");
+                put(&mut w, true, false, s0, &b);
             }
             if segment == 7 && !aligned {
                 put(&mut w, from_a, false, seq[i], &bytes[at..at + n]); // again
@@ -321,5 +336,43 @@ fn tshark_reads_the_same_capture() {
         .collect();
     assert!(opcodes.len() >= 8, "tshark saw RDMAP opcodes: {text}");
     assert!(!text.contains("Malformed"), "{text}");
+    // Every FPDU's CRC32c as Wireshark (and Linux siw) read it: least significant byte
+    // first.
+    let full = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(&path)
+        .arg("-V")
+        .output()
+        .unwrap();
+    let full = String::from_utf8_lossy(&full.stdout);
+    let good = full.matches("Good CRC32").count();
+    assert!(good >= 8, "tshark checked {good} CRCs");
+    assert!(!full.contains("Bad CRC32"), "tshark found a bad CRC");
     let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn segments_captured_out_of_order_are_put_back_in_order() {
+    let (path, path2) = (tmp("inorder.pcap"), tmp("reorder.pcap"));
+    capture(&path, Cuts::default());
+    capture(
+        &path2,
+        Cuts {
+            reorder: true,
+            ..Cuts::default()
+        },
+    );
+    let (ok, want) = decode(&path, true);
+    assert!(ok);
+    let (ok, got) = decode(&path2, true);
+    assert!(ok, "--strict passes: nothing was missing, {got:#?}");
+    let ops = |lines: &[serde_json::Value]| -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| l["fpdu"]["opcode"].to_string())
+            .collect()
+    };
+    assert_eq!(ops(&got), ops(&want), "the same FPDUs in the same order");
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&path2);
 }

@@ -491,8 +491,9 @@ fn what_iwarp_lacks_is_refused_at_post() {
 }
 
 /// MPA's exchange, then the QPs on the same streams: the initiator's RTR (a zero-length
-/// WRITE to STag 0) goes first and places nothing, the responder sends nothing before it
-/// came, and then the data path runs both ways.
+/// WRITE to STag 0) goes first and places nothing (also when sent again, until the
+/// responder is heard), the responder sends nothing before it came, and then the data
+/// path runs both ways.
 #[test]
 fn after_mpa_the_rtr_then_data() {
     use oxrdma_core::iwarp::{Setup, SetupConfig, SetupEvent};
@@ -528,9 +529,21 @@ fn after_mpa_the_rtr_then_data() {
             wr_id: 8,
             sges: vec![sge(5, BASE * 5, 0, 64)].into(),
         });
+        // a has not heard b: asked to, it sends its RTR again (for siw, whose responder
+        // may miss FPDUs that came while it sent its reply), ahead of anything else.
+        let mut first = Vec::new();
+        p.a.transmit(&p.ma, &mut first, usize::MAX);
+        assert!(p.a.nudge(), "{ctx}");
+        let mut again = Vec::new();
+        p.a.transmit(&p.ma, &mut again, usize::MAX);
+        assert_eq!(first, again, "{ctx}: the RTR again");
+        p.ab.extend_from_slice(&first);
+        p.ab.extend_from_slice(&again);
         p.a.post_send(wr(9, WrOpcode::Send, vec![sge(1, BASE, 0, 20)]))
             .unwrap();
         p.run();
+        assert!(!p.a.nudge(), "{ctx}: a heard b, and sends no RTR again");
+        assert!(!p.b.nudge(), "{ctx}: a responder never does");
         assert_eq!(
             (p.a.state(), p.b.state()),
             (State::Rts, State::Rts),
@@ -607,4 +620,47 @@ fn a_stream_that_stops_mid_fpdu_ends_the_qp() {
         a.poll_cq().map(|w| (w.wr_id, w.status)),
         Some((3, WcStatus::WrFlushErr))
     );
+}
+
+/// Without peer-to-peer mode (a revision 1 peer, or siw's initiator, which asks for no
+/// RTR) the responder still sends nothing before the initiator's first FPDU: RFC 5044 has
+/// the initiator speak first, and siw refuses bytes that follow the MPA reply unread.
+#[test]
+fn a_responder_without_rtr_waits_for_the_initiator() {
+    use oxrdma_core::iwarp::{Setup, SetupConfig, SetupEvent};
+    let plain = SetupConfig {
+        enhanced: false,
+        ..SetupConfig::default()
+    };
+    let (mut init, request) = Setup::initiator(plain.clone()).unwrap();
+    let mut resp = Setup::responder(plain);
+    resp.feed(&request).unwrap();
+    let (reply, nb) = resp.accept().unwrap();
+    let SetupEvent::Established(na) = init.feed(&reply).unwrap().0 else {
+        panic!("no connection");
+    };
+    assert!(na.rtr.is_none() && nb.rtr.is_none());
+    let mut p = Pair::new(3);
+    side(&mut p.ma);
+    side(&mut p.mb);
+    p.a = Qp::after_setup(QpConfig::negotiated(1, 1460, &na, false), &na, true).unwrap();
+    p.b = Qp::after_setup(QpConfig::negotiated(2, 1460, &nb, false), &nb, false).unwrap();
+    p.b.post_send(wr(7, WrOpcode::Send, vec![sge(2, BASE * 2, 0, 16)]))
+        .unwrap();
+    let mut early = Vec::new();
+    p.b.transmit(&p.mb, &mut early, usize::MAX);
+    assert!(early.is_empty(), "the responder spoke first");
+    p.a.post_recv(RecvWr {
+        wr_id: 1,
+        sges: vec![sge(1, BASE, 0, 64)].into(),
+    });
+    p.b.post_recv(RecvWr {
+        wr_id: 2,
+        sges: vec![sge(2, BASE * 2, 0, 64)].into(),
+    });
+    p.a.post_send(wr(8, WrOpcode::Send, vec![sge(1, BASE, 0, 16)]))
+        .unwrap();
+    p.run();
+    assert!(p.done_a.iter().any(|w| w.wr_id == 1 && w.byte_len == 16));
+    assert!(p.done_b.iter().any(|w| w.wr_id == 2 && w.byte_len == 16));
 }

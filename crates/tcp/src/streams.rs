@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bytes read from one socket in one pass, at most (others get their turn).
 const READ_BUDGET: usize = 1 << 20;
@@ -30,7 +30,15 @@ struct Conn {
     watching: Option<epoll::EventFlags>,
     /// The stream is over: its QP was told, and nothing more is read or written.
     ended: bool,
+    /// When its QP, an initiator not yet heard from, sends its RTR again
+    /// (`Engine::iwarp_nudge`), and how many times more.
+    nudge: Option<(Instant, u32)>,
 }
+
+/// The first nudge comes this long after the stream is attached, each next one ten times
+/// later (5 ms, 50 ms, 500 ms): the race it covers in siw lasts microseconds.
+const NUDGE_FIRST: Duration = Duration::from_millis(5);
+const NUDGES: u32 = 3;
 
 /// The streams of a device's iWARP QPs, by QPN.
 #[derive(Debug)]
@@ -80,6 +88,7 @@ impl Streams {
                 sent: 0,
                 watching: Some(flags),
                 ended: false,
+                nudge: Some((Instant::now() + NUDGE_FIRST, NUDGES)),
             },
         );
         Ok(())
@@ -159,6 +168,7 @@ impl Streams {
 /// first sends what was posted since the last pass without waiting for a read; writing
 /// again sends at once what the bytes read called for (READ responses, a TERMINATE).
 fn drive(qpn: u32, c: &mut Conn, engine: &mut Engine, scratch: &mut [u8]) -> usize {
+    nudge(qpn, c, engine);
     let Ok(mut moved) = write_out(qpn, c, engine) else {
         return end(qpn, c, engine, 0);
     };
@@ -180,6 +190,21 @@ fn drive(qpn: u32, c: &mut Conn, engine: &mut Engine, scratch: &mut [u8]) -> usi
         c.ended = true;
     }
     moved
+}
+
+/// Asks the QP to send its RTR again when a nudge is due (until it has heard its peer).
+fn nudge(qpn: u32, c: &mut Conn, engine: &mut Engine) {
+    let Some((at, left)) = c.nudge else {
+        return;
+    };
+    if Instant::now() < at {
+        return;
+    }
+    let again = engine.iwarp_nudge(qpn);
+    c.nudge = (again && left > 1).then(|| {
+        let step = NUDGE_FIRST * 10u32.pow(NUDGES - left + 1);
+        (Instant::now() + step, left - 1)
+    });
 }
 
 /// The stream ended (EOF, or an error either way): its QP is told.

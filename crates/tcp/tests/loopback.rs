@@ -260,3 +260,46 @@ fn garbage_after_mpa_is_terminated_and_the_connection_closed() {
     assert_eq!(a.e.qp_state(a.qpn).unwrap(), QpState::Err);
     assert_eq!(a.bytes(0, 4096), before);
 }
+
+/// A responder that reads nothing its peer sent before its reply went (Linux siw's race:
+/// bytes that came meanwhile wait until more come): the initiator, hearing nothing back,
+/// sends its RTR again (5 ms after, then 50 ms), and stops once the responder speaks.
+#[test]
+fn an_initiator_not_heard_sends_its_rtr_again() {
+    let mut a = side(7);
+    let (addr, t) = serve(|r| r.accept().unwrap());
+    a.attach(mpa::connect(addr, SetupConfig::default(), SECS).unwrap());
+    let b = t.join().unwrap();
+    let mut sock = b.sock;
+    sock.set_nonblocking(true).unwrap();
+    let mut heard = b.early.clone();
+    let end = Instant::now() + Duration::from_millis(200);
+    let mut buf = [0u8; 4096];
+    while Instant::now() < end {
+        a.streams.poll(&mut a.e);
+        if let Ok(n) = sock.read(&mut buf) {
+            heard.extend_from_slice(&buf[..n]);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The RTR (2 bytes of length, the 14 of a tagged DDP header, no payload, 4 of CRC)
+    // three times: sent, then again at 5 and 55 ms.
+    let rtr = heard.len().min(20);
+    assert!(heard.len() >= 3 * 20, "{} bytes came", heard.len());
+    assert!(
+        heard.chunks(20).all(|c| c == &heard[..rtr]),
+        "all RTRs: {heard:02x?}"
+    );
+    // The responder speaks (a zero-length WRITE, as an RTR would be): no more RTRs.
+    sock.write_all(&heard[..rtr]).unwrap();
+    let quiet = Instant::now() + Duration::from_millis(700);
+    let mut after = 0;
+    while Instant::now() < quiet {
+        a.streams.poll(&mut a.e);
+        if let Ok(n) = sock.read(&mut buf) {
+            after += n;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(after, 0, "an RTR after the responder spoke");
+}

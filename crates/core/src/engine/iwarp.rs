@@ -161,6 +161,15 @@ impl Engine {
         Ok(())
     }
 
+    /// QP `qpn`, an initiator that has heard nothing from its responder since its RTR,
+    /// sends the RTR again (see `iwarp::qp::Qp::nudge`); whether it will.
+    pub fn iwarp_nudge(&mut self, qpn: u32) -> bool {
+        self.iw
+            .get_mut(&qpn)
+            .and_then(|q| q.data.as_mut())
+            .is_some_and(DataPath::nudge)
+    }
+
     /// Whether QP `qpn` has something to send (after taking what was posted).
     pub fn iwarp_wants_to_send(&mut self, qpn: u32) -> bool {
         self.iwarp_take_posted(qpn).is_ok()

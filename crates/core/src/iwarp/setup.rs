@@ -239,7 +239,7 @@ impl Setup {
             return Err(SetupError::State("no request to accept"));
         };
         let terms = self.settle(&peer)?;
-        let enhanced = (peer.revision == 2 && self.cfg.enhanced).then(|| EnhancedRepr {
+        let enhanced = (peer.enhanced.is_some() && self.cfg.enhanced).then(|| EnhancedRepr {
             ird: terms.ird,
             ord: terms.ord,
             peer_to_peer: terms.rtr.is_some(),
@@ -263,8 +263,7 @@ impl Setup {
         let Phase::Answer { peer } = std::mem::replace(&mut self.phase, Phase::Done) else {
             return Err(SetupError::State("no request to reject"));
         };
-        let revision2 = peer.revision == 2 && self.cfg.enhanced;
-        let enhanced = revision2.then(EnhancedRepr::default);
+        let enhanced = (peer.enhanced.is_some() && self.cfg.enhanced).then(EnhancedRepr::default);
         frame(FrameKind::Reply, self.cfg.crc, true, enhanced, private_data)
     }
 
@@ -300,7 +299,7 @@ impl Setup {
 
 /// What a peer's frame says, RFC 6581's bytes taken off its private data.
 fn peer(f: &MpaFrameRepr<'_>) -> Result<Peer, SetupError> {
-    let (enhanced, private_data) = if f.revision == 2 {
+    let (enhanced, private_data) = if f.enhanced {
         let e = EnhancedRepr::parse(f.private_data)?;
         (Some(e), &f.private_data[EnhancedRepr::LEN..])
     } else {
@@ -337,6 +336,7 @@ fn frame(
         crc,
         rejected,
         revision: if enhanced.is_some() { 2 } else { 1 },
+        enhanced: enhanced.is_some(),
         private_data: &pd,
     };
     let mut out = vec![0u8; f.buffer_len()];

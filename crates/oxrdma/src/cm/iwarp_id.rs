@@ -263,8 +263,7 @@ impl IwarpId {
         std::thread::Builder::new()
             .name("oxrdma-iwarp-connect".into())
             .spawn(move || {
-                let done = mpa::connect_from(src.ip(), dst, cfg, SETUP_TIMEOUT);
-                id.connected(qpn, done);
+                id.connected(qpn, connect_patiently(src.ip(), dst, cfg));
             })?;
         Ok(())
     }
@@ -318,6 +317,34 @@ impl IwarpId {
         moved
     }
 }
+
+/// TCP and MPA to `dst`; a connection refused for want of a listener is tried again
+/// every `LISTEN_RETRY` for `LISTEN_GRACE` after the first try, as the IB CM does with a
+/// REJ "invalid service ID" (`oxrdma_core::cm::CmConfig::listen_grace`): perftest's
+/// server listens again for each connection after the first, counting on the other side
+/// to be slower than that.
+fn connect_patiently(
+    src: IpAddr,
+    dst: SocketAddr,
+    cfg: oxrdma_core::iwarp::SetupConfig,
+) -> std::result::Result<Established, MpaError> {
+    let first = std::time::Instant::now();
+    loop {
+        match mpa::connect_from(src, dst, cfg.clone(), SETUP_TIMEOUT) {
+            Err(MpaError::Io(e))
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && first.elapsed() < LISTEN_GRACE =>
+            {
+                std::thread::sleep(LISTEN_RETRY);
+            }
+            done => return done,
+        }
+    }
+}
+
+/// See `connect_patiently`.
+const LISTEN_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
+const LISTEN_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// MPA's terms from the caller's parameters: private data within MPA's 508 bytes (512
 /// less RFC 6581's 4), READ depths ([`MAX_DEPTH`]: the device's).

@@ -3,9 +3,10 @@
 //! each.
 //!
 //! An MPA request or reply: a 16-byte key, a flags byte (M: markers wanted, C: CRC
-//! wanted, R: rejected), the revision, a 16-bit length and up to 512 bytes of private
-//! data. With revision 2 the private data begins with four bytes of IRD and ORD and the
-//! peer-to-peer flags (RFC 6581). An FPDU: ULPDU_Length (16 bits), the DDP segment, 0-3
+//! wanted, R: rejected, and RFC 6581's enhanced setup), the revision, a 16-bit length and
+//! up to 512 bytes of private data. A revision 2 frame with the enhanced flag begins its
+//! private data with four bytes of IRD and ORD and the peer-to-peer flags (RFC 6581);
+//! without the flag (a revision 2 peer that does not ask for it) it does not. An FPDU: ULPDU_Length (16 bits), the DDP segment, 0-3
 //! zero bytes to a multiple of four, and a CRC32c of all that if either side asked for
 //! CRCs.
 
@@ -28,6 +29,9 @@ pub const CRC_LEN: usize = 4;
 const FLAG_MARKERS: u8 = 0x80;
 const FLAG_CRC: u8 = 0x40;
 const FLAG_REJECT: u8 = 0x20;
+/// RFC 6581's enhanced connection setup (Linux's `MPA_RR_FLAG_ENHANCED`; siw and cxgb4
+/// read the IRD/ORD bytes only where it is set, and answer without them otherwise).
+const FLAG_ENHANCED: u8 = 0x10;
 
 /// Which of the two frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,8 +53,10 @@ pub struct MpaFrameRepr<'a> {
     pub crc: bool,
     /// R (replies only): the connection is refused.
     pub rejected: bool,
-    /// 1 (RFC 5044) or 2 (RFC 6581: the private data starts with [`EnhancedRepr`]).
+    /// 1 (RFC 5044) or 2 (RFC 6581).
     pub revision: u8,
+    /// The private data starts with [`EnhancedRepr`] (revision 2 only).
+    pub enhanced: bool,
     /// What the ULP passes along (the RDMA CM's private data), at most 512 bytes.
     pub private_data: &'a [u8],
 }
@@ -81,6 +87,7 @@ impl<'a> MpaFrameRepr<'a> {
             crc: flags & FLAG_CRC != 0,
             rejected: flags & FLAG_REJECT != 0,
             revision,
+            enhanced: revision == 2 && flags & FLAG_ENHANCED != 0,
             private_data: &buf[FRAME_HEADER_LEN..FRAME_HEADER_LEN + len],
         };
         if repr.rejected && kind == FrameKind::Request {
@@ -108,7 +115,8 @@ impl<'a> MpaFrameRepr<'a> {
         let flag = |on: bool, bit: u8| if on { bit } else { 0 };
         buf[16] = flag(self.markers, FLAG_MARKERS)
             | flag(self.crc, FLAG_CRC)
-            | flag(self.rejected, FLAG_REJECT);
+            | flag(self.rejected, FLAG_REJECT)
+            | flag(self.enhanced && self.revision == 2, FLAG_ENHANCED);
         buf[17] = self.revision;
         set_u16(buf, 18, self.private_data.len() as u16);
         buf[FRAME_HEADER_LEN..len].copy_from_slice(self.private_data);
@@ -194,8 +202,9 @@ pub fn seal(buf: &mut [u8], ulpdu_len: usize, crc: bool) -> Result<usize> {
     let end = len - if crc { CRC_LEN } else { 0 };
     buf[FPDU_HEADER_LEN + ulpdu_len..end].fill(0);
     if crc {
+        // Least significant byte first, as iSCSI's digest: what siw and Wireshark read.
         let c = crc32c::crc32c(&buf[..end]);
-        buf[end..len].copy_from_slice(&c.to_be_bytes());
+        buf[end..len].copy_from_slice(&c.to_le_bytes());
     }
     Ok(len)
 }
@@ -212,7 +221,7 @@ pub fn parse_fpdu(stream: &[u8], crc: bool) -> Result<(&[u8], usize)> {
     if crc {
         let end = len - CRC_LEN;
         let computed = crc32c::crc32c(&stream[..end]);
-        let carried = u32::from_be_bytes([
+        let carried = u32::from_le_bytes([
             stream[end],
             stream[end + 1],
             stream[end + 2],
@@ -238,13 +247,14 @@ mod tests {
             crc: true,
             rejected: false,
             revision: 2,
+            enhanced: true,
             private_data: &[0x80, 0x10, 0x40, 0x08, 0xaa],
         };
         let mut buf = [0u8; 64];
         let n = f.emit(&mut buf).unwrap();
         assert_eq!(n, 25);
         assert_eq!(&buf[..16], b"MPA ID Req Frame");
-        assert_eq!(&buf[16..20], &[0x40, 2, 0, 5]);
+        assert_eq!(&buf[16..20], &[0x50, 2, 0, 5]);
         assert_eq!(MpaFrameRepr::parse(&buf[..n]).unwrap(), (f, n));
         let e = EnhancedRepr::parse(f.private_data).unwrap();
         assert_eq!(
@@ -291,9 +301,10 @@ mod tests {
         buf[2..7].copy_from_slice(b"hello");
         assert_eq!(seal(&mut buf, 5, true).unwrap(), 12);
         assert_eq!(&buf[..8], &[0, 5, b'h', b'e', b'l', b'l', b'o', 0]);
-        // CRC32c (Castagnoli, reflected, as iSCSI's) of the eight bytes before it,
-        // big-endian; computed bit by bit elsewhere.
-        assert_eq!(&buf[8..12], &0x483e_d79f_u32.to_be_bytes());
+        // CRC32c (Castagnoli, reflected, as iSCSI's) of the eight bytes before it, least
+        // significant byte first (as Linux siw sends it and Wireshark checks it);
+        // computed bit by bit elsewhere.
+        assert_eq!(&buf[8..12], &0x483e_d79f_u32.to_le_bytes());
         assert_eq!(parse_fpdu(&buf, true).unwrap(), (&b"hello"[..], 12));
         buf[4] ^= 1;
         assert!(matches!(
@@ -306,13 +317,14 @@ mod tests {
         #[test]
         fn frames_round_trip(pd in proptest::collection::vec(any::<u8>(), 0..=512),
                              req in any::<bool>(), m in any::<bool>(), c in any::<bool>(),
-                             rev in 1u8..=2) {
+                             rev in 1u8..=2, h in any::<bool>()) {
             let f = MpaFrameRepr {
                 kind: if req { FrameKind::Request } else { FrameKind::Reply },
                 markers: m,
                 crc: c,
                 rejected: !req && m,
                 revision: rev,
+                enhanced: h && rev == 2,
                 private_data: &pd,
             };
             let mut buf = vec![0u8; 600];

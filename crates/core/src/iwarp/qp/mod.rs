@@ -176,8 +176,10 @@ pub struct Qp {
     terminate_out: Option<Vec<u8>>,
     /// RFC 6581: the initiator's RTR, the first thing it sends.
     rtr_out: Option<Vec<u8>>,
-    /// RFC 6581: the responder sends nothing before the initiator's first FPDU came.
+    /// The responder sends nothing before the initiator's first FPDU came (RFC 5044).
     hold: bool,
+    /// The initiator's RTR, kept to send again (`nudge`) until the responder is heard.
+    rtr_again: Option<Vec<u8>>,
     /// What it counted (FPDUs, TERMINATEs, what it refused and why).
     counts: crate::Counters,
 }
@@ -206,13 +208,16 @@ impl Qp {
             terminate_out: None,
             rtr_out: None,
             hold: false,
+            rtr_again: None,
             counts: crate::Counters::default(),
         }
     }
 
     /// A QP on a stream MPA's exchange just set up (`negotiated` its outcome): with RFC
     /// 6581's peer-to-peer mode the initiator's first FPDU is the RTR, a zero-length RDMA
-    /// WRITE (to STag 0, placing nothing), and the responder sends nothing until it came.
+    /// WRITE (to STag 0, placing nothing). The responder sends nothing until the
+    /// initiator's first FPDU came, RTR or not (RFC 5044: the initiator speaks first; Linux
+    /// siw takes bytes that follow the MPA reply before it is read as a protocol error).
     /// An RTR other than a WRITE is refused.
     pub fn after_setup(
         cfg: QpConfig,
@@ -221,7 +226,7 @@ impl Qp {
     ) -> Result<Qp, crate::VerbsError> {
         let mut qp = Qp::new(cfg);
         match (negotiated.rtr, initiator) {
-            (None, _) => {}
+            (None, true) => {}
             (Some(super::Rtr::Write), true) => {
                 let header = oxrdma_wire::iwarp::ddp::DdpRepr {
                     last: true,
@@ -234,9 +239,10 @@ impl Qp {
                         crate::VerbsError::InvalidArgument("FPDU too small for the RTR")
                     })?;
                 fpdu.truncate(n);
+                qp.rtr_again = Some(fpdu.clone());
                 qp.rtr_out = Some(fpdu);
             }
-            (Some(super::Rtr::Write), false) => qp.hold = true,
+            (Some(super::Rtr::Write) | None, false) => qp.hold = true,
             (Some(_), _) => {
                 return Err(crate::VerbsError::InvalidArgument(
                     "an RTR other than a zero-length RDMA WRITE",
@@ -244,6 +250,23 @@ impl Qp {
             }
         }
         Ok(qp)
+    }
+
+    /// An initiator that has heard nothing from its responder sends its RTR again (a
+    /// zero-length RDMA WRITE, which places nothing): Linux siw's responder reads its
+    /// socket only when new bytes come once its MPA reply is out, and FPDUs that came
+    /// while it was sending that reply would wait for ever. Returns whether it will.
+    pub fn nudge(&mut self) -> bool {
+        if self.terminated() {
+            return false;
+        }
+        match &self.rtr_again {
+            Some(rtr) if self.rtr_out.is_none() => {
+                self.rtr_out = Some(rtr.clone());
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Its state.

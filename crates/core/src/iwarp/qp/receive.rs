@@ -44,8 +44,10 @@ impl Qp {
                 }
             };
             self.counts.bump(crate::Counter::IwarpFpdusRcvd);
-            // The initiator has spoken: a responder holding for its RTR may send.
+            // The initiator has spoken: a responder holding for its RTR may send. The
+            // responder has spoken: an initiator's RTR came.
             self.hold = false;
+            self.rtr_again = None;
             if let Err((layer, etype, ecode)) = self.on_segment(&header, payload, mem) {
                 let seg_len = header.header_len() + payload.len();
                 self.terminate(layer, etype, ecode, Some((header, seg_len)));
