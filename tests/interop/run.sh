@@ -104,6 +104,7 @@ start_guest() {
     BOOTS=$((BOOTS + 1)); GSEQ=0
     rm -f "$SHARE"/runner.ready "$SHARE"/guest.env "$SHARE"/cmd.* "$SHARE"/out.* "$SHARE"/rc.* "$SHARE"/listen.*
     cp "$HERE/guest/runner.sh" "$SHARE/runner.sh"
+    cp "$HERE/guest/siw.sh" "$SHARE/siw.sh"
     # The rs_rdma_core cases run the tool itself in the guest, on rxe0 through rdma-core.
     cp "$OXR" "$SHARE/oxrdma"
     guest_boot "$NS" "$SHARE" "$RUN/console.$BOOTS.log"
@@ -197,7 +198,9 @@ run_case() {
     export PCAP=$d/oxrdma.pcap
     printf 'guest (%s first): %s\nhost: %s\nnetem: %s\n' "$first" "$gcmd" "$hcmd" "$netem" > "$d/commands.txt"
     # capture on the bridge in the namespace
-    ip netns exec "$NS" tcpdump -i br0 -n -U -B 8192 -w "$d/br0.pcap" udp port 4791 > "$d/tcpdump.log" 2>&1 &
+    # RoCE v2, or (the iWARP cases, iw/...) TCP
+    local filter="udp port 4791"; [[ $name == iw/* ]] && filter=tcp
+    ip netns exec "$NS" tcpdump -i br0 -n -U -B 8192 -w "$d/br0.pcap" $filter > "$d/tcpdump.log" 2>&1 &
     tdpid=$!; BG_PIDS="$BG_PIDS $tdpid"
     for k in $(seq 1 50); do grep -q 'listening on' "$d/tcpdump.log" && break; sleep 0.1; done
     [ -n "$netem" ] && [ $HOST_NETEM_OK = 1 ] && ip netns exec "$NS" tc qdisc add dev tap0 root netem $netem
