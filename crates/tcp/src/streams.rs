@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 const READ_BUDGET: usize = 1 << 20;
 /// Bytes taken from a QP at a time for its socket.
 const WRITE_BATCH: usize = 256 << 10;
+/// How long a detached stream's last bytes may take to leave.
+const LINGER: Duration = Duration::from_secs(5);
 
 /// One QP's connection.
 #[derive(Debug)]
@@ -94,11 +96,20 @@ impl Streams {
         Ok(())
     }
 
-    /// Stops driving `qpn` (its QP is destroyed) and closes its stream.
+    /// Stops driving `qpn` (its QP is destroyed) and closes its stream. What the QP had
+    /// handed out (its WRs completed with it) and the socket had no room for yet is
+    /// written first, waiting up to `LINGER`, as a TCP socket's close sends what was
+    /// written to it: a program that destroys its QP, or exits, right after its last
+    /// WRITE completed must not cut that WRITE short on the wire.
     pub fn detach(&mut self, qpn: u32) {
         if let Some(c) = self.conns.remove(&qpn) {
             if c.watching.is_some() {
                 let _ = epoll::delete(&self.epoll, &c.sock);
+            }
+            if !c.ended && c.sent < c.unsent.len() {
+                let _ = c.sock.set_nonblocking(false);
+                let _ = c.sock.set_write_timeout(Some(LINGER));
+                let _ = (&c.sock).write_all(&c.unsent[c.sent..]);
             }
             let _ = c.sock.shutdown(Shutdown::Both);
         }

@@ -303,3 +303,59 @@ fn an_initiator_not_heard_sends_its_rtr_again() {
     }
     assert_eq!(after, 0, "an RTR after the responder spoke");
 }
+
+/// A QP destroyed right after its WRITEs completed (the program closes, or exits), while
+/// its peer reads slowly: a WRITE completes once its FPDUs are handed to the driver, so
+/// the driver sends them all before it closes the connection, and the peer places every
+/// completed WRITE whole.
+#[test]
+fn a_qp_destroyed_after_its_writes_completed_still_sends_them_whole() {
+    let (mut a, mut b) = connected();
+    let (n, len) = (60u64, 128u32 << 10);
+    for i in 0..n {
+        let w = wr(
+            &a,
+            &b,
+            i,
+            WrOpcode::RdmaWrite,
+            i * u64::from(len),
+            len,
+            i * u64::from(len),
+        );
+        a.e.post_send(a.qpn, w).unwrap();
+    }
+    // Only a moves, until its socket is full: b does not read yet.
+    let mut done = Vec::new();
+    let mut idle_since = Instant::now();
+    while idle_since.elapsed() < Duration::from_millis(300) {
+        if a.streams.poll(&mut a.e) > 0 {
+            idle_since = Instant::now();
+        }
+        done.extend(a.wcs(a.scq));
+    }
+    assert!(
+        !done.is_empty() && (done.len() as u64) < n,
+        "{} of {n} WRITEs completed before the socket filled",
+        done.len()
+    );
+    assert!(done.iter().all(|c| c.status == WcStatus::Success));
+    let reader = std::thread::spawn(move || {
+        // b reads what comes, from another thread, while a's detach waits to write,
+        // until its stream ends.
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end && b.e.qp_state(b.qpn).unwrap() == QpState::Rts {
+            b.streams.poll(&mut b.e);
+        }
+        b
+    });
+    a.streams.detach(a.qpn);
+    let b = reader.join().unwrap();
+    for c in &done {
+        let (at, l) = (c.wr_id as usize * len as usize, len as usize);
+        assert!(
+            b.bytes(at, l) == a.bytes(at, l),
+            "completed WRITE {} cut short",
+            c.wr_id
+        );
+    }
+}
