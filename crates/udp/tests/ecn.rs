@@ -32,10 +32,11 @@ fn ask_tos(s: &UdpSocket) {
     r.expect("ask for the TOS");
 }
 
-/// The TOS or traffic class byte of the next datagram on `socket` (which asked for it).
-fn received_tos(socket: &UdpSocket) -> u8 {
+/// The TOS or traffic class byte of the next datagram on `socket` (which asked for it),
+/// or None if none came within a second.
+fn received_tos(socket: &UdpSocket) -> Option<u8> {
     socket
-        .set_read_timeout(Some(Duration::from_secs(5)))
+        .set_read_timeout(Some(Duration::from_secs(1)))
         .unwrap();
     let mut data = [0u8; 2048];
     let mut control = [0u64; 16];
@@ -51,6 +52,9 @@ fn received_tos(socket: &UdpSocket) -> u8 {
     h.msg_controllen = std::mem::size_of_val(&control);
     // SAFETY: `h` points at `iov`, `data` and `control`, alive for the call.
     let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &raw mut h, 0) };
+    if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock {
+        return None;
+    }
     assert!(n > 0, "recvmsg: {}", std::io::Error::last_os_error());
     // SAFETY: the kernel filled `control` up to `msg_controllen`.
     let mut c = unsafe { libc::CMSG_FIRSTHDR(&raw const h) };
@@ -59,11 +63,11 @@ fn received_tos(socket: &UdpSocket) -> u8 {
         let cm = unsafe { &*c };
         if (cm.cmsg_level, cm.cmsg_type) == (libc::IPPROTO_IP, libc::IP_TOS) {
             // SAFETY: IP_TOS carries one byte.
-            return unsafe { libc::CMSG_DATA(c).read() };
+            return Some(unsafe { libc::CMSG_DATA(c).read() });
         }
         if (cm.cmsg_level, cm.cmsg_type) == (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) {
             // SAFETY: IPV6_TCLASS carries an int.
-            return unsafe { libc::CMSG_DATA(c).cast::<i32>().read_unaligned() } as u8;
+            return Some(unsafe { libc::CMSG_DATA(c).cast::<i32>().read_unaligned() } as u8);
         }
         // SAFETY: as above.
         c = unsafe { libc::CMSG_NXTHDR(&raw const h, c) };
@@ -85,11 +89,20 @@ fn ecn_both_ways(a: &str, b: &str) {
     let mut tx_port = UdpPort::bind_addr(a).unwrap();
     let plain = UdpSocket::bind(b).unwrap();
     ask_tos(&plain);
-    let mut tx = TxBatch::default();
-    tx.next_slot()[..40].fill(0);
-    tx.push(plain.local_addr().unwrap(), 40);
-    tx_port.send_batch(&mut tx).unwrap();
-    assert_eq!(received_tos(&plain) & 0b11, 0b10, "ECT(0)");
+    // (Sent again if it did not come: once in CI the first datagram of a fresh namespace's
+    // IPv6 address never arrived; what is checked is the mark on the one that does.)
+    let tos = (0..5).find_map(|_| {
+        let mut tx = TxBatch::default();
+        tx.next_slot()[..40].fill(0);
+        tx.push(plain.local_addr().unwrap(), 40);
+        tx_port.send_batch(&mut tx).unwrap();
+        received_tos(&plain)
+    });
+    assert_eq!(
+        tos.expect("no datagram came in 5 tries") & 0b11,
+        0b10,
+        "ECT(0)"
+    );
     // What the port receives: CE marked, or not.
     let dst = tx_port.local_addr();
     set_ecn(&plain, 0b11);

@@ -7,7 +7,6 @@
 //! (`EngineChannel::get_event`), which also does what librdmacm does in
 //! `rdma_get_cm_event` (the QP's RTR and RTS and the RTU on a REP, ERR on a rejection).
 
-use super::iwarp_id::IwInner;
 use super::state::{ChannelInner, Raw};
 use crate::device::Device;
 use crate::error::Result;
@@ -98,7 +97,13 @@ pub(crate) struct CmRoutes {
     conns: Mutex<HashMap<u32, Weak<ChannelInner>>>,
     listeners: Mutex<HashMap<u64, Weak<ChannelInner>>>,
     /// The iWARP ids by their QP: told when its stream ends.
-    iwarp: Mutex<HashMap<u32, Weak<IwInner>>>,
+    iwarp: Mutex<HashMap<u32, Weak<dyn StreamEnded>>>,
+}
+
+/// What an iWARP id (`iwarp_id.rs`) is told when its connection's stream ends; called by
+/// the thread that holds the device.
+pub(crate) trait StreamEnded: Send + Sync + std::fmt::Debug {
+    fn stream_ended(&self);
 }
 
 impl CmRoutes {
@@ -114,7 +119,7 @@ impl CmRoutes {
     pub fn unroute_listener(&self, service_id: u64) {
         lock(&self.listeners).remove(&service_id);
     }
-    pub fn route_iwarp(&self, qpn: u32, id: Weak<IwInner>) {
+    pub fn route_iwarp(&self, qpn: u32, id: Weak<dyn StreamEnded>) {
         lock(&self.iwarp).insert(qpn, id);
     }
     pub fn unroute_iwarp(&self, qpn: u32) {

@@ -9,7 +9,7 @@
 //! TCP's connect and MPA's request wait on the network, so an id's connect, and each
 //! listener's accepting, runs on a thread of its own that reports on the id's channel.
 
-use super::channel::EngineChannel;
+use super::channel::{EngineChannel, StreamEnded};
 use super::incoming::plain;
 use super::state::{ChannelInner, Raw, NEXT_KEY};
 use super::steps::{QpMover, MAX_DEPTH};
@@ -388,7 +388,7 @@ impl IwInner {
             Err(e) => return self.failed(e),
         };
         let peer = est.negotiated.clone();
-        let me = Arc::downgrade(self);
+        let me: Weak<dyn StreamEnded> = Arc::downgrade(self) as Weak<IwInner>;
         if let Err(e) = attach_stream(&self.engine, qpn, est, |shared| {
             shared.cm.route_iwarp(qpn, me);
         }) {
@@ -463,10 +463,12 @@ impl IwInner {
         let _ = self.move_qp(&st, &err);
         st.phase = Phase::Over;
     }
+}
 
+impl StreamEnded for IwInner {
     /// The connection's stream ended (the engine thread saw it, with the device locked):
     /// `Disconnected`, once, after `Established`.
-    pub(crate) fn stream_ended(&self) {
+    fn stream_ended(&self) {
         let mut shown = lock(&self.shown);
         match *shown {
             Shown::Established => {
