@@ -105,6 +105,7 @@ start_guest() {
     rm -f "$SHARE"/runner.ready "$SHARE"/guest.env "$SHARE"/cmd.* "$SHARE"/out.* "$SHARE"/rc.* "$SHARE"/listen.*
     cp "$HERE/guest/runner.sh" "$SHARE/runner.sh"
     cp "$HERE/guest/siw.sh" "$SHARE/siw.sh"
+    cp "$HERE/guest/rxe.sh" "$SHARE/rxe.sh"
     # The rs_rdma_core cases run the tool itself in the guest, on rxe0 through rdma-core.
     cp "$OXR" "$SHARE/oxrdma"
     guest_boot "$NS" "$SHARE" "$RUN/console.$BOOTS.log"
@@ -356,7 +357,8 @@ if selected conformance && guest_alive; then
         # Then the completion-channel cases with every end sleeping on its channel (-e;
         # the whole suite so on rxe takes no event: rxe completes loopback work inside
         # the post call): rxe's log holds both runs, judged as one.
-        guest_run "$SHARE" 1500 'cd /mnt/share && ./conformance -d rxe0 -g $IDX4; ./conformance -d rxe0 -g $IDX4 -e -o cq-event' > "$RUN/conformance-rxe.log" 2>&1 || true
+        # (rxe0 back first: the iWARP cases, which run before, took it away.)
+        guest_run "$SHARE" 1500 'sh /mnt/share/rxe.sh; cd /mnt/share && ./conformance -d rxe0 -g $IDX4; ./conformance -d rxe0 -g $IDX4 -e -o cq-event' > "$RUN/conformance-rxe.log" 2>&1 || true
         out=$(bash "$conf/compare.sh" "$RUN/conformance-rxe.log" "" 2) && ok=1 || ok=0
     else
         ok=0; out="cannot build it: see $RUN/conformance-build.log"
