@@ -311,12 +311,7 @@ iw_case() {  # iw_case NAME TIMEOUT CHECK NETEM 'SERVER ARGS' 'CLIENT ARGS' [v6]
 iw_case rping 120 rc "" "rping -s -C 20" "rping -c -v -C 20 -a"
 iw_case rping_v6 120 rc "" "rping -s -a :: -C 20" "rping -c -v -C 20 -a" v6
 iw_case rping_loss 240 rc "$LOSS" "rping -s -C 50" "rping -c -v -C 50 -a"
-# rstream with siw's client against oxrdma's server hung at its end once in four runs
-# (issue 60, open): that role pending until found; the other runs.
-tcase "iw/rstream/lib-client" on guest~5 240 rc "" "$SIW rstream -T v -S 1048576 -C 20" \
-    "$IW_ENV4 rstream -T v -S 1048576 -C 20 -s \$GUEST_IP"
-tcase "iw/rstream/lib-server" "pending:siw's rstream client hung at its end once in four runs (issue 60)" \
-    host~3 240 rc "" "$SIW rstream -T v -S 1048576 -C 20 -s \$HOST_IP" "$IW_ENV4 rstream -T v -S 1048576 -C 20"
+iw_case rstream 240 rc "" "rstream -T v -S 1048576 -C 20" "rstream -T v -S 1048576 -C 20 -s"
 iw_case riostream 240 rc "" "riostream -T v -S 65536 -C 20" "riostream -T v -S 65536 -C 20 -s"
 for tool_s in ib_write_bw:65536 ib_read_bw:65536 ib_send_bw:65536 ib_send_lat:8; do
     tool=${tool_s%%:*}; s=${tool_s#*:}; chk=perf; rep=""

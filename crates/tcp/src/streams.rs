@@ -9,7 +9,7 @@ use rustix::event::epoll;
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// Bytes read from one socket in one pass, at most (others get their turn).
@@ -96,22 +96,15 @@ impl Streams {
         Ok(())
     }
 
-    /// Stops driving `qpn` (its QP is destroyed) and closes its stream. What the QP had
-    /// handed out (its WRs completed with it) and the socket had no room for yet is
-    /// written first, waiting up to `LINGER`, as a TCP socket's close sends what was
-    /// written to it: a program that destroys its QP, or exits, right after its last
+    /// Stops driving `qpn` (its QP is destroyed) and closes its stream gently
+    /// ([`close_gently`]): a program that destroys its QP, or exits, right after its last
     /// WRITE completed must not cut that WRITE short on the wire.
     pub fn detach(&mut self, qpn: u32) {
         if let Some(c) = self.conns.remove(&qpn) {
             if c.watching.is_some() {
                 let _ = epoll::delete(&self.epoll, &c.sock);
             }
-            if !c.ended && c.sent < c.unsent.len() {
-                let _ = c.sock.set_nonblocking(false);
-                let _ = c.sock.set_write_timeout(Some(LINGER));
-                let _ = (&c.sock).write_all(&c.unsent[c.sent..]);
-            }
-            let _ = c.sock.shutdown(Shutdown::Both);
+            close_gently(c);
         }
     }
 
@@ -172,6 +165,66 @@ impl Streams {
     /// `DISCONNECTED`. A stream detached before it ended is not among them.
     pub fn take_ended(&mut self) -> Vec<u32> {
         std::mem::take(&mut self.ended)
+    }
+}
+
+/// Closes a stream without losing what it carries, waiting up to `LINGER` in all. What the
+/// QP handed out (its WRs completed with it) and the socket had no room for yet is written
+/// first, then the FIN, as a TCP socket's close sends what was written to it. Then the
+/// peer's bytes are read away until it has acknowledged everything (the FIN too), or closed
+/// its side: a socket closed with unread bytes answers with a reset, and a reset throws
+/// away what is still in its send buffer (siw's rstream client lost the last bytes of our
+/// server's last WRITE so, and waited for ever).
+fn close_gently(c: Conn) {
+    let deadline = Instant::now() + LINGER;
+    let sock = c.sock;
+    if c.sent < c.unsent.len() {
+        let _ = sock.set_nonblocking(false);
+        let _ = sock.set_write_timeout(Some(LINGER));
+        if (&sock).write_all(&c.unsent[c.sent..]).is_err() {
+            return;
+        }
+    }
+    let _ = sock.shutdown(Shutdown::Write);
+    let _ = sock.set_nonblocking(true);
+    let mut scratch = [0u8; 4096];
+    loop {
+        loop {
+            match (&sock).read(&mut scratch) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => return,
+            }
+        }
+        if unacknowledged(&sock) == 0 || Instant::now() >= deadline {
+            return;
+        }
+        // An acknowledgement wakes nobody: look again in a millisecond, or when bytes come.
+        let mut fds = [rustix::event::PollFd::new(
+            &sock,
+            rustix::event::PollFlags::IN,
+        )];
+        let ms = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        };
+        let _ = rustix::event::poll(&mut fds, Some(&ms));
+    }
+}
+
+/// Bytes sent on `sock` and not acknowledged yet, its FIN counted (`SIOCOUTQ`); 0 when the
+/// kernel cannot say.
+fn unacknowledged(sock: &TcpStream) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ's number on Linux) writes one c_int through the pointer,
+    // which points at the live local `n`.
+    let r = unsafe { libc::ioctl(sock.as_raw_fd(), libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    if r == 0 {
+        n.max(0) as usize
+    } else {
+        0
     }
 }
 

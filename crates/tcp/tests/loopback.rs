@@ -310,6 +310,18 @@ fn an_initiator_not_heard_sends_its_rtr_again() {
 /// completed WRITE whole.
 #[test]
 fn a_qp_destroyed_after_its_writes_completed_still_sends_them_whole() {
+    destroy_with_writes_in_flight(false);
+}
+
+/// The same, with bytes from the peer that the destroyed QP's side never read (an rsockets
+/// peer's last credit update): a socket closed so answers with a reset, which threw away the
+/// end of the last WRITE (siw's rstream client waited for it for ever).
+#[test]
+fn a_qp_destroyed_with_its_peers_bytes_unread_still_sends_its_writes_whole() {
+    destroy_with_writes_in_flight(true);
+}
+
+fn destroy_with_writes_in_flight(peer_speaks_last: bool) {
     let (mut a, mut b) = connected();
     let (n, len) = (60u64, 128u32 << 10);
     for i in 0..n {
@@ -339,6 +351,17 @@ fn a_qp_destroyed_after_its_writes_completed_still_sends_them_whole() {
         done.len()
     );
     assert!(done.iter().all(|c| c.status == WcStatus::Success));
+    if peer_speaks_last {
+        // b WRITEs 8 bytes to a, which a's side never reads before its QP is destroyed.
+        let w = wr(&b, &a, 1000, WrOpcode::RdmaWrite, 0, 8, 0);
+        b.e.post_send(b.qpn, w).unwrap();
+        let end = Instant::now() + SECS;
+        while b.wcs(b.scq).is_empty() {
+            assert!(Instant::now() < end, "b's WRITE did not complete");
+            b.streams.poll(&mut b.e);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let reader = std::thread::spawn(move || {
         // b reads what comes, from another thread, while a's detach waits to write,
         // until its stream ends.
