@@ -221,3 +221,98 @@ fn rsockets_run_over_iwarp_with_their_messages_as_sends() {
     drop(c);
     echo.join().unwrap();
 }
+
+/// A request still waiting in the channel when its listener is destroyed is refused at
+/// once, as librdmacm's listener destruction refuses its pending requests (it waited for
+/// MPA's 10 s before).
+#[test]
+fn a_request_queued_for_a_listener_destroyed_is_refused() {
+    let (server, client) = (ctx(160), ctx(161));
+    let (chs, chc) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let (l, addr) = listen(&chs, &server);
+    let id = resolved(&chc, &client, addr);
+    let (q, _cq, _mr) = qp(&client);
+    id.attach_qp(&q).unwrap();
+    id.connect(&param(b"")).unwrap();
+    // The request reaches the listener's channel (its descriptor is readable); nobody
+    // takes it.
+    let mut fds = [rustix::event::PollFd::new(
+        &chs,
+        rustix::event::PollFlags::IN,
+    )];
+    let ten = rustix::event::Timespec {
+        tv_sec: 10,
+        tv_nsec: 0,
+    };
+    assert_eq!(
+        rustix::event::poll(&mut fds, Some(&ten)).unwrap(),
+        1,
+        "no request came"
+    );
+    drop(l);
+    let rej = chc
+        .get_event_timeout(Duration::from_secs(2))
+        .unwrap()
+        .expect("the client heard nothing within 2 s");
+    assert_eq!(
+        (rej.event, rej.status),
+        (CmEventType::Rejected, ECONNREFUSED)
+    );
+}
+
+/// An iWARP id lives by the RDMA CM's one machine, as a RoCE id does: the same calls out
+/// of turn are refused on both (a connect before the route is resolved among them, which
+/// the kernel's CM refuses on iWARP too).
+#[test]
+fn an_iwarp_id_refuses_the_calls_a_roce_id_refuses() {
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        Bind,
+        ResolveAddr,
+        ResolveRoute,
+        Connect,
+        Accept,
+        Reject,
+        Disconnect,
+    }
+    use Step::*;
+    let scripts: [&[Step]; 4] = [
+        &[ResolveRoute, Accept, Reject, Disconnect, Connect],
+        &[ResolveAddr, Connect, Accept, Disconnect, Bind, ResolveAddr],
+        &[Bind, Bind, ResolveRoute, ResolveAddr, Reject, ResolveRoute],
+        &[Bind, ResolveAddr, ResolveRoute, Accept, Bind, ResolveRoute],
+    ];
+    let (roce, iwarp) = (
+        Context::open("127.0.0.157".parse().unwrap()).unwrap(),
+        ctx(158),
+    );
+    let dst: SocketAddr = "127.0.0.159:7999".parse().unwrap();
+    for script in scripts {
+        let outcomes: Vec<Vec<bool>> = [&roce, &iwarp]
+            .iter()
+            .map(|c| {
+                let ch = EventChannel::new().unwrap();
+                let id = CmId::new(&ch, c, PortSpace::Tcp).unwrap();
+                let (q, _cq, _mr) = qp(c);
+                id.attach_qp(&q).unwrap();
+                script
+                    .iter()
+                    .map(|s| match s {
+                        Bind => id.bind_addr(SocketAddr::new(c.gid().ip(), 0)),
+                        ResolveAddr => id.resolve_addr(None, dst),
+                        ResolveRoute => id.resolve_route(),
+                        Connect => id.connect(&param(b"")),
+                        Accept => id.accept(&param(b"")),
+                        Reject => id.reject(b""),
+                        Disconnect => id.disconnect(),
+                    })
+                    .map(|r| r.is_ok())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            outcomes[0], outcomes[1],
+            "{script:?}: RoCE's answers (first) against iWARP's"
+        );
+    }
+}

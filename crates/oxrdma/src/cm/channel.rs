@@ -103,7 +103,7 @@ pub(crate) struct CmRoutes {
 /// What an iWARP id (`iwarp_id.rs`) is told when its connection's stream ends; called by
 /// the thread that holds the device.
 pub(crate) trait StreamEnded: Send + Sync + std::fmt::Debug {
-    fn stream_ended(&self);
+    fn stream_ended(self: Arc<Self>);
 }
 
 impl CmRoutes {

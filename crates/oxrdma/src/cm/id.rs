@@ -339,7 +339,7 @@ impl EngineId {
         let dev = inner.dev;
         let moving = old.queue.take_where(|r| match r {
             Raw::Local { id, .. } => std::ptr::eq(id.as_ptr(), me),
-            Raw::Made(_) => false,
+            Raw::Own(_) => false,
             Raw::Core { dev: d, event } => {
                 *d == dev
                     && (comm == Some(event.id.0)
@@ -383,7 +383,7 @@ impl Drop for IdInner {
                             _ => false,
                         }
                 }
-                Raw::Local { .. } | Raw::Made(_) => false,
+                Raw::Local { .. } | Raw::Own(_) => false,
             });
             for r in orphans {
                 if let Raw::Core { event, .. } = r {

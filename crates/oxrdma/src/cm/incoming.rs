@@ -28,7 +28,7 @@ pub(crate) fn take_event(ch: &Arc<ChannelInner>, raw: Raw) -> Option<CmEvent> {
             return Some(plain(id.key, event, status));
         }
         Raw::Core { dev, event } => (dev, event),
-        Raw::Made(event) => return Some(*event),
+        Raw::Own(event) => return event.take(),
     };
     let CoreEvent { id: comm, kind } = event;
     match kind {

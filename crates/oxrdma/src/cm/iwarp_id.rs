@@ -6,12 +6,17 @@
 //! listens on), no answer `Unreachable` with -ETIMEDOUT, anything else `ConnectError`;
 //! `Disconnected` comes on each side once the connection's stream ends.
 //!
-//! TCP's connect and MPA's request wait on the network, so an id's connect, and each
+//! The id's life is the CM's one machine (`machine.rs`), as an engine id's: each call asks
+//! it for a plan and what happens to the connection is an event the application takes
+//! through it. Only the wire differs: the REQ is TCP's connect and MPA's request, the REP
+//! MPA's reply, the RTU nothing (the QP's RTR rides on its stream), the DREQ the stream's
+//! end. TCP's connect and MPA's request wait on the network, so an id's connect, and each
 //! listener's accepting, runs on a thread of its own that reports on the id's channel.
 
 use super::channel::{EngineChannel, StreamEnded};
 use super::incoming::plain;
-use super::state::{ChannelInner, Raw, NEXT_KEY};
+use super::machine::{self, Call, Event, Phase, Plan, QpStep};
+use super::state::{ChannelInner, OwnEvent, Raw, NEXT_KEY};
 use super::steps::{QpMover, MAX_DEPTH};
 use super::{CmEvent, CmEventType, CmId, CmIdKey, ConnParam, PortSpace};
 use crate::context::Context;
@@ -45,9 +50,6 @@ pub(crate) struct IwInner {
     channel: Mutex<Arc<ChannelInner>>,
     ps: PortSpace,
     st: Mutex<IwState>,
-    /// What the application was shown of the connection; the engine thread (which sees
-    /// the stream end) and the connecting thread meet here, never under the id's state.
-    shown: Mutex<Shown>,
 }
 
 #[derive(Debug, Default)]
@@ -59,31 +61,32 @@ struct IwState {
     /// The bound port's socket: it holds the port, and `listen` takes connections on it.
     port: Option<Arc<TcpListener>>,
     phase: Phase,
+    /// Passive: the peer's request, until it is accepted or rejected.
+    request: Option<Box<Request>>,
 }
 
-#[derive(Debug, Default)]
-enum Phase {
-    #[default]
-    Idle,
-    Bound,
-    AddrResolved,
-    RouteResolved,
-    Listening,
-    Connecting,
-    /// A peer's request, to accept or reject.
-    Requested(Box<Request>),
-    Connected,
-    Over,
+/// What befell an iWARP id, waiting in its channel until the application takes it
+/// (`Raw::Own`); the machine's plan for it is carried out then.
+#[derive(Debug)]
+struct Happened {
+    id: Weak<IwInner>,
+    /// The id's key (known also once the id is gone).
+    key: u64,
+    what: What,
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum Shown {
-    #[default]
-    Nothing,
-    Established,
-    /// The stream ended before `Established` was shown: shown right after it.
-    EndedEarly,
-    Disconnected,
+#[derive(Debug)]
+enum What {
+    /// Resolution: an event of the id's own, no connection.
+    Local(CmEventType),
+    /// A peer's request for this listener, held by a new id.
+    Request(Arc<IwInner>, ConnParam),
+    /// MPA's exchange is done and the QP has its stream: the peer's terms.
+    Up(ConnParam),
+    /// The connection did not come up, with the peer's private data if it refused.
+    Failed(Event, Vec<u8>),
+    /// The connection's stream ended.
+    Ended,
 }
 
 impl IwarpId {
@@ -108,7 +111,6 @@ impl IwarpId {
                 channel: Mutex::new(channel.inner.clone()),
                 ps,
                 st: Mutex::default(),
-                shown: Mutex::default(),
             }),
         })
     }
@@ -139,9 +141,7 @@ impl IwarpId {
     /// iWARP CM does, so a port in use is refused here.
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
         let mut st = lock(&self.inner.st);
-        if !matches!(st.phase, Phase::Idle) {
-            return Err(Error::CmState("rdma_bind_addr on an id bound or in use"));
-        }
+        let plan = plan(&st, Call::Bind)?;
         if !super::route::is_local(addr.ip()) {
             return Err(Error::Io(std::io::Error::from_raw_os_error(
                 libc::EADDRNOTAVAIL,
@@ -150,7 +150,7 @@ impl IwarpId {
         let port = TcpListener::bind(addr)?;
         st.src = Some(port.local_addr()?);
         st.port = Some(Arc::new(port));
-        st.phase = Phase::Bound;
+        st.phase = plan.next;
         Ok(())
     }
 
@@ -161,15 +161,13 @@ impl IwarpId {
             self.bind_addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
         }
         let mut st = lock(&self.inner.st);
-        let Phase::Bound = st.phase else {
-            return Err(Error::CmState("rdma_listen on an id not bound, or in use"));
-        };
+        let plan = plan(&st, Call::Listen)?;
         let port = st.port.clone().expect("a bound id holds its port");
         let me = Arc::downgrade(&self.inner);
         std::thread::Builder::new()
             .name("oxrdma-iwarp-listen".into())
             .spawn(move || take_requests(&port, &me))?;
-        st.phase = Phase::Listening;
+        st.phase = plan.next;
         Ok(())
     }
 
@@ -177,32 +175,23 @@ impl IwarpId {
     /// whether the peer answers shows at `connect`.
     pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr) -> Result<()> {
         let mut st = lock(&self.inner.st);
-        if !matches!(st.phase, Phase::Idle | Phase::Bound) {
-            return Err(Error::CmState("rdma_resolve_addr on an id in use"));
-        }
+        let plan = plan(&st, Call::ResolveAddr)?;
         // The connection comes from the device's address unless one was named.
         let named = st.src.or(src).filter(|s| !s.ip().is_unspecified());
         let port = st.src.map_or(0, |s| s.port());
         let ip = named.map_or(self.inner.ctx.gid().ip(), |s| s.ip());
         st.src = Some(SocketAddr::new(ip, port));
         st.dst = Some(dst);
-        st.phase = Phase::AddrResolved;
-        self.inner
-            .push(plain(self.inner.key, CmEventType::AddrResolved, 0));
+        st.phase = plan.next;
+        self.inner.push(What::Local(CmEventType::AddrResolved));
         Ok(())
     }
 
     /// `rdma_resolve_route`: nothing to find over TCP; `RouteResolved` follows.
     pub fn resolve_route(&self) -> Result<()> {
         let mut st = lock(&self.inner.st);
-        let Phase::AddrResolved = st.phase else {
-            return Err(Error::CmState(
-                "rdma_resolve_route before the address resolved",
-            ));
-        };
-        st.phase = Phase::RouteResolved;
-        self.inner
-            .push(plain(self.inner.key, CmEventType::RouteResolved, 0));
+        st.phase = plan(&st, Call::ResolveRoute)?.next;
+        self.inner.push(What::Local(CmEventType::RouteResolved));
         Ok(())
     }
 
@@ -235,7 +224,7 @@ impl IwarpId {
         let key = CmIdKey(self.inner.key);
         let moving = cur
             .queue
-            .take_where(|r| matches!(r, Raw::Made(e) if e.id == key));
+            .take_where(|r| matches!(r, Raw::Own(e) if e.is_for(key.0)));
         for r in moving {
             to.inner.queue.push(r);
         }
@@ -246,9 +235,7 @@ impl IwarpId {
     /// data and depths; the attached QP is in RTS when `Established` comes.
     pub fn connect(&self, param: &ConnParam) -> Result<()> {
         let mut st = lock(&self.inner.st);
-        if !matches!(st.phase, Phase::RouteResolved | Phase::AddrResolved) {
-            return Err(Error::CmState("rdma_connect before the route resolved"));
-        }
+        let plan = plan(&st, Call::Connect)?;
         let (Some(src), Some(dst), Some(qpn)) = (st.src, st.dst, st.qpn) else {
             return Err(Error::CmState(
                 "an iWARP connection needs a QP: attach one first (rdma_create_qp)",
@@ -257,7 +244,7 @@ impl IwarpId {
         let cfg = terms(param)?;
         // The port a bind held is not needed by a connecting id.
         st.port = None;
-        st.phase = Phase::Connecting;
+        st.phase = plan.next;
         drop(st);
         let id = self.inner.clone();
         std::thread::Builder::new()
@@ -268,54 +255,60 @@ impl IwarpId {
         Ok(())
     }
 
-    /// `rdma_accept` of a requested id: MPA's reply with `param`'s private data; the
-    /// attached QP is in RTS and `Established` follows.
+    /// `rdma_accept` of a requested id: MPA's reply with `param`'s private data, and the
+    /// attached QP takes the stream (RTS); `Established` follows. If the reply or the QP
+    /// fails, the call does and the id's request is over.
     pub fn accept(&self, param: &ConnParam) -> Result<()> {
         let mut st = lock(&self.inner.st);
+        let plan = plan(&st, Call::Accept)?;
         let Some(qpn) = st.qpn else {
             return Err(Error::CmState(
                 "an iWARP connection needs a QP: attach one first (rdma_create_qp)",
             ));
         };
-        let Phase::Requested(req) = std::mem::replace(&mut st.phase, Phase::Over) else {
-            st.phase = Phase::Over;
-            return Err(Error::CmState("rdma_accept of an id that has no request"));
-        };
         let cfg = terms(param)?;
-        drop(st);
-        let done = req.accept_with(&cfg.private_data);
-        self.inner.connected(qpn, done);
+        let req = st.request.take().expect("a requested id holds its request");
+        let up = req
+            .accept_with(&cfg.private_data)
+            .map_err(setup_error)
+            .and_then(|est| self.inner.take_stream(qpn, est))
+            .and_then(|()| self.inner.take_qp_step(&st, &plan));
+        if let Err(e) = up {
+            self.inner.qp_to_err(&st);
+            st.phase = Phase::Done;
+            return Err(e);
+        }
+        st.phase = plan.next;
         Ok(())
     }
 
     /// `rdma_reject` of a requested id: MPA's reply refuses, with `private_data`.
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
         let mut st = lock(&self.inner.st);
-        match std::mem::replace(&mut st.phase, Phase::Over) {
-            Phase::Requested(req) => req.reject(private_data).map_err(setup_error),
-            other => {
-                st.phase = other;
-                Err(Error::CmState("rdma_reject of an id that has no request"))
-            }
+        let plan = plan(&st, Call::Reject)?;
+        st.phase = plan.next;
+        match st.request.take() {
+            Some(req) => req.reject(private_data).map_err(setup_error),
+            None => Ok(()),
         }
     }
 
-    /// `rdma_disconnect`: the QP goes to ERR and its stream closes; `Disconnected` comes
-    /// on both sides as the stream ends.
+    /// `rdma_disconnect`: the QP goes to ERR and its stream closes (iWARP's DREQ);
+    /// `Disconnected` comes on both sides as the stream ends.
     pub fn disconnect(&self) -> Result<()> {
-        let st = lock(&self.inner.st);
-        if !matches!(st.phase, Phase::Connected) {
-            return Err(Error::CmState("rdma_disconnect of an id not connected"));
-        }
-        let err = QpAttr {
-            qp_state: Some(QpState::Err),
-            ..Default::default()
-        };
-        let moved = self.inner.move_qp(&st, &err);
+        let mut st = lock(&self.inner.st);
+        let plan = plan(&st, Call::Disconnect)?;
+        let moved = self.inner.take_qp_step(&st, &plan);
+        st.phase = plan.next;
         drop(st);
         self.inner.engine.shared().ring();
         moved
     }
+}
+
+/// The machine's plan for `call` now (`machine.rs`), or its refusal.
+fn plan(st: &IwState, call: Call) -> Result<Plan> {
+    machine::call(st.phase, call, false, st.qpn.is_some()).map_err(Error::CmState)
 }
 
 /// TCP and MPA to `dst`; a connection refused for want of a listener is tried again
@@ -363,8 +356,11 @@ fn terms(param: &ConnParam) -> Result<oxrdma_core::iwarp::SetupConfig> {
 }
 
 impl IwInner {
-    fn push(&self, event: CmEvent) {
-        lock(&self.channel).queue.push(Raw::Made(Box::new(event)));
+    fn push(self: &Arc<Self>, what: What) {
+        let (id, key) = (Arc::downgrade(self), self.key);
+        lock(&self.channel)
+            .queue
+            .push(Raw::Own(Box::new(Happened { id, key, what })));
     }
 
     /// Moves the attached QP (through its mover, else the engine).
@@ -380,104 +376,157 @@ impl IwInner {
         }
     }
 
-    /// What came of MPA's exchange, either side: the QP takes the stream and
-    /// `Established` is shown, or the failure's event.
-    fn connected(self: &Arc<Self>, qpn: u32, done: std::result::Result<Established, MpaError>) {
-        let est = match done {
-            Ok(est) => est,
-            Err(e) => return self.failed(e),
+    /// The attached QP's step of `plan`. Its stream took it to RTS in the engine already;
+    /// `ToRts` brings the program's view along (RTS to RTS in the engine changes nothing).
+    fn take_qp_step(&self, st: &IwState, plan: &Plan) -> Result<()> {
+        let state = match plan.qp {
+            QpStep::Keep => return Ok(()),
+            QpStep::ToRts => QpState::Rts,
+            QpStep::ToErr => QpState::Err,
         };
-        let peer = est.negotiated.clone();
-        let me: Weak<dyn StreamEnded> = Arc::downgrade(self) as Weak<IwInner>;
-        if let Err(e) = attach_stream(&self.engine, qpn, est, |shared| {
-            shared.cm.route_iwarp(qpn, me);
-        }) {
-            let errno = match &e {
-                Error::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
-                _ => libc::EINVAL,
-            };
-            return self.failed_with(CmEventType::ConnectError, -errno);
-        }
-        // The program's own view of the QP follows (RTS to RTS: nothing changes).
-        let rts = QpAttr {
-            qp_state: Some(QpState::Rts),
+        let attr = QpAttr {
+            qp_state: Some(state),
             ..Default::default()
         };
-        {
-            let mut st = lock(&self.st);
-            let _ = self.move_qp(&st, &rts);
-            st.phase = Phase::Connected;
-        }
-        let mut event = plain(self.key, CmEventType::Established, 0);
-        event.conn.private_data = peer.peer_private_data;
-        event.conn.responder_resources = u8::try_from(peer.ird).unwrap_or(u8::MAX);
-        event.conn.initiator_depth = u8::try_from(peer.ord).unwrap_or(u8::MAX);
-        event.conn.qp_num = qpn;
-        let mut shown = lock(&self.shown);
-        self.push(event);
-        if *shown == Shown::EndedEarly {
-            self.push(plain(self.key, CmEventType::Disconnected, 0));
-            *shown = Shown::Disconnected;
-        } else {
-            *shown = Shown::Established;
-        }
+        self.move_qp(st, &attr)
     }
 
-    /// A connection that did not come up: the QP to ERR, and the event Linux's RDMA CM
-    /// shows for it on iWARP.
-    fn failed(&self, e: MpaError) {
-        let (event, status) = match &e {
-            MpaError::Rejected { private_data } => {
-                let mut ev = plain(self.key, CmEventType::Rejected, ECONNREFUSED);
-                ev.conn.private_data = private_data.clone();
-                self.end_qp();
-                return self.push(ev);
-            }
-            MpaError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
-                (CmEventType::Rejected, ECONNREFUSED)
-            }
-            MpaError::TimedOut(_) => (CmEventType::Unreachable, -libc::ETIMEDOUT),
-            MpaError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
-                (CmEventType::Unreachable, -libc::ETIMEDOUT)
-            }
-            MpaError::Io(io) => (
-                CmEventType::ConnectError,
-                -io.raw_os_error().unwrap_or(libc::ECONNRESET),
-            ),
-            MpaError::Setup(_) | MpaError::Closed => (CmEventType::ConnectError, -libc::ECONNRESET),
-        };
-        self.failed_with(event, status);
-    }
-
-    fn failed_with(&self, event: CmEventType, status: i32) {
-        self.end_qp();
-        self.push(plain(self.key, event, status));
-    }
-
-    fn end_qp(&self) {
-        let mut st = lock(&self.st);
+    fn qp_to_err(&self, st: &IwState) {
         let err = QpAttr {
             qp_state: Some(QpState::Err),
             ..Default::default()
         };
-        let _ = self.move_qp(&st, &err);
-        st.phase = Phase::Over;
+        let _ = self.move_qp(st, &err);
+    }
+
+    /// QP `qpn` takes the stream MPA's exchange made, and the connection's being up waits
+    /// for the application, ahead of anything the stream's end may bring (both are queued
+    /// with the device held, where the stream's end is seen).
+    fn take_stream(self: &Arc<Self>, qpn: u32, est: Established) -> Result<()> {
+        let peer = est.negotiated.clone();
+        let mut conn = plain(self.key, CmEventType::Established, 0).conn;
+        conn.private_data = peer.peer_private_data;
+        conn.responder_resources = u8::try_from(peer.ird).unwrap_or(u8::MAX);
+        conn.initiator_depth = u8::try_from(peer.ord).unwrap_or(u8::MAX);
+        conn.qp_num = qpn;
+        let me: Weak<dyn StreamEnded> = Arc::downgrade(self) as Weak<IwInner>;
+        attach_stream(&self.engine, qpn, est, |shared| {
+            shared.cm.route_iwarp(qpn, me);
+            self.push(What::Up(conn));
+        })
+    }
+
+    /// What came of an active id's MPA exchange: the QP takes the stream, or the failure
+    /// waits for the application.
+    fn connected(self: &Arc<Self>, qpn: u32, done: std::result::Result<Established, MpaError>) {
+        let failed = match done.map(|est| self.take_stream(qpn, est)) {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => {
+                let errno = match &e {
+                    Error::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+                    _ => libc::EINVAL,
+                };
+                (Event::ConnectError { status: -errno }, Vec::new())
+            }
+            Err(e) => failure(e),
+        };
+        self.push(What::Failed(failed.0, failed.1));
+    }
+
+    /// The machine's plan for `what` carried out: the application's event, if any.
+    fn on_event(self: &Arc<Self>, what: What) -> Option<CmEvent> {
+        let mut st = lock(&self.st);
+        let (event, mut conn) = match what {
+            What::Local(event) => return Some(plain(self.key, event, 0)),
+            What::Request(child, conn) => {
+                let mut e = plain(child.key, CmEventType::ConnectRequest, 0);
+                e.listen_id = Some(CmIdKey(self.key));
+                e.conn = conn;
+                e.new_id = Some(CmId::from_iwarp(IwarpId { inner: child }));
+                return Some(e);
+            }
+            // No RTU on iWARP: the active side's is the REP's plan, the passive side's
+            // the connection's establishment.
+            What::Up(conn) if st.phase == Phase::Connecting => (Event::Reply, conn),
+            What::Up(conn) => (Event::Established, conn),
+            What::Failed(event, private_data) => (
+                event,
+                ConnParam {
+                    private_data,
+                    ..plain(0, CmEventType::Rejected, 0).conn
+                },
+            ),
+            What::Ended => (
+                Event::Disconnected,
+                plain(0, CmEventType::Disconnected, 0).conn,
+            ),
+        };
+        let mut plan = machine::event(st.phase, event, st.qpn.is_some());
+        if let Err(e) = self.take_qp_step(&st, &plan) {
+            let errno = match &e {
+                Error::Io(io) => io.raw_os_error().unwrap_or(libc::EINVAL),
+                _ => libc::EINVAL,
+            };
+            plan = machine::qp_failed(plan, st.phase, errno);
+            let _ = self.take_qp_step(&st, &plan);
+        }
+        st.phase = plan.next;
+        let (event, status) = plan.show?;
+        if event == CmEventType::ConnectError {
+            conn = plain(0, event, 0).conn;
+        }
+        Some(CmEvent {
+            conn,
+            ..plain(self.key, event, status)
+        })
+    }
+}
+
+/// A failed MPA exchange as the event Linux's RDMA CM shows for it on iWARP, with the
+/// peer's private data if it refused.
+fn failure(e: MpaError) -> (Event, Vec<u8>) {
+    let refused = Event::Rejected {
+        reason: ECONNREFUSED,
+    };
+    match e {
+        MpaError::Rejected { private_data } => (refused, private_data),
+        MpaError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+            (refused, Vec::new())
+        }
+        MpaError::TimedOut(_) => (Event::Unreachable, Vec::new()),
+        MpaError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+            (Event::Unreachable, Vec::new())
+        }
+        MpaError::Io(io) => (
+            Event::ConnectError {
+                status: -io.raw_os_error().unwrap_or(libc::ECONNRESET),
+            },
+            Vec::new(),
+        ),
+        MpaError::Setup(_) | MpaError::Closed => (
+            Event::ConnectError {
+                status: -libc::ECONNRESET,
+            },
+            Vec::new(),
+        ),
+    }
+}
+
+impl OwnEvent for Happened {
+    fn is_for(&self, key: u64) -> bool {
+        self.key == key
+    }
+
+    fn take(self: Box<Self>) -> Option<CmEvent> {
+        self.id.upgrade()?.on_event(self.what)
     }
 }
 
 impl StreamEnded for IwInner {
     /// The connection's stream ended (the engine thread saw it, with the device locked):
-    /// `Disconnected`, once, after `Established`.
-    fn stream_ended(&self) {
-        let mut shown = lock(&self.shown);
-        match *shown {
-            Shown::Established => {
-                self.push(plain(self.key, CmEventType::Disconnected, 0));
-                *shown = Shown::Disconnected;
-            }
-            Shown::Nothing => *shown = Shown::EndedEarly,
-            Shown::EndedEarly | Shown::Disconnected => {}
-        }
+    /// queued behind the connection's being up, as it was seen after it.
+    fn stream_ended(self: Arc<Self>) {
+        self.push(What::Ended);
     }
 }
 
@@ -500,8 +549,9 @@ fn take_requests(port: &TcpListener, listener: &Weak<IwInner>) {
                 let Ok(req) = Request::read(sock, setup_config(&[]), SETUP_TIMEOUT) else {
                     return;
                 };
-                if let Some(l) = listener.upgrade() {
-                    l.requested(req);
+                match listener.upgrade() {
+                    Some(l) => l.requested(req),
+                    None => drop(req.reject(&[])),
                 }
             });
     }
@@ -524,21 +574,12 @@ impl IwInner {
             st: Mutex::new(IwState {
                 src,
                 dst,
-                phase: Phase::Requested(Box::new(req)),
+                phase: Phase::Requested,
+                request: Some(Box::new(req)),
                 ..IwState::default()
             }),
-            shown: Mutex::default(),
         });
-        let key = CmIdKey(child.key);
-        self.push(CmEvent {
-            event: CmEventType::ConnectRequest,
-            id: key,
-            listen_id: Some(CmIdKey(self.key)),
-            new_id: Some(CmId::from_iwarp(IwarpId { inner: child })),
-            status: 0,
-            conn,
-            ud: None,
-        });
+        self.push(What::Request(child, conn));
     }
 }
 
@@ -553,8 +594,16 @@ impl Drop for IwInner {
             let _ = rustix::net::shutdown(port.as_fd(), rustix::net::Shutdown::Both);
         }
         // A request nobody answered is refused, as destroying a requested id does.
-        if let Phase::Requested(req) = std::mem::take(&mut st.phase) {
+        if let Some(req) = st.request.take() {
             let _ = req.reject(&[]);
         }
+        // So are a listener's requests still queued (a request's thread may hold the
+        // listener for a moment after its program let it go, and queue one more): their
+        // ids, dropped here, refuse them.
+        let key = self.key;
+        let orphans = lock(&self.channel)
+            .queue
+            .take_where(|r| matches!(r, Raw::Own(e) if e.is_for(key)));
+        drop(orphans);
     }
 }

@@ -53,11 +53,20 @@ pub(super) enum Call {
 pub(super) enum Event {
     Reply,
     Established,
-    Rejected { reason: i32 },
+    Rejected {
+        reason: i32,
+    },
     Unreachable,
+    /// The connection failed otherwise (an iWARP id's MPA exchange: the kernel's CM
+    /// shows CONNECT_ERROR with the errno); `status` is the negative errno.
+    ConnectError {
+        status: i32,
+    },
     Disconnected,
     TimewaitExit,
-    SidrReply { status: i32 },
+    SidrReply {
+        status: i32,
+    },
 }
 
 /// What happens to the attached QP (nothing where none is attached).
@@ -189,6 +198,9 @@ pub(super) fn event(phase: Phase, event: Event, qp: bool) -> Plan {
         Event::Unreachable => Plan::to(Done)
             .show(CmEventType::Unreachable, ETIMEDOUT)
             .forget(),
+        Event::ConnectError { status } => Plan::to(Done)
+            .show(CmEventType::ConnectError, status)
+            .forget(),
         Event::Disconnected => Plan::to(Disconnected).show(CmEventType::Disconnected, 0),
         Event::TimewaitExit => Plan::to(Done).show(CmEventType::TimewaitExit, 0).forget(),
         Event::SidrReply { status: 0 } => Plan::to(Connected)
@@ -249,6 +261,7 @@ mod tests {
             Just(Event::Established),
             (1..40i32).prop_map(|reason| Event::Rejected { reason }),
             Just(Event::Unreachable),
+            (-120..-1i32).prop_map(|status| Event::ConnectError { status }),
             Just(Event::Disconnected),
             Just(Event::TimewaitExit),
             (0..3i32).prop_map(|status| Event::SidrReply { status }),

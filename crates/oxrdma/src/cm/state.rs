@@ -142,8 +142,17 @@ pub(crate) enum Raw {
         event: CmEventType,
         status: i32,
     },
-    /// An event made whole here (an iWARP id's: `iwarp_id.rs`).
-    Made(Box<super::CmEvent>),
+    /// What befell an id that makes its own events (an iWARP id's: `iwarp_id.rs`).
+    Own(Box<dyn OwnEvent>),
+}
+
+/// An event an id makes itself (`Raw::Own`), carried through the CM's machine when the
+/// application takes it, as the device CM's are.
+pub(crate) trait OwnEvent: Send + std::fmt::Debug {
+    /// Whether it is for the id with key `key` (`rdma_migrate_id` moves it with that id).
+    fn is_for(&self, key: u64) -> bool;
+    /// The application's event, the id moved on; None if the id is gone.
+    fn take(self: Box<Self>) -> Option<super::CmEvent>;
 }
 
 #[derive(Debug)]
