@@ -260,6 +260,46 @@ fn a_request_queued_for_a_listener_destroyed_is_refused() {
     );
 }
 
+/// `rdma_listen`'s backlog holds: with two connections that never send MPA's request
+/// taking its two places, a third peer's request waits (its connection in the kernel's
+/// queue, no thread of ours on it) until one of them goes; then it is handed up.
+#[test]
+fn a_listeners_backlog_bounds_the_requests_it_reads() {
+    let (server, client) = (ctx(162), ctx(163));
+    let (chs, chc) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let l = CmId::new(&chs, &server, PortSpace::Tcp).unwrap();
+    l.bind_addr(SocketAddr::new(server.gid().ip(), 0)).unwrap();
+    l.listen(2).unwrap();
+    let addr = l.local_addr().unwrap();
+    let silent: Vec<_> = (0..2)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    let id = resolved(&chc, &client, addr);
+    let (q, _cq, _mr) = qp(&client);
+    id.attach_qp(&q).unwrap();
+    id.connect(&param(b"third")).unwrap();
+    let readable = |ms: i64| {
+        let mut fds = [rustix::event::PollFd::new(
+            &chs,
+            rustix::event::PollFlags::IN,
+        )];
+        let t = rustix::event::Timespec {
+            tv_sec: ms / 1000,
+            tv_nsec: (ms % 1000) * 1_000_000,
+        };
+        rustix::event::poll(&mut fds, Some(&t)).unwrap() == 1
+    };
+    assert!(
+        !readable(500),
+        "a third request was read with the backlog of 2 full"
+    );
+    drop(silent);
+    let req = expect(&chs, CmEventType::ConnectRequest);
+    assert_eq!(req.conn.private_data, b"third");
+    req.new_id.unwrap().reject(b"").unwrap();
+    assert_eq!(expect(&chc, CmEventType::Rejected).status, ECONNREFUSED);
+}
+
 /// An iWARP id lives by the RDMA CM's one machine, as a RoCE id does: the same calls out
 /// of turn are refused on both (a connect before the route is resolved among them, which
 /// the kernel's CM refuses on iWARP too).

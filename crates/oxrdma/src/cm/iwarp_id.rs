@@ -13,6 +13,7 @@
 //! end. TCP's connect and MPA's request wait on the network, so an id's connect, and each
 //! listener's accepting, runs on a thread of its own that reports on the id's channel.
 
+use super::backlog::{Backlog, Slot};
 use super::channel::{EngineChannel, StreamEnded};
 use super::incoming::plain;
 use super::machine::{self, Call, Event, Phase, Plan, QpStep};
@@ -61,8 +62,9 @@ struct IwState {
     /// The bound port's socket: it holds the port, and `listen` takes connections on it.
     port: Option<Arc<TcpListener>>,
     phase: Phase,
-    /// Passive: the peer's request, until it is accepted or rejected.
-    request: Option<Box<Request>>,
+    /// Passive: the peer's request, until it is accepted or rejected, and its place in
+    /// its listener's backlog.
+    request: Option<(Box<Request>, Slot)>,
 }
 
 /// What befell an iWARP id, waiting in its channel until the application takes it
@@ -155,8 +157,9 @@ impl IwarpId {
     }
 
     /// `rdma_listen`: peers' requests come as `ConnectRequest` events, each with a new id
-    /// holding the peer's private data and its connection, to accept or reject.
-    pub fn listen(&self, _backlog: usize) -> Result<()> {
+    /// holding the peer's private data and its connection, to accept or reject; at most
+    /// `backlog` unanswered (`backlog.rs`: past it, connections wait in the kernel's queue).
+    pub fn listen(&self, backlog: usize) -> Result<()> {
         if matches!(lock(&self.inner.st).phase, Phase::Idle) {
             self.bind_addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
         }
@@ -164,9 +167,10 @@ impl IwarpId {
         let plan = plan(&st, Call::Listen)?;
         let port = st.port.clone().expect("a bound id holds its port");
         let me = Arc::downgrade(&self.inner);
+        let backlog = Backlog::new(backlog);
         std::thread::Builder::new()
             .name("oxrdma-iwarp-listen".into())
-            .spawn(move || take_requests(&port, &me))?;
+            .spawn(move || take_requests(&port, &me, &backlog))?;
         st.phase = plan.next;
         Ok(())
     }
@@ -267,7 +271,7 @@ impl IwarpId {
             ));
         };
         let cfg = terms(param)?;
-        let req = st.request.take().expect("a requested id holds its request");
+        let (req, _slot) = st.request.take().expect("a requested id holds its request");
         let up = req
             .accept_with(&cfg.private_data)
             .map_err(setup_error)
@@ -288,7 +292,7 @@ impl IwarpId {
         let plan = plan(&st, Call::Reject)?;
         st.phase = plan.next;
         match st.request.take() {
-            Some(req) => req.reject(private_data).map_err(setup_error),
+            Some((req, _slot)) => req.reject(private_data).map_err(setup_error),
             None => Ok(()),
         }
     }
@@ -531,13 +535,18 @@ impl StreamEnded for IwInner {
 }
 
 /// A listener's thread: takes each TCP connection on `port` and reads its MPA request on
-/// a thread of its own (a slow peer holds up no other), until the listener's id is gone.
-fn take_requests(port: &TcpListener, listener: &Weak<IwInner>) {
-    for sock in port.incoming() {
+/// a thread of its own (a slow peer holds up no other), while its backlog has room, until
+/// the listener's id is gone.
+fn take_requests(port: &TcpListener, listener: &Weak<IwInner>, backlog: &Arc<Backlog>) {
+    loop {
+        let Some(slot) = backlog.wait_for_room(|| listener.strong_count() > 0) else {
+            return;
+        };
+        let sock = port.accept();
         if listener.strong_count() == 0 {
             return;
         }
-        let Ok(sock) = sock else {
+        let Ok((sock, _)) = sock else {
             // (Out of descriptors, say: try again in a while rather than spin.)
             std::thread::sleep(std::time::Duration::from_millis(10));
             continue;
@@ -550,7 +559,7 @@ fn take_requests(port: &TcpListener, listener: &Weak<IwInner>) {
                     return;
                 };
                 match listener.upgrade() {
-                    Some(l) => l.requested(req),
+                    Some(l) => l.requested(req, slot),
                     None => drop(req.reject(&[])),
                 }
             });
@@ -559,7 +568,7 @@ fn take_requests(port: &TcpListener, listener: &Weak<IwInner>) {
 
 impl IwInner {
     /// A peer's request for this listener: a new id holds it, shown as `ConnectRequest`.
-    fn requested(self: &Arc<Self>, req: Request) {
+    fn requested(self: &Arc<Self>, req: Request, slot: Slot) {
         let (src, dst) = (req.local_addr().ok(), req.peer_addr().ok());
         let mut conn = plain(0, CmEventType::ConnectRequest, 0).conn;
         conn.private_data = req.private_data.clone();
@@ -575,7 +584,7 @@ impl IwInner {
                 src,
                 dst,
                 phase: Phase::Requested,
-                request: Some(Box::new(req)),
+                request: Some((Box::new(req), slot)),
                 ..IwState::default()
             }),
         });
@@ -594,7 +603,7 @@ impl Drop for IwInner {
             let _ = rustix::net::shutdown(port.as_fd(), rustix::net::Shutdown::Both);
         }
         // A request nobody answered is refused, as destroying a requested id does.
-        if let Some(req) = st.request.take() {
+        if let Some((req, _slot)) = st.request.take() {
             let _ = req.reject(&[]);
         }
         // So are a listener's requests still queued (a request's thread may hold the

@@ -6,6 +6,7 @@
 //! either side may be Linux's rdma_cm on rxe. Peers on this host are found through the
 //! rendezvous (`rendezvous.rs`); others by their address.
 
+mod backlog;
 mod channel;
 mod cm_id;
 mod connection;
