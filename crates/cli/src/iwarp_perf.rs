@@ -49,6 +49,11 @@ pub struct IwarpPerfArgs {
     /// write-bw: WRITE for this many seconds instead of `--iters` WRITEs.
     #[arg(short = 'D', long)]
     pub duration: Option<f64>,
+    /// Idle iWARP connections opened beside the measured one (on both sides: give both
+    /// the same number), each with its QP on the same engine: what a driver's pass over
+    /// the streams must not pay for.
+    #[arg(long, default_value_t = 0)]
+    pub idle: u32,
     /// One JSON object instead of a line of text.
     #[arg(long)]
     pub json: bool,
@@ -59,6 +64,7 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// One side: an engine, its QP and buffer, the stream that drives it.
 struct Side {
     e: Engine,
+    pd: u32,
     streams: Streams,
     qpn: u32,
     /// Where WRs are posted, as the API's threads post them: into the QP's ring, which
@@ -113,6 +119,7 @@ impl Side {
         let post = e.qp_post(qpn)?;
         Ok(Side {
             e,
+            pd,
             streams: Streams::new()?,
             qpn,
             post,
@@ -142,6 +149,39 @@ impl Side {
         self.peer = (u64_at(0), rkey, u64_at(12));
         self.e.iwarp_established(self.qpn, &est.stream())?;
         self.streams.attach(self.qpn, est.sock, &est.early)?;
+        Ok(())
+    }
+
+    /// A QP of its own on this engine for an idle connection, in INIT.
+    fn idle_qp(&mut self) -> anyhow::Result<u32> {
+        let init = QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: self.scq,
+            recv_cq: self.rcq,
+            cap: QpCap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+            srq: None,
+        };
+        let qpn = self.e.create_iwarp_qp(self.pd, &init)?;
+        let attr = QpAttr {
+            qp_state: Some(QpState::Init),
+            qp_access_flags: Some(Access::REMOTE),
+            ..Default::default()
+        };
+        self.e.modify_qp(qpn, &attr)?;
+        Ok(qpn)
+    }
+
+    /// An idle connection's stream, set up, driven from now on.
+    fn attach_idle(&mut self, qpn: u32, est: mpa::Established) -> anyhow::Result<()> {
+        self.e.iwarp_established(qpn, &est.stream())?;
+        self.streams.attach(qpn, est.sock, &est.early)?;
         Ok(())
     }
 
@@ -209,6 +249,12 @@ pub fn run(a: &IwarpPerfArgs) -> anyhow::Result<()> {
             };
             let est = Request::read(sock, cfg, TIMEOUT)?.accept()?;
             side.attach(est)?;
+            for _ in 0..a.idle {
+                let (sock, _) = l.accept()?;
+                let qpn = side.idle_qp()?;
+                let est = Request::read(sock, SetupConfig::default(), TIMEOUT)?.accept()?;
+                side.attach_idle(qpn, est)?;
+            }
             (side, "server")
         }
         Some(ip) => {
@@ -222,6 +268,10 @@ pub fn run(a: &IwarpPerfArgs) -> anyhow::Result<()> {
             let est = mpa::connect(addr, cfg, TIMEOUT)
                 .with_context(|| format!("cannot reach the iwarp-perf server at {addr}"))?;
             side.attach(est)?;
+            for _ in 0..a.idle {
+                let qpn = side.idle_qp()?;
+                side.attach_idle(qpn, mpa::connect(addr, SetupConfig::default(), TIMEOUT)?)?;
+            }
             (side, "client")
         }
     };

@@ -1,12 +1,15 @@
 //! The established connections of a device's iWARP QPs, driven without blocking. Each
-//! pass reads what each socket has and hands it to its QP, then writes what the QP sends
-//! until the socket's buffer is full (the rest waits, and the socket is watched for room).
+//! pass visits the streams with something to do (a socket epoll calls ready, a QP the
+//! engine says took work or moved, a nudge due, bytes the QP has not taken yet), never the
+//! idle ones: it reads what the socket has and hands it to its QP, then writes what the QP
+//! sends until the socket's buffer is full (the rest waits, and the socket is watched for
+//! room).
 //! A stream the peer closes, or that fails, ends its QP; a QP that ended (a TERMINATE, or
 //! ERR) has its stream closed once its last bytes are written, as iWARP ends connections.
 
 use oxrdma_core::{Engine, QpState};
 use rustix::event::epoll;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -50,7 +53,17 @@ pub struct Streams {
     scratch: Box<[u8]>,
     /// QPs whose stream ended since [`Streams::take_ended`] last looked.
     ended: Vec<u32>,
+    /// Streams the next pass visits whatever epoll and the engine say: bytes read that
+    /// the QP has not taken, a stream just attached.
+    again: BTreeSet<u32>,
+    /// The streams' nudges to come, by when (a pass visits those due).
+    nudges: BTreeSet<(Instant, u32)>,
+    /// A pass's list of streams to visit (kept to spare an allocation a pass).
+    visit: Vec<u32>,
 }
+
+/// Sockets epoll reports in one pass, at most (the rest, still ready, in the next).
+const EVENTS_PER_PASS: usize = 64;
 
 impl Streams {
     /// No streams yet.
@@ -60,6 +73,9 @@ impl Streams {
             conns: BTreeMap::new(),
             scratch: vec![0; 64 << 10].into_boxed_slice(),
             ended: Vec::new(),
+            again: BTreeSet::new(),
+            nudges: BTreeSet::new(),
+            visit: Vec::new(),
         })
     }
 
@@ -74,6 +90,7 @@ impl Streams {
             ));
         }
         sock.set_nonblocking(true)?;
+        let first_nudge = Instant::now() + NUDGE_FIRST;
         let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
         epoll::add(
             &self.epoll,
@@ -90,17 +107,23 @@ impl Streams {
                 sent: 0,
                 watching: Some(flags),
                 ended: false,
-                nudge: Some((Instant::now() + NUDGE_FIRST, NUDGES)),
+                nudge: Some((first_nudge, NUDGES)),
             },
         );
+        self.again.insert(qpn);
+        self.nudges.insert((first_nudge, qpn));
         Ok(())
     }
 
     /// Stops driving `qpn` (its QP is destroyed) and closes its stream gently
-    /// ([`close_gently`]): a program that destroys its QP, or exits, right after its last
+    /// (`close_gently`): a program that destroys its QP, or exits, right after its last
     /// WRITE completed must not cut that WRITE short on the wire.
     pub fn detach(&mut self, qpn: u32) {
+        self.again.remove(&qpn);
         if let Some(c) = self.conns.remove(&qpn) {
+            if let Some((at, _)) = c.nudge {
+                self.nudges.remove(&(at, qpn));
+            }
             if c.watching.is_some() {
                 let _ = epoll::delete(&self.epoll, &c.sock);
             }
@@ -144,19 +167,55 @@ impl Streams {
         }
     }
 
-    /// One pass over every stream: reads and hands to the QPs, writes what they send.
-    /// Returns the bytes moved either way.
+    /// One pass over the streams with something to do: reads and hands to the QPs,
+    /// writes what they send. Returns the bytes moved either way.
     pub fn poll(&mut self, engine: &mut Engine) -> usize {
+        let mut visit = std::mem::take(&mut self.visit);
+        visit.clear();
+        engine.take_iwarp_touched(&mut visit);
+        visit.extend(std::mem::take(&mut self.again));
+        let now = Instant::now();
+        while let Some(&(at, qpn)) = self.nudges.first().filter(|n| n.0 <= now) {
+            self.nudges.remove(&(at, qpn));
+            visit.push(qpn);
+        }
+        let mut events = [std::mem::MaybeUninit::<epoll::Event>::uninit(); EVENTS_PER_PASS];
+        let at_once = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        if let Ok((ready, _)) = epoll::wait(&self.epoll, &mut events, Some(&at_once)) {
+            visit.extend(ready.iter().map(|e| e.data.u64() as u32));
+        }
+        visit.sort_unstable();
+        visit.dedup();
         let mut moved = 0;
-        for (&qpn, c) in self.conns.iter_mut() {
-            if !c.ended {
-                moved += drive(qpn, c, engine, &mut self.scratch);
-                rewatch(&self.epoll, c);
-                if c.ended {
-                    self.ended.push(qpn);
+        for &qpn in &visit {
+            let Some(c) = self.conns.get_mut(&qpn).filter(|c| !c.ended) else {
+                continue;
+            };
+            let nudge = c.nudge.map(|n| n.0);
+            moved += drive(qpn, c, engine, &mut self.scratch);
+            rewatch(&self.epoll, qpn, c);
+            if c.ended {
+                self.ended.push(qpn);
+            } else if !c.unread.is_empty() {
+                self.again.insert(qpn);
+            }
+            // The nudge's place in the schedule, as the visit left it.
+            match (nudge, c.nudge.map(|n| n.0)) {
+                (was, now) if was == now => {}
+                (was, now) => {
+                    if let Some(at) = was {
+                        self.nudges.remove(&(at, qpn));
+                    }
+                    if let Some(at) = now {
+                        self.nudges.insert((at, qpn));
+                    }
                 }
             }
         }
+        self.visit = visit;
         moved
     }
 
@@ -345,7 +404,7 @@ fn write_out(qpn: u32, c: &mut Conn, engine: &mut Engine) -> Result<usize, ()> {
 
 /// Watches a stream for what it waits for now: bytes to read, and room to write if bytes
 /// wait; nothing once it is over (a closed socket would wake the thread forever).
-fn rewatch(ep: &OwnedFd, c: &mut Conn) {
+fn rewatch(ep: &OwnedFd, qpn: u32, c: &mut Conn) {
     let want = if c.ended {
         None
     } else if c.sent < c.unsent.len() {
@@ -359,7 +418,7 @@ fn rewatch(ep: &OwnedFd, c: &mut Conn) {
     let done = match (c.watching, want) {
         (Some(_), None) => epoll::delete(ep, &c.sock),
         (_, Some(flags)) => {
-            let data = epoll::EventData::new_u64(0);
+            let data = epoll::EventData::new_u64(qpn.into());
             if c.watching.is_some() {
                 epoll::modify(ep, &c.sock, data, flags)
             } else {

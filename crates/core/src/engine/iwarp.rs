@@ -38,6 +38,8 @@ pub(crate) struct IwQp {
     /// Send and receive WRs taken from the rings into the data path and not completed:
     /// their ring slots stay used until they are.
     held: (usize, usize),
+    /// In the engine's `iw_touched` (once at most).
+    touched: bool,
 }
 
 /// How an iWARP QP's stream was set up, for [`Engine::iwarp_established`].
@@ -77,6 +79,7 @@ impl Engine {
                 access: Access::empty(),
                 data: None,
                 held: (0, 0),
+                touched: false,
             },
         );
         Ok(qpn)
@@ -107,8 +110,29 @@ impl Engine {
         qp.post
             .set_max_rd_atomic(u8::try_from(n.ord).unwrap_or(u8::MAX));
         qp.set_state(QpState::Rts);
+        self.iw_touch(qpn);
         self.iwarp_settle(qpn);
         Ok(())
+    }
+
+    /// Appends the iWARP QPs that took posted work (the doorbells answered first), moved,
+    /// or had their stream set up since the last call: with those whose sockets are ready,
+    /// all a driver's pass must visit (an idle stream costs it nothing).
+    pub fn take_iwarp_touched(&mut self, out: &mut Vec<u32>) {
+        self.answer_doorbells();
+        for qpn in self.iw_touched.drain(..) {
+            if let Some(q) = self.iw.get_mut(&qpn) {
+                q.touched = false;
+                out.push(qpn);
+            }
+        }
+    }
+
+    fn iw_touch(&mut self, qpn: u32) {
+        if let Some(q) = self.iw.get_mut(&qpn).filter(|q| !q.touched) {
+            q.touched = true;
+            self.iw_touched.push(qpn);
+        }
     }
 
     /// Bytes read from QP `qpn`'s stream: acted on (placed, completed, answered, or a
@@ -243,6 +267,7 @@ impl Engine {
             }
             _ => return Err(bad("not a move an iWARP QP makes")),
         }
+        self.iw_touch(qpn);
         Ok(())
     }
 
@@ -346,6 +371,7 @@ impl Engine {
         // A QP that took nothing has nothing new to settle (the common case of a driver's
         // pass over an idle stream).
         if took {
+            self.iw_touch(qpn);
             self.iwarp_settle(qpn);
         }
         Ok(())

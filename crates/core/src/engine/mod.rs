@@ -98,6 +98,9 @@ pub struct Engine {
     qps: BTreeMap<u32, Qp>,
     /// iWARP QPs (`iwarp.rs`): the same numbers' space, another transport.
     iw: BTreeMap<u32, iwarp::IwQp>,
+    /// iWARP QPs that took posted work, moved, or had their stream set up since the
+    /// driver last looked (`take_iwarp_touched`).
+    iw_touched: Vec<u32>,
     srqs: BTreeMap<u32, Srq>,
     next_srq: u32,
     /// Address handles: their PD and destination.
@@ -217,6 +220,7 @@ impl Engine {
             mrs: MrTable::default(),
             qps: BTreeMap::new(),
             iw: BTreeMap::new(),
+            iw_touched: Vec::new(),
             ahs: BTreeMap::new(),
             next_ah: 1,
             srqs: BTreeMap::new(),
