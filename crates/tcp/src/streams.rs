@@ -35,6 +35,9 @@ struct Conn {
     watching: Option<epoll::EventFlags>,
     /// The stream is over: its QP was told, and nothing more is read or written.
     ended: bool,
+    /// When it last moved bytes, and whether it is among `Streams::hot`.
+    last_moved: Instant,
+    hot: bool,
     /// When its QP, an initiator not yet heard from, sends its RTR again
     /// (`Engine::iwarp_nudge`), and how many times more.
     nudge: Option<(Instant, u32)>,
@@ -55,15 +58,26 @@ pub struct Streams {
     ended: Vec<u32>,
     /// Streams the next pass visits whatever epoll and the engine say: bytes read that
     /// the QP has not taken, a stream just attached.
-    again: BTreeSet<u32>,
+    again: Vec<u32>,
     /// The streams' nudges to come, by when (a pass visits those due).
     nudges: BTreeSet<(Instant, u32)>,
+    /// Streams that moved bytes in the last `HOT_FOR`: a pass reads them at once, as a
+    /// busy-polling NIC would, rather than ask epoll first (a system call more for each
+    /// message of a ping-pong); epoll finds the others, asked every `EPOLL_EVERY` while
+    /// some are hot, every pass when none is, and never when all are.
+    hot: Vec<u32>,
+    next_epoll: Instant,
     /// A pass's list of streams to visit (kept to spare an allocation a pass).
     visit: Vec<u32>,
 }
 
 /// Sockets epoll reports in one pass, at most (the rest, still ready, in the next).
 const EVENTS_PER_PASS: usize = 64;
+/// How long a stream stays hot after it last moved bytes.
+const HOT_FOR: Duration = Duration::from_millis(1);
+/// How often epoll is asked while some streams are hot: what a stream coming out of
+/// idleness may wait, at most, beside busy ones.
+const EPOLL_EVERY: Duration = Duration::from_micros(20);
 
 impl Streams {
     /// No streams yet.
@@ -73,8 +87,10 @@ impl Streams {
             conns: BTreeMap::new(),
             scratch: vec![0; 64 << 10].into_boxed_slice(),
             ended: Vec::new(),
-            again: BTreeSet::new(),
+            again: Vec::new(),
             nudges: BTreeSet::new(),
+            hot: Vec::new(),
+            next_epoll: Instant::now(),
             visit: Vec::new(),
         })
     }
@@ -108,9 +124,11 @@ impl Streams {
                 watching: Some(flags),
                 ended: false,
                 nudge: Some((first_nudge, NUDGES)),
+                last_moved: Instant::now(),
+                hot: false,
             },
         );
-        self.again.insert(qpn);
+        self.again.push(qpn);
         self.nudges.insert((first_nudge, qpn));
         Ok(())
     }
@@ -119,7 +137,8 @@ impl Streams {
     /// (`close_gently`): a program that destroys its QP, or exits, right after its last
     /// WRITE completed must not cut that WRITE short on the wire.
     pub fn detach(&mut self, qpn: u32) {
-        self.again.remove(&qpn);
+        self.again.retain(|&q| q != qpn);
+        self.hot.retain(|&q| q != qpn);
         if let Some(c) = self.conns.remove(&qpn) {
             if let Some((at, _)) = c.nudge {
                 self.nudges.remove(&(at, qpn));
@@ -170,53 +189,88 @@ impl Streams {
     /// One pass over the streams with something to do: reads and hands to the QPs,
     /// writes what they send. Returns the bytes moved either way.
     pub fn poll(&mut self, engine: &mut Engine) -> usize {
+        let now = Instant::now();
         let mut visit = std::mem::take(&mut self.visit);
         visit.clear();
         engine.take_iwarp_touched(&mut visit);
-        visit.extend(std::mem::take(&mut self.again));
-        let now = Instant::now();
+        visit.append(&mut self.again);
         while let Some(&(at, qpn)) = self.nudges.first().filter(|n| n.0 <= now) {
             self.nudges.remove(&(at, qpn));
             visit.push(qpn);
         }
-        let mut events = [std::mem::MaybeUninit::<epoll::Event>::uninit(); EVENTS_PER_PASS];
-        let at_once = rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        if let Ok((ready, _)) = epoll::wait(&self.epoll, &mut events, Some(&at_once)) {
-            visit.extend(ready.iter().map(|e| e.data.u64() as u32));
-        }
-        visit.sort_unstable();
-        visit.dedup();
-        let mut moved = 0;
-        for &qpn in &visit {
-            let Some(c) = self.conns.get_mut(&qpn).filter(|c| !c.ended) else {
-                continue;
+        // (With every stream hot, epoll has nothing to add.)
+        let cold = self.hot.len() < self.conns.len();
+        if self.hot.is_empty() || (cold && now >= self.next_epoll) {
+            self.next_epoll = now + EPOLL_EVERY;
+            let mut events = [std::mem::MaybeUninit::<epoll::Event>::uninit(); EVENTS_PER_PASS];
+            let at_once = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
             };
-            let nudge = c.nudge.map(|n| n.0);
-            moved += drive(qpn, c, engine, &mut self.scratch);
-            rewatch(&self.epoll, qpn, c);
-            if c.ended {
-                self.ended.push(qpn);
-            } else if !c.unread.is_empty() {
-                self.again.insert(qpn);
+            if let Ok((ready, _)) = epoll::wait(&self.epoll, &mut events, Some(&at_once)) {
+                visit.extend(ready.iter().map(|e| e.data.u64() as u32));
             }
-            // The nudge's place in the schedule, as the visit left it.
-            match (nudge, c.nudge.map(|n| n.0)) {
-                (was, now) if was == now => {}
-                (was, now) => {
-                    if let Some(at) = was {
-                        self.nudges.remove(&(at, qpn));
-                    }
-                    if let Some(at) = now {
-                        self.nudges.insert((at, qpn));
-                    }
-                }
+        }
+        let mut moved = 0;
+        // The hot streams, then the others named (each once; one that turns hot joins).
+        let mut i = 0;
+        while i < self.hot.len() {
+            let (n, hot) = self.visit(self.hot[i], engine, now);
+            moved += n;
+            if hot {
+                i += 1;
+            } else {
+                self.hot.swap_remove(i);
+            }
+        }
+        if visit.len() > 1 {
+            visit.sort_unstable();
+            visit.dedup();
+        }
+        for &qpn in &visit {
+            if self.conns.get(&qpn).is_none_or(|c| c.hot) {
+                continue;
+            }
+            let (n, hot) = self.visit(qpn, engine, now);
+            moved += n;
+            if hot {
+                self.hot.push(qpn);
             }
         }
         self.visit = visit;
         moved
+    }
+
+    /// Drives stream `qpn` once; the bytes moved, and whether it is hot after.
+    fn visit(&mut self, qpn: u32, engine: &mut Engine, now: Instant) -> (usize, bool) {
+        let Some(c) = self.conns.get_mut(&qpn).filter(|c| !c.ended) else {
+            return (0, false);
+        };
+        let nudge = c.nudge.map(|n| n.0);
+        let n = drive(qpn, c, engine, &mut self.scratch);
+        rewatch(&self.epoll, qpn, c);
+        if n > 0 {
+            c.last_moved = now;
+        }
+        c.hot = !c.ended && now.duration_since(c.last_moved) <= HOT_FOR;
+        if c.ended {
+            self.ended.push(qpn);
+        } else if !c.unread.is_empty() {
+            self.again.push(qpn);
+        }
+        // The nudge's place in the schedule, as the visit left it.
+        match (nudge, c.nudge.map(|n| n.0)) {
+            (was, now) if was == now => {}
+            (was, now) => {
+                if let Some(at) = was {
+                    self.nudges.remove(&(at, qpn));
+                }
+                if let Some(at) = now {
+                    self.nudges.insert((at, qpn));
+                }
+            }
+        }
+        (n, c.hot)
     }
 
     /// The QPs whose stream ended (the peer closed it or it failed, or the QP ended and
