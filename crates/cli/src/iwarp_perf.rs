@@ -201,7 +201,7 @@ impl Side {
         let mut w = SendWr::new(
             id,
             oxrdma_core::WrOpcode::RdmaWrite,
-            SendData::Sges(vec![sge].into()),
+            SendData::Sges(oxrdma_core::SgeList::from_slice(&[sge])),
         );
         (w.remote_addr, w.rkey) = (self.peer.0 + to, self.peer.1);
         if signaled {
@@ -213,11 +213,16 @@ impl Side {
 
     /// Completions on the send CQ, each checked.
     fn reap(&mut self) -> anyhow::Result<usize> {
-        let wcs = self.e.poll_cq(self.scq, 64)?;
-        if let Some(bad) = wcs.iter().find(|w| w.status != WcStatus::Success) {
-            bail!("WR {} completed with {:?}", bad.wr_id, bad.status);
+        let mut bad = None;
+        let n = self.e.poll_cq_each(self.scq, 64, |w| {
+            if w.status != WcStatus::Success {
+                bad.get_or_insert((w.wr_id, w.status));
+            }
+        })?;
+        if let Some((id, status)) = bad {
+            bail!("WR {id} completed with {status:?}");
         }
-        Ok(wcs.len())
+        Ok(n)
     }
 
     fn value(&self, at: usize) -> u64 {

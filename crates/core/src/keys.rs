@@ -61,6 +61,30 @@ impl MrTable {
         self.regions.local(pd, sges, need)
     }
 
+    /// Copies a local SGE list's bytes from `at` on into `out` (see `Regions::gather_at`).
+    pub fn gather_at(
+        &self,
+        pd: u32,
+        sges: &[crate::Sge],
+        need: Access,
+        at: usize,
+        out: &mut [u8],
+    ) -> Result<(), WcStatus> {
+        self.regions.gather_at(pd, sges, need, at, out)
+    }
+
+    /// Copies `data` into a local SGE list from `at` on (see `Regions::scatter_at`).
+    pub fn scatter_at(
+        &self,
+        pd: u32,
+        sges: &[crate::Sge],
+        need: Access,
+        at: usize,
+        data: &[u8],
+    ) -> Result<(), WcStatus> {
+        self.regions.scatter_at(pd, sges, need, at, data)
+    }
+
     /// Copies a one-packet message into a local SGE list (see `Regions::place`).
     pub fn place(
         &self,

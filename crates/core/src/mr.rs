@@ -100,6 +100,77 @@ impl Regions {
             .collect()
     }
 
+    /// Copies the bytes of a local SGE list from `at` on into `out`, with no segment list
+    /// built (an iWARP FPDU's payload, taken at each FPDU). LOC_PROT_ERR on any bad key, PD,
+    /// bounds or permission among the list's SGEs, as `local` gives, else LOC_LEN_ERR if
+    /// the list is too short.
+    pub fn gather_at(
+        &self,
+        pd: u32,
+        sges: &[crate::Sge],
+        need: Access,
+        at: usize,
+        out: &mut [u8],
+    ) -> Result<(), crate::verbs::WcStatus> {
+        let len = out.len();
+        self.walk_at(pd, sges, need, at, len, |mr, off, r| {
+            mr.buffer.read(off, &mut out[r])
+        })
+    }
+
+    /// Copies `data` into a local SGE list from `at` on, as `gather_at` reads (the bytes
+    /// copied before an error stay, as in `place`).
+    pub fn scatter_at(
+        &self,
+        pd: u32,
+        sges: &[crate::Sge],
+        need: Access,
+        at: usize,
+        data: &[u8],
+    ) -> Result<(), crate::verbs::WcStatus> {
+        self.walk_at(pd, sges, need, at, data.len(), |mr, off, r| {
+            mr.buffer.write(off, &data[r])
+        })
+    }
+
+    /// Walks `len` bytes of a local SGE list from `at` on, every SGE checked; `f` gets each
+    /// piece's region, its offset there and the matching range of the caller's bytes.
+    fn walk_at(
+        &self,
+        pd: u32,
+        sges: &[crate::Sge],
+        need: Access,
+        mut at: usize,
+        len: usize,
+        mut f: impl FnMut(&MemoryRegion, usize, core::ops::Range<usize>) -> bool,
+    ) -> Result<(), crate::verbs::WcStatus> {
+        use crate::verbs::WcStatus;
+        let (mut done, mut prot_ok, mut copied) = (0, true, true);
+        for s in sges.iter().filter(|s| s.length > 0) {
+            let Some((mr, off)) = self.resolve(pd, s, need) else {
+                prot_ok = false;
+                continue;
+            };
+            let sl = s.length as usize;
+            if !prot_ok || done == len {
+                continue;
+            }
+            if at >= sl {
+                at -= sl;
+                continue;
+            }
+            let n = (sl - at).min(len - done);
+            copied &= f(mr, off + at, done..done + n);
+            done += n;
+            at = 0;
+        }
+        match (prot_ok, copied && done == len) {
+            (false, _) => Err(WcStatus::LocProtErr),
+            (true, false) => Err(WcStatus::LocLenErr),
+            (true, true) => Ok(()),
+        }
+    }
+
     /// Copies `data` into the memory a local SGE list names (a one-packet message: no
     /// segment list is built). Every SGE is checked, as `local` checks them, before the
     /// status is given: LOC_PROT_ERR on any bad key, PD, bounds or permission, else
@@ -259,5 +330,64 @@ mod tests {
             Err(WcStatus::LocLenErr)
         );
         assert_eq!(r.place(1, &[], Access::LOCAL_WRITE, b""), Ok(()));
+    }
+
+    proptest::proptest! {
+        /// `gather_at` and `scatter_at` (no segment list built) answer as `local` and then
+        /// `gather`/`scatter` do, bytes and status, for any list (bad keys and bounds among
+        /// it), offset and length.
+        #[test]
+        fn gather_at_and_scatter_at_match_the_segment_list(
+            list in proptest::collection::vec(
+                (0u64..72, 0u32..24, proptest::bool::weighted(0.9)),
+                0..5,
+            ),
+            at in 0usize..48,
+            len in 0usize..48,
+            fill in proptest::prelude::any::<u8>(),
+        ) {
+            let (r, buf) = regions();
+            let pattern: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(31)).collect();
+            proptest::prop_assert!(buf.write(0, &pattern));
+            let sges: Vec<Sge> = list
+                .iter()
+                .map(|&(off, length, good)| Sge {
+                    addr: 0x1000 + off,
+                    length,
+                    lkey: if good { 7 } else { 9 },
+                })
+                .collect();
+            let need = Access::LOCAL_WRITE;
+            let old = |out: &mut [u8]| match r.local(1, &sges, need) {
+                None => Err(WcStatus::LocProtErr),
+                Some(segs) => gather(&segs, at, out, &mut None)
+                    .then_some(())
+                    .ok_or(WcStatus::LocLenErr),
+            };
+            let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+            let (ra, rb) = (r.gather_at(1, &sges, need, at, &mut a), old(&mut b));
+            proptest::prop_assert_eq!(ra, rb);
+            if ra.is_ok() {
+                proptest::prop_assert_eq!(&a, &b);
+            }
+            // Scattering: the same status, and (when it succeeds) the same memory after.
+            let data = vec![fill; len];
+            let new = r.scatter_at(1, &sges, need, at, &data);
+            let mut after_new = vec![0u8; 64];
+            buf.read(0, &mut after_new);
+            proptest::prop_assert!(buf.write(0, &pattern));
+            let old = match r.local(1, &sges, need) {
+                None => Err(WcStatus::LocProtErr),
+                Some(segs) => scatter(&segs, at, &data)
+                    .then_some(())
+                    .ok_or(WcStatus::LocLenErr),
+            };
+            let mut after_old = vec![0u8; 64];
+            buf.read(0, &mut after_old);
+            proptest::prop_assert_eq!(new, old);
+            if new.is_ok() {
+                proptest::prop_assert_eq!(after_new, after_old);
+            }
+        }
     }
 }

@@ -403,7 +403,8 @@ fn the_qps_access_flags_bound_remote_access() {
 }
 
 /// Receives posted in INIT wait in their ring; ERR flushes them (and what is posted
-/// after), a stream that closes under a running QP puts it in ERR with its WRs flushed,
+/// after), a stream that closes under a running QP puts it in ERR with its WRs flushed
+/// (those still in the rings too),
 /// and RESET then INIT makes the QP new again.
 #[test]
 fn err_and_a_closed_stream_flush_and_reset_starts_over() {
@@ -427,6 +428,9 @@ fn err_and_a_closed_stream_flush_and_reset_starts_over() {
     let mut out = Vec::new();
     p.a.e.iwarp_transmit(p.a.qpn, &mut out, 1 << 16).unwrap();
     assert!(!out.is_empty());
+    // A receive posted since, which nothing took from its ring (a receive rings no
+    // doorbell while the QP runs), flushes too.
+    p.a.recv(6, 0, 8);
     p.a.e.iwarp_stream_closed(p.a.qpn).unwrap();
     assert_eq!(p.a.e.qp_state(p.a.qpn).unwrap(), QpState::Err);
     let c = p.a.e.counters();
@@ -446,7 +450,7 @@ fn err_and_a_closed_stream_flush_and_reset_starts_over() {
         (send, recv),
         (
             vec![(5, WcStatus::WrFlushErr)],
-            vec![(4, WcStatus::WrFlushErr)]
+            vec![(4, WcStatus::WrFlushErr), (6, WcStatus::WrFlushErr)]
         )
     );
     // RESET, then INIT: in INIT again, receives wait, and the full depth can be posted.

@@ -67,8 +67,10 @@ pub struct Streams {
     /// some are hot, every pass when none is, and never when all are.
     hot: Vec<u32>,
     next_epoll: Instant,
-    /// A pass's list of streams to visit (kept to spare an allocation a pass).
+    /// A pass's list of streams to visit, and of those the engine touched (kept to spare
+    /// allocations).
     visit: Vec<u32>,
+    touched: Vec<u32>,
 }
 
 /// Sockets epoll reports in one pass, at most (the rest, still ready, in the next).
@@ -92,6 +94,7 @@ impl Streams {
             hot: Vec::new(),
             next_epoll: Instant::now(),
             visit: Vec::new(),
+            touched: Vec::new(),
         })
     }
 
@@ -192,7 +195,10 @@ impl Streams {
         let now = Instant::now();
         let mut visit = std::mem::take(&mut self.visit);
         visit.clear();
-        engine.take_iwarp_touched(&mut visit);
+        self.touched.clear();
+        engine.take_iwarp_touched(&mut self.touched);
+        self.touched.sort_unstable();
+        visit.extend_from_slice(&self.touched);
         visit.append(&mut self.again);
         while let Some(&(at, qpn)) = self.nudges.first().filter(|n| n.0 <= now) {
             self.nudges.remove(&(at, qpn));
@@ -247,7 +253,8 @@ impl Streams {
             return (0, false);
         };
         let nudge = c.nudge.map(|n| n.0);
-        let n = drive(qpn, c, engine, &mut self.scratch);
+        let touched = self.touched.binary_search(&qpn).is_ok();
+        let n = drive(qpn, c, engine, &mut self.scratch, touched);
         rewatch(&self.epoll, qpn, c);
         if n > 0 {
             c.last_moved = now;
@@ -344,11 +351,18 @@ fn unacknowledged(sock: &TcpStream) -> usize {
 /// Writes, reads and receives, and writes again for one stream; the bytes moved. Writing
 /// first sends what was posted since the last pass without waiting for a read; writing
 /// again sends at once what the bytes read called for (READ responses, a TERMINATE).
-fn drive(qpn: u32, c: &mut Conn, engine: &mut Engine, scratch: &mut [u8]) -> usize {
-    nudge(qpn, c, engine);
-    let Ok(mut moved) = write_out(qpn, c, engine) else {
-        return end(qpn, c, engine, 0);
-    };
+fn drive(qpn: u32, c: &mut Conn, engine: &mut Engine, scratch: &mut [u8], touched: bool) -> usize {
+    // Only a QP the engine touched (work posted, a move), a nudge, or bytes that wait
+    // for room can have something to send before this pass reads: a hot stream's
+    // visits with nothing new cost its read alone.
+    let write_first = nudge(qpn, c, engine) || touched || c.sent < c.unsent.len();
+    let mut moved = 0;
+    if write_first {
+        match write_out(qpn, c, engine) {
+            Ok(n) => moved += n,
+            Err(()) => return end(qpn, c, engine, 0),
+        }
+    }
     let (read, eof) = read_in(qpn, c, engine, scratch);
     moved += read;
     if eof {
@@ -360,8 +374,10 @@ fn drive(qpn: u32, c: &mut Conn, engine: &mut Engine, scratch: &mut [u8]) -> usi
             Err(()) => return end(qpn, c, engine, moved),
         }
     }
-    // A QP that ended closes its stream once its last bytes (a TERMINATE) are out.
-    let over = !matches!(engine.qp_state(qpn), Ok(QpState::Rts));
+    // A QP that ended closes its stream once its last bytes (a TERMINATE) are out. (It
+    // ends by a move, which touches it, or by what it read.)
+    let looked = write_first || read > 0;
+    let over = looked && !matches!(engine.qp_state(qpn), Ok(QpState::Rts));
     if over && c.sent == c.unsent.len() {
         let _ = c.sock.shutdown(Shutdown::Write);
         c.ended = true;
@@ -369,19 +385,21 @@ fn drive(qpn: u32, c: &mut Conn, engine: &mut Engine, scratch: &mut [u8]) -> usi
     moved
 }
 
-/// Asks the QP to send its RTR again when a nudge is due (until it has heard its peer).
-fn nudge(qpn: u32, c: &mut Conn, engine: &mut Engine) {
+/// Asks the QP to send its RTR again when a nudge is due (until it has heard its peer);
+/// whether one was due.
+fn nudge(qpn: u32, c: &mut Conn, engine: &mut Engine) -> bool {
     let Some((at, left)) = c.nudge else {
-        return;
+        return false;
     };
     if Instant::now() < at {
-        return;
+        return false;
     }
     let again = engine.iwarp_nudge(qpn);
     c.nudge = (again && left > 1).then(|| {
         let step = NUDGE_FIRST * 10u32.pow(NUDGES - left + 1);
         (Instant::now() + step, left - 1)
     });
+    true
 }
 
 /// The stream ended (EOF, or an error either way): its QP is told.

@@ -406,6 +406,9 @@ impl Engine {
                 });
             }
             qp.set_state(QpState::Err);
+            // What waits in the rings flushes now: a receive posted while the QP ran
+            // rang no doorbell (`QpPost::post_recv`), and nothing else would take it.
+            let _ = self.iwarp_take_posted(qpn);
         }
     }
 }

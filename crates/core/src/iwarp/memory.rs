@@ -5,7 +5,6 @@
 
 use super::qp::{AccessError, Memory};
 use crate::keys::MrTable;
-use crate::mr::{gather, scatter};
 use crate::verbs::{Access, WcStatus};
 use crate::wr::Sge;
 
@@ -45,23 +44,12 @@ impl Registered<'_> {
 
 impl Memory for Registered<'_> {
     fn gather(&self, sges: &[Sge], at: usize, out: &mut [u8]) -> Result<(), WcStatus> {
-        let segs = self
-            .mrs
-            .local(self.pd, sges, Access::empty())
-            .ok_or(WcStatus::LocProtErr)?;
-        gather(&segs, at, out, &mut None)
-            .then_some(())
-            .ok_or(WcStatus::LocLenErr)
+        self.mrs.gather_at(self.pd, sges, Access::empty(), at, out)
     }
 
     fn scatter(&mut self, sges: &[Sge], at: usize, data: &[u8]) -> Result<(), WcStatus> {
-        let segs = self
-            .mrs
-            .local(self.pd, sges, Access::LOCAL_WRITE)
-            .ok_or(WcStatus::LocProtErr)?;
-        scatter(&segs, at, data)
-            .then_some(())
-            .ok_or(WcStatus::LocLenErr)
+        self.mrs
+            .scatter_at(self.pd, sges, Access::LOCAL_WRITE, at, data)
     }
 
     fn place(&mut self, stag: u32, to: u64, data: &[u8]) -> Result<(), AccessError> {
