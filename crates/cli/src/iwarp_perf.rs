@@ -95,27 +95,14 @@ impl Side {
         let (scq, rcq) = (e.create_cq(4 * depth + 16)?, e.create_cq(16)?);
         let buf = Arc::new(SharedBuffer::new(len)?);
         let mr = e.reg_mr(pd, buf.clone(), None, Access::ALL)?;
-        let init = QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: scq,
-            recv_cq: rcq,
-            cap: QpCap {
-                max_send_wr: 2 * depth + 8,
-                max_recv_wr: 8,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-            srq: None,
+        let cap = QpCap {
+            max_send_wr: 2 * depth + 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
         };
-        let qpn = e.create_iwarp_qp(pd, &init)?;
-        let attr = QpAttr {
-            qp_state: Some(QpState::Init),
-            qp_access_flags: Some(Access::REMOTE),
-            ..Default::default()
-        };
-        e.modify_qp(qpn, &attr)?;
+        let qpn = qp_in_init(&mut e, pd, scq, rcq, cap)?;
         let post = e.qp_post(qpn)?;
         Ok(Side {
             e,
@@ -147,39 +134,23 @@ impl Side {
         let u64_at = |i: usize| u64::from_be_bytes(p[i..i + 8].try_into().expect("8 bytes"));
         let rkey = u32::from_be_bytes(p[8..12].try_into().expect("4 bytes"));
         self.peer = (u64_at(0), rkey, u64_at(12));
-        self.e.iwarp_established(self.qpn, &est.stream())?;
-        self.streams.attach(self.qpn, est.sock, &est.early)?;
-        Ok(())
+        self.take_stream(self.qpn, est)
     }
 
     /// A QP of its own on this engine for an idle connection, in INIT.
     fn idle_qp(&mut self) -> anyhow::Result<u32> {
-        let init = QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: self.scq,
-            recv_cq: self.rcq,
-            cap: QpCap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-            srq: None,
+        let cap = QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
         };
-        let qpn = self.e.create_iwarp_qp(self.pd, &init)?;
-        let attr = QpAttr {
-            qp_state: Some(QpState::Init),
-            qp_access_flags: Some(Access::REMOTE),
-            ..Default::default()
-        };
-        self.e.modify_qp(qpn, &attr)?;
-        Ok(qpn)
+        qp_in_init(&mut self.e, self.pd, self.scq, self.rcq, cap)
     }
 
-    /// An idle connection's stream, set up, driven from now on.
-    fn attach_idle(&mut self, qpn: u32, est: mpa::Established) -> anyhow::Result<()> {
+    /// QP `qpn`'s stream, set up, driven from now on.
+    fn take_stream(&mut self, qpn: u32, est: mpa::Established) -> anyhow::Result<()> {
         self.e.iwarp_established(qpn, &est.stream())?;
         self.streams.attach(qpn, est.sock, &est.early)?;
         Ok(())
@@ -258,7 +229,7 @@ pub fn run(a: &IwarpPerfArgs) -> anyhow::Result<()> {
                 let (sock, _) = l.accept()?;
                 let qpn = side.idle_qp()?;
                 let est = Request::read(sock, SetupConfig::default(), TIMEOUT)?.accept()?;
-                side.attach_idle(qpn, est)?;
+                side.take_stream(qpn, est)?;
             }
             (side, "server")
         }
@@ -275,7 +246,7 @@ pub fn run(a: &IwarpPerfArgs) -> anyhow::Result<()> {
             side.attach(est)?;
             for _ in 0..a.idle {
                 let qpn = side.idle_qp()?;
-                side.attach_idle(qpn, mpa::connect(addr, SetupConfig::default(), TIMEOUT)?)?;
+                side.take_stream(qpn, mpa::connect(addr, SetupConfig::default(), TIMEOUT)?)?;
             }
             (side, "client")
         }
@@ -318,6 +289,26 @@ pub fn run(a: &IwarpPerfArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// An RC iWARP QP on `e` with `cap`, in INIT with remote access.
+fn qp_in_init(e: &mut Engine, pd: u32, scq: u32, rcq: u32, cap: QpCap) -> anyhow::Result<u32> {
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: scq,
+        recv_cq: rcq,
+        cap,
+        sq_sig_all: false,
+        srq: None,
+    };
+    let qpn = e.create_iwarp_qp(pd, &init)?;
+    let attr = QpAttr {
+        qp_state: Some(QpState::Init),
+        qp_access_flags: Some(Access::REMOTE),
+        ..Default::default()
+    };
+    e.modify_qp(qpn, &attr)?;
+    Ok(qpn)
 }
 
 /// The client: `iters` WRITEs, `depth` outstanding, then a SEND that tells the server.

@@ -181,27 +181,9 @@ impl Regions {
         pd: u32,
         sges: &[crate::Sge],
         need: Access,
-        mut data: &[u8],
+        data: &[u8],
     ) -> Result<(), crate::verbs::WcStatus> {
-        use crate::verbs::WcStatus;
-        let mut prot_ok = true;
-        for s in sges.iter().filter(|s| s.length > 0) {
-            let Some((mr, off)) = self.resolve(pd, s, need) else {
-                prot_ok = false;
-                continue;
-            };
-            let n = data.len().min(s.length as usize);
-            if prot_ok && n > 0 {
-                let (now, rest) = data.split_at(n);
-                mr.buffer.write(off, now);
-                data = rest;
-            }
-        }
-        match (prot_ok, data.is_empty()) {
-            (false, _) => Err(WcStatus::LocProtErr),
-            (true, false) => Err(WcStatus::LocLenErr),
-            (true, true) => Ok(()),
-        }
+        self.scatter_at(pd, sges, need, 0, data)
     }
 }
 

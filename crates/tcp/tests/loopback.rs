@@ -3,16 +3,17 @@
 //! memory checked byte for byte, a peer that goes away mid-operation, and a peer that
 //! sends garbage after MPA.
 
+mod common;
+
 use oxrdma_core::iwarp::SetupConfig;
 use oxrdma_core::{
-    Access, DeviceAttr, Engine, EngineConfig, Gid, MemoryRegion, Mtu, QpAttr, QpCap, QpInitAttr,
-    QpState, QpType, RecvWr, SendData, SendFlags, SendWr, Sge, SharedBuffer, WcStatus,
-    WorkCompletion, WrOpcode,
+    Access, Engine, MemoryRegion, QpCap, QpState, RecvWr, SendData, SendFlags, SendWr, Sge,
+    SharedBuffer, WcStatus, WorkCompletion, WrOpcode,
 };
 use oxrdma_tcp::{mpa, MpaError, Request, Streams};
 use oxrdma_wire::iwarp::ddp::RdmapOpcode;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,42 +33,21 @@ struct Side {
 }
 
 fn side(n: u8) -> Side {
-    let config = EngineConfig {
-        gids: vec![Gid::from(Ipv4Addr::new(127, 0, 0, n))],
-        max_mtu: Mtu::Mtu4096,
-        attr: DeviceAttr::default(),
-        selective_repeat: true,
-        slot: None,
-        peer_limits: Default::default(),
-    };
-    let mut e = Engine::new(config, [n; 32]);
+    let mut e = common::engine(n);
     let pd = e.alloc_pd().unwrap();
     let (scq, rcq) = (e.create_cq(256).unwrap(), e.create_cq(256).unwrap());
     let buf = Arc::new(SharedBuffer::new(LEN).unwrap());
     let pattern: Vec<u8> = (0..LEN).map(|i| (i * 13 + usize::from(n)) as u8).collect();
     assert!(buf.write(0, &pattern));
     let mr = e.reg_mr(pd, buf.clone(), None, Access::ALL).unwrap();
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: scq,
-        recv_cq: rcq,
-        cap: QpCap {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            max_send_sge: 2,
-            max_recv_sge: 2,
-            max_inline_data: 64,
-        },
-        sq_sig_all: false,
-        srq: None,
+    let cap = QpCap {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        max_inline_data: 64,
     };
-    let qpn = e.create_iwarp_qp(pd, &init).unwrap();
-    let attr = QpAttr {
-        qp_state: Some(QpState::Init),
-        qp_access_flags: Some(Access::REMOTE),
-        ..Default::default()
-    };
-    e.modify_qp(qpn, &attr).unwrap();
+    let qpn = common::qp_in_init(&mut e, pd, scq, rcq, cap);
     Side {
         e,
         streams: Streams::new().unwrap(),

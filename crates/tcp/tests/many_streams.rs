@@ -4,14 +4,15 @@
 //! QPs, either way, each completing once with its bytes intact. The seed is printed on
 //! failure (`OXRDMA_SEED=` to run it again).
 
+mod common;
+
 use oxrdma_core::iwarp::SetupConfig;
 use oxrdma_core::{
-    Access, DeviceAttr, Engine, EngineConfig, Gid, MemoryRegion, Mtu, QpAttr, QpCap, QpInitAttr,
-    QpState, QpType, RecvWr, SendData, SendFlags, SendWr, Sge, SharedBuffer, WcStatus,
-    WorkCompletion, WrOpcode,
+    Access, Engine, MemoryRegion, QpCap, RecvWr, SendData, SendFlags, SendWr, Sge, SharedBuffer,
+    WcStatus, WorkCompletion, WrOpcode,
 };
 use oxrdma_tcp::{mpa, Request, Streams};
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,46 +31,22 @@ struct End {
 }
 
 fn end(n: u8, rng: &mut u64) -> End {
-    let config = EngineConfig {
-        gids: vec![Gid::from(Ipv4Addr::new(127, 0, 0, n))],
-        max_mtu: Mtu::Mtu4096,
-        attr: DeviceAttr::default(),
-        selective_repeat: true,
-        slot: None,
-        peer_limits: Default::default(),
-    };
-    let mut e = Engine::new(config, [n; 32]);
+    let mut e = common::engine(n);
     let pd = e.alloc_pd().unwrap();
     let cq = e.create_cq(4096).unwrap();
     let buf = Arc::new(SharedBuffer::new(PAIRS * PART).unwrap());
     let pattern: Vec<u8> = (0..PAIRS * PART).map(|_| next(rng) as u8).collect();
     assert!(buf.write(0, &pattern));
     let mr = e.reg_mr(pd, buf.clone(), None, Access::ALL).unwrap();
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: cq,
-        recv_cq: cq,
-        cap: QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        sq_sig_all: false,
-        srq: None,
+    let cap = QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
     };
     let qpns = (0..PAIRS)
-        .map(|_| {
-            let qpn = e.create_iwarp_qp(pd, &init).unwrap();
-            let attr = QpAttr {
-                qp_state: Some(QpState::Init),
-                qp_access_flags: Some(Access::REMOTE),
-                ..Default::default()
-            };
-            e.modify_qp(qpn, &attr).unwrap();
-            qpn
-        })
+        .map(|_| common::qp_in_init(&mut e, pd, cq, cq, cap))
         .collect();
     End {
         e,

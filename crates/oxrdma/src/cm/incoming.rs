@@ -66,7 +66,7 @@ pub(super) fn plain(key: u64, event: CmEventType, status: i32) -> CmEvent {
 }
 
 /// The parameters of an event that carries none.
-fn empty_conn() -> ConnParam {
+pub(super) fn empty_conn() -> ConnParam {
     ConnParam {
         responder_resources: 0,
         initiator_depth: 0,

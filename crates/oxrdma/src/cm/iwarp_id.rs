@@ -15,7 +15,7 @@
 
 use super::backlog::{Backlog, Slot};
 use super::channel::{EngineChannel, StreamEnded};
-use super::incoming::plain;
+use super::incoming::{empty_conn, plain};
 use super::machine::{self, Call, Event, Phase, Plan, QpStep};
 use super::state::{ChannelInner, OwnEvent, Raw, NEXT_KEY};
 use super::steps::{QpMover, MAX_DEPTH};
@@ -278,7 +278,7 @@ impl IwarpId {
             .and_then(|est| self.inner.take_stream(qpn, est))
             .and_then(|()| self.inner.take_qp_step(&st, &plan));
         if let Err(e) = up {
-            self.inner.qp_to_err(&st);
+            let _ = self.inner.move_to(&st, QpState::Err);
             st.phase = Phase::Done;
             return Err(e);
         }
@@ -383,11 +383,15 @@ impl IwInner {
     /// The attached QP's step of `plan`. Its stream took it to RTS in the engine already;
     /// `ToRts` brings the program's view along (RTS to RTS in the engine changes nothing).
     fn take_qp_step(&self, st: &IwState, plan: &Plan) -> Result<()> {
-        let state = match plan.qp {
-            QpStep::Keep => return Ok(()),
-            QpStep::ToRts => QpState::Rts,
-            QpStep::ToErr => QpState::Err,
-        };
+        match plan.qp {
+            QpStep::Keep => Ok(()),
+            QpStep::ToRts => self.move_to(st, QpState::Rts),
+            QpStep::ToErr => self.move_to(st, QpState::Err),
+        }
+    }
+
+    /// Moves the attached QP to `state`, nothing else asked.
+    fn move_to(&self, st: &IwState, state: QpState) -> Result<()> {
         let attr = QpAttr {
             qp_state: Some(state),
             ..Default::default()
@@ -395,20 +399,12 @@ impl IwInner {
         self.move_qp(st, &attr)
     }
 
-    fn qp_to_err(&self, st: &IwState) {
-        let err = QpAttr {
-            qp_state: Some(QpState::Err),
-            ..Default::default()
-        };
-        let _ = self.move_qp(st, &err);
-    }
-
     /// QP `qpn` takes the stream MPA's exchange made, and the connection's being up waits
     /// for the application, ahead of anything the stream's end may bring (both are queued
     /// with the device held, where the stream's end is seen).
     fn take_stream(self: &Arc<Self>, qpn: u32, est: Established) -> Result<()> {
         let peer = est.negotiated.clone();
-        let mut conn = plain(self.key, CmEventType::Established, 0).conn;
+        let mut conn = empty_conn();
         conn.private_data = peer.peer_private_data;
         conn.responder_resources = u8::try_from(peer.ird).unwrap_or(u8::MAX);
         conn.initiator_depth = u8::try_from(peer.ord).unwrap_or(u8::MAX);
@@ -425,13 +421,12 @@ impl IwInner {
     fn connected(self: &Arc<Self>, qpn: u32, done: std::result::Result<Established, MpaError>) {
         let failed = match done.map(|est| self.take_stream(qpn, est)) {
             Ok(Ok(())) => return,
-            Ok(Err(e)) => {
-                let errno = match &e {
-                    Error::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
-                    _ => libc::EINVAL,
-                };
-                (Event::ConnectError { status: -errno }, Vec::new())
-            }
+            Ok(Err(e)) => (
+                Event::ConnectError {
+                    status: -errno_of(&e, libc::EIO),
+                },
+                Vec::new(),
+            ),
             Err(e) => failure(e),
         };
         self.push(What::Failed(failed.0, failed.1));
@@ -457,32 +452,34 @@ impl IwInner {
                 event,
                 ConnParam {
                     private_data,
-                    ..plain(0, CmEventType::Rejected, 0).conn
+                    ..empty_conn()
                 },
             ),
-            What::Ended => (
-                Event::Disconnected,
-                plain(0, CmEventType::Disconnected, 0).conn,
-            ),
+            What::Ended => (Event::Disconnected, empty_conn()),
         };
         let mut plan = machine::event(st.phase, event, st.qpn.is_some());
         if let Err(e) = self.take_qp_step(&st, &plan) {
-            let errno = match &e {
-                Error::Io(io) => io.raw_os_error().unwrap_or(libc::EINVAL),
-                _ => libc::EINVAL,
-            };
-            plan = machine::qp_failed(plan, st.phase, errno);
+            plan = machine::qp_failed(plan, st.phase, errno_of(&e, libc::EINVAL));
             let _ = self.take_qp_step(&st, &plan);
         }
         st.phase = plan.next;
         let (event, status) = plan.show?;
         if event == CmEventType::ConnectError {
-            conn = plain(0, event, 0).conn;
+            conn = empty_conn();
         }
         Some(CmEvent {
             conn,
             ..plain(self.key, event, status)
         })
+    }
+}
+
+/// The errno an error stands for: an I/O error's own (`io_default` if it has none), else
+/// EINVAL.
+fn errno_of(e: &Error, io_default: i32) -> i32 {
+    match e {
+        Error::Io(io) => io.raw_os_error().unwrap_or(io_default),
+        _ => libc::EINVAL,
     }
 }
 
@@ -570,7 +567,7 @@ impl IwInner {
     /// A peer's request for this listener: a new id holds it, shown as `ConnectRequest`.
     fn requested(self: &Arc<Self>, req: Request, slot: Slot) {
         let (src, dst) = (req.local_addr().ok(), req.peer_addr().ok());
-        let mut conn = plain(0, CmEventType::ConnectRequest, 0).conn;
+        let mut conn = empty_conn();
         conn.private_data = req.private_data.clone();
         conn.responder_resources = u8::try_from(req.ord).unwrap_or(u8::MAX);
         conn.initiator_depth = u8::try_from(req.ird).unwrap_or(u8::MAX);
