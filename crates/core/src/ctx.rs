@@ -18,6 +18,9 @@ pub(crate) struct Ctx<'a> {
     pub events: &'a mut VecDeque<AsyncEvent>,
     pub drops: &'a mut RxDrops,
     pub limits: &'a crate::limits::PeerLimits,
+    /// Whether an application thread polls and so serves the engine's timers
+    /// (`Engine::set_app_serves_timers`).
+    pub app_serves_timers: bool,
 }
 
 impl Ctx<'_> {

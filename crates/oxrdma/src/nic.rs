@@ -86,6 +86,8 @@ pub(crate) fn engine_thread(shared: &Shared) {
                 }
             }
             shared.pending.store(false, Ordering::SeqCst);
+            let serves = shared.seen().serves_timers(shared.now_ns());
+            dev.engine.set_app_serves_timers(serves);
             let moved = dev.poll().unwrap_or(0);
             shared.collect_events(&mut dev);
             shared.notify_armed();

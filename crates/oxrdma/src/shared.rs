@@ -339,6 +339,9 @@ impl Shared {
 
     /// Moves packets from the calling (application) thread.
     pub fn drive(&self, dev: &mut Device) {
+        // This thread serves the timers it finds due (the engine thread's turns say again
+        // whether the application still calls in).
+        dev.engine.set_app_serves_timers(true);
         // A socket error here is the engine thread's to report; the packet is lost.
         let _ = dev.poll();
     }

@@ -1361,6 +1361,56 @@ fn a_ping_pongs_ack_waits_for_the_answer_and_goes_right_after_it() {
 }
 
 #[test]
+fn a_ping_pongs_ack_waits_longer_for_the_answer_where_only_the_engine_thread_would_send_it() {
+    // a's application spins on its memory and calls nothing (riostream): the end of a
+    // 10 us hold would wake a's engine thread for the ACK alone, so a holds it for its
+    // answer longer, and b, with one message out, allows for that before it probes.
+    let mut p = Pair::new(&PairOptions::default());
+    p.world.nodes[0].engine.set_app_serves_timers(false);
+    let log = tap(&mut p, |_| TapAction::Pass);
+    let (pa, pb) = (p.a.sq_psn, p.b.sq_psn);
+    let (w, ack) = (Opcode::RC_RDMA_WRITE_ONLY, Opcode::RC_ACKNOWLEDGE);
+    let sent = |log: &PacketLog| -> Vec<(Opcode, u32)> {
+        log.borrow().iter().map(|e| (e.0, e.1)).collect()
+    };
+    // a has sent nothing: its ACK of b's WRITE goes at once, and b has a round-trip time
+    // (10 us: a probe would wait 30).
+    p.post_send(1, write_across(&p, 1, 1, 0));
+    p.run();
+    assert_eq!(sent(&log), vec![(w, pb), (ack, pb)]);
+    assert_eq!(p.wcs(1).len(), 1);
+    // a answers; b's application serves its timers: b's ACK goes alone after 10 us.
+    p.post_send(0, write_across(&p, 0, 2, 8));
+    p.run();
+    assert_eq!(sent(&log)[2..], [(w, pa), (ack, pa)]);
+    assert_eq!(p.wcs(0).len(), 1);
+    // b writes again; a's answer is 150 us in coming: a still holds its ACK, and b has not
+    // probed.
+    p.post_send(1, write_across(&p, 1, 3, 16));
+    pause(&mut p, 150_000);
+    assert_eq!(sent(&log)[4..], [(w, pb + 1)], "no ACK, no probe");
+    assert!(p.wcs(1).is_empty());
+    // a's answer takes the ACK along.
+    p.post_send(0, write_across(&p, 0, 4, 24));
+    pause(&mut p, 12_000);
+    assert_eq!(sent(&log)[5..], [(w, pa + 1), (ack, pb + 1)]);
+    assert_eq!(p.wcs(1).len(), 1, "b's WRITE completes with a's answer");
+    p.run();
+    assert_eq!(sent(&log)[7..], [(ack, pa + 1)]);
+    // b writes and a never answers: the hold ends (200 us) before b would probe.
+    p.post_send(1, write_across(&p, 1, 5, 32));
+    p.run();
+    assert_eq!(sent(&log)[8..], [(w, pb + 2), (ack, pb + 2)]);
+    assert_eq!(p.wcs(1).len(), 1);
+    for (off, id) in [(0, 1), (8, 2), (16, 3), (24, 4), (32, 5)] {
+        assert_eq!(
+            (p.a.read(off, 8), p.b.read(off, 8)),
+            (vec![id; 8], vec![id; 8])
+        );
+    }
+}
+
+#[test]
 fn a_qp_with_more_than_one_message_out_acknowledges_at_once() {
     // Streams both ways must not hold ACKs (each side would wait for the other's): a has
     // two WRITEs out when b's arrives, so it acknowledges b's at once.

@@ -46,6 +46,12 @@ impl AppSeen {
             .map(Duration::from_nanos)
     }
 
+    /// Whether an application thread serves the engine's timers in its calls: it polled a
+    /// CQ lately. Else the engine thread wakes for each (`Engine::set_app_serves_timers`).
+    pub fn serves_timers(&self, now: Nanos) -> bool {
+        self.active_for(now).is_some()
+    }
+
     /// Whether an application polls (and so drives the device): its last CQ poll found
     /// nothing, less than `APP_ACTIVE_NS` ago, and it has not armed a CQ to sleep on.
     pub fn polls(&self, now: Nanos) -> bool {

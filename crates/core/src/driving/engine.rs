@@ -198,7 +198,7 @@ impl EngineThread {
     /// (a turn that moved packets comes back at once). While the application calls in,
     /// its polls serve the timers.
     pub fn deadline(&self, app: &AppSeen, now: Nanos, next: Option<Duration>) -> Option<Duration> {
-        next.filter(|_| app.active_for(now).is_none())
+        next.filter(|_| !app.serves_timers(now))
     }
 
     /// After a turn that moved `moved` packets: what next. `waiter`: a thread sleeps on a

@@ -134,6 +134,8 @@ pub struct Engine {
     reorder_pool: Arc<ReorderPool>,
     /// Where a secure QP's packet is opened (`crate::secure`).
     opened: Box<[u8]>,
+    /// Whether an application thread polls, serving the timers (`set_app_serves_timers`).
+    app_serves_timers: bool,
 }
 
 /// The context a QP works in, borrowed field by field from the engine (so a QP borrowed
@@ -148,6 +150,7 @@ macro_rules! ctx {
             events: &mut $e.events,
             drops: &mut $e.stats.rx_drops,
             limits: &$e.config.peer_limits,
+            app_serves_timers: $e.app_serves_timers,
         }
     };
 }
@@ -240,7 +243,16 @@ impl Engine {
             retired: Counters::default(),
             reorder_pool: ReorderPool::new(config_reorder_bytes),
             opened: vec![0; MAX_PACKET].into_boxed_slice(),
+            app_serves_timers: true,
         }
+    }
+
+    /// Says whether an application thread polls the device, and so serves the engine's
+    /// timers in its polls (true until said otherwise). While none does, the driver's own
+    /// thread would wake for each: a ping-pong's held ACK then waits longer for the answer
+    /// to take it along (`qp/ack_hold.rs`) rather than wake that thread for itself.
+    pub fn set_app_serves_timers(&mut self, yes: bool) {
+        self.app_serves_timers = yes;
     }
 
     /// What the engine was made with (selective repeat as last set).
@@ -467,7 +479,7 @@ impl Engine {
                 continue;
             }
             let ((taken, bytes), class) = if run.requests() {
-                let t = qp.write_run(now, &self.mrs, &run, &mut packets);
+                let t = qp.write_run(now, self.app_serves_timers, &self.mrs, &run, &mut packets);
                 (t, Counter::RcvdWrite)
             } else {
                 let t = qp.response_run(&mut ctx!(self, now), &run, &mut packets);

@@ -3,9 +3,19 @@
 
 use crate::Nanos;
 
-/// How long a positive ACK is held back at most for a request to take it along: a
-/// ping-pong's application answers within microseconds.
+/// How long a positive ACK is held back at most for a request to take it along, while an
+/// application thread polls (its polls send the ACK when the hold ends): a ping-pong's
+/// application answers within microseconds.
 const ACK_HOLD: Nanos = 10_000;
+/// How long it is held while only the engine thread would send it when the hold ends (the
+/// application spins on its memory, calling nothing, as riostream's does): the end of a
+/// short hold would wake that thread for the ACK alone, on a host whose cores the
+/// spinning applications already hold, so the hold waits for the answer instead. A peer
+/// allows for it before it probes (`PEER_MAY_HOLD`).
+const ACK_HOLD_UNSERVED: Nanos = 200_000;
+/// How long a requester with one message out allows the peer to hold its ACK before a
+/// tail-loss probe (RFC 8985 allows for a delayed ACK the same way).
+pub(crate) const PEER_MAY_HOLD: Nanos = ACK_HOLD_UNSERVED;
 /// A QP whose last request left this recently holds its ACKs.
 const HOLD_IF_SENT_WITHIN: Nanos = 200_000;
 
@@ -21,6 +31,24 @@ pub(crate) struct AckAsked {
     pub ours_sent_at: Option<Nanos>,
     /// WQEs in our send queue.
     pub ours_queued: usize,
+    /// Whether an application thread serves the engine's timers (it polls): else the end
+    /// of a hold would wake the engine thread.
+    pub app_serves_timers: bool,
+    /// This QP's local ACK timeout (None: it waits forever); peers usually set the same.
+    pub ack_timeout: Option<Nanos>,
+}
+
+impl AckAsked {
+    /// How long the ACK may be held: `ACK_HOLD` while an application polls, else
+    /// `ACK_HOLD_UNSERVED`, and never more than a quarter of the local ACK timeout.
+    fn hold_for(&self) -> Nanos {
+        let hold = if self.app_serves_timers {
+            ACK_HOLD
+        } else {
+            ACK_HOLD_UNSERVED
+        };
+        self.ack_timeout.map_or(hold, |t| hold.min(t / 4))
+    }
 }
 
 /// The held ACK's deadline, if one is held.
@@ -51,7 +79,7 @@ impl AckHold {
         // must not hold: each side, its window full, would wait for the other's ACK.
         let one_at_a_time = a.ours_queued <= 1;
         if one_at_a_time && (a.ours_outstanding || ours_lately) {
-            self.until = Some(a.now + ACK_HOLD);
+            self.until = Some(a.now + a.hold_for());
         }
     }
 

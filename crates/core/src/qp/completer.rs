@@ -6,6 +6,7 @@
 use crate::counters::{Counter, Counters};
 use crate::drops::RxDrop;
 use crate::mr::scatter;
+use crate::qp::ack_hold::PEER_MAY_HOLD;
 use crate::qp::go_back::GoBackWindow;
 use crate::qp::handoff::{Cursor, InFlight, ReqCmd, RunSent, Sent, SR_SPAN, WINDOW};
 use crate::qp::scoreboard::Scoreboard;
@@ -1049,9 +1050,14 @@ impl Completing<'_> {
     }
 
     /// How long to wait for progress before a tail-loss probe: three smoothed RTTs (at least
-    /// 20 us; 1 ms before the first sample), and never more than half the ACK timeout.
+    /// 20 us; 1 ms before the first sample), plus the time a peer may hold its ACK for its
+    /// answer when this is our one message out (a ping-pong's), and never more than half the
+    /// ACK timeout.
     fn probe_timeout(&self) -> Nanos {
         let pto = self.c.srtt.map_or(1_000_000, |s| (3 * s).max(20_000));
+        let mut started = self.sq.iter().take_while(|w| w.started);
+        let one_out = started.next().is_some() && started.next().is_none();
+        let pto = if one_out { pto + PEER_MAY_HOLD } else { pto };
         self.retransmit_timeout().map_or(pto, |t| pto.min(t / 2))
     }
 

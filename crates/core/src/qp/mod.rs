@@ -461,7 +461,7 @@ impl Qp {
         let r = self
             .resp
             .handle_request(ctx, &self.view(), pkt, raw, self.selective_repeat);
-        self.hold_ack(ctx.now);
+        self.hold_ack(ctx.now, ctx.app_serves_timers);
         self.apply(ctx, r)
     }
 
@@ -477,17 +477,19 @@ impl Qp {
     }
 
     /// A request just asked for an ACK: the policy may hold it (`AckHold::asked`).
-    fn hold_ack(&mut self, now: Nanos) {
+    fn hold_ack(&mut self, now: Nanos, app_serves_timers: bool) {
         if !self.ack.held() {
-            self.hold_ack_anew(now);
+            self.hold_ack_anew(now, app_serves_timers);
             if self.ack.held() {
                 self.counts.bump(Counter::AckDeferred);
             }
         }
     }
 
-    fn hold_ack_anew(&mut self, now: Nanos) {
+    fn hold_ack_anew(&mut self, now: Nanos, app_serves_timers: bool) {
         self.ack.asked(AckAsked {
+            app_serves_timers,
+            ack_timeout: self.ack_timeout(),
             now,
             only_an_ack_waits: self.qp_type == QpType::Rc && self.resp.only_an_ack_waits(),
             ours_outstanding: self.comp.una() != self.req.high_psn(),

@@ -20,6 +20,7 @@ impl Qp {
     pub(crate) fn write_run<'a, I: Iterator<Item = &'a [u8]>>(
         &mut self,
         now: Nanos,
+        app_serves_timers: bool,
         mrs: &MrTable,
         run: &Run,
         packets: &mut std::iter::Peekable<I>,
@@ -41,7 +42,7 @@ impl Qp {
             // Once, not after each packet: its answer depends on `now` (the same for the
             // run) and on whether the one reply waiting is an ACK, which, once true, stays
             // true through the run (a newer ACK replaces an older one).
-            self.hold_ack(now);
+            self.hold_ack(now, app_serves_timers);
         }
         (taken, bytes)
     }
