@@ -1397,10 +1397,17 @@ fn a_ping_pongs_ack_waits_longer_for_the_answer_where_only_the_engine_thread_wou
     assert_eq!(p.wcs(1).len(), 1, "b's WRITE completes with a's answer");
     p.run();
     assert_eq!(sent(&log)[7..], [(ack, pa + 1)]);
-    // b writes and a never answers: the hold ends (200 us) before b would probe.
+    // b writes and a never answers: b's probe (after three round trips and the 200 us it
+    // allows a ping-pong's peer) ends a's hold (4 ms).
     p.post_send(1, write_across(&p, 1, 5, 32));
+    let sent_at = p.world.now;
     p.run();
-    assert_eq!(sent(&log)[8..], [(w, pb + 2), (ack, pb + 2)]);
+    assert_eq!(sent(&log)[8..], [(w, pb + 2), (w, pb + 2), (ack, pb + 2)]);
+    let took = p.world.now - sent_at;
+    assert!(
+        (200_000..1_000_000).contains(&took),
+        "b's WRITE acknowledged after {took} ns"
+    );
     assert_eq!(p.wcs(1).len(), 1);
     for (off, id) in [(0, 1), (8, 2), (16, 3), (24, 4), (32, 5)] {
         assert_eq!(

@@ -10,12 +10,16 @@ const ACK_HOLD: Nanos = 10_000;
 /// How long it is held while only the engine thread would send it when the hold ends (the
 /// application spins on its memory, calling nothing, as riostream's does): the end of a
 /// short hold would wake that thread for the ACK alone, on a host whose cores the
-/// spinning applications already hold, so the hold waits for the answer instead. A peer
-/// allows for it before it probes (`PEER_MAY_HOLD`).
-const ACK_HOLD_UNSERVED: Nanos = 200_000;
+/// spinning applications already hold, so the hold waits for the answer instead. One
+/// scheduler tick (250 Hz): a timer due before the next tick makes the kernel reprogram
+/// the clock for it (5.9 us a time in this VM, `bench/timer_cost.c`), one due after it
+/// does not; TCP's delayed-ACK timer is as coarse. A peer that probes meanwhile
+/// (`PEER_MAY_HOLD`) gets its ACK at once.
+const ACK_HOLD_UNSERVED: Nanos = 4_000_000;
 /// How long a requester with one message out allows the peer to hold its ACK before a
-/// tail-loss probe (RFC 8985 allows for a delayed ACK the same way).
-pub(crate) const PEER_MAY_HOLD: Nanos = ACK_HOLD_UNSERVED;
+/// tail-loss probe (RFC 8985 allows for a delayed ACK the same way): a ping-pong's answer
+/// comes sooner; a probe after it ends the peer's hold.
+pub(crate) const PEER_MAY_HOLD: Nanos = 200_000;
 /// A QP whose last request left this recently holds its ACKs.
 const HOLD_IF_SENT_WITHIN: Nanos = 200_000;
 
@@ -98,7 +102,7 @@ impl AckHold {
     }
 
     /// Lets a held ACK go: a request took it along (it goes right after the request), the
-    /// hold expired, or the QP is going away.
+    /// requester asked again (a probe), the hold expired, or the QP is going away.
     pub(crate) fn release(&mut self) {
         self.until = None;
     }

@@ -461,7 +461,11 @@ impl Qp {
         let r = self
             .resp
             .handle_request(ctx, &self.view(), pkt, raw, self.selective_repeat);
-        self.hold_ack(ctx.now, ctx.app_serves_timers);
+        if self.resp.take_re_asked() {
+            self.ack.release();
+        } else {
+            self.hold_ack(ctx.now, ctx.app_serves_timers);
+        }
         self.apply(ctx, r)
     }
 

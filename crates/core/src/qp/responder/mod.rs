@@ -143,6 +143,8 @@ pub(crate) struct Responder {
     rnr_naked: Option<(Psn, Nanos)>,
     /// What duplicate READs may still cost.
     read_budget: ReadBudget,
+    /// A duplicate asked for an ACK again (a tail-loss probe) since the QP last looked.
+    re_asked: bool,
 }
 
 /// What the responder needs of its QP, read afresh for each event.
@@ -442,7 +444,14 @@ impl Responder {
             counts: Counters::default(),
             rnr_naked: None,
             read_budget: ReadBudget::default(),
+            re_asked: false,
         }
+    }
+
+    /// Whether a duplicate asked for an ACK again since the last call: the requester
+    /// waits for it (its probe), so a held ACK goes now.
+    pub(crate) fn take_re_asked(&mut self) -> bool {
+        std::mem::take(&mut self.re_asked)
     }
 
     /// Back to RESET: everything posted is discarded without completions.
@@ -939,6 +948,7 @@ impl Responder {
             _ if pkt.bth.ack_req => {
                 let psn = self.epsn.sub(1);
                 self.push_ack(psn, ACK, msn);
+                self.re_asked = true;
             }
             _ => {}
         }
