@@ -348,22 +348,22 @@ impl Engine {
                         // The ring's checks are the data path's: never expected, but a WR
                         // completes whatever happens.
                         let wc = failed(qpn, refused.0, refused.1.wc_opcode());
-                        complete(cqs, events, qp.send_cq, wc);
                         qp.post.sq.retire(1);
+                        complete(cqs, events, qp.send_cq, wc);
                     }
                 }
             }
             None if qp.state == QpState::Err => {
                 while let Some(wr) = qp.post.sq.take() {
                     let wc = flushed(qpn, &wr);
-                    complete(cqs, events, qp.send_cq, wc);
                     qp.post.sq.retire(1);
+                    complete(cqs, events, qp.send_cq, wc);
                 }
                 while let Some(wr) = qp.post.rq.take() {
                     let mut wc = failed(qpn, wr.wr_id, WcOpcode::Recv);
                     wc.status = WcStatus::WrFlushErr;
-                    complete(cqs, events, qp.recv_cq, wc);
                     qp.post.rq.retire(1);
+                    complete(cqs, events, qp.recv_cq, wc);
                 }
             }
             None => {}
@@ -386,6 +386,12 @@ impl Engine {
         let Some(d) = qp.data.as_mut() else {
             return;
         };
+        // The slots first: a program that sees a completion may post into its slot at once
+        // (perftest keeps exactly its depth posted), as the RoCE path frees it.
+        let (s, r) = d.outstanding();
+        qp.post.sq.retire(qp.held.0 - s);
+        qp.post.rq.retire(qp.held.1 - r);
+        qp.held = (s, r);
         while let Some(wc) = d.poll_cq() {
             let cq = if wc.opcode == WcOpcode::Recv {
                 qp.recv_cq
@@ -394,10 +400,6 @@ impl Engine {
             };
             complete(&mut self.cqs, &mut self.events, cq, wc);
         }
-        let (s, r) = d.outstanding();
-        qp.post.sq.retire(qp.held.0 - s);
-        qp.post.rq.retire(qp.held.1 - r);
-        qp.held = (s, r);
         if d.terminated() && qp.state != QpState::Err {
             if qp.state == QpState::Rts {
                 self.events.push_back(AsyncEvent::Qp {
