@@ -222,6 +222,16 @@ fn rsockets_run_over_iwarp_with_their_messages_as_sends() {
     echo.join().unwrap();
 }
 
+/// Whether `ch`'s descriptor turns readable (an event waits) within `ms` milliseconds.
+fn readable(ch: &EventChannel, ms: i64) -> bool {
+    let mut fds = [rustix::event::PollFd::new(ch, rustix::event::PollFlags::IN)];
+    let t = rustix::event::Timespec {
+        tv_sec: ms / 1000,
+        tv_nsec: (ms % 1000) * 1_000_000,
+    };
+    rustix::event::poll(&mut fds, Some(&t)).unwrap() == 1
+}
+
 /// A request still waiting in the channel when its listener is destroyed is refused at
 /// once, as librdmacm's listener destruction refuses its pending requests (it waited for
 /// MPA's 10 s before).
@@ -236,19 +246,7 @@ fn a_request_queued_for_a_listener_destroyed_is_refused() {
     id.connect(&param(b"")).unwrap();
     // The request reaches the listener's channel (its descriptor is readable); nobody
     // takes it.
-    let mut fds = [rustix::event::PollFd::new(
-        &chs,
-        rustix::event::PollFlags::IN,
-    )];
-    let ten = rustix::event::Timespec {
-        tv_sec: 10,
-        tv_nsec: 0,
-    };
-    assert_eq!(
-        rustix::event::poll(&mut fds, Some(&ten)).unwrap(),
-        1,
-        "no request came"
-    );
+    assert!(readable(&chs, 10_000), "no request came");
     drop(l);
     let rej = chc
         .get_event_timeout(Duration::from_secs(2))
@@ -278,19 +276,8 @@ fn a_listeners_backlog_bounds_the_requests_it_reads() {
     let (q, _cq, _mr) = qp(&client);
     id.attach_qp(&q).unwrap();
     id.connect(&param(b"third")).unwrap();
-    let readable = |ms: i64| {
-        let mut fds = [rustix::event::PollFd::new(
-            &chs,
-            rustix::event::PollFlags::IN,
-        )];
-        let t = rustix::event::Timespec {
-            tv_sec: ms / 1000,
-            tv_nsec: (ms % 1000) * 1_000_000,
-        };
-        rustix::event::poll(&mut fds, Some(&t)).unwrap() == 1
-    };
     assert!(
-        !readable(500),
+        !readable(&chs, 500),
         "a third request was read with the backlog of 2 full"
     );
     drop(silent);
