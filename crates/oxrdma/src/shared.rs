@@ -346,6 +346,34 @@ impl Shared {
         let _ = dev.poll();
     }
 
+    /// The device's requests received so far (`Engine::requests_received`), if no other
+    /// thread holds it.
+    pub(crate) fn requests_received(&self) -> Option<u64> {
+        self.try_lock_raw().map(|d| d.engine.requests_received())
+    }
+
+    /// Drives the device from this (application) thread, whenever no other thread holds
+    /// it, until a request arrives after the `since`-th, or `budget` passes; true if one
+    /// did. (`riowrite` waiting for the peer's answer: `rsocket/answer.rs`.)
+    pub(crate) fn poll_for_request(&self, since: u64, budget: Duration) -> bool {
+        let began = std::time::Instant::now();
+        // As a thread polling an empty CQ: the engine thread stops watching the socket,
+        // so that the answer does not wake it too (`app_leaves` gives it back).
+        self.polled(0);
+        loop {
+            if let Some(mut dev) = self.try_lock() {
+                self.drive(&mut dev);
+                if dev.engine.requests_received() > since {
+                    return true;
+                }
+            }
+            if began.elapsed() >= budget {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     /// Drives until nothing moves (at most a few rounds): what a connection manager call
     /// sends goes out, and whatever the data path left waiting meanwhile (an ACK held for
     /// an answer that is not coming, packets that arrived since the last poll) is served

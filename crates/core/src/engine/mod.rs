@@ -247,6 +247,20 @@ impl Engine {
         }
     }
 
+    /// Requests received so far (SENDs, WRITEs, READ requests, atomics; RoCE QPs), a
+    /// count cheap to read: a thread waiting for a peer's answer compares it.
+    pub fn requests_received(&self) -> u64 {
+        [
+            Counter::RcvdSend,
+            Counter::RcvdWrite,
+            Counter::RcvdReadRequest,
+            Counter::RcvdAtomic,
+        ]
+        .iter()
+        .map(|&c| self.counts[c])
+        .sum()
+    }
+
     /// Says whether an application thread polls the device, and so serves the engine's
     /// timers in its polls (true until said otherwise). While none does, the driver's own
     /// thread would wake for each: a ping-pong's held ACK then waits longer for the answer

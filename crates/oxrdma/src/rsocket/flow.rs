@@ -87,6 +87,8 @@ pub(super) struct Flow {
     /// is a WRITE and such a SEND, two send slots, and a credit update with an SGE two
     /// control slots (rsockets' `RS_OPT_MSG_SEND`).
     pub msg_send: bool,
+    /// Whether `riowrite` waits for the peer's answer (`answer.rs`).
+    pub answer: super::answer::AnswerWait,
 }
 
 impl Flow {
@@ -122,6 +124,7 @@ impl Flow {
             rmsg: VecDeque::new(),
             queued: 0,
             msg_send: false,
+            answer: Default::default(),
         }
     }
 

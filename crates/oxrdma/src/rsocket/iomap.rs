@@ -123,6 +123,8 @@ impl RStream {
     /// `riowrite`: writes `buf` at `offset` of what the peer mapped, with no message to
     /// it. Returns the bytes written (fewer where no mapping covers the rest).
     pub fn iowrite(&self, buf: &[u8], mut offset: u64, nonblock: bool) -> Result<usize> {
+        let shared = self.cq.engine_cq().map(|cq| cq.ctx.shared());
+        let received = shared.and_then(|s| s.requests_received());
         let mut f = self.send_iomaps(self.lock_flow(), nonblock)?;
         let mut sent = 0;
         let mut olen = f.first_chunk();
@@ -155,10 +157,17 @@ impl RStream {
             sent += x;
             offset += x as u64;
         }
+        // Non-blocking calls too (riostream's are): the wait never sleeps, and is bounded.
+        let wait = received.filter(|&r| sent > 0 && f.answer.wants(r));
+        drop(f);
+        if let (Some(shared), Some(since)) = (shared, wait) {
+            let caught = shared.poll_for_request(since, super::answer::BUDGET);
+            self.lock_flow().answer.waited(caught);
+        }
         // The program may now spin on its own memory for the answer (riostream does),
         // never polling: the engine thread must take what comes.
-        if let Some(cq) = self.cq.engine_cq() {
-            cq.ctx.shared().app_leaves();
+        if let Some(shared) = shared {
+            shared.app_leaves();
         }
         Ok(sent)
     }

@@ -12,6 +12,7 @@
 
 use rustix::io::Errno;
 
+mod answer;
 mod flow;
 mod iomap;
 mod listener;
