@@ -85,17 +85,6 @@ impl MrTable {
         self.regions.scatter_at(pd, sges, need, at, data)
     }
 
-    /// Copies a one-packet message into a local SGE list (see `Regions::place`).
-    pub fn place(
-        &self,
-        pd: u32,
-        sges: &[crate::Sge],
-        need: Access,
-        data: &[u8],
-    ) -> Result<(), WcStatus> {
-        self.regions.place(pd, sges, need, data)
-    }
-
     /// What `rkey` (a region's or a window's) lets QP `qpn` of PD `pd` reach with accesses
     /// needing `need`, for [`RemoteRange::at`] to place each access (a run of packets naming
     /// one key resolves it once); None on any bad key, PD, QP or permission, as `at` on bad

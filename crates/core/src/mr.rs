@@ -118,8 +118,9 @@ impl Regions {
         })
     }
 
-    /// Copies `data` into a local SGE list from `at` on, as `gather_at` reads (the bytes
-    /// copied before an error stay, as in `place`).
+    /// Copies `data` into a local SGE list from `at` on, as `gather_at` reads (a
+    /// one-packet message from 0: no segment list is built). On an error the bytes copied
+    /// stay, as a receive buffer's contents are undefined after an error completion.
     pub fn scatter_at(
         &self,
         pd: u32,
@@ -169,21 +170,6 @@ impl Regions {
             (true, false) => Err(WcStatus::LocLenErr),
             (true, true) => Ok(()),
         }
-    }
-
-    /// Copies `data` into the memory a local SGE list names (a one-packet message: no
-    /// segment list is built). Every SGE is checked, as `local` checks them, before the
-    /// status is given: LOC_PROT_ERR on any bad key, PD, bounds or permission, else
-    /// LOC_LEN_ERR if the list is too short. On an error the bytes copied stay, as a
-    /// receive buffer's contents are undefined after an error completion.
-    pub fn place(
-        &self,
-        pd: u32,
-        sges: &[crate::Sge],
-        need: Access,
-        data: &[u8],
-    ) -> Result<(), crate::verbs::WcStatus> {
-        self.scatter_at(pd, sges, need, 0, data)
     }
 }
 
@@ -264,10 +250,13 @@ mod tests {
     }
 
     #[test]
-    fn place_scatters_across_sges_and_skips_empty_ones() {
+    fn scatter_at_0_scatters_across_sges_and_skips_empty_ones() {
         let (r, buf) = regions();
         let sges = [sge(0x1010, 3), sge(0x1000, 0), sge(0x1020, 8)];
-        assert_eq!(r.place(1, &sges, Access::LOCAL_WRITE, b"abcdefg"), Ok(()));
+        assert_eq!(
+            r.scatter_at(1, &sges, Access::LOCAL_WRITE, 0, b"abcdefg"),
+            Ok(())
+        );
         let mut got = [0u8; 64];
         buf.read(0, &mut got);
         assert_eq!(&got[0x10..0x13], b"abc");
@@ -276,12 +265,12 @@ mod tests {
     }
 
     #[test]
-    fn place_checks_every_sge_before_the_length() {
+    fn scatter_at_checks_every_sge_before_the_length() {
         let (r, _) = regions();
         // The data fits the first SGE, but the second is past the region: protection.
         let sges = [sge(0x1000, 16), sge(0x1038, 16)];
         assert_eq!(
-            r.place(1, &sges, Access::LOCAL_WRITE, b"abc"),
+            r.scatter_at(1, &sges, Access::LOCAL_WRITE, 0, b"abc"),
             Err(WcStatus::LocProtErr)
         );
         let bad_key = [Sge {
@@ -289,29 +278,30 @@ mod tests {
             ..sge(0x1000, 4)
         }];
         assert_eq!(
-            r.place(1, &bad_key, Access::LOCAL_WRITE, b"a"),
+            r.scatter_at(1, &bad_key, Access::LOCAL_WRITE, 0, b"a"),
             Err(WcStatus::LocProtErr)
         );
         assert_eq!(
-            r.place(2, &[sge(0x1000, 4)], Access::LOCAL_WRITE, b"a"),
+            r.scatter_at(2, &[sge(0x1000, 4)], Access::LOCAL_WRITE, 0, b"a"),
             Err(WcStatus::LocProtErr),
             "another PD's region"
         );
         assert_eq!(
-            r.place(1, &[sge(0x1000, 4)], Access::REMOTE_WRITE, b"a"),
+            r.scatter_at(1, &[sge(0x1000, 4)], Access::REMOTE_WRITE, 0, b"a"),
             Err(WcStatus::LocProtErr),
             "without the access asked for"
         );
         assert_eq!(
-            r.place(
+            r.scatter_at(
                 1,
                 &[sge(0x1000, 2), sge(0x1004, 2)],
                 Access::LOCAL_WRITE,
+                0,
                 b"abcde"
             ),
             Err(WcStatus::LocLenErr)
         );
-        assert_eq!(r.place(1, &[], Access::LOCAL_WRITE, b""), Ok(()));
+        assert_eq!(r.scatter_at(1, &[], Access::LOCAL_WRITE, 0, b""), Ok(()));
     }
 
     proptest::proptest! {

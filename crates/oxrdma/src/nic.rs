@@ -73,7 +73,8 @@ pub(crate) fn engine_thread(shared: &Shared) {
         let moved = {
             // Not `shared.lock()`: this loop comes back to pending work by itself.
             let mut dev = shared.lock_raw();
-            match me.turn(shared.app_called(), &shared.seen()) {
+            let seen = shared.seen();
+            match me.turn(shared.app_called(), &seen) {
                 Turn::Leave => {
                     drop(dev);
                     me.slept(sleep(shared, RECHECK));
@@ -86,8 +87,7 @@ pub(crate) fn engine_thread(shared: &Shared) {
                 }
             }
             shared.pending.store(false, Ordering::SeqCst);
-            let serves = shared.seen().serves_timers(shared.now_ns());
-            dev.engine.set_app_serves_timers(serves);
+            dev.engine.set_app_serves_timers(seen.serves_timers(now));
             let moved = dev.poll().unwrap_or(0);
             shared.collect_events(&mut dev);
             shared.notify_armed();

@@ -1320,37 +1320,39 @@ fn write_across(p: &Pair, from: usize, wr_id: u64, off: usize) -> SendWr {
     write(wr_id, src.sge(off, 8), dst.addr(off), dst.mr.rkey)
 }
 
+/// The packets `log` saw, as (opcode, PSN).
+fn sent_psns(log: &PacketLog) -> Vec<(Opcode, u32)> {
+    log.borrow().iter().map(|e| (e.0, e.1)).collect()
+}
+
 #[test]
 fn a_ping_pongs_ack_waits_for_the_answer_and_goes_right_after_it() {
     let mut p = Pair::new(&PairOptions::default());
     let log = tap(&mut p, |_| TapAction::Pass);
     let (pa, pb) = (p.a.sq_psn, p.b.sq_psn);
     let (w, ack) = (Opcode::RC_RDMA_WRITE_ONLY, Opcode::RC_ACKNOWLEDGE);
-    let sent = |log: &PacketLog| -> Vec<(Opcode, u32)> {
-        log.borrow().iter().map(|e| (e.0, e.1)).collect()
-    };
     // b has sent nothing: its ACK of a's WRITE goes at once.
     p.post_send(0, write_across(&p, 0, 1, 0));
     p.run();
     assert_eq!(p.wcs(0).len(), 1);
-    assert_eq!(sent(&log), vec![(w, pa), (ack, pa)]);
+    assert_eq!(sent_psns(&log), vec![(w, pa), (ack, pa)]);
     // b answers. a sent lately, so it holds its ACK (the WRITE arrives 5 us on)...
     p.post_send(1, write_across(&p, 1, 2, 8));
     pause(&mut p, 12_000);
-    assert_eq!(sent(&log)[2..], [(w, pb)]);
+    assert_eq!(sent_psns(&log)[2..], [(w, pb)]);
     assert!(p.wcs(1).is_empty(), "b's WRITE is not acknowledged yet");
     // ...until a's next WRITE, which it goes right after. b does not answer that one: its
     // ACK goes alone once the hold ends (10 us after the WRITE arrived).
     p.post_send(0, write_across(&p, 0, 3, 16));
     pause(&mut p, 12_000);
-    assert_eq!(sent(&log)[3..], [(w, pa + 1), (ack, pb)]);
+    assert_eq!(sent_psns(&log)[3..], [(w, pa + 1), (ack, pb)]);
     assert_eq!(
         p.wcs(1).len(),
         1,
         "b's WRITE completes with the ACK behind a's"
     );
     p.run();
-    assert_eq!(sent(&log)[5..], [(ack, pa + 1)]);
+    assert_eq!(sent_psns(&log)[5..], [(ack, pa + 1)]);
     assert_eq!(p.wcs(0).len(), 1);
     for (off, id) in [(0, 1), (8, 2), (16, 3)] {
         assert_eq!(
@@ -1370,39 +1372,39 @@ fn a_ping_pongs_ack_waits_longer_for_the_answer_where_only_the_engine_thread_wou
     let log = tap(&mut p, |_| TapAction::Pass);
     let (pa, pb) = (p.a.sq_psn, p.b.sq_psn);
     let (w, ack) = (Opcode::RC_RDMA_WRITE_ONLY, Opcode::RC_ACKNOWLEDGE);
-    let sent = |log: &PacketLog| -> Vec<(Opcode, u32)> {
-        log.borrow().iter().map(|e| (e.0, e.1)).collect()
-    };
     // a has sent nothing: its ACK of b's WRITE goes at once, and b has a round-trip time
     // (10 us: a probe would wait 30).
     p.post_send(1, write_across(&p, 1, 1, 0));
     p.run();
-    assert_eq!(sent(&log), vec![(w, pb), (ack, pb)]);
+    assert_eq!(sent_psns(&log), vec![(w, pb), (ack, pb)]);
     assert_eq!(p.wcs(1).len(), 1);
     // a answers; b's application serves its timers: b's ACK goes alone after 10 us.
     p.post_send(0, write_across(&p, 0, 2, 8));
     p.run();
-    assert_eq!(sent(&log)[2..], [(w, pa), (ack, pa)]);
+    assert_eq!(sent_psns(&log)[2..], [(w, pa), (ack, pa)]);
     assert_eq!(p.wcs(0).len(), 1);
     // b writes again; a's answer is 150 us in coming: a still holds its ACK, and b has not
     // probed.
     p.post_send(1, write_across(&p, 1, 3, 16));
     pause(&mut p, 150_000);
-    assert_eq!(sent(&log)[4..], [(w, pb + 1)], "no ACK, no probe");
+    assert_eq!(sent_psns(&log)[4..], [(w, pb + 1)], "no ACK, no probe");
     assert!(p.wcs(1).is_empty());
     // a's answer takes the ACK along.
     p.post_send(0, write_across(&p, 0, 4, 24));
     pause(&mut p, 12_000);
-    assert_eq!(sent(&log)[5..], [(w, pa + 1), (ack, pb + 1)]);
+    assert_eq!(sent_psns(&log)[5..], [(w, pa + 1), (ack, pb + 1)]);
     assert_eq!(p.wcs(1).len(), 1, "b's WRITE completes with a's answer");
     p.run();
-    assert_eq!(sent(&log)[7..], [(ack, pa + 1)]);
+    assert_eq!(sent_psns(&log)[7..], [(ack, pa + 1)]);
     // b writes and a never answers: b's probe (after three round trips and the 200 us it
     // allows a ping-pong's peer) ends a's hold (4 ms).
     p.post_send(1, write_across(&p, 1, 5, 32));
     let sent_at = p.world.now;
     p.run();
-    assert_eq!(sent(&log)[8..], [(w, pb + 2), (w, pb + 2), (ack, pb + 2)]);
+    assert_eq!(
+        sent_psns(&log)[8..],
+        [(w, pb + 2), (w, pb + 2), (ack, pb + 2)]
+    );
     let took = p.world.now - sent_at;
     assert!(
         (200_000..1_000_000).contains(&took),

@@ -606,7 +606,7 @@ impl Responder {
     ) -> Result<Outcome, NakCode> {
         let placed = ctx
             .mrs
-            .place(q.pd, &wr.sges, Access::LOCAL_WRITE, pkt.payload);
+            .scatter_at(q.pd, &wr.sges, Access::LOCAL_WRITE, 0, pkt.payload);
         if let Err(status) = placed {
             // A message longer than the receive: rxe's status (see `recv_send`).
             let status = match status {
