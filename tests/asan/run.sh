@@ -52,7 +52,8 @@ echo "== the project's C programs, instrumented"
 for src in crates/ibverbs/tests/c/misuse.c crates/ibverbs/tests/c/extended.c \
   crates/ibverbs/tests/c/async_events.c crates/ibverbs/tests/c/windows.c \
   crates/ibverbs/tests/c/fork.c crates/ibverbs/tests/c/ports.c examples/rc_verbs.c \
-  tests/rdmacm/rsocket_calls.c tests/rdmacm/channel_destroy.c tests/rdmacm/connect_error.c; do
+  tests/rdmacm/rsocket_calls.c tests/rdmacm/channel_destroy.c tests/rdmacm/connect_error.c \
+  tests/rdmacm/id_destroy.c; do
   exe=$out/$(basename "$src" .c)
   if ! gcc -fsanitize=address -g -Wall -Werror -o "$exe" "$src" -libverbs -lrdmacm 2>"$out/cc"; then
     report "$src" 0 "does not compile: $(head -c 200 "$out/cc")"; continue

@@ -197,6 +197,15 @@ else
   cat "$work/cc" "$work/chd" | sed 's/^/    /'
   fails=$((fails + 1))
 fi
+# Calls on an id already destroyed (perftest's retry after a rejected connection): EINVAL.
+if gcc -O1 -Wall -Werror -o "$work/id_destroy" tests/rdmacm/id_destroy.c -lrdmacm \
+  >"$work/cc" 2>&1 && timeout 60 "$work/id_destroy" >"$work/idd" 2>&1; then
+  row "calls on a destroyed id (id_destroy.c)" PASS
+else
+  row "calls on a destroyed id (id_destroy.c)" FAIL
+  cat "$work/cc" "$work/idd" | sed 's/^/    /'
+  fails=$((fails + 1))
+fi
 # A QP the CM cannot move after the REP: CONNECT_ERROR, and the REJ only at destroy.
 next
 if gcc -O1 -Wall -Werror -o "$work/connect_error" tests/rdmacm/connect_error.c -lrdmacm \

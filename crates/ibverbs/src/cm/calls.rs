@@ -99,10 +99,10 @@ pub(crate) unsafe fn create_id_typed(
 /// `rdma_destroy_id`: waits until every event handed out for it is acked.
 ///
 /// # Safety
-/// `id` is NULL or an id not destroyed.
+/// `id` is any pointer: only a live id is touched.
 pub(crate) unsafe extern "C" fn destroy_id(idp: *mut rdma_cm_id) -> c_int {
-    // SAFETY: the caller's promise.
-    let Some(id) = (unsafe { Id::get(idp) }) else {
+    // SAFETY: no other call destroys it meanwhile (`take` made it not live).
+    let Some(id) = (unsafe { Id::take(idp) }) else {
         return fail(libc::EINVAL);
     };
     // SAFETY: the id is live.

@@ -41,11 +41,45 @@ pub struct Chan {
     holds: AtomicUsize,
 }
 
-/// The channels `Chan::new` made and nobody destroyed yet, by address. rping's event thread
-/// calls `rdma_get_cm_event` again after its main thread destroyed the channel (and is
+/// The addresses of objects this library made that the program has not destroyed yet: a
+/// call given any other pointer (a destroyed object's above all) fails with EINVAL and
+/// reads nothing there.
+struct Live(Mutex<Option<HashSet<usize>>>);
+
+impl Live {
+    const fn new() -> Live {
+        Live(Mutex::new(None))
+    }
+
+    fn set(&self) -> MutexGuard<'_, Option<HashSet<usize>>> {
+        lock(&self.0)
+    }
+
+    fn insert(&self, p: usize) {
+        self.set().get_or_insert_default().insert(p);
+    }
+
+    /// False if `p` was not live.
+    fn remove(&self, p: usize) -> bool {
+        self.set().as_mut().is_some_and(|l| l.remove(&p))
+    }
+
+    fn contains(&self, p: usize) -> bool {
+        self.set().as_ref().is_some_and(|l| l.contains(&p))
+    }
+}
+
+/// The channels `Chan::new` made and nobody destroyed yet. rping's event thread calls
+/// `rdma_get_cm_event` again after its main thread destroyed the channel (and is
 /// exiting): librdmacm then reads a freed struct's stale fd and gets EBADF; a call here
 /// on a channel not in this set gets EINVAL, and never touches freed memory.
-static LIVE: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+static LIVE: Live = Live::new();
+
+/// The ids `Id::alloc` made and nobody destroyed yet. Debian's perftest (4.5-0.17), when
+/// a connection is rejected, destroys its ids and then calls `rdma_resolve_addr` on them
+/// again (its retry loop): librdmacm reads the freed structs and fails the call; a call
+/// here on an id not in this set gets EINVAL, and never touches freed memory.
+static LIVE_IDS: Live = Live::new();
 
 /// A call's hold on a channel (`Chan::enter`).
 pub struct ChanUse(*mut Chan);
@@ -76,7 +110,7 @@ impl Chan {
             parked: Mutex::default(),
             holds: AtomicUsize::new(1),
         }));
-        lock(&LIVE).get_or_insert_default().insert(p as usize);
+        LIVE.insert(p as usize);
         Ok(p)
     }
 
@@ -87,9 +121,7 @@ impl Chan {
     /// # Safety
     /// `p` is any pointer: only a live channel is touched.
     pub unsafe fn destroy(p: *mut Chan) -> bool {
-        let live = lock(&LIVE)
-            .as_mut()
-            .is_some_and(|l| l.remove(&(p as usize)));
+        let live = LIVE.remove(p as usize);
         if live {
             // SAFETY: live until here, and this is the program's hold.
             unsafe { Self::release(p) };
@@ -106,7 +138,7 @@ impl Chan {
     pub unsafe fn enter(p: *mut rdma_event_channel) -> Option<ChanUse> {
         // Under the registry's lock: a destroy cannot release the channel between the
         // check and the hold.
-        let live = lock(&LIVE);
+        let live = LIVE.set();
         if !live.as_ref().is_some_and(|l| l.contains(&(p as usize))) {
             return None;
         }
@@ -135,10 +167,7 @@ impl Chan {
     /// The program does not destroy it while the reference is used (ids' channels outlive
     /// their ids).
     pub unsafe fn get<'a>(p: *mut rdma_event_channel) -> Option<&'a Chan> {
-        if !lock(&LIVE)
-            .as_ref()
-            .is_some_and(|l| l.contains(&(p as usize)))
-        {
+        if !LIVE.contains(p as usize) {
             return None;
         }
         // SAFETY: live; `c` is the first field of the repr(C) Chan.
@@ -236,10 +265,29 @@ pub fn by_key(key: u64) -> Option<*mut Id> {
 }
 
 impl Id {
+    /// The id at `p` if it is live (None for NULL, a destroyed id, or one not ours).
+    ///
     /// # Safety
-    /// `p` is NULL or an id this library made and the program has not destroyed.
+    /// The program does not destroy it while the reference is used (as librdmacm, this
+    /// library does not guard an id against its destruction by another thread mid-call).
     pub unsafe fn get<'a>(p: *mut rdma_cm_id) -> Option<&'a Id> {
-        // SAFETY: the caller's promise; `c` is the first field of the repr(C) Id.
+        if !LIVE_IDS.contains(p as usize) {
+            return None;
+        }
+        // SAFETY: live; `c` is the first field of the repr(C) Id.
+        unsafe { p.cast::<Id>().as_ref() }
+    }
+
+    /// [`Self::get`] for `rdma_destroy_id`: the id is no longer live once this returns it
+    /// (a second destroy, or any later call, gets EINVAL), and the caller frees it.
+    ///
+    /// # Safety
+    /// As `get`.
+    pub unsafe fn take<'a>(p: *mut rdma_cm_id) -> Option<&'a Id> {
+        if !LIVE_IDS.remove(p as usize) {
+            return None;
+        }
+        // SAFETY: live until just now, and only the caller frees it.
         unsafe { p.cast::<Id>().as_ref() }
     }
 
@@ -281,7 +329,9 @@ impl Id {
             acked: Condvar::new(),
             path: UnsafeCell::new(ibv_sa_path_rec::default()),
         });
-        Box::into_raw(id)
+        let p = Box::into_raw(id);
+        LIVE_IDS.insert(p as usize);
+        p
     }
 
     pub fn port_space(&self) -> PortSpace {
