@@ -126,6 +126,11 @@ for t in "ib_write_bw -s 65536" "ib_read_bw -s 65536" "ib_send_bw -s 65536" "ib_
   next; pair "iWARP: ${t%% *} -R" "$iw $t -R -d siw0 -p $port -n 2000" \
     "$iw $t -R -d siw0 -p $port -n 2000 127.0.0.64" "65536\\|^ 8 "
 done
+# Receives from a shared receive queue on both sides (siw's SRQs; refused here before).
+for t in "ib_send_bw -s 65536" "ib_send_lat -s 8"; do
+  next; pair "iWARP: ${t%% *} -R --use-srq" "$iw $t -R --use-srq -d siw0 -p $port -n 2000" \
+    "$iw $t -R --use-srq -d siw0 -p $port -n 2000 127.0.0.64" "65536\\|^ 8 "
+done
 next; pair "iWARP: rstream 4 KiB x 1000" "$iw rstream -p $port -S 4096 -C 1000" \
   "$iw rstream -s 127.0.0.64 -p $port -S 4096 -C 1000" "4k"
 next; pair "iWARP: riostream 4 KiB x 1000" "$iw riostream -p $port -S 4096 -C 1000" \

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 const LEN: usize = 1 << 20;
 const DEPTH: u32 = 8;
+const SRQ_DEPTH: u32 = 16;
 
 /// One device with one iWARP QP in INIT, a region of `LEN` bytes open to everything, and
 /// a CQ each way.
@@ -25,9 +26,16 @@ struct Side {
     rcq: u32,
     mr: MemoryRegion,
     buf: Arc<SharedBuffer>,
+    /// The shared receive queue its QP receives from, if any.
+    srq: Option<u32>,
 }
 
 fn side(n: u8, qp_access: Access) -> Side {
+    side_on(n, qp_access, false)
+}
+
+/// [`side`], its QP on a shared receive queue of `SRQ_DEPTH` receives if `on_srq`.
+fn side_on(n: u8, qp_access: Access, on_srq: bool) -> Side {
     let config = EngineConfig {
         gids: vec![Gid::from(Ipv4Addr::new(10, 0, 0, n))],
         max_mtu: Mtu::Mtu4096,
@@ -43,6 +51,7 @@ fn side(n: u8, qp_access: Access) -> Side {
     let pattern: Vec<u8> = (0..LEN).map(|i| (i * 7 + usize::from(n)) as u8).collect();
     assert!(buf.write(0, &pattern));
     let mr = e.reg_mr(pd, buf.clone(), None, Access::ALL).unwrap();
+    let srq = on_srq.then(|| e.create_srq(pd, SRQ_DEPTH, 2, 0).unwrap());
     let init = QpInitAttr {
         qp_type: QpType::Rc,
         send_cq: scq,
@@ -55,7 +64,7 @@ fn side(n: u8, qp_access: Access) -> Side {
             max_inline_data: 64,
         },
         sq_sig_all: false,
-        srq: None,
+        srq,
     };
     let qpn = e.create_iwarp_qp(pd, &init).unwrap();
     e.modify_qp(
@@ -74,6 +83,7 @@ fn side(n: u8, qp_access: Access) -> Side {
         rcq,
         mr,
         buf,
+        srq,
     }
 }
 
@@ -136,9 +146,14 @@ struct Pair {
 }
 
 fn pair(seed: u64, access_b: Access) -> Pair {
+    pair_with(seed, side(2, access_b))
+}
+
+/// [`pair`] with `b` made by the caller.
+fn pair_with(seed: u64, mut b: Side) -> Pair {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let crc = rng.below(2) == 0;
-    let (mut a, mut b) = (side(1, Access::REMOTE), side(2, access_b));
+    let mut a = side(1, Access::REMOTE);
     let (mut ia, req) = Setup::initiator(SetupConfig {
         crc,
         ..Default::default()
@@ -460,4 +475,88 @@ fn err_and_a_closed_stream_flush_and_reset_starts_over() {
         p.a.recv(i, 0, 8);
     }
     assert!(p.a.wcs(p.a.rcq).is_empty());
+}
+
+/// A QP on a shared receive queue (as siw's, and `ib_send_bw --use-srq`): its SENDs take
+/// the SRQ's receives in order, each completed on the QP's receive CQ with its number, the
+/// limit event fires once, the SRQ cannot go while the QP uses it, and a SEND that finds
+/// the SRQ empty ends the QP as an empty receive queue does, leaving later receives in
+/// the SRQ for other QPs.
+#[test]
+fn sends_to_a_qp_on_an_srq_take_its_receives_in_turn() {
+    for seed in 1..=10u64 {
+        let mut p = pair_with(seed, side_on(2, Access::REMOTE, true));
+        let s = p.seed;
+        let srq = p.b.srq.expect("b is on an SRQ");
+        let sges = vec![p.b.sge(0, 8)].into();
+        let own = p.b.e.post_recv(p.b.qpn, RecvWr { wr_id: 99, sges });
+        assert!(
+            own.is_err(),
+            "seed {s}: a QP on an SRQ takes no receive of its own"
+        );
+        for i in 0..3u64 {
+            let sges = vec![p.b.sge(100_000 * (i + 1), 50_000)].into();
+            p.b.e
+                .post_srq_recv(
+                    srq,
+                    RecvWr {
+                        wr_id: 10 + i,
+                        sges,
+                    },
+                )
+                .unwrap();
+        }
+        p.b.e.arm_srq(srq, 2).unwrap();
+        let lens = [1 + p.rng.below(40_000) as u32, 7, 50_000];
+        for (i, &len) in lens.iter().enumerate() {
+            let at = 1_000 * i as u64;
+            let send = wr(&p.a, &p.b, 1 + i as u64, WrOpcode::Send, at, len, 0);
+            p.a.post(send).unwrap();
+        }
+        p.run();
+        let got: Vec<_> =
+            p.b.wcs(p.b.rcq)
+                .iter()
+                .map(|c| (c.wr_id, c.status, c.byte_len, c.qp_num))
+                .collect();
+        let want: Vec<_> = (0..3)
+            .map(|i| (10 + i as u64, WcStatus::Success, lens[i], p.b.qpn))
+            .collect();
+        assert_eq!(got, want, "seed {s}: the SRQ's receives, in order");
+        for (i, &len) in lens.iter().enumerate() {
+            let (at, l) = (100_000 * (i + 1), len as usize);
+            assert_eq!(
+                p.b.bytes(at, l),
+                p.a.bytes(1_000 * i, l),
+                "seed {s}: SEND {i}"
+            );
+        }
+        let limit = std::iter::from_fn(|| p.b.e.poll_event())
+            .filter(|e| matches!(e, AsyncEvent::Srq { srq: q, event: EventType::SrqLimitReached } if *q == srq))
+            .count();
+        assert_eq!(limit, 1, "seed {s}: SRQ_LIMIT_REACHED once");
+        assert!(
+            p.b.e.destroy_srq(srq).is_err(),
+            "seed {s}: destroyed under its QP"
+        );
+        assert_eq!(p.b.e.query_srq(srq).unwrap().posted, 0);
+
+        // Nothing left in the SRQ: the next SEND ends both QPs, and every WR completes once.
+        let send = wr(&p.a, &p.b, 4, WrOpcode::Send, 0, 64, 0);
+        p.a.post(send).unwrap();
+        p.run();
+        assert_eq!(p.b.e.qp_state(p.b.qpn).unwrap(), QpState::Err, "seed {s}");
+        let a: Vec<_> = p.a.wcs(p.a.scq).iter().map(|c| c.wr_id).collect();
+        assert_eq!(a, [1, 2, 3, 4], "seed {s}: each SEND completed once");
+        let sges = vec![p.b.sge(0, 8)].into();
+        p.b.e
+            .post_srq_recv(srq, RecvWr { wr_id: 20, sges })
+            .unwrap();
+        p.run();
+        assert!(
+            p.b.wcs(p.b.rcq).is_empty(),
+            "seed {s}: the SRQ's receive is not flushed"
+        );
+        assert_eq!(p.b.e.query_srq(srq).unwrap().posted, 1, "seed {s}");
+    }
 }

@@ -14,7 +14,7 @@ use super::Engine;
 use crate::attr::{QpAttr, QpCap, QpInitAttr};
 use crate::ctx::complete_on as complete;
 use crate::error::{Result, VerbsError};
-use crate::iwarp::memory::Registered;
+use crate::iwarp::memory::{Registered, SharedRq};
 use crate::iwarp::qp::{Qp as DataPath, QpConfig};
 use crate::iwarp::Negotiated;
 use crate::qp::QpPost;
@@ -33,6 +33,8 @@ pub(crate) struct IwQp {
     state: QpState,
     /// The remote accesses it allows (`qp_access_flags`).
     access: Access,
+    /// The shared receive queue it takes its receives from, if any.
+    srq: Option<u32>,
     /// The data path, once the stream is set up.
     data: Option<DataPath>,
     /// Send and receive WRs taken from the rings into the data path and not completed:
@@ -59,14 +61,10 @@ impl Engine {
         if init.qp_type != QpType::Rc {
             return Err(VerbsError::InvalidArgument("iWARP QPs are RC"));
         }
-        if init.srq.is_some() {
-            return Err(VerbsError::InvalidArgument(
-                "iWARP QPs do not take SRQs yet",
-            ));
-        }
         self.check_qp_init(pd, init)?;
         let qpn = self.draw_qpn();
-        let post = QpPost::new(qpn, QpType::Rc, init.cap, false, 0, self.bells.clone());
+        let on_srq = init.srq.is_some();
+        let post = QpPost::new(qpn, QpType::Rc, init.cap, on_srq, 0, self.bells.clone());
         self.iw.insert(
             qpn,
             IwQp {
@@ -77,6 +75,7 @@ impl Engine {
                 post: Arc::new(post.iwarp_only()),
                 state: QpState::Reset,
                 access: Access::empty(),
+                srq: init.srq,
                 data: None,
                 held: (0, 0),
                 touched: false,
@@ -153,6 +152,11 @@ impl Engine {
             pd: qp.pd,
             qpn,
             qp_access: qp.access,
+            srq: qp.srq.map(|id| SharedRq {
+                id,
+                srqs: &mut self.srqs,
+                events: &mut self.events,
+            }),
         };
         let mut took = 0;
         // The reader holds one FPDU at most: feed it what it has room for, in turns.
@@ -178,6 +182,7 @@ impl Engine {
                 pd: qp.pd,
                 qpn,
                 qp_access: qp.access,
+                srq: None,
             };
             data.transmit(&mem, out, max);
             self.iwarp_settle(qpn);
@@ -274,6 +279,11 @@ impl Engine {
     /// Whether an iWARP QP is in PD `pd` (which then cannot be freed).
     pub(super) fn iwarp_in_pd(&self, pd: u32) -> bool {
         self.iw.values().any(|q| q.pd == pd)
+    }
+
+    /// Whether an iWARP QP receives from SRQ `srq` (which then cannot be destroyed).
+    pub(super) fn iwarp_uses_srq(&self, srq: u32) -> bool {
+        self.iw.values().any(|q| q.srq == Some(srq))
     }
 
     /// Whether an iWARP QP completes on CQ `cq` (which then cannot be destroyed).
@@ -389,6 +399,8 @@ impl Engine {
         // The slots first: a program that sees a completion may post into its slot at once
         // (perftest keeps exactly its depth posted), as the RoCE path frees it.
         let (s, r) = d.outstanding();
+        // On an SRQ its receives come from there, not from its ring (which takes none).
+        let r = if qp.srq.is_some() { 0 } else { r };
         qp.post.sq.retire(qp.held.0 - s);
         qp.post.rq.retire(qp.held.1 - r);
         qp.held = (s, r);

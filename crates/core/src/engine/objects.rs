@@ -304,7 +304,7 @@ impl Engine {
         if !self.srqs.contains_key(&srq) {
             return Err(VerbsError::NotFound("shared receive queue"));
         }
-        if self.qps.values().any(|q| q.srq == Some(srq)) {
+        if self.qps.values().any(|q| q.srq == Some(srq)) || self.iwarp_uses_srq(srq) {
             return Err(VerbsError::Busy("shared receive queue is used by a QP"));
         }
         self.srqs.remove(&srq);

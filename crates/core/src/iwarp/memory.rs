@@ -5,16 +5,26 @@
 
 use super::qp::{AccessError, Memory};
 use crate::keys::MrTable;
-use crate::verbs::{Access, WcStatus};
-use crate::wr::Sge;
+use crate::srq::Srq;
+use crate::verbs::{Access, AsyncEvent, WcStatus};
+use crate::wr::{RecvWr, Sge};
+use std::collections::{BTreeMap, VecDeque};
 
 /// The memory QP `qpn` of PD `pd` may touch, and the remote rights it grants
-/// (`qp_access_flags`).
+/// (`qp_access_flags`); the SRQ it receives from, if any.
 pub(crate) struct Registered<'a> {
     pub mrs: &'a mut MrTable,
     pub pd: u32,
     pub qpn: u32,
     pub qp_access: Access,
+    pub srq: Option<SharedRq<'a>>,
+}
+
+/// An SRQ a QP takes receives from: its number, the queue, and where its limit event goes.
+pub(crate) struct SharedRq<'a> {
+    pub id: u32,
+    pub srqs: &'a mut BTreeMap<u32, Srq>,
+    pub events: &'a mut VecDeque<AsyncEvent>,
 }
 
 impl Registered<'_> {
@@ -73,5 +83,10 @@ impl Memory for Registered<'_> {
             .invalidate(self.pd, stag, Some(self.qpn))
             .then_some(())
             .ok_or(AccessError::InvalidStag)
+    }
+
+    fn shared_recv(&mut self) -> Option<RecvWr> {
+        let s = self.srq.as_mut()?;
+        s.srqs.get_mut(&s.id)?.take(s.id, s.events)
     }
 }

@@ -4,8 +4,8 @@
 
 use super::{AccessError, Memory};
 use crate::verbs::WcStatus;
-use crate::wr::Sge;
-use std::collections::HashMap;
+use crate::wr::{RecvWr, Sge};
+use std::collections::{HashMap, VecDeque};
 
 #[derive(Debug)]
 struct Buffer {
@@ -16,10 +16,12 @@ struct Buffer {
     valid: bool,
 }
 
-/// Buffers by key.
+/// Buffers by key, and a shared receive queue if one is given.
 #[derive(Debug, Default)]
 pub struct Buffers {
     by_key: HashMap<u32, Buffer>,
+    /// Receives the QP takes as its SEND messages begin (`Memory::shared_recv`).
+    pub srq: VecDeque<RecvWr>,
 }
 
 impl Buffers {
@@ -131,5 +133,9 @@ impl Memory for Buffers {
         let b = self.by_key.get_mut(&stag).ok_or(AccessError::InvalidStag)?;
         b.valid = false;
         Ok(())
+    }
+
+    fn shared_recv(&mut self) -> Option<RecvWr> {
+        self.srq.pop_front()
     }
 }

@@ -52,6 +52,12 @@ pub trait Memory {
     fn fetch(&self, stag: u32, to: u64, out: &mut [u8]) -> Result<(), AccessError>;
     /// Invalidates `stag` (a SEND with Invalidate's).
     fn invalidate(&mut self, stag: u32) -> Result<(), AccessError>;
+    /// The next receive of the QP's shared receive queue, for a SEND that found none of
+    /// the QP's own (None: the QP has no SRQ, or it is empty). The QP then holds it until
+    /// the message completes it (or a flush does).
+    fn shared_recv(&mut self) -> Option<crate::wr::RecvWr> {
+        None
+    }
 }
 
 /// What the QP was given when its stream was set up.

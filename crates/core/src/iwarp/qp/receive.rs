@@ -172,6 +172,10 @@ impl Qp {
         if msn != self.recv_msn {
             return Err((term::DDP, term::UNTAGGED, term::U_MSN_RANGE));
         }
+        if self.rq.is_empty() {
+            // A QP on an SRQ takes a receive there as a message begins.
+            self.rq.extend(mem.shared_recv());
+        }
         let Some(wr) = self.rq.front() else {
             return Err((term::DDP, term::UNTAGGED, term::U_NO_BUFFER));
         };
