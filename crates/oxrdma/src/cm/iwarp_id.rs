@@ -41,6 +41,22 @@ const DEVICE_DEPTH: u16 = 16;
 #[derive(Debug, Clone)]
 pub(crate) struct IwarpId {
     inner: Arc<IwInner>,
+    /// The program's hold on the id, shared by its clones (see [`Held`]).
+    _held: Arc<Held>,
+}
+
+/// The program's hold on an id: when its last clone goes (`rdma_destroy_id`), a listener
+/// stops listening at once. The id itself may live a moment longer, held by a thread of
+/// its own (a request's, right after it queued its request): its port, still listening,
+/// refused perftest's next listener on it (`-R` binds the same port again at once) with
+/// EADDRINUSE, 2 runs in 15.
+#[derive(Debug)]
+struct Held(Arc<IwInner>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.stop_listening();
+    }
 }
 
 #[derive(Debug)]
@@ -105,16 +121,22 @@ impl IwarpId {
             ));
         }
         let engine = ctx.engine("the RDMA CM")?.clone();
-        Ok(IwarpId {
-            inner: Arc::new(IwInner {
-                key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
-                ctx: ctx.clone(),
-                engine,
-                channel: Mutex::new(channel.inner.clone()),
-                ps,
-                st: Mutex::default(),
-            }),
-        })
+        Ok(IwarpId::held(Arc::new(IwInner {
+            key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
+            ctx: ctx.clone(),
+            engine,
+            channel: Mutex::new(channel.inner.clone()),
+            ps,
+            st: Mutex::default(),
+        })))
+    }
+
+    /// The program's id for `inner` (once for each id: the hold is the program's).
+    fn held(inner: Arc<IwInner>) -> IwarpId {
+        IwarpId {
+            _held: Arc::new(Held(inner.clone())),
+            inner,
+        }
     }
 
     pub fn key(&self) -> CmIdKey {
@@ -441,7 +463,7 @@ impl IwInner {
                 let mut e = plain(child.key, CmEventType::ConnectRequest, 0);
                 e.listen_id = Some(CmIdKey(self.key));
                 e.conn = conn;
-                e.new_id = Some(CmId::from_iwarp(IwarpId { inner: child }));
+                e.new_id = Some(CmId::from_iwarp(IwarpId::held(child)));
                 return Some(e);
             }
             // No RTU on iWARP: the active side's is the REP's plan, the passive side's
@@ -589,15 +611,23 @@ impl IwInner {
     }
 }
 
+impl IwInner {
+    /// A listener's port stops listening, and its thread waiting in accept ends: the port
+    /// is free for another listener at once (its socket, still open in that thread a
+    /// moment, no longer listens).
+    fn stop_listening(&self) {
+        let st = lock(&self.st);
+        if let (Phase::Listening, Some(port)) = (&st.phase, &st.port) {
+            let _ = rustix::net::shutdown(port.as_fd(), rustix::net::Shutdown::Both);
+        }
+    }
+}
+
 impl Drop for IwInner {
     fn drop(&mut self) {
         let st = self.st.get_mut().unwrap_or_else(|p| p.into_inner());
         if let Some(qpn) = st.qpn {
             self.engine.shared().cm.unroute_iwarp(qpn);
-        }
-        // A listener's thread waits in accept: shutting the socket down ends it.
-        if let (Phase::Listening, Some(port)) = (&st.phase, &st.port) {
-            let _ = rustix::net::shutdown(port.as_fd(), rustix::net::Shutdown::Both);
         }
         // A request nobody answered is refused, as destroying a requested id does.
         if let Some((req, _slot)) = st.request.take() {
@@ -611,5 +641,28 @@ impl Drop for IwInner {
             .queue
             .take_where(|r| matches!(r, Raw::Own(e) if e.is_for(key)));
         drop(orphans);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listener's port is free again as soon as the program lets its id go, even while
+    /// a thread of the id's own still holds the id (as a request's thread does right after
+    /// it queued its request): perftest's `-R` listens on the same port again at once.
+    #[test]
+    fn a_listeners_port_is_free_once_the_program_lets_it_go() {
+        let ctx = Context::open_iwarp("127.0.0.157".parse().unwrap()).unwrap();
+        let ch = EngineChannel::new().unwrap();
+        let id = IwarpId::create(&ch, &ctx, PortSpace::Tcp, QpType::Rc).unwrap();
+        id.bind_addr("127.0.0.157:0".parse().unwrap()).unwrap();
+        id.listen(8).unwrap();
+        let addr = id.local_addr().unwrap();
+        let thread_holds = id.inner.clone();
+        drop(id);
+        let again = TcpListener::bind(addr);
+        assert!(again.is_ok(), "{addr} still taken: {again:?}");
+        drop(thread_holds);
     }
 }
