@@ -126,6 +126,10 @@ for t in "ib_write_bw -s 65536" "ib_read_bw -s 65536" "ib_send_bw -s 65536" "ib_
   next; pair "iWARP: ${t%% *} -R" "$iw $t -R -d siw0 -p $port -n 2000" \
     "$iw $t -R -d siw0 -p $port -n 2000 127.0.0.64" "65536\\|^ 8 "
 done
+# Four QPs, paired by the order of connections on both sides (perftest's flow control
+# over iWARP WRITEs credits per QP: pairs out of order hung it).
+next; pair "iWARP: ib_send_bw -R -q 4" "$iw ib_send_bw -s 65536 -R -q 4 -d siw0 -p $port -n 2000" \
+  "$iw ib_send_bw -s 65536 -R -q 4 -d siw0 -p $port -n 2000 127.0.0.64" "65536"
 # Receives from a shared receive queue on both sides (siw's SRQs; refused here before).
 for t in "ib_send_bw -s 65536" "ib_send_lat -s 8"; do
   next; pair "iWARP: ${t%% *} -R --use-srq" "$iw $t -R --use-srq -d siw0 -p $port -n 2000" \

@@ -343,3 +343,40 @@ fn an_iwarp_id_refuses_the_calls_a_roce_id_refuses() {
         );
     }
 }
+
+/// Connections made one after the other reach the listener's program in that order, as
+/// the kernel's iWARP CM delivers them: perftest -R -q N numbers its QPs by the order of
+/// its `rdma_connect`s on one side and of its `CONNECT_REQUEST`s on the other, and its
+/// flow control (credits WRITten per QP over iWARP, which has no RNR) hung when they
+/// disagreed. Each request's thread raced the others (and each connect's thread too).
+#[test]
+fn requests_come_in_the_order_their_connections_were_made() {
+    let (server, client) = (ctx(167), ctx(168));
+    let (chs, chc) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let (_l, addr) = listen(&chs, &server);
+    const N: u8 = 8;
+    for round in 0..5 {
+        let ids: Vec<_> = (0..N)
+            .map(|i| {
+                let id = resolved(&chc, &client, addr);
+                let (q, cq, mr) = qp(&client);
+                id.attach_qp(&q).unwrap();
+                (id, i, (q, cq, mr))
+            })
+            .collect();
+        for (id, i, _) in &ids {
+            id.connect(&param(&[*i])).unwrap();
+        }
+        let order: Vec<u8> = (0..N)
+            .map(|_| {
+                let req = expect(&chs, CmEventType::ConnectRequest);
+                req.new_id.unwrap().reject(b"").unwrap();
+                req.conn.private_data[0]
+            })
+            .collect();
+        assert_eq!(order, (0..N).collect::<Vec<_>>(), "round {round}");
+        for _ in 0..N {
+            expect(&chc, CmEventType::Rejected);
+        }
+    }
+}

@@ -77,34 +77,66 @@ pub fn connect_from(
     cfg: SetupConfig,
     timeout: Duration,
 ) -> Result<Established, MpaError> {
+    request_from(src, addr, cfg, timeout)?.reply(timeout)
+}
+
+/// The first half of [`connect_from`]: connects (within `connect_timeout`) and sends the
+/// request; the reply is [`Requested::reply`]'s to wait for. A caller that makes several
+/// connections one after the other, each sent before the next begins, has them reach the
+/// listener in that order (as the kernel's iWARP CM sends them within `rdma_connect`).
+pub fn request_from(
+    src: IpAddr,
+    addr: SocketAddr,
+    cfg: SetupConfig,
+    connect_timeout: Duration,
+) -> Result<Requested, MpaError> {
     use socket2::{Domain, Protocol, Socket, Type};
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     if !src.is_unspecified() {
         sock.bind(&SocketAddr::new(src, 0).into())?;
     }
-    sock.connect_timeout(&addr.into(), timeout)?;
-    initiate(sock.into(), cfg, timeout)
+    sock.connect_timeout(&addr.into(), connect_timeout)?;
+    request(sock.into(), cfg)
 }
 
 /// The initiator's exchange on a connected socket.
 pub fn initiate(
-    mut sock: TcpStream,
+    sock: TcpStream,
     cfg: SetupConfig,
     timeout: Duration,
 ) -> Result<Established, MpaError> {
+    request(sock, cfg)?.reply(timeout)
+}
+
+/// Sends the initiator's request on a connected socket.
+fn request(mut sock: TcpStream, cfg: SetupConfig) -> Result<Requested, MpaError> {
     sock.set_nodelay(true)?;
-    let (mut setup, request) = Setup::initiator(cfg)?;
+    let (setup, request) = Setup::initiator(cfg)?;
     sock.write_all(&request)?;
-    let (event, early) = read_frame(&mut sock, &mut setup, timeout)?;
-    match event {
-        SetupEvent::Established(negotiated) => Ok(Established {
-            sock,
-            negotiated,
-            initiator: true,
-            early,
-        }),
-        SetupEvent::Rejected { private_data } => Err(MpaError::Rejected { private_data }),
-        _ => Err(SetupError::State("a request where the reply was expected").into()),
+    Ok(Requested { sock, setup })
+}
+
+/// An initiator whose request is sent, waiting for the reply.
+#[derive(Debug)]
+pub struct Requested {
+    sock: TcpStream,
+    setup: Setup,
+}
+
+impl Requested {
+    /// Waits up to `timeout` for the responder's reply: the connection is up, or refused.
+    pub fn reply(mut self, timeout: Duration) -> Result<Established, MpaError> {
+        let (event, early) = read_frame(&mut self.sock, &mut self.setup, timeout)?;
+        match event {
+            SetupEvent::Established(negotiated) => Ok(Established {
+                sock: self.sock,
+                negotiated,
+                initiator: true,
+                early,
+            }),
+            SetupEvent::Rejected { private_data } => Err(MpaError::Rejected { private_data }),
+            _ => Err(SetupError::State("a request where the reply was expected").into()),
+        }
     }
 }
 

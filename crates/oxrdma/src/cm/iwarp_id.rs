@@ -19,6 +19,7 @@ use super::incoming::{empty_conn, plain};
 use super::machine::{self, Call, Event, Phase, Plan, QpStep};
 use super::state::{ChannelInner, OwnEvent, Raw, NEXT_KEY};
 use super::steps::{QpMover, MAX_DEPTH};
+use super::turns::{self, Turns};
 use super::{CmEvent, CmEventType, CmId, CmIdKey, ConnParam, PortSpace};
 use crate::context::Context;
 use crate::engine_context::EngineContext;
@@ -192,7 +193,7 @@ impl IwarpId {
         let backlog = Backlog::new(backlog);
         std::thread::Builder::new()
             .name("oxrdma-iwarp-listen".into())
-            .spawn(move || take_requests(&port, &me, &backlog))?;
+            .spawn(move || take_requests(&port, &me, &backlog, &Arc::default()))?;
         st.phase = plan.next;
         Ok(())
     }
@@ -272,11 +273,21 @@ impl IwarpId {
         st.port = None;
         st.phase = plan.next;
         drop(st);
+        // As the kernel's iWARP CM does within rdma_connect, the connection is made and
+        // MPA's request sent before this returns, where that is quick: a program's
+        // connections then reach the listener in the order it made them (perftest -R -q N
+        // pairs its QPs by that order). The reply, and what is slow (a peer far away, a
+        // listener not up yet: `connect_patiently`), are waited for on a thread.
+        let sent = mpa::request_from(src.ip(), dst, cfg.clone(), QUICK_CONNECT);
         let id = self.inner.clone();
         std::thread::Builder::new()
             .name("oxrdma-iwarp-connect".into())
             .spawn(move || {
-                id.connected(qpn, connect_patiently(src.ip(), dst, cfg));
+                let up = match sent {
+                    Ok(sent) => sent.reply(SETUP_TIMEOUT),
+                    Err(_) => connect_patiently(src.ip(), dst, cfg),
+                };
+                id.connected(qpn, up);
             })?;
         Ok(())
     }
@@ -360,6 +371,9 @@ fn connect_patiently(
         }
     }
 }
+
+/// How long `connect` waits for the TCP connection itself before leaving it to its thread.
+const QUICK_CONNECT: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// See `connect_patiently`.
 const LISTEN_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
@@ -555,8 +569,14 @@ impl StreamEnded for IwInner {
 
 /// A listener's thread: takes each TCP connection on `port` and reads its MPA request on
 /// a thread of its own (a slow peer holds up no other), while its backlog has room, until
-/// the listener's id is gone.
-fn take_requests(port: &TcpListener, listener: &Weak<IwInner>, backlog: &Arc<Backlog>) {
+/// the listener's id is gone. The requests are shown in the order of their connections
+/// (`turns.rs`).
+fn take_requests(
+    port: &TcpListener,
+    listener: &Weak<IwInner>,
+    backlog: &Arc<Backlog>,
+    turns: &Arc<Turns>,
+) {
     loop {
         let Some(slot) = backlog.wait_for_room(|| listener.strong_count() > 0) else {
             return;
@@ -570,17 +590,19 @@ fn take_requests(port: &TcpListener, listener: &Weak<IwInner>, backlog: &Arc<Bac
             std::thread::sleep(std::time::Duration::from_millis(10));
             continue;
         };
-        let listener = listener.clone();
+        let (listener, turns) = (listener.clone(), turns.clone());
+        let turn = turns.take();
         let _ = std::thread::Builder::new()
             .name("oxrdma-iwarp-request".into())
             .spawn(move || {
-                let Ok(req) = Request::read(sock, setup_config(&[]), SETUP_TIMEOUT) else {
-                    return;
-                };
-                match listener.upgrade() {
-                    Some(l) => l.requested(req, slot),
-                    None => drop(req.reject(&[])),
+                if let Ok(req) = Request::read(sock, setup_config(&[]), SETUP_TIMEOUT) {
+                    turns.wait_for(turn, turns::WAIT);
+                    match listener.upgrade() {
+                        Some(l) => l.requested(req, slot),
+                        None => drop(req.reject(&[])),
+                    }
                 }
+                turns.done(turn);
             });
     }
 }

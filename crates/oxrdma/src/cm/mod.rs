@@ -20,6 +20,7 @@ mod rendezvous;
 mod route;
 mod state;
 mod steps;
+mod turns;
 
 pub use crate::secure::SecureMode;
 pub(crate) use channel::CmRoutes;
