@@ -225,6 +225,8 @@ fn ibv_devinfo_describes_an_active_roce_v2_port() {
 
 /// An iWARP device (`name=iwarp:ADDRESS`) beside a RoCE one: Debian's ibv_devinfo shows
 /// each with its own transport, as it shows siw's and rxe's, and ibv_devices lists both.
+/// The iWARP device offers no atomics (RDMAP carries none; siw reports none): a program
+/// that looks must not be told it may post them.
 #[test]
 fn ibv_devinfo_shows_an_iwarp_device_as_siws() {
     let spec = "oxr0=127.0.0.63,siw0=iwarp:127.0.0.62";
@@ -233,8 +235,10 @@ fn ibv_devinfo_shows_an_iwarp_device_as_siws() {
     };
     let (roce, iwarp) = text.split_once("hca_id:\tsiw0").expect("siw0 listed");
     assert!(roce.contains("transport:\t\t\tInfiniBand (0)"), "{text}");
+    assert!(roce.contains("atomic_cap:\t\t\tATOMIC_HCA (1)"), "{text}");
     for want in [
         "transport:\t\t\tiWARP (1)",
+        "atomic_cap:\t\t\tATOMIC_NONE (0)",
         "PORT_ACTIVE (4)",
         "link_layer:\t\tEthernet",
     ] {

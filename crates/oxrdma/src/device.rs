@@ -60,7 +60,17 @@ impl Device {
     /// Opens an iWARP device on `ip`: its QPs are iWARP's, each on a TCP connection of
     /// its own (the UDP port stays open for what the RoCE side of the engine serves).
     pub fn open_iwarp(ip: IpAddr, seed: [u8; 32]) -> Result<Device> {
-        let mut dev = Device::open(ip, false, seed)?;
+        let link = Link::open(ip, false)?;
+        let mut config = configured(&link)?;
+        // RDMAP carries no atomics (`QpPost::iwarp_only` refuses them at post): none are
+        // offered, as siw offers none.
+        config.attr.atomic_cap = oxrdma_core::AtomicCap::None;
+        let mut dev = Device {
+            engine: Engine::new(config, seed),
+            link,
+            streams: None,
+            wake: None,
+        };
         let streams = Streams::new()?;
         let wake = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(io::Error::from)?;
         for (i, fd) in [dev.link.as_fd(), streams.fd()].into_iter().enumerate() {
