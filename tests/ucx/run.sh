@@ -48,6 +48,9 @@ perftest() {
     row "$name" "PASS $(grep Final: "$work/cli" | awk '{print $3 " us, " $6 " MB/s"}')"
   else
     row "$name" "FAIL client $rc server $src: $(grep -m1 -i "error\|fail" "$work/cli" "$work/srv" | head -1)"
+    # The ends of both logs: a crash's backtrace (UCX prints one) is gone with $work.
+    tail -n 25 "$work/srv" | sed 's/^/    server: /'
+    tail -n 10 "$work/cli" | sed 's/^/    client: /'
     fails=$((fails + 1))
   fi
 }
