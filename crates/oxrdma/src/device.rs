@@ -48,13 +48,18 @@ impl Device {
     /// feeds the engine's CSPRNG.
     pub fn open(ip: IpAddr, alone: bool, seed: [u8; 32]) -> Result<Device> {
         let link = Link::open(ip, alone)?;
-        let engine = Engine::new(configured(&link)?, seed);
-        Ok(Device {
-            engine,
+        let config = configured(&link)?;
+        Ok(Device::on(link, config, seed))
+    }
+
+    /// A RoCE device on `link` with an engine of `config` (no streams yet).
+    fn on(link: Link, config: EngineConfig, seed: [u8; 32]) -> Device {
+        Device {
+            engine: Engine::new(config, seed),
             link,
             streams: None,
             wake: None,
-        })
+        }
     }
 
     /// Opens an iWARP device on `ip`: its QPs are iWARP's, each on a TCP connection of
@@ -65,12 +70,7 @@ impl Device {
         // RDMAP carries no atomics (`QpPost::iwarp_only` refuses them at post): none are
         // offered, as siw offers none.
         config.attr.atomic_cap = oxrdma_core::AtomicCap::None;
-        let mut dev = Device {
-            engine: Engine::new(config, seed),
-            link,
-            streams: None,
-            wake: None,
-        };
+        let mut dev = Device::on(link, config, seed);
         let streams = Streams::new()?;
         let wake = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(io::Error::from)?;
         for (i, fd) in [dev.link.as_fd(), streams.fd()].into_iter().enumerate() {
@@ -121,13 +121,8 @@ impl Device {
         seed: [u8; 32],
     ) -> Result<Device> {
         let link = Link::open_interface(iface)?;
-        let engine = Engine::new(configured(&link)?, seed);
-        Ok(Device {
-            engine,
-            link,
-            streams: None,
-            wake: None,
-        })
+        let config = configured(&link)?;
+        Ok(Device::on(link, config, seed))
     }
 
     /// Sends what the engine has, takes in what arrived, fires due timers (`Link::poll`);
