@@ -2,11 +2,11 @@
 //! key (so what the fuzzer writes gets past the AEAD and reaches the transport behind it)
 //! or as the fuzzer wrote it (a forgery, which must only be counted), picked by a flag
 //! byte; a sealed one is sometimes delivered twice (a replay) or with a bit flipped. The
-//! engine must never panic, never take a forgery, and keep answering.
+//! engine must never panic, never take a forgery, and keep answering. Every suite.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use oxrdma_core::secure::{Secured, TRAILER};
+use oxrdma_core::secure::{Secured, Suite, TRAILER};
 use oxrdma_core::{Engine, Gid, MAX_PACKET};
 
 /// Delivers a packet that must be refused: it is dropped and counted, one drop.
@@ -19,8 +19,10 @@ fn refused(e: &mut Engine, now: u64, peer: Gid, pkt: &[u8]) {
 mod common;
 
 fuzz_target!(|data: &[u8]| {
-    let common::Target { mut e, qpn, cq, .. } = common::target_with(0, true);
-    let mut peer_key = Secured::new(&common::secure_keys(qpn).1);
+    // Each suite in turn, by the input's length.
+    let suite = Suite::ALL[data.len() % Suite::ALL.len()];
+    let common::Target { mut e, qpn, cq, .. } = common::target_with(0, Some(suite));
+    let mut peer_key = Secured::new(&common::secure_keys(qpn, suite).1);
     let peer = common::peer();
     let mut out = vec![0u8; MAX_PACKET];
     let mut now = 0;

@@ -3,7 +3,7 @@
 //! the tests say SKIPPED, and fail instead under `OXRDMA_CI` (`.ci/run` installs it).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A directory with `libibverbs.so.1` naming the library this test was built with
@@ -26,6 +26,12 @@ fn lib_dir() -> PathBuf {
 
 /// Runs a Debian tool on our library, or None (after saying SKIPPED) if it is missing.
 fn run(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Output> {
+    Some(command(tool, args, env)?.output().unwrap())
+}
+
+/// A Debian tool on our library, ready to run, or None (after saying SKIPPED) if it is
+/// missing.
+fn command(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Command> {
     let path = Path::new("/usr/bin").join(tool);
     if !path.exists() {
         assert!(
@@ -57,7 +63,7 @@ fn run(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Output> {
             c.env(k, v);
         }
     }
-    Some(c.output().unwrap())
+    Some(c)
 }
 
 /// Runs a tool that must succeed; its standard output, or None if it is missing.
@@ -329,6 +335,19 @@ fn pingpong(tool: &str, port: u16, args: &[&str]) {
 
 /// [`pingpong`] with `env` set for both sides; returns what the server and the client
 /// printed.
+/// Runs a ping-pong client, again while its server is not yet listening (for up to 10 s).
+fn run_client(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = run(tool, args, env).unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if !(err.contains("Couldn't connect") && Instant::now() < deadline) {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn pingpong_with(
     tool: &str,
     port: u16,
@@ -352,16 +371,7 @@ fn pingpong_with(
     };
     let mut client_args = server_args.clone();
     client_args.push("localhost");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let client = loop {
-        let out = run(tool, &client_args, env).unwrap();
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        if err.contains("Couldn't connect") && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-            continue;
-        }
-        break out;
-    };
+    let client = run_client(tool, &client_args, env);
     let server = server.join().unwrap();
     let text = |o: &Output| {
         format!(
@@ -506,18 +516,54 @@ fn ibv_rc_pingpong_with_a_pre_shared_key_runs_sealed() {
         !uc.iter().any(shows_payload),
         "a sealed UC capture shows the payload"
     );
-    // A malformed key is one clear error when the device opens, not a plain connection.
-    let out = run(
-        "ibv_rc_pingpong",
-        &["-g", "0", "-p", "18615", "localhost"],
-        &[("OXRDMA_SECURE_KEY", "12ab")],
-    )
-    .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    // Another suite, named on both sides, runs sealed too; two different suites get
+    // nothing through.
+    let gcm = [
+        ("OXRDMA_SECURE_KEY", key),
+        ("OXRDMA_SECURE_SUITE", "aes-256-gcm"),
+    ];
+    let sealed = pingpong_captures(18620, "gcm", &gcm);
     assert!(
-        !out.status.success() && err.contains("OXRDMA_SECURE_KEY: not 64 hex digits"),
-        "{err}"
+        !sealed.iter().any(shows_payload),
+        "a capture sealed with AES-256-GCM shows the payload"
     );
+    let mut server = command(
+        "ibv_rc_pingpong",
+        &["-g", "0", "-p", "18621", "-n", "5"],
+        &gcm,
+    )
+    .unwrap()
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let args = ["-g", "0", "-p", "18621", "-n", "5", "localhost"];
+    let client = run_client("ibv_rc_pingpong", &args, &[("OXRDMA_SECURE_KEY", key)]);
+    // The server waits for a message that never opens: ours to end.
+    let _ = server.kill();
+    let _ = server.wait();
+    let err = String::from_utf8_lossy(&client.stderr);
+    assert!(
+        !client.status.success() && err.contains("Failed status"),
+        "AEGIS-128X2 spoke to AES-256-GCM: {err}"
+    );
+    // A malformed key or suite is one clear error when the device opens, not a plain
+    // connection.
+    for (env, says) in [
+        (
+            ("OXRDMA_SECURE_SUITE", "aes-128-gcm"),
+            "OXRDMA_SECURE_SUITE: `aes-128-gcm` is not",
+        ),
+        (
+            ("OXRDMA_SECURE_KEY", "12ab"),
+            "OXRDMA_SECURE_KEY: not 64 hex digits",
+        ),
+    ] {
+        let args = ["-g", "0", "-p", "18615", "localhost"];
+        let out = run("ibv_rc_pingpong", &args, &[env]).unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{err}");
+    }
 }
 
 #[test]

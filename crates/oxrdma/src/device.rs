@@ -20,6 +20,7 @@ fn configured(link: &Link) -> Result<EngineConfig> {
     crate::secure::configured_psk()?;
     crate::secure::configured_peers()?;
     crate::secure::configured_mode()?;
+    crate::secure::configured_suite()?;
     let mut c = link.engine_config();
     if let Some(text) = std::env::var_os("OXRDMA_LIMITS") {
         let text = text.to_string_lossy();

@@ -56,7 +56,7 @@ impl Default for ConnectOptions {
             gid_index: None,
             require_secure: false,
             psk: None,
-            suite: Suite::Aes256Gcm,
+            suite: Suite::default(),
         }
     }
 }

@@ -173,6 +173,25 @@ pub(crate) fn configured_mode() -> Result<SecureMode> {
     .map_err(Error::Config)
 }
 
+/// `OXRDMA_SECURE_SUITE`: the AEAD this process's RDMA CM offers and its pre-shared key
+/// seals with (`aegis-128x2`, the default; `aes-256-gcm`; `chacha20-poly1305`). Read
+/// once; a malformed one is an error at every use.
+pub(crate) fn configured_suite() -> Result<Suite> {
+    static SUITE: OnceLock<std::result::Result<Suite, String>> = OnceLock::new();
+    SUITE
+        .get_or_init(|| match std::env::var("OXRDMA_SECURE_SUITE") {
+            Err(_) => Ok(Suite::default()),
+            Ok(v) => Suite::parse(v.trim()).ok_or_else(|| {
+                format!(
+                    "OXRDMA_SECURE_SUITE: `{v}` is not aegis-128x2, aes-256-gcm or \
+                     chacha20-poly1305"
+                )
+            }),
+        })
+        .clone()
+        .map_err(Error::Config)
+}
+
 /// What the RDMA CM agreed for a QP (`Shared::agreed`, by QPN), for its moves to key it.
 #[derive(Clone)]
 pub(crate) struct Agreed {
@@ -207,7 +226,10 @@ pub(crate) fn key_as_moved(
         return Ok(());
     };
     let mut secret = Vec::with_capacity(64);
-    let suite = agreed.as_ref().map_or(Suite::Aes256Gcm, |a| a.suite);
+    let suite = match agreed.as_ref() {
+        Some(a) => a.suite,
+        None => configured_suite()?,
+    };
     if let Some(s) = agreed.as_ref().and_then(|a| a.secret) {
         secret.extend_from_slice(&s);
     }

@@ -61,23 +61,23 @@ pub fn connect(t: QpType, peer: Gid) -> Vec<QpAttr> {
     vec![init, rtr, rts]
 }
 
-/// The keys of the target's QP and of its peer, when the QP is secure.
+/// The keys of the target's QP and of its peer under `suite`, when the QP is secure.
 #[allow(dead_code)] // Not every target is secure.
-pub fn secure_keys(qpn: u32) -> (QpKeys, QpKeys) {
+pub fn secure_keys(qpn: u32, suite: Suite) -> (QpKeys, QpKeys) {
     let ours = End { gid: Gid::from(Ipv4Addr::new(10, 0, 0, 1)), qpn, psn: 0 };
     let theirs = End { gid: peer(), qpn: 0x22, psn: 0 };
-    let k = |a: &End, b: &End| derive(Suite::Aes256Gcm, b"fuzz", a, b);
+    let k = |a: &End, b: &End| derive(suite, b"fuzz", a, b);
     (k(&ours, &theirs), k(&theirs, &ours))
 }
 
 /// A fresh target for input byte `kind` (always the same for the same byte).
 #[allow(dead_code)] // Not every target uses it.
 pub fn target(kind: u8) -> Target {
-    target_with(kind, false)
+    target_with(kind, None)
 }
 
-/// [`target`], its QP secure (`secure_keys`) if `secure` and RC.
-pub fn target_with(kind: u8, secure: bool) -> Target {
+/// [`target`], its QP secure under `secure`'s suite (`secure_keys`) if given and RC.
+pub fn target_with(kind: u8, secure: Option<Suite>) -> Target {
     let t = [QpType::Rc, QpType::Uc, QpType::Ud][usize::from(kind % 3)];
     let peer = peer();
     let cfg = EngineConfig {
@@ -105,8 +105,8 @@ pub fn target_with(kind: u8, secure: bool) -> Target {
     // iova 0 so fuzzed RETHs can hit the region.
     let mr = e.reg_mr(pd, buf.clone(), Some(0), Access::ALL).unwrap();
     for (i, a) in connect(t, peer).iter().enumerate() {
-        if i == 1 && secure && t == QpType::Rc {
-            e.secure_qp(qpn, &secure_keys(qpn).0).unwrap();
+        if let (1, Some(suite), QpType::Rc) = (i, secure, t) {
+            e.secure_qp(qpn, &secure_keys(qpn, suite).0).unwrap();
         }
         e.modify_qp(qpn, a).unwrap();
     }

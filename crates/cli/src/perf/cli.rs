@@ -115,9 +115,9 @@ pub struct PerfCli {
     #[arg(short = 'R', long = "rdma-cm", alias = "rdma_cm")]
     rdma_cm: bool,
     /// Encrypt and authenticate every packet (RC, between oxrdma peers: both sides give
-    /// it): keys agreed by X25519 in the endpoint exchange, AES-256-GCM unless another
+    /// it): keys agreed by X25519 in the endpoint exchange, AEGIS-128X2 unless another
     /// AEAD is named.
-    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "aes-256-gcm")]
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "aegis-128x2")]
     secure: Option<SuiteArg>,
 }
 
@@ -128,6 +128,8 @@ pub enum SuiteArg {
     Aes256Gcm,
     #[value(name = "chacha20-poly1305")]
     ChaCha20Poly1305,
+    #[value(name = "aegis-128x2")]
+    Aegis128X2,
 }
 
 impl From<SuiteArg> for oxrdma::Suite {
@@ -135,6 +137,7 @@ impl From<SuiteArg> for oxrdma::Suite {
         match s {
             SuiteArg::Aes256Gcm => oxrdma::Suite::Aes256Gcm,
             SuiteArg::ChaCha20Poly1305 => oxrdma::Suite::ChaCha20Poly1305,
+            SuiteArg::Aegis128X2 => oxrdma::Suite::Aegis128X2,
         }
     }
 }

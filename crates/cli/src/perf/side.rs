@@ -65,7 +65,7 @@ impl Side {
         let opts = ConnectOptions {
             mtu,
             require_secure: args.secure.is_some(),
-            suite: args.secure.unwrap_or(oxrdma::Suite::Aes256Gcm),
+            suite: args.secure.unwrap_or_default(),
             ..Default::default()
         };
         let (mut qps, mut peers, mut index) = (Vec::new(), Vec::new(), HashMap::new());

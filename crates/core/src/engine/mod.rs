@@ -695,13 +695,10 @@ impl Engine {
     }
 }
 
-/// Seals the `run` packets of `len` bytes written back to back at the start of `slots`,
-/// spreading them out first to make room for each one's trailer; returns their new length.
+/// Seals the `run` packets of `len` bytes at the start of `slots`, each followed by room
+/// for its trailer (`run_gap`); returns their new length.
 fn seal_run(s: &mut crate::secure::Secured, slots: &mut [u8], run: usize, len: usize) -> usize {
     let sealed = len + crate::secure::TRAILER;
-    for k in (1..run).rev() {
-        slots.copy_within(k * len..(k + 1) * len, k * sealed);
-    }
     for k in 0..run {
         s.seal(&mut slots[k * sealed..], len);
     }

@@ -15,13 +15,14 @@
 //! `crates/sim/tests/run_path.rs` checks it against the per-packet path, effect for effect.
 
 use crate::limits::MAX_PACKET;
-use crate::qp::requester::Sender;
+use crate::qp::requester::{run_gap, Sender};
 use crate::qp::{Ctx, Qp};
 use crate::verbs::QpType;
 
 impl Qp {
     /// After a request packet: up to `limit` more of its message's middle packets, written
-    /// back to back into `slots` (room for `limit` packets of `MAX_PACKET` bytes). Returns
+    /// back to back into `slots` (room for `limit` packets of `MAX_PACKET` bytes), a secure
+    /// QP's with room for its trailer after each (`run_gap`). Returns
     /// how many, and their length (a message's middle packets are one length).
     pub(crate) fn next_request_run(
         &mut self,
@@ -72,9 +73,10 @@ impl Qp {
         limit: usize,
     ) -> (usize, usize) {
         let (mut built, mut len) = (0, 0);
+        let gap = run_gap(self.secure.is_some());
         // A reply waiting (an ACK the request just released, a CNP) goes next.
         while built < limit && !self.ecn.due() && !self.resp.has_replies() {
-            let at = built * len;
+            let at = built * (len + gap);
             let next = Sender::new(
                 &mut self.req,
                 &self.rview,

@@ -444,7 +444,8 @@ impl Sender<'_> {
     }
 
     /// [`Self::next_middle`] for up to `limit` packets at once, written back to back into
-    /// `slots` (room for `limit` packets of `MAX_PACKET` bytes): the same packets and the
+    /// `slots` (room for `limit` packets of `MAX_PACKET` bytes; a secure QP's each followed
+    /// by room for its trailer, to be sealed where it lies): the same packets and the
     /// same bookkeeping, what does not change between them worked out once. Only where
     /// nothing can change between them but what is counted here: the middle packets of a
     /// message gathered from memory, sent for the first time, on a QP that does not pace.
@@ -480,11 +481,13 @@ impl Sender<'_> {
         let (first, mut since) = (r.next_psn, r.since_ack_req);
         let mut first_ask = None;
         let mut len = 0;
+        let gap = run_gap(self.q.sealed);
         for k in 0..count {
             let (psn, off) = (first.add(k as u32), r.off + (k * n) as u64);
             let asks = r.asks + k as u64;
             let ack = rc && self.cadence_asks_in_run(psn.add(1), since, asks, k as u32);
-            let buf = &mut slots[k * len..k * len + MAX_PACKET];
+            let at = k * (len + gap);
+            let buf = &mut slots[at..at + MAX_PACKET];
             self.request_bth(opcode, psn, ack, false)
                 .emit(&mut Bth::new_unchecked(&mut buf[..BTH_LEN]));
             if train {
@@ -1077,5 +1080,15 @@ impl Sender<'_> {
                 self.rewind(from);
             }
         }
+    }
+}
+
+/// The room a run leaves after each packet: a secure QP's trailer, so that each is sealed
+/// where it was built (`Engine::poll_transmit_many`).
+pub(crate) fn run_gap(sealed: bool) -> usize {
+    if sealed {
+        crate::secure::TRAILER
+    } else {
+        0
     }
 }

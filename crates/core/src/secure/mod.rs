@@ -22,34 +22,56 @@
 //! the receiver's window (`replay`) takes each number once. A packet that fails is
 //! dropped and counted before anything of it is read.
 
+mod cipher;
 mod replay;
 
 use crate::gid::Gid;
+use cipher::{Cipher, TAG_LEN};
 use replay::Replay;
-use ring::aead::{self, Aad, LessSafeKey, Nonce, Tag, UnboundKey};
+use ring::aead;
 use ring::hkdf;
 
 /// What the trailer adds to each packet: the sequence number and the tag.
 pub const TRAILER: usize = SEQ_LEN + TAG_LEN;
 const SEQ_LEN: usize = 8;
-const TAG_LEN: usize = 16;
 const BTH_LEN: usize = 12;
 const ICRC_LEN: usize = 4;
 
-/// The AEAD a secure QP uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The AEAD a secure QP uses. The default is AEGIS-128X2, the fastest where AES has
+/// hardware help; AES-256-GCM for a 256-bit key or a NIST-approved cipher.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Suite {
     /// AES-256-GCM (AES-NI and carry-less multiplication on x86-64).
     Aes256Gcm,
     /// ChaCha20-Poly1305 (faster where AES has no hardware help).
     ChaCha20Poly1305,
+    /// AEGIS-128X2 (the CFRG's AEGIS family, built on the AES round instruction): about
+    /// four times AES-256-GCM's speed on 4 KiB packets where AES has hardware help.
+    #[default]
+    Aegis128X2,
 }
 
 impl Suite {
-    fn algorithm(self) -> &'static aead::Algorithm {
+    /// Every suite.
+    pub const ALL: [Suite; 3] = [Suite::Aegis128X2, Suite::Aes256Gcm, Suite::ChaCha20Poly1305];
+
+    /// The suite a name gives (`aegis-128x2`, `aes-256-gcm`, `chacha20-poly1305`).
+    pub fn parse(name: &str) -> Option<Suite> {
+        Suite::ALL
+            .into_iter()
+            .find(|s| s.label() == name.as_bytes())
+    }
+
+    /// Its name, as `parse` takes it.
+    pub fn name(self) -> &'static str {
+        std::str::from_utf8(self.label()).expect("ASCII")
+    }
+
+    fn algorithm(self) -> Option<&'static aead::Algorithm> {
         match self {
-            Suite::Aes256Gcm => &aead::AES_256_GCM,
-            Suite::ChaCha20Poly1305 => &aead::CHACHA20_POLY1305,
+            Suite::Aes256Gcm => Some(&aead::AES_256_GCM),
+            Suite::ChaCha20Poly1305 => Some(&aead::CHACHA20_POLY1305),
+            Suite::Aegis128X2 => None,
         }
     }
 
@@ -57,6 +79,7 @@ impl Suite {
         match self {
             Suite::Aes256Gcm => b"aes-256-gcm",
             Suite::ChaCha20Poly1305 => b"chacha20-poly1305",
+            Suite::Aegis128X2 => b"aegis-128x2",
         }
     }
 }
@@ -170,7 +193,7 @@ const EPOCH_BITS: u32 = 24;
 struct EpochKey {
     epoch: u64,
     raw: DirectionKey,
-    aead: LessSafeKey,
+    aead: Cipher,
 }
 
 impl EpochKey {
@@ -178,7 +201,7 @@ impl EpochKey {
         EpochKey {
             epoch: 0,
             raw: k.clone(),
-            aead: key(suite, k),
+            aead: Cipher::new(suite, &k.key),
         }
     }
 
@@ -196,7 +219,7 @@ impl EpochKey {
         raw.iv.copy_from_slice(&out[32..]);
         EpochKey {
             epoch: self.epoch + 1,
-            aead: key(suite, &raw),
+            aead: Cipher::new(suite, &raw.key),
             raw,
         }
     }
@@ -226,14 +249,6 @@ impl std::fmt::Debug for Secured {
     }
 }
 
-fn nonce(iv: &[u8; 12], seq: u64) -> Nonce {
-    let mut n = *iv;
-    for (b, s) in n[4..].iter_mut().zip(seq.to_be_bytes()) {
-        *b ^= s;
-    }
-    Nonce::assume_unique_for_key(n)
-}
-
 /// The authenticated data: the BTH with its byte 4 masked, and the sequence number.
 fn aad(bth: &[u8], seq: u64) -> [u8; BTH_LEN + SEQ_LEN] {
     let mut a = [0u8; BTH_LEN + SEQ_LEN];
@@ -241,10 +256,6 @@ fn aad(bth: &[u8], seq: u64) -> [u8; BTH_LEN + SEQ_LEN] {
     a[4] = 0xff;
     a[BTH_LEN..].copy_from_slice(&seq.to_be_bytes());
     a
-}
-
-fn key(suite: Suite, k: &DirectionKey) -> LessSafeKey {
-    LessSafeKey::new(UnboundKey::new(suite.algorithm(), &k.key).expect("a 32-byte key"))
 }
 
 impl Secured {
@@ -302,14 +313,9 @@ impl Secured {
         }
         let tag = send
             .aead
-            .seal_in_place_separate_tag(
-                nonce(&send.raw.iv, seq),
-                Aad::from(a),
-                &mut buf[BTH_LEN..body_end],
-            )
-            .expect("a packet is far below the AEAD's limit");
+            .seal(&send.raw.iv, seq, &a, &mut buf[BTH_LEN..body_end]);
         buf[body_end..body_end + SEQ_LEN].copy_from_slice(&seq.to_be_bytes());
-        buf[body_end + SEQ_LEN..body_end + TRAILER].copy_from_slice(tag.as_ref());
+        buf[body_end + SEQ_LEN..body_end + TRAILER].copy_from_slice(&tag);
         let end = len + TRAILER;
         crate::build::put_icrc_field(buf, end);
         end
@@ -341,16 +347,17 @@ impl Secured {
         };
         let mut tag = [0u8; TAG_LEN];
         tag.copy_from_slice(&trailer[SEQ_LEN..]);
-        out[..body_end].copy_from_slice(&data[..body_end]);
-        k.aead
-            .open_in_place_separate_tag(
-                nonce(&k.raw.iv, seq),
-                Aad::from(aad(data, seq)),
-                Tag::from(tag),
-                &mut out[BTH_LEN..body_end],
-                0..,
-            )
-            .map_err(|_| OpenError::Auth)?;
+        out[..BTH_LEN].copy_from_slice(&data[..BTH_LEN]);
+        if !k.aead.open(
+            &k.raw.iv,
+            seq,
+            &aad(data, seq),
+            &data[BTH_LEN..body_end],
+            &mut out[BTH_LEN..body_end],
+            &tag,
+        ) {
+            return Err(OpenError::Auth);
+        }
         self.window.accept(seq);
         // The first packet of the next epoch moves the keys on; the oldest is dropped.
         if epoch == self.recv.epoch + 1 {
@@ -390,6 +397,15 @@ mod tests {
         p
     }
 
+    /// `plain` sealed by `s`, as it goes on the wire.
+    fn sealed_by(s: &mut Secured, plain: &[u8]) -> Vec<u8> {
+        let mut buf = plain.to_vec();
+        buf.resize(plain.len() + TRAILER, 0);
+        let n = s.seal(&mut buf, plain.len());
+        buf.truncate(n);
+        buf
+    }
+
     fn pair(suite: Suite) -> (Secured, Secured) {
         let (a, b) = ends();
         let ka = derive(suite, b"shared secret", &a, &b);
@@ -401,7 +417,7 @@ mod tests {
 
     #[test]
     fn a_sealed_packet_opens_to_what_was_sent_and_hides_it() {
-        for suite in [Suite::Aes256Gcm, Suite::ChaCha20Poly1305] {
+        for suite in Suite::ALL {
             let (mut a, mut b) = pair(suite);
             let plain = packet(b"payload bytes!!!");
             let mut buf = plain.clone();
@@ -425,35 +441,79 @@ mod tests {
 
     #[test]
     fn tampered_forged_plain_and_misdirected_packets_do_not_open() {
-        let (mut a, mut b) = pair(Suite::Aes256Gcm);
-        let plain = packet(&[7; 64]);
-        let mut buf = plain.clone();
-        buf.resize(plain.len() + TRAILER, 0);
-        let n = a.seal(&mut buf, plain.len());
-        let mut out = vec![0u8; 4200];
-        // Every byte but byte 4 of the BTH (masked, as the ICRC masks it) and the ICRC.
-        for i in (0..n - 4).filter(|&i| i != 4) {
-            let mut t = buf[..n].to_vec();
-            t[i] ^= 0x01;
-            assert_eq!(b.open(&t, &mut out), Err(OpenError::Auth), "byte {i}");
+        for suite in Suite::ALL {
+            let (mut a, mut b) = pair(suite);
+            let plain = packet(&[7; 64]);
+            let mut buf = plain.clone();
+            buf.resize(plain.len() + TRAILER, 0);
+            let n = a.seal(&mut buf, plain.len());
+            let mut out = vec![0u8; 4200];
+            // Every byte but byte 4 of the BTH (masked, as the ICRC masks it) and the ICRC.
+            for i in (0..n - 4).filter(|&i| i != 4) {
+                let mut t = buf[..n].to_vec();
+                t[i] ^= 0x01;
+                assert_eq!(
+                    b.open(&t, &mut out),
+                    Err(OpenError::Auth),
+                    "{suite:?} byte {i}"
+                );
+            }
+            assert_eq!(
+                b.open(&plain, &mut out),
+                Err(OpenError::Auth),
+                "in the clear"
+            );
+            assert_eq!(b.open(&buf[..20], &mut out), Err(OpenError::Auth), "short");
+            // Its own packet back (the other direction's key), or another connection's key.
+            let mut own = vec![0u8; 4200];
+            assert_eq!(a.open(&buf[..n], &mut own), Err(OpenError::Auth));
+            let (x, y) = ends();
+            let other = derive(suite, b"another secret", &y, &x);
+            assert_eq!(
+                Secured::new(&other).open(&buf[..n], &mut own),
+                Err(OpenError::Auth)
+            );
+            // Failures leave the window alone: the genuine packet still opens once.
+            assert!(b.open(&buf[..n], &mut out).is_ok());
+            // Another suite under the same secret: its keys differ too.
+            for other in Suite::ALL.into_iter().filter(|&o| o != suite) {
+                let (x, y) = ends();
+                let k = derive(other, b"shared secret", &y, &x);
+                assert_eq!(
+                    Secured::new(&k).open(&buf[..n], &mut own),
+                    Err(OpenError::Auth),
+                    "{suite:?} opened by {other:?}"
+                );
+            }
         }
-        assert_eq!(
-            b.open(&plain, &mut out),
-            Err(OpenError::Auth),
-            "in the clear"
-        );
-        assert_eq!(b.open(&buf[..20], &mut out), Err(OpenError::Auth), "short");
-        // Its own packet back (the other direction's key), or another connection's key.
-        let mut own = vec![0u8; 4200];
-        assert_eq!(a.open(&buf[..n], &mut own), Err(OpenError::Auth));
-        let (x, y) = ends();
-        let other = derive(Suite::Aes256Gcm, b"another secret", &y, &x);
-        assert_eq!(
-            Secured::new(&other).open(&buf[..n], &mut own),
-            Err(OpenError::Auth)
-        );
-        // Failures leave the window alone: the genuine packet still opens once.
-        assert!(b.open(&buf[..n], &mut out).is_ok());
+    }
+
+    #[test]
+    fn the_same_packet_sealed_twice_differs_and_each_opens() {
+        for suite in Suite::ALL {
+            let (mut a, mut b) = pair(suite);
+            let plain = packet(&[3; 256]);
+            let sealed: Vec<Vec<u8>> = (0..2).map(|_| sealed_by(&mut a, &plain)).collect();
+            assert_ne!(
+                sealed[0][12..],
+                sealed[1][12..],
+                "{suite:?}: a nonce per packet"
+            );
+            let mut out = vec![0u8; 4200];
+            for p in &sealed {
+                let m = b.open(p, &mut out).unwrap();
+                assert_eq!(out[..m - 4], plain[..plain.len() - 4], "{suite:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn suites_are_named_as_parsed() {
+        for suite in Suite::ALL {
+            assert_eq!(Suite::parse(suite.name()), Some(suite));
+        }
+        assert_eq!(Suite::parse("aes-128-gcm"), None);
+        assert_eq!(Suite::default(), Suite::Aegis128X2);
     }
 
     #[test]
@@ -498,14 +558,7 @@ mod tests {
         let mut tx = Secured::new(&ka).with_epoch_bits(2);
         let mut rx = Secured::new(&kb).with_epoch_bits(2);
         let sealed: Vec<Vec<u8>> = (0..16u8)
-            .map(|i| {
-                let plain = packet(&[i; 8]);
-                let mut buf = plain.clone();
-                buf.resize(plain.len() + TRAILER, 0);
-                let n = tx.seal(&mut buf, plain.len());
-                buf.truncate(n);
-                buf
-            })
+            .map(|i| sealed_by(&mut tx, &packet(&[i; 8])))
             .collect();
         let mut out = vec![0u8; 4200];
         // A receiver that never changes keys opens epoch 0 and nothing after: the keys did

@@ -12,7 +12,6 @@ use crate::error::{Error, Result};
 use crate::lock::lock;
 use crate::secure::{self, Agreed, SecureMode};
 use oxrdma_core::cm::{AcceptParams, CmId as CommId, CmTransport, ConnectParams, SidrReplyParams};
-use oxrdma_core::secure::Suite;
 use oxrdma_core::{Mtu, QpAttr, QpState, QpType};
 use oxrdma_wire::cma::{self, CmaHeader};
 use rustix::io::Errno;
@@ -63,7 +62,7 @@ impl EngineId {
             let qpn = st.qp.unwrap_or(param.qp_num);
             if self.inner.qp_type != QpType::Ud {
                 let agreed = Agreed {
-                    suite: Suite::Aes256Gcm,
+                    suite: secure::configured_suite()?,
                     secret: None,
                     require: self.secure_mode(&st) == SecureMode::Require,
                 };
@@ -290,7 +289,7 @@ impl EngineId {
             return Ok(None);
         }
         if data.len() <= keys::IN_REQ {
-            let (pair, offer) = KeyPair::new(Suite::Aes256Gcm)?;
+            let (pair, offer) = KeyPair::new(secure::configured_suite()?)?;
             keys::place(data, keys::IN_REQ, &offer);
             return Ok(Some(pair));
         }
@@ -313,7 +312,7 @@ impl EngineId {
     fn answer(&self, st: &mut State, qpn: u32, data: &mut Vec<u8>) -> Result<()> {
         let mode = self.secure_mode(st);
         let mut agreed = Agreed {
-            suite: Suite::Aes256Gcm,
+            suite: secure::configured_suite()?,
             secret: None,
             require: mode == SecureMode::Require,
         };

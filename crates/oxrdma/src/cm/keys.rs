@@ -25,6 +25,7 @@ fn suite_byte(s: Suite) -> u8 {
     match s {
         Suite::Aes256Gcm => b'a',
         Suite::ChaCha20Poly1305 => b'c',
+        Suite::Aegis128X2 => b'x',
     }
 }
 
@@ -73,6 +74,7 @@ pub(super) fn take(data: &mut [u8], at: usize) -> Option<(Suite, [u8; 32])> {
     let suite = match o[3] {
         b'a' => Suite::Aes256Gcm,
         b'c' => Suite::ChaCha20Poly1305,
+        b'x' => Suite::Aegis128X2,
         _ => return None,
     };
     let mut public = [0u8; 32];
@@ -87,6 +89,12 @@ mod tests {
 
     #[test]
     fn an_offer_rides_at_the_tail_and_both_ends_agree() {
+        for s in Suite::ALL {
+            let (_, offer) = KeyPair::new(s).unwrap();
+            let mut wire = [0u8; Req::PRIVATE_DATA];
+            wire[IN_REQ..].copy_from_slice(&offer);
+            assert_eq!(take(&mut wire, IN_REQ).map(|o| o.0), Some(s), "its suite");
+        }
         let (a, offer) = KeyPair::new(Suite::Aes256Gcm).unwrap();
         let mut req = b"user".to_vec();
         assert!(place(&mut req, IN_REQ, &offer));

@@ -307,7 +307,7 @@ fn connect_pairs(cfg: &ScenarioConfig, world: &mut World, sides: &[Side], rng: &
             let pair = i.min(me.peer) / 2;
             if n == 1 && secure[pair] {
                 use oxrdma_core::secure::{derive, End, Suite};
-                let suite = [Suite::Aes256Gcm, Suite::ChaCha20Poly1305][pair % 2];
+                let suite = Suite::ALL[pair % Suite::ALL.len()];
                 let secret = (cfg.seed ^ pair as u64).to_le_bytes();
                 let end = |gid, s: &Side| End {
                     gid,
