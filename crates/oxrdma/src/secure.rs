@@ -4,7 +4,7 @@
 //! derive from the agreement (and a pre-shared key, if the options name one).
 
 use crate::error::{Error, Result};
-use oxrdma_core::secure::{derive, derive_direction, End, QpKeys, Suite};
+use oxrdma_core::secure::{derive, derive_direction, derive_reply, End, QpKeys, Suite};
 use oxrdma_core::Gid;
 use ring::agreement::{agree_ephemeral, EphemeralPrivateKey, UnparsedPublicKey, X25519};
 use ring::rand::SystemRandom;
@@ -267,15 +267,20 @@ pub(crate) fn key_as_moved(
         qpn: dest,
         psn,
     };
+    // At RTR the peer's first PSN is known: the keys of the packets in its PSN space, its
+    // requests in and our replies out (a QP left in RTR still answers); at RTS our own
+    // first PSN: our requests out, and the peer's replies from before it had its send key.
     if secured.is_none() {
         let psn = now.rq_psn.unwrap_or_default();
         let key = derive_direction(suite, &secret, &peer(psn), &me(0));
-        engine.secure_qp_recv(qpn, suite, &key)?;
+        let reply = derive_reply(suite, &secret, &me(0), &peer(psn));
+        engine.secure_qp_recv(qpn, suite, &key, &reply)?;
     }
     if state == Rts {
         let psn = now.sq_psn.unwrap_or_default();
         let key = derive_direction(suite, &secret, &me(psn), &peer(0));
-        engine.secure_qp_send(qpn, &key)?;
+        let reply = derive_reply(suite, &secret, &peer(0), &me(psn));
+        engine.secure_qp_send(qpn, &key, &reply)?;
     }
     Ok(())
 }

@@ -39,6 +39,9 @@ pub struct PairOptions {
     /// from one secret: a pair works only if both are.
     pub secure: [bool; 2],
     pub suite: oxrdma_core::secure::Suite,
+    /// Whether each end stays in RTR (as perftest's bandwidth servers leave their QPs): a
+    /// secure one then has its receive and reply keys alone (`Engine::secure_qp_recv`).
+    pub rtr_only: [bool; 2],
 }
 
 impl Default for PairOptions {
@@ -64,6 +67,7 @@ impl Default for PairOptions {
             sq_psn: None,
             secure: [false; 2],
             suite: oxrdma_core::secure::Suite::Aes256Gcm,
+            rtr_only: [false; 2],
         }
     }
 }
@@ -248,7 +252,17 @@ pub fn connect(world: &mut World, o: &PairOptions, a: &mut End, b: &mut End) {
                     &end(my_gid, me),
                     &end(peer_gid, peer),
                 );
-                engine.secure_qp(me.qpn, &keys).expect("secure_qp");
+                if o.rtr_only[i] {
+                    let (recv, reply) = (&keys.recv, &keys.reply_send);
+                    engine
+                        .secure_qp_recv(me.qpn, o.suite, recv, reply)
+                        .expect("keys");
+                } else {
+                    engine.secure_qp(me.qpn, &keys).expect("secure_qp");
+                }
+            }
+            if n == 2 && o.rtr_only[i] {
+                break;
             }
             engine.modify_qp(me.qpn, attr).expect("modify");
         }

@@ -116,6 +116,45 @@ fn the_wire_shows_no_rkey_address_or_payload() {
     }
 }
 
+/// A responder a program leaves in RTR, keyed in two steps (receive and reply keys, no
+/// send key: perftest's bandwidth servers under `OXRDMA_SECURE_KEY`), still answers: a
+/// WRITE is acknowledged, a READ and an atomic answered, under its reply key.
+#[test]
+fn a_secure_responder_left_in_rtr_answers() {
+    for suite in Suite::ALL {
+        let mut p = Pair::new(&PairOptions {
+            secure: [true; 2],
+            suite,
+            rtr_only: [false, true],
+            sq_sig_all: true,
+            ..PairOptions::default()
+        });
+        let pattern: Vec<u8> = (0..8192).map(|i| (i % 253) as u8).collect();
+        p.a.buf.write(0, &pattern);
+        p.post_send(0, p.a.write_to(&p.b, 1, pattern.len()));
+        p.run();
+        assert_eq!(p.b.read(0, pattern.len()), pattern, "{suite:?}");
+        p.b.buf.write(65536, &[7; 4096]);
+        let mut read = p.a.write_to(&p.b, 2, 4096);
+        read.opcode = oxrdma_core::WrOpcode::RdmaRead;
+        read.remote_addr = p.b.addr(65536);
+        p.post_send(0, read);
+        p.run();
+        let wcs = p.wcs(0);
+        assert_eq!(wcs.len(), 2, "{suite:?}: {wcs:?}");
+        assert!(
+            wcs.iter().all(|w| w.status == WcStatus::Success),
+            "{suite:?}: {wcs:?}"
+        );
+        assert_eq!(
+            p.a.read(0, 4096),
+            vec![7; 4096],
+            "{suite:?}: the READ's bytes"
+        );
+        assert_eq!(counter(&p, 0, Counter::AuthFailed), 0, "{suite:?}");
+    }
+}
+
 /// A driver that takes many packets at once gets a message's middle packets in runs; a
 /// secure QP's are sealed where they were built: on a clean network each opens at the
 /// first try, none is sent again.

@@ -584,9 +584,9 @@ impl Engine {
                 continue;
             };
             qp.scheduled = false;
-            // A secure QP without its send key yet sends nothing (`secure_qp_send`
-            // schedules it again).
-            if qp.secure.as_ref().is_some_and(|s| !s.can_send()) {
+            // A secure QP with no key to seal under sends nothing (`secure_qp_send`
+            // schedules it again); one in RTR replies under its reply key.
+            if qp.secure.as_ref().is_some_and(|s| !s.can_reply()) {
                 continue;
             }
             // This QP's packets until it has none, the room is used up, or its burst ends

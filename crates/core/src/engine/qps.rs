@@ -223,16 +223,28 @@ impl Engine {
         Ok(())
     }
 
-    /// An RC QP's receive key alone (`crate::secure`), as a QP keyed from a pre-shared key
-    /// takes it on its way to RTR: it opens every packet it takes from now on, and sends
-    /// nothing (its ACKs wait) until [`Self::secure_qp_send`].
-    pub fn secure_qp_recv(&mut self, qpn: u32, suite: Suite, recv: &DirectionKey) -> Result<()> {
-        self.secure_qp_with(qpn, Secured::receiving(suite, recv))
+    /// An RC QP's receive key and reply key (`crate::secure`), as a QP keyed from a
+    /// pre-shared key takes them on its way to RTR: it opens every packet it takes from now
+    /// on, and seals its replies (ACKs, READ and atomic responses) under the reply key
+    /// until [`Self::secure_qp_send`]: a QP left in RTR still answers.
+    pub fn secure_qp_recv(
+        &mut self,
+        qpn: u32,
+        suite: Suite,
+        recv: &DirectionKey,
+        reply: &DirectionKey,
+    ) -> Result<()> {
+        self.secure_qp_with(qpn, Secured::receiving(suite, recv, reply))
     }
 
-    /// The send key of a QP that has its receive key (`secure_qp_recv`): what it held back
-    /// goes now.
-    pub fn secure_qp_send(&mut self, qpn: u32, send: &DirectionKey) -> Result<()> {
+    /// The send key of a QP that has its receive key (`secure_qp_recv`), and the key of
+    /// the peer's replies from before the peer had its own.
+    pub fn secure_qp_send(
+        &mut self,
+        qpn: u32,
+        send: &DirectionKey,
+        peer_reply: &DirectionKey,
+    ) -> Result<()> {
         let qp = self
             .qps
             .get_mut(&qpn)
@@ -242,7 +254,7 @@ impl Engine {
                 "a send key goes to a QP that has its receive key alone",
             ));
         };
-        s.add_send(send);
+        s.add_send(send, peer_reply);
         touched(&mut self.active, &mut self.timers, &mut self.sharing, qp);
         Ok(())
     }

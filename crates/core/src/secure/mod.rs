@@ -14,7 +14,11 @@
 //! ends hold (an X25519 agreement, a pre-shared key, or both), both ends' GIDs and QPNs and
 //! the sender's first PSN (what both ends know of a direction by the time the receiver
 //! enters RTR: a QP keyed from a pre-shared key takes its receive key then and its send
-//! key at RTS, and holds back what it would send until it has it). The sequence number's
+//! key at RTS). A QP without its send key replies (ACKs, READ and atomic responses,
+//! packets in its peer's PSN space) under a reply key of its own, derived from its peer's
+//! first PSN, which it knows at RTR and its peer knows before it asks for anything: a QP
+//! a program leaves in RTR still answers. Its packets carry the sequence number's top bit,
+//! and have their own numbers and window. The sequence number's
 //! high bits are the key epoch: every 2^24 packets a direction's key is replaced by one
 //! derived from it (a ratchet), and the receiver keeps the previous epoch's key only for
 //! packets still on their way. The nonce is the epoch's IV with the sequence number
@@ -24,12 +28,13 @@
 
 mod cipher;
 mod replay;
+mod streams;
 
 use crate::gid::Gid;
-use cipher::{Cipher, TAG_LEN};
-use replay::Replay;
+use cipher::TAG_LEN;
 use ring::aead;
 use ring::hkdf;
+use streams::{Inbound, Outbound};
 
 /// What the trailer adds to each packet: the sequence number and the tag.
 pub const TRAILER: usize = SEQ_LEN + TAG_LEN;
@@ -117,6 +122,10 @@ pub struct QpKeys {
     pub send: DirectionKey,
     /// The key the QP opens the packets it receives with.
     pub recv: DirectionKey,
+    /// The key it replies under before it has its send key (`derive_reply`).
+    pub reply_send: DirectionKey,
+    /// The key its peer replies under before the peer has its send key.
+    pub reply_recv: DirectionKey,
 }
 
 struct Len(usize);
@@ -131,8 +140,9 @@ fn prk(secret: &[u8]) -> hkdf::Prk {
     hkdf::Salt::new(hkdf::HKDF_SHA256, b"oxrdma secure QP 1").extract(secret)
 }
 
-/// The key and IV for packets from `from` to `to`.
-fn direction(suite: Suite, prk: &hkdf::Prk, from: &End, to: &End) -> DirectionKey {
+/// The key and IV for packets from `from` to `to`: all of them (`PACKETS`, under `from`'s
+/// first PSN), or replies before `from` had its send key (`REPLIES`, under `to`'s).
+fn direction(suite: Suite, prk: &hkdf::Prk, stream: &[u8], from: &End, to: &End) -> DirectionKey {
     let num = |e: &End, psn: bool| {
         let mut b = [0u8; 24];
         b[..16].copy_from_slice(&e.gid.0);
@@ -142,8 +152,9 @@ fn direction(suite: Suite, prk: &hkdf::Prk, from: &End, to: &End) -> DirectionKe
         }
         b
     };
-    let (f, t) = (num(from, true), num(to, false));
-    let info: [&[u8]; 4] = [b"oxrdma packets", suite.label(), &f, &t];
+    let replies = stream == REPLIES;
+    let (f, t) = (num(from, !replies), num(to, replies));
+    let info: [&[u8]; 4] = [stream, suite.label(), &f, &t];
     let mut out = [0u8; 44];
     prk.expand(&info, Len(44))
         .and_then(|okm| okm.fill(&mut out))
@@ -161,15 +172,30 @@ pub fn derive(suite: Suite, secret: &[u8], local: &End, remote: &End) -> QpKeys 
     let prk = prk(secret);
     QpKeys {
         suite,
-        send: direction(suite, &prk, local, remote),
-        recv: direction(suite, &prk, remote, local),
+        send: direction(suite, &prk, PACKETS, local, remote),
+        recv: direction(suite, &prk, PACKETS, remote, local),
+        reply_send: direction(suite, &prk, REPLIES, local, remote),
+        reply_recv: direction(suite, &prk, REPLIES, remote, local),
     }
 }
+
+/// The info labels of a direction's two streams.
+const PACKETS: &[u8] = b"oxrdma packets";
+const REPLIES: &[u8] = b"oxrdma replies";
 
 /// The key of one direction alone, from `secret`: packets from `from` to `to` (`to`'s PSN
 /// does not enter it).
 pub fn derive_direction(suite: Suite, secret: &[u8], from: &End, to: &End) -> DirectionKey {
-    direction(suite, &prk(secret), from, to)
+    direction(suite, &prk(secret), PACKETS, from, to)
+}
+
+/// The key `from` replies to `to` under (ACKs, READ and atomic responses: packets in
+/// `to`'s PSN space) before `from` has its send key, from `secret`: under `to`'s first
+/// PSN, which `from` knows at RTR (its `rq_psn`), as `to` does (its own) by the time it
+/// asks for anything. A QP a program leaves in RTR (perftest's bandwidth servers) replies
+/// under it; `from`'s PSN does not enter it.
+pub fn derive_reply(suite: Suite, secret: &[u8], from: &End, to: &End) -> DirectionKey {
+    direction(suite, &prk(secret), REPLIES, from, to)
 }
 
 /// Why a received packet was not opened.
@@ -187,65 +213,31 @@ pub enum OpenError {
 /// AES-GCM's bounds for the data one key may protect (TLS 1.3 rekeys at 2^24.5 records).
 const EPOCH_BITS: u32 = 24;
 
-/// A direction's key in one epoch. The next epoch's key is derived from this one's (a
-/// ratchet): once both ends have moved on and dropped it, a key taken later does not
-/// open what went before.
-struct EpochKey {
-    epoch: u64,
-    raw: DirectionKey,
-    aead: Cipher,
-}
+/// The sequence number's top bit: the packet is a reply sealed under the reply key
+/// (`derive_reply`), by a QP that had no send key yet.
+const REPLY: u64 = 1 << 63;
 
-impl EpochKey {
-    fn first(suite: Suite, k: &DirectionKey) -> EpochKey {
-        EpochKey {
-            epoch: 0,
-            raw: k.clone(),
-            aead: Cipher::new(suite, &k.key),
-        }
-    }
-
-    fn next(&self, suite: Suite) -> EpochKey {
-        let prk = hkdf::Prk::new_less_safe(hkdf::HKDF_SHA256, &self.raw.key);
-        let mut out = [0u8; 44];
-        prk.expand(&[b"oxrdma next epoch".as_slice()], Len(44))
-            .and_then(|okm| okm.fill(&mut out))
-            .expect("44 bytes are within HKDF-SHA256's reach");
-        let mut raw = DirectionKey {
-            key: [0; 32],
-            iv: [0; 12],
-        };
-        raw.key.copy_from_slice(&out[..32]);
-        raw.iv.copy_from_slice(&out[32..]);
-        EpochKey {
-            epoch: self.epoch + 1,
-            aead: Cipher::new(suite, &raw.key),
-            raw,
-        }
-    }
-}
-
-/// A secure QP's state: the keys, the next sequence number it sends, the window it
-/// receives with. The engine keeps one per secure QP; a test's hostile peer, a fuzz
+/// A secure QP's state: the keys, the next sequence number each sends under, the windows
+/// it receives with. The engine keeps one per secure QP; a test's hostile peer, a fuzz
 /// target or a decoder given the keys may keep their own.
 pub struct Secured {
     suite: Suite,
-    /// None until the QP has its send key (`add_send`): it sends nothing meanwhile.
-    send: Option<EpochKey>,
-    next: u64,
-    /// The receive key of the newest epoch a packet was opened in (the first at first).
-    recv: EpochKey,
-    /// The epoch before it, for packets of that epoch still on their way.
-    prev: Option<EpochKey>,
-    /// The next epoch's, derived when a packet first claims it.
-    ahead: Option<EpochKey>,
+    /// None until the QP has its send key (`add_send`).
+    send: Option<Outbound>,
+    /// What it replies under (ACKs, READ responses: packets in its peer's PSN space) while
+    /// it has no send key: a QP left in RTR still answers.
+    reply_send: Option<Outbound>,
+    recv: Inbound,
+    /// The peer's replies from before the peer had its send key.
+    reply_recv: Option<Inbound>,
     epoch_bits: u32,
-    window: Replay,
 }
 
 impl std::fmt::Debug for Secured {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Secured").field("next", &self.next).finish()
+        f.debug_struct("Secured")
+            .field("next", &self.send.as_ref().map(|o| o.next))
+            .finish()
     }
 }
 
@@ -259,30 +251,31 @@ fn aad(bth: &[u8], seq: u64) -> [u8; BTH_LEN + SEQ_LEN] {
 }
 
 impl Secured {
-    /// A QP's state with both its keys: it sends and receives.
+    /// A QP's state with all its keys: it sends and receives.
     pub fn new(keys: &QpKeys) -> Secured {
-        let mut s = Secured::receiving(keys.suite, &keys.recv);
-        s.add_send(&keys.send);
+        let mut s = Secured::receiving(keys.suite, &keys.recv, &keys.reply_send);
+        s.add_send(&keys.send, &keys.reply_recv);
         s
     }
 
-    /// A QP that can open what it receives but has no send key yet.
-    pub fn receiving(suite: Suite, recv: &DirectionKey) -> Secured {
+    /// A QP that can open what it receives, and reply, but has no send key yet (RTR): its
+    /// receive key and its reply key (`derive_reply`, both from the peer's first PSN).
+    pub fn receiving(suite: Suite, recv: &DirectionKey, reply: &DirectionKey) -> Secured {
         Secured {
             suite,
             send: None,
-            next: 0,
-            recv: EpochKey::first(suite, recv),
-            prev: None,
-            ahead: None,
+            reply_send: Some(Outbound::new(suite, reply)),
+            recv: Inbound::new(suite, recv),
+            reply_recv: None,
             epoch_bits: EPOCH_BITS,
-            window: Replay::default(),
         }
     }
 
-    /// Its send key: from now on it seals what it sends.
-    pub fn add_send(&mut self, send: &DirectionKey) {
-        self.send = Some(EpochKey::first(self.suite, send));
+    /// Its send key, and the key of the peer's replies from before the peer had its own
+    /// (both from this QP's first PSN): from now on it seals what it sends with the first.
+    pub fn add_send(&mut self, send: &DirectionKey, peer_reply: &DirectionKey) {
+        self.send = Some(Outbound::new(self.suite, send));
+        self.reply_recv = Some(Inbound::new(self.suite, peer_reply));
     }
 
     /// Short epochs, for tests of the change of keys (both ends must agree).
@@ -297,23 +290,30 @@ impl Secured {
         self.send.is_some()
     }
 
+    /// Whether it may send anything: with its send key, or replies under its reply key.
+    pub fn can_reply(&self) -> bool {
+        self.send.is_some() || self.reply_send.is_some()
+    }
+
     /// Seals the packet of `len` bytes (ICRC included, last) at the start of `buf`, in
     /// place; returns its new length (`len + TRAILER`), the ICRC field still last and, in
     /// a packet long enough, holding the transport bytes' part of the ICRC for the driver
     /// to finish (`oxrdma_wire::icrc_part`), as every packet the engine writes.
-    /// Only with its send key (`can_send`).
+    /// Under its send key, or before it has one its reply key (`can_reply`: a QP without
+    /// its send key sends nothing but replies).
     pub fn seal(&mut self, buf: &mut [u8], len: usize) -> usize {
         let body_end = len - ICRC_LEN;
-        let seq = self.next;
-        self.next += 1;
+        let (out, flag) = match (self.send.as_mut(), self.reply_send.as_mut()) {
+            (Some(o), _) => (o, 0),
+            (None, Some(o)) => (o, REPLY),
+            (None, None) => unreachable!("sealing needs a key (can_reply)"),
+        };
+        let seq = out.take(self.suite, self.epoch_bits) | flag;
         let a = aad(buf, seq);
-        let send = self.send.as_mut().expect("sealing needs the send key");
-        if seq >> self.epoch_bits != send.epoch {
-            *send = send.next(self.suite);
-        }
-        let tag = send
+        let tag = out
+            .key
             .aead
-            .seal(&send.raw.iv, seq, &a, &mut buf[BTH_LEN..body_end]);
+            .seal(&out.key.raw.iv, seq, &a, &mut buf[BTH_LEN..body_end]);
         buf[body_end..body_end + SEQ_LEN].copy_from_slice(&seq.to_be_bytes());
         buf[body_end + SEQ_LEN..body_end + TRAILER].copy_from_slice(&tag);
         let end = len + TRAILER;
@@ -330,41 +330,26 @@ impl Secured {
         let body_end = data.len() - ICRC_LEN - TRAILER;
         let trailer = &data[body_end..body_end + TRAILER];
         let seq = u64::from_be_bytes(trailer[..SEQ_LEN].try_into().expect("8 bytes"));
-        if !self.window.fresh(seq) {
-            return Err(OpenError::Replayed);
-        }
-        let epoch = seq >> self.epoch_bits;
-        let k = if epoch == self.recv.epoch {
-            &self.recv
-        } else if epoch == self.recv.epoch + 1 {
-            let (suite, recv) = (self.suite, &self.recv);
-            self.ahead.get_or_insert_with(|| recv.next(suite))
+        let inbound = if seq & REPLY == 0 {
+            &mut self.recv
         } else {
-            match &self.prev {
-                Some(p) if p.epoch == epoch => p,
-                _ => return Err(OpenError::Auth),
-            }
+            self.reply_recv.as_mut().ok_or(OpenError::Auth)?
         };
         let mut tag = [0u8; TAG_LEN];
         tag.copy_from_slice(&trailer[SEQ_LEN..]);
         out[..BTH_LEN].copy_from_slice(&data[..BTH_LEN]);
-        if !k.aead.open(
-            &k.raw.iv,
+        let a = aad(data, seq);
+        let sealed = &data[BTH_LEN..body_end];
+        let (suite, bits) = (self.suite, self.epoch_bits);
+        inbound.open(
+            suite,
+            bits,
             seq,
-            &aad(data, seq),
-            &data[BTH_LEN..body_end],
+            &a,
+            sealed,
             &mut out[BTH_LEN..body_end],
             &tag,
-        ) {
-            return Err(OpenError::Auth);
-        }
-        self.window.accept(seq);
-        // The first packet of the next epoch moves the keys on; the oldest is dropped.
-        if epoch == self.recv.epoch + 1 {
-            if let Some(next) = self.ahead.take() {
-                self.prev = Some(std::mem::replace(&mut self.recv, next));
-            }
-        }
+        )?;
         out[body_end..body_end + ICRC_LEN].fill(0);
         Ok(body_end + ICRC_LEN)
     }
@@ -535,18 +520,67 @@ mod tests {
             derive_direction(Suite::Aes256Gcm, b"psk", &other, &b),
             k.send
         );
-        // A QP with its receive key opens; it seals once it has its send key.
-        let mut rx = Secured::receiving(Suite::Aes256Gcm, &k.send);
-        assert!(!rx.can_send());
+        // The reply key of b's answers to a: under a's first PSN, which b knows at RTR;
+        // b's own does not enter it.
+        let reply = derive_reply(Suite::Aes256Gcm, b"psk", &b_later, &a);
+        assert_eq!(reply, k.reply_recv);
+        assert_ne!(derive_reply(Suite::Aes256Gcm, b"psk", &b, &a_later), reply);
+        assert_ne!(reply, derive_direction(Suite::Aes256Gcm, b"psk", &b, &a));
+        // A QP with its receive key opens, and replies; it seals anything once it has its
+        // send key.
+        let mut rx = Secured::receiving(Suite::Aes256Gcm, &k.send, &reply);
+        assert!(!rx.can_send() && rx.can_reply());
         let mut tx = Secured::new(&k);
-        let plain = packet(&[3; 32]);
-        let mut buf = plain.clone();
-        buf.resize(plain.len() + TRAILER, 0);
-        let n = tx.seal(&mut buf, plain.len());
         let mut out = vec![0u8; 4200];
-        assert!(rx.open(&buf[..n], &mut out).is_ok());
-        rx.add_send(&k.recv);
+        let sealed = sealed_by(&mut tx, &packet(&[3; 32]));
+        assert!(rx.open(&sealed, &mut out).is_ok());
+        rx.add_send(&k.recv, &k.reply_send);
         assert!(rx.can_send());
+    }
+
+    /// A QP a program leaves in RTR (perftest's bandwidth servers) has no send key and
+    /// still answers: under its reply key, its own stream and window, which its peer opens
+    /// and nobody else does.
+    #[test]
+    fn a_qp_in_rtr_replies_under_its_reply_key() {
+        for suite in Suite::ALL {
+            let (a, b) = ends();
+            let ka = derive(suite, b"psk", &a, &b);
+            let kb = derive(suite, b"psk", &b, &a);
+            assert_eq!(
+                (&ka.reply_send, &ka.reply_recv),
+                (&kb.reply_recv, &kb.reply_send)
+            );
+            let mut server = Secured::receiving(suite, &kb.recv, &kb.reply_send);
+            let mut client = Secured::new(&ka);
+            let mut out = vec![0u8; 4200];
+            let request = sealed_by(&mut client, &packet(&[1; 64]));
+            assert!(server.open(&request, &mut out).is_ok(), "{suite:?}");
+            let ack = packet(&[2; 8]);
+            let replies: Vec<Vec<u8>> = (0..3).map(|_| sealed_by(&mut server, &ack)).collect();
+            // Sequence numbers of their own, the reply bit set: the window takes each once,
+            // alongside the main stream's.
+            for r in &replies {
+                let m = client.open(r, &mut out).unwrap();
+                assert_eq!(out[..m - 4], ack[..ack.len() - 4], "{suite:?}");
+            }
+            assert_eq!(client.open(&replies[1], &mut out), Err(OpenError::Replayed));
+            let more = sealed_by(&mut client, &packet(&[1; 64]));
+            assert!(
+                server.open(&more, &mut out).is_ok(),
+                "{suite:?}: the main window"
+            );
+            // One who has no reply key (the server itself, a QP of another connection)
+            // opens none of them.
+            let mut stranger = Secured::receiving(suite, &kb.reply_send, &kb.reply_send);
+            assert_eq!(stranger.open(&replies[2], &mut out), Err(OpenError::Auth));
+            // Once it has its send key the server seals under it, as every QP does.
+            server.add_send(&kb.send, &kb.reply_recv);
+            let reply = sealed_by(&mut server, &ack);
+            let seq = &reply[reply.len() - 4 - TRAILER..][..8];
+            assert_eq!(seq[0] & 0x80, 0, "{suite:?}: the main stream");
+            assert!(client.open(&reply, &mut out).is_ok(), "{suite:?}");
+        }
     }
 
     #[test]
