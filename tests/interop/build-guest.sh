@@ -53,7 +53,11 @@ if [ ! -f "$siw" ]; then
         CONFIG_RDMA_SIW=m modules >&2
     install -D -m 0644 "$src/drivers/infiniband/sw/siw/siw.ko" "$siw"
     rm -rf "$src"
-    depmod -b rootfs "$kver"
+fi
+# The guest's own depmod (its kmod; a host may have none): again whenever siw.ko is newer
+# than the module index, so that an image whose last build stopped here is mended.
+if [ "$siw" -nt "rootfs/lib/modules/$kver/modules.dep" ]; then
+    chroot rootfs /sbin/depmod "$kver"
 fi
 
 if [ ! -f versions.txt ] || [ rootfs/.oxr-done -nt versions.txt ] || [ "$siw" -nt versions.txt ]; then
