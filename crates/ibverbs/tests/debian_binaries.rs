@@ -333,8 +333,6 @@ fn pingpong(tool: &str, port: u16, args: &[&str]) {
     pingpong_with(tool, port, args, &[]);
 }
 
-/// [`pingpong`] with `env` set for both sides; returns what the server and the client
-/// printed.
 /// Runs a ping-pong client, again while its server is not yet listening (for up to 10 s).
 fn run_client(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -348,6 +346,8 @@ fn run_client(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     }
 }
 
+/// [`pingpong`] with `env` set for both sides; returns what the server and the client
+/// printed.
 fn pingpong_with(
     tool: &str,
     port: u16,

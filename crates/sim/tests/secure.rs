@@ -118,7 +118,7 @@ fn the_wire_shows_no_rkey_address_or_payload() {
 
 /// A responder a program leaves in RTR, keyed in two steps (receive and reply keys, no
 /// send key: perftest's bandwidth servers under `OXRDMA_SECURE_KEY`), still answers: a
-/// WRITE is acknowledged, a READ and an atomic answered, under its reply key.
+/// WRITE is acknowledged and a READ answered, under its reply key.
 #[test]
 fn a_secure_responder_left_in_rtr_answers() {
     for suite in Suite::ALL {
