@@ -3,7 +3,7 @@
 
 use super::Suite;
 use aegis::aegis128x2::Aegis128X2;
-use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey};
+use ring::aead::{self, Aad, LessSafeKey, Nonce, Tag, UnboundKey};
 
 /// The tag every suite appends.
 pub(super) const TAG_LEN: usize = 16;
@@ -18,12 +18,14 @@ pub(super) enum Cipher {
 impl Cipher {
     /// The cipher of `suite` under `key` (the first 16 bytes for a 128-bit suite).
     pub(super) fn new(suite: Suite, key: &[u8; 32]) -> Cipher {
-        match suite.algorithm() {
-            Some(alg) => {
-                let key = UnboundKey::new(alg, key).expect("a 32-byte key");
-                Cipher::Ring(Box::new(LessSafeKey::new(key)))
-            }
-            None => {
+        let ring = |alg: &'static aead::Algorithm| {
+            let key = UnboundKey::new(alg, key).expect("a 32-byte key");
+            Cipher::Ring(Box::new(LessSafeKey::new(key)))
+        };
+        match suite {
+            Suite::Aes256Gcm => ring(&aead::AES_256_GCM),
+            Suite::ChaCha20Poly1305 => ring(&aead::CHACHA20_POLY1305),
+            Suite::Aegis128X2 => {
                 let mut k = [0u8; 16];
                 k.copy_from_slice(&key[..16]);
                 Cipher::Aegis128X2(k)

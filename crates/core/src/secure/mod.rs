@@ -32,7 +32,6 @@ mod streams;
 
 use crate::gid::Gid;
 use cipher::TAG_LEN;
-use ring::aead;
 use ring::hkdf;
 use streams::{Inbound, Outbound};
 
@@ -70,14 +69,6 @@ impl Suite {
     /// Its name, as `parse` takes it.
     pub fn name(self) -> &'static str {
         std::str::from_utf8(self.label()).expect("ASCII")
-    }
-
-    fn algorithm(self) -> Option<&'static aead::Algorithm> {
-        match self {
-            Suite::Aes256Gcm => Some(&aead::AES_256_GCM),
-            Suite::ChaCha20Poly1305 => Some(&aead::CHACHA20_POLY1305),
-            Suite::Aegis128X2 => None,
-        }
     }
 
     fn label(self) -> &'static [u8] {
@@ -140,9 +131,17 @@ fn prk(secret: &[u8]) -> hkdf::Prk {
     hkdf::Salt::new(hkdf::HKDF_SHA256, b"oxrdma secure QP 1").extract(secret)
 }
 
-/// The key and IV for packets from `from` to `to`: all of them (`PACKETS`, under `from`'s
-/// first PSN), or replies before `from` had its send key (`REPLIES`, under `to`'s).
-fn direction(suite: Suite, prk: &hkdf::Prk, stream: &[u8], from: &End, to: &End) -> DirectionKey {
+/// A direction's two streams: all its packets once the sender has its send key, and the
+/// replies it sends before.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Packets,
+    Replies,
+}
+
+/// The key and IV for packets from `from` to `to` in `stream`: under `from`'s first PSN
+/// (`Packets`), or under `to`'s (`Replies`).
+fn direction(suite: Suite, prk: &hkdf::Prk, stream: Stream, from: &End, to: &End) -> DirectionKey {
     let num = |e: &End, psn: bool| {
         let mut b = [0u8; 24];
         b[..16].copy_from_slice(&e.gid.0);
@@ -152,9 +151,14 @@ fn direction(suite: Suite, prk: &hkdf::Prk, stream: &[u8], from: &End, to: &End)
         }
         b
     };
-    let replies = stream == REPLIES;
+    let replies = stream == Stream::Replies;
     let (f, t) = (num(from, !replies), num(to, replies));
-    let info: [&[u8]; 4] = [stream, suite.label(), &f, &t];
+    let label: &[u8] = if replies {
+        b"oxrdma replies"
+    } else {
+        b"oxrdma packets"
+    };
+    let info: [&[u8]; 4] = [label, suite.label(), &f, &t];
     let mut out = [0u8; 44];
     prk.expand(&info, Len(44))
         .and_then(|okm| okm.fill(&mut out))
@@ -172,21 +176,17 @@ pub fn derive(suite: Suite, secret: &[u8], local: &End, remote: &End) -> QpKeys 
     let prk = prk(secret);
     QpKeys {
         suite,
-        send: direction(suite, &prk, PACKETS, local, remote),
-        recv: direction(suite, &prk, PACKETS, remote, local),
-        reply_send: direction(suite, &prk, REPLIES, local, remote),
-        reply_recv: direction(suite, &prk, REPLIES, remote, local),
+        send: direction(suite, &prk, Stream::Packets, local, remote),
+        recv: direction(suite, &prk, Stream::Packets, remote, local),
+        reply_send: direction(suite, &prk, Stream::Replies, local, remote),
+        reply_recv: direction(suite, &prk, Stream::Replies, remote, local),
     }
 }
-
-/// The info labels of a direction's two streams.
-const PACKETS: &[u8] = b"oxrdma packets";
-const REPLIES: &[u8] = b"oxrdma replies";
 
 /// The key of one direction alone, from `secret`: packets from `from` to `to` (`to`'s PSN
 /// does not enter it).
 pub fn derive_direction(suite: Suite, secret: &[u8], from: &End, to: &End) -> DirectionKey {
-    direction(suite, &prk(secret), PACKETS, from, to)
+    direction(suite, &prk(secret), Stream::Packets, from, to)
 }
 
 /// The key `from` replies to `to` under (ACKs, READ and atomic responses: packets in
@@ -195,7 +195,7 @@ pub fn derive_direction(suite: Suite, secret: &[u8], from: &End, to: &End) -> Di
 /// asks for anything. A QP a program leaves in RTR (perftest's bandwidth servers) replies
 /// under it; `from`'s PSN does not enter it.
 pub fn derive_reply(suite: Suite, secret: &[u8], from: &End, to: &End) -> DirectionKey {
-    direction(suite, &prk(secret), REPLIES, from, to)
+    direction(suite, &prk(secret), Stream::Replies, from, to)
 }
 
 /// Why a received packet was not opened.
@@ -308,7 +308,7 @@ impl Secured {
             (None, Some(o)) => (o, REPLY),
             (None, None) => unreachable!("sealing needs a key (can_reply)"),
         };
-        let seq = out.take(self.suite, self.epoch_bits) | flag;
+        let seq = out.take(self.epoch_bits) | flag;
         let a = aad(buf, seq);
         let tag = out
             .key
@@ -340,10 +340,8 @@ impl Secured {
         out[..BTH_LEN].copy_from_slice(&data[..BTH_LEN]);
         let a = aad(data, seq);
         let sealed = &data[BTH_LEN..body_end];
-        let (suite, bits) = (self.suite, self.epoch_bits);
         inbound.open(
-            suite,
-            bits,
+            self.epoch_bits,
             seq,
             &a,
             sealed,

@@ -14,6 +14,8 @@ pub(super) struct EpochKey {
     pub(super) epoch: u64,
     pub(super) raw: DirectionKey,
     pub(super) aead: Cipher,
+    /// The suite, for the next epoch's cipher.
+    suite: Suite,
 }
 
 impl EpochKey {
@@ -22,10 +24,11 @@ impl EpochKey {
             epoch: 0,
             raw: k.clone(),
             aead: Cipher::new(suite, &k.key),
+            suite,
         }
     }
 
-    fn next(&self, suite: Suite) -> EpochKey {
+    fn next(&self) -> EpochKey {
         let prk = hkdf::Prk::new_less_safe(hkdf::HKDF_SHA256, &self.raw.key);
         let mut out = [0u8; 44];
         prk.expand(&[b"oxrdma next epoch".as_slice()], Len(44))
@@ -39,8 +42,9 @@ impl EpochKey {
         raw.iv.copy_from_slice(&out[32..]);
         EpochKey {
             epoch: self.epoch + 1,
-            aead: Cipher::new(suite, &raw.key),
+            aead: Cipher::new(self.suite, &raw.key),
             raw,
+            suite: self.suite,
         }
     }
 }
@@ -60,11 +64,11 @@ impl Outbound {
     }
 
     /// The next packet's sequence number, the key moved on to its epoch.
-    pub(super) fn take(&mut self, suite: Suite, epoch_bits: u32) -> u64 {
+    pub(super) fn take(&mut self, epoch_bits: u32) -> u64 {
         let seq = self.next;
         self.next += 1;
         if seq >> epoch_bits != self.key.epoch {
-            self.key = self.key.next(suite);
+            self.key = self.key.next();
         }
         seq
     }
@@ -93,10 +97,8 @@ impl Inbound {
 
     /// Opens `sealed` (sequence number `seq`, its stream flag included) into `out` if it
     /// is fresh and verifies under its epoch's key; the window and the epochs move on.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn open(
         &mut self,
-        suite: Suite,
         epoch_bits: u32,
         seq: u64,
         aad: &[u8],
@@ -113,7 +115,7 @@ impl Inbound {
             &self.recv
         } else if epoch == self.recv.epoch + 1 {
             let recv = &self.recv;
-            self.ahead.get_or_insert_with(|| recv.next(suite))
+            self.ahead.get_or_insert_with(|| recv.next())
         } else {
             match &self.prev {
                 Some(p) if p.epoch == epoch => p,
