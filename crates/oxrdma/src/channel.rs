@@ -53,8 +53,8 @@ pub(crate) struct EngineCompChannel {
     device: Weak<Shared>,
     /// The count of events and the device's socket, for a waiter to sleep on.
     epoll: OwnedFd,
-    /// How long a wait for an event lately lasted (ns, a moving average).
-    typical_ns: AtomicU64,
+    /// How long this channel's waiters spin before they sleep (`SpinBudget::to_bits`).
+    spin: AtomicU64,
     /// Whether a core is free to spin on.
     cores: Mutex<Cores>,
 }
@@ -79,7 +79,7 @@ impl EngineCompChannel {
             inner: Arc::new(ChannelInner::new(fd)),
             device: Arc::downgrade(device),
             epoll,
-            typical_ns: AtomicU64::new(0),
+            spin: AtomicU64::new(0),
             cores: Mutex::new(Cores::new()),
         })
     }
@@ -125,6 +125,8 @@ impl EngineCompChannel {
         // Taken before the first sleep, let go when this call returns: the socket is this
         // thread's meanwhile.
         let mut waiting = None;
+        // How long this wait polled before its first sleep (`SpinBudget`).
+        let mut spun = Duration::ZERO;
         loop {
             // Packets waiting (or the one that woke this thread) may complete an armed
             // CQ: moved here, the event is reported when the device is let go.
@@ -133,7 +135,7 @@ impl EngineCompChannel {
             }
             if let Some(cq) = self.inner.take() {
                 if waiting.is_some() {
-                    self.waited(start.elapsed());
+                    self.waited(start.elapsed(), spun);
                 }
                 return Ok(Some(cq));
             }
@@ -144,6 +146,10 @@ impl EngineCompChannel {
                         if packet {
                             self.flush(&shared, true);
                         }
+                        if waiting.is_some() {
+                            // No event: a spin made for it missed.
+                            self.waited(start.elapsed(), spun);
+                        }
                         return Ok(None);
                     }
                 },
@@ -151,9 +157,11 @@ impl EngineCompChannel {
             };
             if waiting.is_none() {
                 waiting = Some(shared.waiting());
-                if let Some(cq) = self.spin(&shared, start, left) {
+                let (cq, budget) = self.spin(&shared, start, left);
+                if let Some(cq) = cq {
                     return Ok(Some(cq));
                 }
+                spun = budget;
             }
             if packet {
                 // The packets moved brought no event but may owe the peer an answer (the
@@ -165,7 +173,7 @@ impl EngineCompChannel {
             self.inner.stats.slept.fetch_add(1, Ordering::Relaxed);
             packet = self.sleep_on_both(left)?;
             if let Some(cq) = self.inner.take() {
-                self.waited(start.elapsed());
+                self.waited(start.elapsed(), spun);
                 return Ok(Some(cq));
             }
         }
@@ -206,37 +214,40 @@ impl EngineCompChannel {
         }
     }
 
-    /// Polls the device for an event for as long as this channel's events have lately
-    /// come within (`waiters::SpinBudget`, and only where a core is free): a ping-pong's
-    /// answer is then taken without the wake-up, as a polling program takes it.
-    fn spin(&self, shared: &Shared, start: Instant, left: Option<Duration>) -> Option<u32> {
-        let budget = self.spin_budget().min(left.unwrap_or(Duration::MAX));
+    /// Polls the device for an event for as long as the channel's `SpinBudget` says (only
+    /// where a core is free): a ping-pong's answer is then taken without the wake-up, as a
+    /// polling program takes it. The event if one came, and the spin made.
+    fn spin(
+        &self,
+        shared: &Shared,
+        start: Instant,
+        left: Option<Duration>,
+    ) -> (Option<u32>, Duration) {
+        let budget = self.budget().budget().min(left.unwrap_or(Duration::MAX));
         if budget.is_zero() || !self.cores.try_lock().is_ok_and(|mut c| c.free()) {
-            return None;
+            return (None, Duration::ZERO);
         }
         while start.elapsed() < budget {
             self.drive(shared, shared.try_lock());
             if let Some(cq) = self.inner.take() {
-                self.waited(start.elapsed());
+                self.waited(start.elapsed(), budget);
                 self.inner.stats.spun.fetch_add(1, Ordering::Relaxed);
-                return Some(cq);
+                return (Some(cq), budget);
             }
             std::hint::spin_loop();
         }
-        None
+        (None, budget)
     }
 
-    /// How long to spin before sleeping (`waiters::SpinBudget`).
-    fn spin_budget(&self) -> Duration {
-        let typical_ns = self.typical_ns.load(Ordering::Relaxed);
-        SpinBudget { typical_ns }.budget()
+    /// How this channel's waiters spin (`waiters::SpinBudget`).
+    fn budget(&self) -> SpinBudget {
+        SpinBudget::from_bits(self.spin.load(Ordering::Relaxed))
     }
 
-    /// A wait for an event lasted `d`.
-    fn waited(&self, d: Duration) {
-        let typical_ns = self.typical_ns.load(Ordering::Relaxed);
-        let next = SpinBudget { typical_ns }.waited(d);
-        self.typical_ns.store(next.typical_ns, Ordering::Relaxed);
+    /// A wait for an event that spun `spun` first lasted `d`.
+    fn waited(&self, d: Duration, spun: Duration) {
+        let next = self.budget().waited(d, spun);
+        self.spin.store(next.to_bits(), Ordering::Relaxed);
     }
 
     /// Sleeps until an event or a packet comes, or `left` passes (at most `MAX_SLEEP`);

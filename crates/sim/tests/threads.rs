@@ -103,6 +103,29 @@ fn a_program_sleeping_on_events_pays_one_wake_up_per_message_not_two() {
 }
 
 #[test]
+fn a_program_sleeping_on_events_spins_for_a_peer_that_answers_after_its_own_wake_up() {
+    // The peer sleeps too, on a host where a cross-core wake-up costs 33 us: its answer
+    // comes 60 us after the request. Spinning only for waits that were already short, both
+    // sides of such a ping-pong slept for ever (`ib_send_lat -e` 7.7x its polling typical);
+    // a probe catches the answer and keeps the waiter spinning.
+    for cores in [1, 2] {
+        for seed in oxrdma_sim::seeds(700, 12) {
+            let mut cfg = Config::new(cores, vec![Model::EventSleeper], seed);
+            cfg.peer.turnaround_ns = 50_000;
+            let r = run(&cfg);
+            assert!(r.finished, "{}", summary(&r));
+            assert!(
+                r.waiter_sleeps * 10 <= cfg.rounds as u64,
+                "{cores} core(s): {}",
+                summary(&r)
+            );
+            let (median, _) = r.median_max(0);
+            assert!(median <= wire_round(&cfg) + 5_000, "{}", summary(&r));
+        }
+    }
+}
+
+#[test]
 fn a_program_spinning_on_memory_is_served_by_the_engine_thread() {
     // riostream: on two cores the engine thread has one and takes the WRITE at once; on
     // one it must take the core from the spinner (wake-up preemption).

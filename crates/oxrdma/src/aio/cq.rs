@@ -18,8 +18,8 @@ pub struct AsyncCq {
     /// The engine CQ's channel (None on rdma-core).
     channel: Option<CompletionChannel>,
     cq: CompletionQueue,
-    /// How long its waits lately lasted (ns, `SpinBudget`).
-    typical_ns: AtomicU64,
+    /// How long its waits spin before they sleep (`SpinBudget::to_bits`).
+    spin: AtomicU64,
 }
 
 impl AsyncCq {
@@ -35,7 +35,7 @@ impl AsyncCq {
                 fd,
                 channel: Some(channel),
                 cq,
-                typical_ns: AtomicU64::new(0),
+                spin: AtomicU64::new(0),
             });
         }
         let raw = cq.rdma_core_cq().map(|c| c.channel_fd().as_raw_fd());
@@ -46,7 +46,7 @@ impl AsyncCq {
             fd,
             channel: None,
             cq,
-            typical_ns: AtomicU64::new(0),
+            spin: AtomicU64::new(0),
         })
     }
 
@@ -80,20 +80,21 @@ impl AsyncCq {
     /// many.
     ///
     /// While the CQ is empty the task polls on, yielding to the runtime between looks, for
-    /// as long as its waits lately lasted twice over (at most 50 us: `SpinBudget`, as a
-    /// blocking waiter does), then arms the CQ and sleeps until its channel wakes it. A
-    /// ping-pong's answer is so taken without a wake-up; an idle CQ costs one short spin.
+    /// as long as a blocking waiter would (`SpinBudget`: twice its typical wait, a probe
+    /// after a miss, none while misses back it off), then arms the CQ and sleeps until its
+    /// channel wakes it. A ping-pong's answer is so taken without a wake-up; an idle CQ
+    /// costs a probe now and then.
     pub async fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
         let start = std::time::Instant::now();
-        let typical_ns = self.typical_ns.load(Ordering::Relaxed);
-        let budget = SpinBudget { typical_ns }.budget();
+        let spin = SpinBudget::from_bits(self.spin.load(Ordering::Relaxed));
+        let budget = spin.budget();
         let mut waited = false;
         loop {
             let n = self.cq.poll(out, max)?;
             if n > 0 || max == 0 {
                 if waited {
-                    let next = SpinBudget { typical_ns }.waited(start.elapsed());
-                    self.typical_ns.store(next.typical_ns, Ordering::Relaxed);
+                    let next = spin.waited(start.elapsed(), budget);
+                    self.spin.store(next.to_bits(), Ordering::Relaxed);
                 }
                 return Ok(n);
             }
@@ -106,8 +107,8 @@ impl AsyncCq {
             // What came before the arm raises no event: look once more.
             let n = self.cq.poll(out, max)?;
             if n > 0 {
-                let next = SpinBudget { typical_ns }.waited(start.elapsed());
-                self.typical_ns.store(next.typical_ns, Ordering::Relaxed);
+                let next = spin.waited(start.elapsed(), budget);
+                self.spin.store(next.to_bits(), Ordering::Relaxed);
                 return Ok(n);
             }
             // This task will not poll again until woken: the engine thread must move the

@@ -69,6 +69,8 @@ pub struct App {
     posted_at: Nanos,
     wait_start: Nanos,
     typical: SpinBudget,
+    /// How long the current wait spun before sleeping.
+    spun: Duration,
     /// Each round's time from post to answer.
     pub round_trips: Vec<Nanos>,
     /// Sleeps on the channel, and wake-ups from them.
@@ -85,6 +87,7 @@ impl App {
             posted_at: 0,
             wait_start: 0,
             typical: SpinBudget::default(),
+            spun: Duration::ZERO,
             round_trips: Vec::new(),
             sleeps: 0,
         }
@@ -113,7 +116,7 @@ impl App {
         if waiting {
             self.typical = self
                 .typical
-                .waited(Duration::from_nanos(now - self.wait_start));
+                .waited(Duration::from_nanos(now - self.wait_start), self.spun);
             dev.end_wait(now);
         }
         true
@@ -183,8 +186,10 @@ impl SimThread for App {
                     dev.begin_wait();
                     let budget = self.typical.budget();
                     if !budget.is_zero() && cx.core_free {
+                        self.spun = budget;
                         St::Spin(now + budget.as_nanos() as Nanos)
                     } else {
+                        self.spun = Duration::ZERO;
                         return self.sleep(now);
                     }
                 }
