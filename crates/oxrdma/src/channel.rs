@@ -6,8 +6,8 @@
 //! arrives wakes it, not the engine thread, which leaves the socket to it meanwhile
 //! (`Shared::waiting`). A program that sleeps on its CQ, as a blocking TCP program on its
 //! socket, so pays one wake-up per message, not two (the engine thread's, then its own);
-//! and where its events have lately come soon, it polls a moment before it sleeps, as a
-//! polling program would. The descriptor itself stays readable exactly while events wait:
+//! and where a moment's polling catches its events, it polls before it sleeps, as a
+//! polling program would (`waiters::SpinBudget`), and pays none. The descriptor itself stays readable exactly while events wait:
 //! programs poll it and then take an event without expecting to block.
 
 use crate::channel_events::ChannelInner;
