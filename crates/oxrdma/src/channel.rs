@@ -224,7 +224,15 @@ impl EngineCompChannel {
         left: Option<Duration>,
     ) -> (Option<u32>, Duration) {
         let budget = self.budget().budget().min(left.unwrap_or(Duration::MAX));
-        if budget.is_zero() || !self.cores.try_lock().is_ok_and(|mut c| c.free()) {
+        let Some(alone) = self
+            .cores
+            .try_lock()
+            .ok()
+            .and_then(|mut c| c.free().then(|| c.alone()))
+        else {
+            return (None, Duration::ZERO);
+        };
+        if budget.is_zero() {
             return (None, Duration::ZERO);
         }
         while start.elapsed() < budget {
@@ -234,7 +242,12 @@ impl EngineCompChannel {
                 self.inner.stats.spun.fetch_add(1, Ordering::Relaxed);
                 return (Some(cq), budget);
             }
-            std::hint::spin_loop();
+            if alone {
+                // On its one core the peer that answers may be waiting for this one.
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
         (None, budget)
     }

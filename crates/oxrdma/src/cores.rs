@@ -30,6 +30,12 @@ impl Cores {
         }
     }
 
+    /// Whether this process may run on one core only (a thread that spins there holds
+    /// up every other thread of the host pinned to it).
+    pub fn alone(&self) -> bool {
+        self.cores == 1
+    }
+
     /// Whether no more threads are runnable than there are cores, counting the caller.
     pub fn free(&mut self) -> bool {
         if self.read_at.is_some_and(|t| t.elapsed() < EVERY) {
