@@ -7,8 +7,9 @@
 //! (`Shared::waiting`). A program that sleeps on its CQ, as a blocking TCP program on its
 //! socket, so pays one wake-up per message, not two (the engine thread's, then its own);
 //! and where a moment's polling catches its events, it polls before it sleeps, as a
-//! polling program would (`waiters::SpinBudget`), and pays none. The descriptor itself stays readable exactly while events wait:
-//! programs poll it and then take an event without expecting to block.
+//! polling program would (`waiters::SpinBudget`), and pays none. The descriptor itself
+//! stays readable exactly while events wait: programs poll it and then take an event
+//! without expecting to block.
 
 use crate::channel_events::ChannelInner;
 use crate::cores::Cores;
@@ -224,6 +225,9 @@ impl EngineCompChannel {
         left: Option<Duration>,
     ) -> (Option<u32>, Duration) {
         let budget = self.budget().budget().min(left.unwrap_or(Duration::MAX));
+        if budget.is_zero() {
+            return (None, Duration::ZERO);
+        }
         let Some(alone) = self
             .cores
             .try_lock()
@@ -232,9 +236,6 @@ impl EngineCompChannel {
         else {
             return (None, Duration::ZERO);
         };
-        if budget.is_zero() {
-            return (None, Duration::ZERO);
-        }
         while start.elapsed() < budget {
             self.drive(shared, shared.try_lock());
             if let Some(cq) = self.inner.take() {
