@@ -152,7 +152,7 @@ impl SharedBuffer {
     }
 
     /// Where `offset..offset + len` starts, if it is inside the buffer: for copies out of
-    /// it that live elsewhere (`crc_copy.rs`), which read it as [`Self::read`] does.
+    /// it that live elsewhere (`crc_copy/`), which read it as [`Self::read`] does.
     pub(crate) fn range_start(&self, offset: usize, len: usize) -> Option<*const u8> {
         // SAFETY: in bounds (checked first).
         self.check(offset, len)

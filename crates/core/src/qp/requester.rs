@@ -494,7 +494,7 @@ impl Sender<'_> {
                 reth_for(&w.wr, off, n).emit(&mut Reth::new_unchecked(&mut buf[BTH_LEN..hlen]));
             }
             // Bounds were checked when the WQE started; the buffer cannot shrink.
-            // Copied and hashed for the ICRC in one pass (`crc_copy.rs`).
+            // Copied and hashed for the ICRC in one pass (`crc_copy/`).
             let sealed = self.q.sealed;
             let mut hashed = if sealed {
                 None
@@ -755,7 +755,7 @@ impl Sender<'_> {
                 buf[hlen..hlen + n].copy_from_slice(&data[off as usize..off as usize + n])
             }
             SendData::Sges(_) => {
-                // Copied and hashed for the ICRC in one pass (`crc_copy.rs`). Bounds were
+                // Copied and hashed for the ICRC in one pass (`crc_copy/`). Bounds were
                 // checked when the WQE started; the buffer cannot shrink.
                 if !self.q.sealed {
                     hashed = part_for(&buf[..hlen], n);

@@ -1059,7 +1059,7 @@ impl Responder {
         let mut hashed = None;
         if let Some(Reply::Read(r)) = self.replies.front_mut() {
             if let Some(seg) = &r.seg {
-                // The payload copied and its ICRC part taken in one pass (`crc_copy.rs`).
+                // The payload copied and its ICRC part taken in one pass (`crc_copy/`).
                 let at = seg.offset + r.sent;
                 if !q.sealed {
                     hashed = part_for(&buf[..hlen], n);
