@@ -87,16 +87,8 @@ fi
 pair() {
   local name=$1 server=$2 client=$3 check=${4:-}
   wanted "$name" || return 0
-  local attempt note=""
-  for attempt in 1 2 3; do
-    pair_once "$server" "$client"
-    if [ "$rc$src" != 00 ] && [ $attempt -lt 3 ] && rping_ok_or_race $rc "$work/cli" &&
-      rping_ok_or_race $src "$work/srv"; then
-      note="${note:+$note, }run $attempt ended in rping's exit race"
-      continue
-    fi
-    break
-  done
+  local note
+  rping_runs pair_once "$server" "$client"
   if [ $rc -eq 0 ] && [ $src -eq 0 ] && { [ -z "$check" ] || grep -q "$check" "$work/cli"; }; then
     row "$name" "PASS${note:+ ($note)}"
   else

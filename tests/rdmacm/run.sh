@@ -48,17 +48,9 @@ row() { printf '%-46s %s\n' "$1" "$2"; }
 # until stopped) must still be running when the client is done, and is then stopped.
 pair() {
   local name=$1 server=$2 client=$3 check=${4:-} daemon=${5:-}
-  local attempt note=""
-  for attempt in 1 2 3; do
-    pair_once "$server" "$client" "$daemon"
-    # rping 44's exit race: the run is made again, at most twice (rping_race.sh).
-    if [ "$rc$src" != 00 ] && [ $attempt -lt 3 ] && rping_ok_or_race $rc "$work/cli" &&
-      rping_ok_or_race $src "$work/srv"; then
-      note="${note:+$note, }run $attempt ended in rping's exit race"
-      continue
-    fi
-    break
-  done
+  local note
+  # rping 44's exit race: the run is made again, at most twice (rping_race.sh).
+  rping_runs pair_once "$server" "$client" "$daemon"
   if [ $rc -eq 0 ] && [ $src -eq 0 ] && { [ -z "$check" ] || grep -q "$check" "$work/cli"; }; then
     row "$name" "PASS${note:+ ($note)}"
   else
