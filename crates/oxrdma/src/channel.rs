@@ -224,7 +224,10 @@ impl EngineCompChannel {
         start: Instant,
         left: Option<Duration>,
     ) -> (Option<u32>, Duration) {
-        let budget = self.budget().budget().min(left.unwrap_or(Duration::MAX));
+        let budget = self
+            .spin_budget()
+            .budget()
+            .min(left.unwrap_or(Duration::MAX));
         if budget.is_zero() {
             return (None, Duration::ZERO);
         }
@@ -254,13 +257,13 @@ impl EngineCompChannel {
     }
 
     /// How this channel's waiters spin (`waiters::SpinBudget`).
-    fn budget(&self) -> SpinBudget {
+    fn spin_budget(&self) -> SpinBudget {
         SpinBudget::from_bits(self.spin.load(Ordering::Relaxed))
     }
 
     /// A wait for an event that spun `spun` first lasted `d`.
     fn waited(&self, d: Duration, spun: Duration) {
-        let next = self.budget().waited(d, spun);
+        let next = self.spin_budget().waited(d, spun);
         self.spin.store(next.to_bits(), Ordering::Relaxed);
     }
 

@@ -68,7 +68,7 @@ pub struct App {
     rounds: usize,
     posted_at: Nanos,
     wait_start: Nanos,
-    typical: SpinBudget,
+    spin: SpinBudget,
     /// How long the current wait spun before sleeping.
     spun: Duration,
     /// Each round's time from post to answer.
@@ -86,7 +86,7 @@ impl App {
             rounds,
             posted_at: 0,
             wait_start: 0,
-            typical: SpinBudget::default(),
+            spin: SpinBudget::default(),
             spun: Duration::ZERO,
             round_trips: Vec::new(),
             sleeps: 0,
@@ -114,8 +114,8 @@ impl App {
         }
         a.events -= 1;
         if waiting {
-            self.typical = self
-                .typical
+            self.spin = self
+                .spin
                 .waited(Duration::from_nanos(now - self.wait_start), self.spun);
             dev.end_wait(now);
         }
@@ -184,7 +184,7 @@ impl SimThread for App {
                 } else {
                     self.wait_start = now;
                     dev.begin_wait();
-                    let budget = self.typical.budget();
+                    let budget = self.spin.budget();
                     if !budget.is_zero() && cx.core_free {
                         self.spun = budget;
                         St::Spin(now + budget.as_nanos() as Nanos)
