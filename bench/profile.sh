@@ -30,7 +30,7 @@ gb = iters * 65536 / 1e9
 # First match wins: the ICRC before copies (crc32fast's loops are its own symbols).
 buckets = [
     ("ICRC (compute, verify, solve the IPv4 ID)", r"crc32fast|icrc|IdVerifier|seal_as|UdpPort::check"),
-    ("payload copies, user space", r"SharedBuffer::(read|write)|mr::gather|memmove|memcpy"),
+    ("payload copies, user space", r"SharedBuffer::(read|write)|memory::bulk|mr::gather|memmove|memcpy"),
     ("payload copies, kernel", r"_copy_to_iter|_copy_from_iter|__check_object_size|copy_user"),
     ("sleeping and waking", r"^\[k\] .*(schedule|finish_task_switch|sched_yield|futex|wake|"
      r"_raw_spin_unlock_irqrestore|safe_halt|epoll)|lock_contended|sched_yield|Sleeper|"

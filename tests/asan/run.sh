@@ -39,6 +39,12 @@ if cargo +nightly test -q --target $target -p oxrdma-ibverbs --lib --test layout
 else
   report "oxrdma-ibverbs unit and layout tests" 0 "$(asan_said "$out/rust-ibverbs") $(tail -3 "$out/rust-ibverbs" | tr '\n' ' ')"
 fi
+# The core's own tests: its copies into and out of shared memory are its only unsafe code.
+if cargo +nightly test -q --target $target -p oxrdma-core --lib >"$out/rust-core" 2>&1; then
+  report "oxrdma-core unit tests" 1
+else
+  report "oxrdma-core unit tests" 0 "$(asan_said "$out/rust-core") $(tail -3 "$out/rust-core" | tr '\n' ' ')"
+fi
 if cargo +nightly test -q --target $target -p oxrdma --lib --tests >"$out/rust-oxrdma" 2>&1; then
   report "oxrdma tests" 1
 else

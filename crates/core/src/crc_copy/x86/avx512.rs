@@ -23,7 +23,7 @@ fn broadcast(k: (u64, u64)) -> __m512i {
 }
 
 /// 64 bytes of shared memory. In assembly, so that to the language these are plain
-/// loads of bytes another thread may be writing (as `rep movsb` in `memory.rs`).
+/// loads of bytes another thread may be writing (as the bulk copies in `memory/bulk.rs`).
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn load(p: *const u8) -> __m512i {

@@ -6,8 +6,8 @@
 //! learns that a transfer finished from a completion). So that such a race is a torn read,
 //! as under DMA, and not undefined behaviour in Rust's memory model, every copy is made of
 //! relaxed atomic loads and stores (aligned 8-byte words, single bytes at the edges), or,
-//! for long copies on x86-64, of one `rep movsb`, an instruction whose loads and stores are
-//! relaxed byte accesses to the model (a race may tear at any byte); the one way to plain
+//! for long copies on x86-64, of instructions in assembly (`bulk.rs`) whose loads and
+//! stores are relaxed byte accesses to the model (a race may tear at any byte); the one way to plain
 //! bytes is the `unsafe` [`SharedBuffer::slice`], whose caller promises there is no
 //! writer. A write's last 8 bytes are stored after the rest: a reader that polls the last
 //! byte of a WRITE (as ib_write_lat does) sees it change last. RDMA atomics are real CPU
@@ -22,23 +22,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8};
 /// happy.
 const ALIGN: usize = 4096;
 
-/// Copies at least this long are one `rep movsb` on x86-64 (1.4x the word loops' speed at
-/// 1-4 KiB here, slower below ~512 B).
-const STRING_COPY_MIN: usize = 512;
-
-/// `rep movsb` whose destination lies this little past its source modulo 4 KiB (4K
-/// aliasing: each store looks like it may feed a load just after) runs 20-40 times slower
-/// on AMD Zen 3 (1.6-1.9 us for 4 KiB against 60-80 ns, at every gap from 4 to 28 bytes;
-/// none from 32 on): such copies take the word loops (150 ns). A packet's payload lies
-/// 12 or 28 bytes past its start, so a page-aligned region's bytes copied to a
-/// page-aligned packet buffer fall here.
-const ALIASED_GAP: usize = 32;
-
-/// Whether a string copy from `src` to `dst` would be a slow aliased one (`ALIASED_GAP`).
-fn aliased(src: *const u8, dst: *const u8) -> bool {
-    let gap = (dst as usize).wrapping_sub(src as usize) % 4096;
-    gap != 0 && gap < ALIASED_GAP
-}
+mod bulk;
 
 /// A fixed-size byte buffer shared between the application and the engine.
 #[derive(Debug)]
@@ -124,15 +108,14 @@ impl SharedBuffer {
         }
         // SAFETY: the range is inside the allocation (checked above).
         let dst = unsafe { self.ptr.as_ptr().add(offset) };
-        #[cfg(target_arch = "x86_64")]
-        if src.len() >= STRING_COPY_MIN && !aliased(src.as_ptr(), dst) {
-            let bulk = src.len() - 8;
+        let most = src.len().saturating_sub(8);
+        if let Some(how) = bulk::bulk(src.as_ptr(), dst, most) {
             // SAFETY: `dst` is valid for `src.len()` bytes (checked above), `src` is a live
             // slice outside shared memory (no overlap). Its stores are relaxed byte stores to
             // the model; x86 makes a later plain store visible after all of them.
-            unsafe { string_copy(src.as_ptr(), dst, bulk) };
-            // SAFETY: in bounds: `bulk` + 8 is the checked length.
-            store_words(unsafe { dst.add(bulk) }, &src[bulk..]);
+            unsafe { bulk::copy(how, src.as_ptr(), dst, most) };
+            // SAFETY: in bounds: `most` + 8 is the checked length.
+            store_words(unsafe { dst.add(most) }, &src[most..]);
             return true;
         }
         store_words(dst, src);
@@ -140,8 +123,8 @@ impl SharedBuffer {
     }
 
     /// Copies bytes at `offset` into `dst`. Returns false when the range is out of bounds.
-    /// The loads are relaxed atomics (see [`Self::write`]), or for long reads on x86-64 one
-    /// string copy, whose loads are relaxed byte loads to the model.
+    /// The loads are relaxed atomics (see [`Self::write`]), or for long reads on x86-64 a
+    /// bulk copy (`bulk.rs`), whose loads are relaxed byte loads to the model.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> bool {
         if !self.check(offset, dst.len()) {
             return false;
@@ -230,11 +213,10 @@ fn store_words(dst: *mut u8, src: &[u8]) {
 /// # Safety
 /// `src` is valid for reads of `dst.len()` bytes.
 pub(crate) unsafe fn copy_from_shared(src: *const u8, dst: &mut [u8]) {
-    #[cfg(target_arch = "x86_64")]
-    if dst.len() >= STRING_COPY_MIN && !aliased(src, dst.as_ptr()) {
+    if let Some(how) = bulk::bulk(src, dst.as_ptr(), dst.len()) {
         // SAFETY: `src` is valid for `dst.len()` bytes (the caller's promise); `dst` is a
         // live exclusive slice outside shared memory (held as `&mut`).
-        unsafe { string_copy(src, dst.as_mut_ptr(), dst.len()) };
+        unsafe { bulk::copy(how, src, dst.as_mut_ptr(), dst.len()) };
         return;
     }
     load_words(src.cast_mut(), dst);
@@ -258,28 +240,6 @@ fn load_words(src: *mut u8, dst: &mut [u8]) {
     }
 }
 
-/// Copies `len` bytes with one `rep movsb` (fast strings: 1.4x the word loops' speed at
-/// 1-4 KiB here).
-///
-/// # Safety
-/// `src` must be valid for reads and `dst` for writes of `len` bytes, and they must not
-/// overlap. Either may be shared memory that other threads access at the same time: the
-/// instruction is opaque to the compiler, and its effect is that of relaxed atomic byte
-/// loads and stores (torn at any byte under a race, as under DMA), which is defined.
-#[cfg(target_arch = "x86_64")]
-unsafe fn string_copy(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY: the caller's promise; the direction flag is clear on entry by the ABI.
-    unsafe {
-        std::arch::asm!(
-            "rep movsb",
-            inout("rcx") len => _,
-            inout("rsi") src => _,
-            inout("rdi") dst => _,
-            options(nostack, preserves_flags),
-        );
-    }
-}
-
 impl Drop for SharedBuffer {
     fn drop(&mut self) {
         if let Some(layout) = self.owned {
@@ -294,8 +254,8 @@ mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
 
-    /// Copies whose destination lies just past their source modulo 4 KiB take the word
-    /// loops instead of `rep movsb` (`aliased`): the bytes are the same either way.
+    /// Copies whose destination lies just past their source modulo 4 KiB, which `rep movsb`
+    /// leaves to the word loops (`bulk::aliased`), and all others: the bytes are exact.
     #[test]
     fn copies_at_every_aliasing_gap_are_exact() {
         let b = SharedBuffer::new(3 * 4096).unwrap();
@@ -308,9 +268,10 @@ mod tests {
                 .take(4096)
                 .position(|s| dst.wrapping_sub(s) % 4096 == gap);
             let at = at.unwrap();
+            #[cfg(target_arch = "x86_64")]
             assert_eq!(
-                aliased(plain[at..].as_ptr(), dst as *const u8),
-                gap > 0 && gap < ALIASED_GAP
+                bulk::aliased(plain[at..].as_ptr(), dst as *const u8),
+                gap > 0 && gap < bulk::ALIASED_GAP
             );
             plain[at..at + 4096].copy_from_slice(&data);
             assert!(b.write(4096, &plain[at..at + 4096]));
@@ -390,8 +351,8 @@ mod tests {
     #[test]
     fn racing_copies_are_defined_and_whole_words_stay_whole() {
         // One thread writes all-ones or all-twos. Short copies (word by word) keep words
-        // whole; long ones (one string copy on x86-64) move only bytes that were written.
-        for len in [256, 4096] {
+        // whole; long ones (bulk copies on x86-64) move only bytes that were written.
+        for len in [64, 256, 4096] {
             let b = std::sync::Arc::new(SharedBuffer::new(len + 8).unwrap());
             b.write(0, &vec![1; len + 8]);
             let w = b.clone();
@@ -403,7 +364,7 @@ mod tests {
             let mut out = vec![0u8; len];
             for _ in 0..2000 {
                 b.read(8, &mut out);
-                if len < STRING_COPY_MIN {
+                if len < bulk::BULK_MIN {
                     for word in out.chunks(8) {
                         assert!(word.iter().all(|&x| x == word[0]), "{word:?}");
                     }
