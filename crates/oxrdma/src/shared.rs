@@ -5,7 +5,7 @@
 //! the answers out.
 
 use crate::channel_events::ChannelInner;
-use crate::cm::CmRoutes;
+use crate::cm::routes::CmRoutes;
 use crate::device::Device;
 use crate::error::Result;
 use crate::events::Owners;

@@ -14,9 +14,10 @@
 //! listener's accepting, runs on a thread of its own that reports on the id's channel.
 
 use super::backlog::{Backlog, Slot};
-use super::channel::{EngineChannel, StreamEnded};
+use super::channel::EngineChannel;
 use super::incoming::{empty_conn, plain};
 use super::machine::{self, Call, Event, Phase, Plan, QpStep};
+use super::routes::StreamEnded;
 use super::state::{ChannelInner, OwnEvent, Raw, NEXT_KEY};
 use super::steps::{QpMover, MAX_DEPTH};
 use super::turns::{self, Turns};

@@ -18,12 +18,12 @@ mod listener;
 mod machine;
 mod rendezvous;
 mod route;
+pub(crate) mod routes;
 mod state;
 mod steps;
 mod turns;
 
 pub use crate::secure::SecureMode;
-pub(crate) use channel::CmRoutes;
 pub use cm_id::{CmId, EventChannel};
 pub use listener::{connect, Connection, Listener, Request, MAX_ACCEPT_DATA, MAX_CONNECT_DATA};
 pub use steps::{Depths, QpMover, TooDeep, MAX_DEPTH};

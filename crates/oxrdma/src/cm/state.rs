@@ -7,6 +7,7 @@ use super::keys::KeyPair;
 pub(super) use super::machine::Phase;
 use super::machine::Plan;
 use super::rendezvous::Registration;
+use super::routes::EventSink;
 use super::steps::{Depths, QpMover};
 use super::{CmEventType, PortSpace, UDP_QKEY};
 use crate::context::Context;
@@ -165,6 +166,12 @@ pub(crate) struct ChannelInner {
     /// The devices its ids are on, by key (weak: a channel does not keep a device open,
     /// and what drops a channel never closes one).
     pub devices: Mutex<HashMap<usize, Weak<Shared>>>,
+}
+
+impl EventSink for ChannelInner {
+    fn queue_core(&self, dev: usize, event: CoreEvent) {
+        self.queue.push(Raw::Core { dev, event });
+    }
 }
 
 /// What `rdma_init_qp_attr` gives for `state`, as Linux's CM does.
