@@ -31,24 +31,26 @@ report() { # name ok detail
   else fail=$((fail + 1)); results+=("FAIL  $1  ($3)"); fi
 }
 asan_said() { grep -h -m1 -A3 'ERROR: AddressSanitizer\|ERROR: LeakSanitizer' "$@" | tr '\n' ' ' | cut -c1-300; }
+# A failed Rust test's own words (the log goes with the run): its first panic and message.
+panic_said() { grep -h -m1 -A2 'panicked at' "$@" | tr '\n' ' ' | cut -c1-300; }
 
 echo "== Rust tests, instrumented"
 export RUSTFLAGS=-Zsanitizer=address RUSTDOCFLAGS=-Zsanitizer=address
 if cargo +nightly test -q --target $target -p oxrdma-ibverbs --lib --test layout >"$out/rust-ibverbs" 2>&1; then
   report "oxrdma-ibverbs unit and layout tests" 1
 else
-  report "oxrdma-ibverbs unit and layout tests" 0 "$(asan_said "$out/rust-ibverbs") $(tail -3 "$out/rust-ibverbs" | tr '\n' ' ')"
+  report "oxrdma-ibverbs unit and layout tests" 0 "$(asan_said "$out/rust-ibverbs") $(panic_said "$out/rust-ibverbs") $(tail -3 "$out/rust-ibverbs" | tr '\n' ' ')"
 fi
 # The core's own tests: its copies into and out of shared memory are its only unsafe code.
 if cargo +nightly test -q --target $target -p oxrdma-core --lib >"$out/rust-core" 2>&1; then
   report "oxrdma-core unit tests" 1
 else
-  report "oxrdma-core unit tests" 0 "$(asan_said "$out/rust-core") $(tail -3 "$out/rust-core" | tr '\n' ' ')"
+  report "oxrdma-core unit tests" 0 "$(asan_said "$out/rust-core") $(panic_said "$out/rust-core") $(tail -3 "$out/rust-core" | tr '\n' ' ')"
 fi
 if cargo +nightly test -q --target $target -p oxrdma --lib --tests >"$out/rust-oxrdma" 2>&1; then
   report "oxrdma tests" 1
 else
-  report "oxrdma tests" 0 "$(asan_said "$out/rust-oxrdma") $(tail -3 "$out/rust-oxrdma" | tr '\n' ' ')"
+  report "oxrdma tests" 0 "$(asan_said "$out/rust-oxrdma") $(panic_said "$out/rust-oxrdma") $(tail -3 "$out/rust-oxrdma" | tr '\n' ' ')"
 fi
 cargo +nightly build -q --target $target -p oxrdma-ibverbs -p oxrdma-rdmacm || exit 1
 unset RUSTFLAGS RUSTDOCFLAGS
